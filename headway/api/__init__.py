@@ -1,0 +1,1 @@
+"""HTTP adapters: parse the request, call one service function, serialize the answer."""

@@ -1,0 +1,47 @@
+"""`GET /up`: whether the database and the progress store answer."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .responses import JSONResponse
+
+CHECK_TIMEOUT = 3.0
+
+
+async def _check(probe: Callable[[], Awaitable[None]]) -> dict[str, Any]:
+    started = time.perf_counter()
+    try:
+        await asyncio.wait_for(probe(), CHECK_TIMEOUT)
+    except Exception as exc:  # any failure of a dependency is what this check reports
+        return {"status": "down", "error": type(exc).__name__}
+    return {"status": "up", "latency_ms": round((time.perf_counter() - started) * 1000, 2)}
+
+
+async def up(request: Request) -> Response:
+    state = request.app.state
+    database, progress = await asyncio.gather(
+        _check(state.service.db.ping), _check(state.service.progress.ping)
+    )
+    database["backend"] = "sqlite" if state.service.db.is_sqlite else "postgresql"
+    progress["backend"] = state.service.progress.name
+    healthy = database["status"] == "up" and progress["status"] == "up"
+    body = {
+        "status": "ok" if healthy else "unavailable",
+        "checks": {
+            "database": database,
+            "progress_store": progress,
+            "worker": state.worker_status(),
+        },
+    }
+    return JSONResponse(body, 200 if healthy else 503)
+
+
+routes = [Route("/up", up, methods=["GET"])]

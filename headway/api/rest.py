@@ -1,0 +1,80 @@
+"""The REST routes of the specification."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..errors import BadRequest, MethodNotAllowed
+from ..schemas import CreateSpace, CreateTask, decode_create, decode_report, report_from_query
+from ..service import Service
+from .responses import JSONResponse, read_body
+
+_SPACE_PARAMS = frozenset({"limit", "before", "after", "state"})
+
+
+def _service(request: Request) -> Service:
+    return request.app.state.service
+
+
+async def create_space(request: Request) -> Response:
+    body = decode_create(await read_body(request), CreateSpace)
+    return JSONResponse(await _service(request).create_space(body), 201)
+
+
+async def get_space(request: Request) -> Response:
+    params = request.query_params
+    limit: int | None = None
+    if "limit" in params:
+        raw = params["limit"].strip()
+        if not raw.lstrip("+").isdigit() or int(raw) < 1:
+            raise BadRequest(f"limit must be a whole number, at least 1, not {params['limit']!r}.")
+        limit = int(raw)
+    state: Any = params.get("state")
+    if state is not None and state not in ("active", "finished"):
+        raise BadRequest(f"state must be active or finished, not {state!r}.")
+    space = await _service(request).get_space(
+        request.path_params["space_uuid"],
+        before=params.get("before"),
+        after=params.get("after"),
+        limit=limit,
+        state=state,
+    )
+    return JSONResponse(space)
+
+
+async def create_task(request: Request) -> Response:
+    body = decode_create(await read_body(request), CreateTask)
+    created = await _service(request).create_task(request.path_params["space_uuid"], body)
+    return JSONResponse(created, 201)
+
+
+async def task(request: Request) -> Response:
+    """GET reads a task, PUT reports its whole new state, PATCH is refused."""
+    task_uuid = request.path_params["task_uuid"]
+    if request.method == "PUT":
+        report = decode_report(await read_body(request))
+        return JSONResponse(await _service(request).report(task_uuid, report))
+    if request.method == "PATCH":
+        raise MethodNotAllowed(
+            "PATCH is not supported: every report replaces the whole state, so use PUT.",
+            headers={"allow": "GET, HEAD, PUT"},
+        )
+    return JSONResponse(await _service(request).get_task(task_uuid))
+
+
+async def report_by_url(request: Request) -> Response:
+    report = report_from_query(request.query_params.multi_items())
+    return JSONResponse(await _service(request).report(request.path_params["task_uuid"], report))
+
+
+routes = [
+    Route("/spaces", create_space, methods=["POST"]),
+    Route("/spaces/{space_uuid}", get_space, methods=["GET"]),
+    Route("/spaces/{space_uuid}/tasks", create_task, methods=["POST"]),
+    Route("/tasks/{task_uuid}", task, methods=["GET", "PUT", "PATCH"]),
+    Route("/tasks/{task_uuid}/report", report_by_url, methods=["GET"]),
+]

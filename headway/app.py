@@ -1,0 +1,107 @@
+"""`create_app(settings, clock)`: the ASGI application. Nothing is created at import time;
+the lifespan opens the database and the progress store and closes them again."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import sqlalchemy.exc
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .api import health, openapi, rest
+from .api.responses import JSONResponse, error_response
+from .clock import Clock, SystemClock
+from .config import Settings
+from .errors import HeadwayError, Unavailable, error_body
+from .progress import ProgressStore
+from .progress.memory import MemoryProgressStore
+from .service import Service
+from .storage.database import Database
+
+log = logging.getLogger("headway")
+
+# Failures of a dependency (database, progress store) rather than of the request: 503.
+DEPENDENCY_ERRORS: tuple[type[BaseException], ...] = (
+    sqlalchemy.exc.OperationalError,
+    sqlalchemy.exc.InterfaceError,
+    sqlalchemy.exc.TimeoutError,
+    ConnectionError,
+    TimeoutError,
+    OSError,
+)
+
+
+def create_app(settings: Settings | None = None, clock: Clock | None = None) -> Starlette:
+    """Build the service from settings; the lifespan wires storage and progress store."""
+    settings = settings or Settings()
+    clock = clock or SystemClock()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        db = Database(settings.database_url)
+        progress = make_progress_store(settings, clock)
+        try:
+            await db.migrate()
+            app.state.service = Service(db, progress, clock)
+            yield
+        finally:
+            await progress.close()
+            await db.close()
+
+    app = Starlette(
+        routes=[*rest.routes, *health.routes, *openapi.routes],
+        exception_handlers={
+            HeadwayError: _headway_error,
+            HTTPException: _http_error,
+            **{cls: _dependency_error for cls in DEPENDENCY_ERRORS},
+            Exception: _unexpected_error,
+        },
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.openapi = openapi.build_document()
+    app.state.worker_status = lambda: {"status": "not running"}
+    return app
+
+
+def make_progress_store(settings: Settings, clock: Clock) -> ProgressStore:
+    """The progress store the settings ask for."""
+    return MemoryProgressStore(settings.progress_ttl, clock)
+
+
+async def _headway_error(_request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HeadwayError)
+    return error_response(exc)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code == 404:
+        message = f"No such path: {request.url.path}. See /openapi.json for the API."
+    elif exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow", "")
+        message = f"Method {request.method} is not allowed here; allowed: {allowed}."
+    else:
+        message = exc.detail
+    return JSONResponse(error_body(message), exc.status_code, dict(exc.headers or {}))
+
+
+async def _dependency_error(_request: Request, exc: Exception) -> Response:
+    log.warning("dependency unavailable: %s: %s", type(exc).__name__, exc)
+    return error_response(Unavailable("A backing service is unavailable; retry shortly."))
+
+
+async def _unexpected_error(_request: Request, exc: Exception) -> Response:
+    log.exception("unexpected error", exc_info=exc)
+    return JSONResponse(error_body("Internal error; it has been logged."), 500)
+
+
+def app_from_env() -> Any:
+    """Factory for ASGI servers: `uvicorn --factory headway.app:app_from_env`."""
+    return create_app(Settings.from_env())

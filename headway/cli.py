@@ -1,0 +1,108 @@
+"""The `headway` command: `headway serve`, `headway migrate`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+
+from .config import ConfigError, Settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="headway", description="Headway progress reporting service."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the HTTP service")
+    serve.add_argument("--host", help="address to listen on (HEADWAY_HOST, default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (HEADWAY_PORT, default 8000)")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes (more than 1 needs HEADWAY_REDIS_URL)",
+    )
+    commands.add_parser("migrate", help="create or upgrade the database schema, then exit")
+    args = parser.parse_args(argv)
+
+    try:
+        settings = Settings.from_env()
+        if args.command == "serve":
+            changes: dict[str, object] = {}
+            if args.host:
+                changes["host"] = args.host
+            if args.port is not None:
+                changes["port"] = args.port
+            settings = settings.with_(**changes)
+            if args.workers < 1:
+                raise ConfigError("--workers must be at least 1")
+            if args.workers > 1 and not settings.shares_progress:
+                raise ConfigError(
+                    "--workers above 1 needs HEADWAY_REDIS_URL: in-process progress cannot be "
+                    "shared between processes"
+                )
+    except ConfigError as exc:
+        print(f"headway: {exc}", file=sys.stderr)
+        return 2
+
+    if args.command == "migrate":
+        return _migrate(settings)
+    return _serve(settings, args.workers)
+
+
+def _migrate(settings: Settings) -> int:
+    from .storage.database import Database
+
+    async def run() -> None:
+        db = Database(settings.database_url)
+        try:
+            await db.migrate()
+        finally:
+            await db.close()
+
+    asyncio.run(run())
+    print("headway: database is up to date")
+    return 0
+
+
+def _serve(settings: Settings, workers: int) -> int:
+    import uvicorn
+
+    progress = "Redis" if settings.shares_progress else "process memory"
+    print(
+        f"headway: listening on http://{settings.host}:{settings.port} "
+        f"(database {_redact(settings.database_url)}, progress in {progress})",
+        flush=True,
+    )
+    uvicorn.run(
+        "headway.app:app_from_env" if workers > 1 else _app(settings),
+        factory=workers > 1,
+        host=settings.host,
+        port=settings.port,
+        workers=workers,
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+    )
+    return 0
+
+
+def _app(settings: Settings) -> object:
+    from .app import create_app
+
+    return create_app(settings)
+
+
+def _redact(url: str) -> str:
+    """The URL without its password."""
+    scheme, sep, rest = url.partition("://")
+    if "@" in rest:
+        credentials, _, host = rest.rpartition("@")
+        user = credentials.split(":", 1)[0]
+        return f"{scheme}{sep}{user}:***@{host}"
+    return url
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""Pure rules of Headway: task states, reports, ratio, aggregation, timestamps. No I/O."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+import regex
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+ONE_US = timedelta(microseconds=1)
+EMPTY_VALUES: dict[str, Any] = {}
+
+Number = int | float
+
+
+class TaskRow(msgspec.Struct, frozen=True, gc=False):
+    """A task as the database stores it. Only `finished_at_us` and `duration` ever change,
+    and each changes once, when the task finishes."""
+
+    uuid: str
+    space_uuid: str
+    parent_uuid: str | None
+    title: str | None
+    source: str | None
+    created_at_us: int
+    finished_at_us: int | None = None
+    duration: int | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.finished_at_us is not None
+
+
+class Progress(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """The live state of one task, as the last report left it.
+
+    On a parent, `current` and `end` are always None: a parent's counts are derived
+    from its children when it is read.
+    """
+
+    current: Number | None
+    end: Number | None
+    values: dict[str, str | int | float | bool]
+    updated_at_us: int
+
+
+class Report(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """One report as a client sent it, already validated. `UNSET` marks an omitted member."""
+
+    current: Number | msgspec.UnsetType | None = msgspec.UNSET
+    end: Number | msgspec.UnsetType | None = msgspec.UNSET
+    values: dict[str, str | int | float | bool] | msgspec.UnsetType | None = msgspec.UNSET
+    done: bool | msgspec.UnsetType = msgspec.UNSET
+
+    @property
+    def is_done_only(self) -> bool:
+        """True for a body of exactly `{"done": true}`: it finishes and keeps the last numbers."""
+        return (
+            self.done is True
+            and self.current is msgspec.UNSET
+            and self.end is msgspec.UNSET
+            and self.values is msgspec.UNSET
+        )
+
+
+def apply_report(
+    previous: Progress | None, report: Report, now_us: int, *, is_parent: bool
+) -> tuple[Progress, bool]:
+    """The progress a report leaves behind, and whether the report asks the task to finish.
+
+    Whether the task actually finishes now also depends on whether it already has; the
+    caller decides that against the database.
+    """
+    if report.is_done_only:
+        if previous is None:
+            return Progress(None, None, EMPTY_VALUES, now_us), True
+        return Progress(previous.current, previous.end, previous.values, now_us), True
+
+    values = _clean_values(report.values)
+    done = report.done is True
+    if is_parent:
+        # A parent's counts come from its children; what it reports is ignored.
+        return Progress(None, None, values, now_us), done
+    current = None if report.current is msgspec.UNSET else report.current
+    end = None if report.end is msgspec.UNSET else report.end
+    reached_end = end is not None and end > 0 and current is not None and current >= end
+    return Progress(current, end, values, now_us), done or reached_end
+
+
+def _clean_values(values: object) -> dict[str, str | int | float | bool]:
+    if not values:
+        return EMPTY_VALUES
+    assert isinstance(values, dict)
+    log = values.get("log")
+    if isinstance(log, str) and ("\n" in log or "\r" in log):
+        values = dict(values)
+        values["log"] = last_line(log)
+    return values
+
+
+def last_line(text: str) -> str:
+    """The last non-empty line of `text` ("" if it has none): `values.log` holds one line."""
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            return line
+    return ""
+
+
+def ratio(current: Number | None, end: Number | None, *, finished: bool) -> float | None:
+    """1 when finished; None when the denominator or count is unknown; else clamped."""
+    if finished:
+        return 1
+    if end is None or end == 0 or current is None:
+        return None
+    return min(max(current / end, 0.0), 1.0)
+
+
+def progress_view(
+    row: TaskRow,
+    progress: Progress | None,
+    children: list[tuple[TaskRow, Progress | None]] | None = None,
+) -> dict[str, Any] | None:
+    """The `progress` member of a task as clients read it (None: waiting for data)."""
+    finished = row.finished_at_us is not None
+    if children:
+        done = sum(1 for child, _ in children if child.finished_at_us is not None)
+        stamps = [p.updated_at_us for _, p in children if p is not None]
+        if progress is not None:
+            stamps.append(progress.updated_at_us)
+        return {
+            "current": done,
+            "end": len(children),
+            "ratio": ratio(done, len(children), finished=finished),
+            "values": progress.values if progress is not None else EMPTY_VALUES,
+            "updated_at": format_ts(max(stamps)) if stamps else None,
+            "aggregated": True,
+        }
+    if progress is None:
+        if not finished:
+            return None
+        return {
+            "current": None,
+            "end": None,
+            "ratio": 1,
+            "values": EMPTY_VALUES,
+            "updated_at": None,
+            "aggregated": False,
+        }
+    return {
+        "current": progress.current,
+        "end": progress.end,
+        "ratio": ratio(progress.current, progress.end, finished=finished),
+        "values": progress.values,
+        "updated_at": format_ts(progress.updated_at_us),
+        "aggregated": False,
+    }
+
+
+def task_view(
+    row: TaskRow,
+    progress: Progress | None,
+    children: list[tuple[TaskRow, Progress | None]] | None = None,
+) -> dict[str, Any]:
+    """A task as every read and report returns it, with its children nested."""
+    return {
+        "uuid": row.uuid,
+        "space_uuid": row.space_uuid,
+        "parent_uuid": row.parent_uuid,
+        "title": row.title,
+        "source": row.source,
+        "created_at": format_ts(row.created_at_us),
+        "finished_at": None if row.finished_at_us is None else format_ts(row.finished_at_us),
+        "duration": row.duration,
+        "progress": progress_view(row, progress, children),
+        "children": [task_view(child, p) for child, p in children] if children else [],
+    }
+
+
+def duration_seconds(created_at_us: int, finished_at_us: int) -> int:
+    """Whole seconds from creation to finish, rounded down."""
+    return max(finished_at_us - created_at_us, 0) // 1_000_000
+
+
+def next_created_at(last_us: int | None, now_us: int) -> int:
+    """A creation instant strictly after the space's last one, and never before now."""
+    if last_us is None or last_us < now_us:
+        return now_us
+    return last_us + 1
+
+
+# --- Timestamps --------------------------------------------------------------------------
+
+_RFC3339 = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:[Zz]|[+\- ]\d{2}:\d{2})?"
+)
+
+
+def format_ts(us: int) -> str:
+    """RFC 3339 in UTC with microseconds and a `Z`: `2026-11-22T01:15:09.123456Z`."""
+    return (EPOCH + timedelta(microseconds=us)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_ts(text: str) -> int:
+    """Microseconds since the epoch from an RFC 3339 timestamp; ValueError if it is not one.
+
+    Any offset is accepted. A space where the offset's `+` should be is read as `+` (an
+    unencoded `+` in a query string arrives as a space). A timestamp with no offset is
+    read as UTC. Digits beyond microseconds are dropped.
+    """
+    if not _RFC3339.fullmatch(text):
+        raise ValueError(text)
+    if len(text) > 6 and text[-6] == " ":
+        text = text[:-6] + "+" + text[-5:]
+    text = text[:10] + "T" + text[11:]
+    if "." in text:
+        head, _, tail = text.partition(".")
+        digits = len(tail) - len(tail.lstrip("0123456789"))
+        frac, zone = tail[:digits], tail[digits:]
+        text = f"{head}.{frac[:6].ljust(6, '0')}{zone}"
+    moment = datetime.fromisoformat(text.upper() if text[-1:] in "zZ" else text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - EPOCH) // ONE_US
+
+
+# --- Space fields ---------------------------------------------------------------------------
+
+
+def grapheme_count(text: str) -> int:
+    """How many user-perceived characters `text` holds (a flag or a family emoji is one)."""
+    return len(regex.findall(r"\X", text))
+
+
+def canonical_uuid(text: str) -> str | None:
+    """The canonical lowercase form of a UUID, or None if `text` is not one."""
+    if len(text) == 36 and _CANONICAL_UUID.fullmatch(text):
+        return text
+    try:
+        return str(uuid.UUID(text))
+    except ValueError:
+        return None
+
+
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")

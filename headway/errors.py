@@ -1,0 +1,55 @@
+"""The error family, and the one place that renders `{"error": ...}`.
+
+Every failure a client can provoke is a `HeadwayError` carrying its HTTP status and a
+sentence the client can act on. Routes raise them; `api.rest` renders them.
+
+    HeadwayError
+    ├── BadRequest          400  malformed report, bad query parameter
+    ├── NotFound            404  no such space, task, webhook or path
+    ├── MethodNotAllowed    405  PATCH on a task, wrong method on a path
+    ├── PayloadTooLarge     413  body over the limit
+    ├── Unprocessable       422  bad create body, icon, parent, webhook URL
+    └── Unavailable         503  the database or progress store is down
+"""
+
+from __future__ import annotations
+
+
+class HeadwayError(Exception):
+    """A failure with an HTTP status and a message meant for the client."""
+
+    status = 500
+
+    def __init__(self, message: str, *, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.headers = headers or {}
+
+
+class BadRequest(HeadwayError):
+    status = 400
+
+
+class NotFound(HeadwayError):
+    status = 404
+
+
+class MethodNotAllowed(HeadwayError):
+    status = 405
+
+
+class PayloadTooLarge(HeadwayError):
+    status = 413
+
+
+class Unprocessable(HeadwayError):
+    status = 422
+
+
+class Unavailable(HeadwayError):
+    status = 503
+
+
+def error_body(message: str) -> dict[str, str]:
+    """The JSON body of every error response."""
+    return {"error": message}

@@ -1,0 +1,211 @@
+"""The use cases of Headway, each one transaction: create and read spaces and tasks,
+and report progress. REST and MCP both call these and nothing else."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Literal
+
+import msgspec
+
+from . import domain
+from .clock import Clock
+from .domain import Progress, Report, TaskRow, canonical_uuid, task_view
+from .errors import BadRequest, NotFound, Unprocessable
+from .progress import ProgressStore
+from .schemas import CreateSpace, CreateTask
+from .storage import queries
+from .storage.database import Database
+
+State = Literal["active", "finished"]
+Family = list[tuple[TaskRow, Progress | None]]
+
+
+class Service:
+    """Headway's rules applied to storage: the database holds spaces and tasks, the
+    progress store holds live state, and the outbox holds completion events."""
+
+    def __init__(self, db: Database, progress: ProgressStore, clock: Clock) -> None:
+        self.db = db
+        self.progress = progress
+        self.clock = clock
+
+    # --- Spaces ---------------------------------------------------------------------------
+
+    async def create_space(self, body: CreateSpace) -> dict[str, Any]:
+        if body.icon is not None and domain.grapheme_count(body.icon) != 1:
+            raise Unprocessable("icon must be exactly one character (one emoji or letter).")
+        space_uuid = str(uuid.uuid4())
+        async with self.db.write() as conn:
+            await queries.insert_space(conn, space_uuid, body.title, body.icon, self.clock.now_us())
+        return {"uuid": space_uuid, "title": body.title, "icon": body.icon}
+
+    async def get_space(
+        self,
+        space_uuid: str,
+        *,
+        before: str | None = None,
+        after: str | None = None,
+        limit: int | None = None,
+        state: State | None = None,
+    ) -> dict[str, Any]:
+        """A space with its top-level tasks (see `queries.list_top_level` for the order)."""
+        before_us = _cursor("before", before)
+        after_us = _cursor("after", after)
+        if limit is not None and limit < 1:
+            raise BadRequest("limit must be a whole number, at least 1.")
+        key = canonical_uuid(space_uuid)
+        if key is None:
+            raise NotFound(_NO_SPACE)
+        async with self.db.read() as conn:
+            space = await queries.get_space(conn, key)
+            if space is None:
+                raise NotFound(_NO_SPACE)
+            top = await queries.list_top_level(
+                conn, key, before_us=before_us, after_us=after_us, limit=limit, state=state
+            )
+            children = await queries.list_children(conn, key, [t.uuid for t in top])
+        rows = list(top)
+        for family in children.values():
+            rows.extend(family)
+        uuids = [r.uuid for r in rows]
+        progress = dict(zip(uuids, await self.progress.get_many(uuids), strict=True))
+        tasks = [
+            task_view(
+                t, progress[t.uuid], [(c, progress[c.uuid]) for c in children.get(t.uuid, ())]
+            )
+            for t in top
+        ]
+        title, icon = space
+        return {"title": title, "icon": icon, "tasks": tasks}
+
+    # --- Tasks ----------------------------------------------------------------------------
+
+    async def create_task(self, space_uuid: str, body: CreateTask) -> dict[str, Any]:
+        space_key = canonical_uuid(space_uuid)
+        if space_key is None:
+            raise NotFound(_NO_SPACE)
+        parent_key = None
+        if body.parent_uuid is not None:
+            parent_key = canonical_uuid(body.parent_uuid)
+            if parent_key is None:
+                raise Unprocessable("parent_uuid is not a task of this space.")
+        task_uuid = str(uuid.uuid4())
+        async with self.db.write() as conn:
+            created_at_us = await queries.claim_created_at(conn, space_key, self.clock.now_us())
+            if created_at_us is None:
+                raise NotFound(_NO_SPACE)
+            if parent_key is not None:
+                parent = await queries.get_task(conn, parent_key)
+                if parent is None or parent.space_uuid != space_key:
+                    raise Unprocessable("parent_uuid is not a task of this space.")
+                if parent.parent_uuid is not None:
+                    raise Unprocessable(
+                        "parent_uuid is already a step of another task: tasks nest one level only."
+                    )
+            row = TaskRow(task_uuid, space_key, parent_key, body.title, body.source, created_at_us)
+            await queries.insert_task(conn, row)
+        return {"uuid": task_uuid}
+
+    async def get_task(self, task_uuid: str) -> dict[str, Any]:
+        row, children = await self._family(task_uuid)
+        found = await self.progress.get_many([row.uuid, *(c.uuid for c in children)])
+        return task_view(row, found[0], list(zip(children, found[1:], strict=True)))
+
+    async def report(self, task_uuid: str, report: Report) -> dict[str, Any]:
+        """Replace a task's live state with `report`; finish the task if the report says so.
+
+        Finishing is decided by a conditional update in the database, so of several
+        concurrent finishing reports exactly one records the completion and its event.
+        A report that does not finish its task writes nothing to the database.
+        """
+        row, children = await self._family(task_uuid)
+        previous = await self.progress.get(row.uuid)
+        now_us = self.clock.now_us()
+        progress, finishing = domain.apply_report(
+            previous, report, now_us, is_parent=bool(children)
+        )
+        family: Family = []
+        if children:
+            found = await self.progress.get_many([c.uuid for c in children])
+            family = list(zip(children, found, strict=True))
+        if finishing and not row.finished:
+            row = await self._finish(row, progress, family, now_us)
+        await self.progress.put(row.uuid, progress)
+        return task_view(row, progress, family)
+
+    async def _family(self, task_uuid: str) -> tuple[TaskRow, list[TaskRow]]:
+        key = canonical_uuid(task_uuid)
+        if key is None:
+            raise NotFound(_NO_TASK)
+        async with self.db.read() as conn:
+            row, children = await queries.get_family(conn, key)
+        if row is None:
+            raise NotFound(_NO_TASK)
+        return row, children
+
+    async def _finish(
+        self, row: TaskRow, progress: Progress, family: Family, now_us: int
+    ) -> TaskRow:
+        """Record the completion of `row` (and of its parent, if it was the last open
+        child), with one outbox event each. Returns the row as it now stands."""
+        duration = domain.duration_seconds(row.created_at_us, now_us)
+        async with self.db.write() as conn:
+            if row.parent_uuid is not None:
+                await queries.lock_task(conn, row.parent_uuid)
+            if not await queries.finish_task(conn, row.uuid, now_us, duration):
+                # Another report finished it first; its finish time stands.
+                return await queries.get_task(conn, row.uuid) or row
+            row = msgspec.structs.replace(row, finished_at_us=now_us, duration=duration)
+            await self._record_event(conn, task_view(row, progress, family), now_us)
+            if row.parent_uuid is not None:
+                await self._finish_parent_if_done(conn, row, progress, now_us)
+        return row
+
+    async def _finish_parent_if_done(
+        self, conn: Any, child: TaskRow, child_progress: Progress, now_us: int
+    ) -> None:
+        parent_uuid = child.parent_uuid
+        assert parent_uuid is not None
+        if await queries.count_unfinished_children(conn, parent_uuid):
+            return
+        parent, siblings = await queries.get_family(conn, parent_uuid)
+        if parent is None or parent.finished:
+            return
+        duration = domain.duration_seconds(parent.created_at_us, now_us)
+        if not await queries.finish_task(conn, parent.uuid, now_us, duration):
+            return
+        parent = msgspec.structs.replace(parent, finished_at_us=now_us, duration=duration)
+        found = await self.progress.get_many([parent.uuid, *(s.uuid for s in siblings)])
+        family = [
+            (s, child_progress if s.uuid == child.uuid else p)
+            for s, p in zip(siblings, found[1:], strict=True)
+        ]
+        await self._record_event(conn, task_view(parent, found[0], family), now_us)
+
+    async def _record_event(self, conn: Any, task: dict[str, Any], now_us: int) -> None:
+        event = {"type": "task.completed", "timestamp": domain.format_ts(now_us), "data": task}
+        await queries.insert_event(
+            conn,
+            f"msg_{uuid.uuid4().hex}",
+            task["space_uuid"],
+            task["uuid"],
+            msgspec.json.encode(event).decode(),
+            now_us,
+        )
+
+
+_NO_SPACE = "No such space: check the space uuid."
+_NO_TASK = "No such task: check the task uuid."
+
+
+def _cursor(name: str, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return domain.parse_ts(value)
+    except ValueError:
+        raise BadRequest(
+            f"{name} must be an RFC 3339 timestamp such as 2026-11-22T01:15:09.123456Z, "
+            f"not {value!r}."
+        ) from None

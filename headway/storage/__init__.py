@@ -1,0 +1,1 @@
+"""Spaces, tasks and the notification outbox in SQL, for SQLite and PostgreSQL alike."""

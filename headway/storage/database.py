@@ -1,0 +1,103 @@
+"""The database connection: engine, transactions, migrations and health."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def async_url(url: str) -> str:
+    """The SQLAlchemy URL with Headway's async driver for the configured database."""
+    scheme, _sep, rest = url.partition(":")
+    base = scheme.split("+", 1)[0]
+    if base == "sqlite":
+        return f"sqlite+aiosqlite:{rest}"
+    if base in ("postgresql", "postgres"):
+        return f"postgresql+asyncpg:{rest}"
+    return url
+
+
+class Database:
+    """One engine and the way Headway uses it.
+
+    SQLite allows one writer at a time; within this process, writes queue on an asyncio
+    lock rather than on SQLite's busy timeout, which would block the event loop's thread.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.url = async_url(url)
+        self.is_sqlite = self.url.startswith("sqlite")
+        options: dict[str, Any] = {}
+        if self.is_sqlite:
+            _make_parent_dir(self.url)
+            options["connect_args"] = {"timeout": 30}
+        else:
+            options.update(pool_size=10, max_overflow=10, pool_pre_ping=True, pool_timeout=5)
+            options["connect_args"] = {"timeout": 5, "command_timeout": 10}
+        self.engine: AsyncEngine = create_async_engine(self.url, **options)
+        if self.is_sqlite:
+            event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+        self._write_lock = asyncio.Lock() if self.is_sqlite else None
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncConnection]:
+        """A transaction that commits on success and rolls back on any exception."""
+        if self._write_lock is None:
+            async with self.engine.begin() as conn:
+                yield conn
+            return
+        async with self._write_lock, self.engine.begin() as conn:
+            yield conn
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for reads."""
+        async with self.engine.connect() as conn:
+            yield conn
+
+    async def migrate(self) -> None:
+        """Create or upgrade the schema to the newest migration."""
+        async with self.engine.begin() as conn:
+            await conn.run_sync(_upgrade)
+
+    async def ping(self) -> None:
+        """Raise if the database does not answer."""
+        async with self.engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+
+
+def _upgrade(connection: Connection) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.attributes["connection"] = connection
+    command.upgrade(config, "head")
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=FULL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def _make_parent_dir(url: str) -> None:
+    path = url.split(":///", 1)[1] if ":///" in url else ""
+    path = path.split("?", 1)[0]
+    if path and path != ":memory:":
+        Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)

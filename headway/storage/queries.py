@@ -1,0 +1,201 @@
+"""Every SQL statement Headway runs, as functions of a connection. The service decides
+which run together in one transaction."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Literal
+
+from sqlalchemy import case, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ..domain import TaskRow
+from .tables import outbox, spaces, tasks
+
+State = Literal["active", "finished"]
+
+_task_columns = (
+    tasks.c.uuid,
+    tasks.c.space_uuid,
+    tasks.c.parent_uuid,
+    tasks.c.title,
+    tasks.c.source,
+    tasks.c.created_at_us,
+    tasks.c.finished_at_us,
+    tasks.c.duration,
+)
+_select_tasks = select(*_task_columns)
+
+# Above this many parents, fetching all of a space's children beats a long IN list.
+_IN_LIST_LIMIT = 500
+
+
+async def insert_space(
+    conn: AsyncConnection, uuid: str, title: str | None, icon: str | None, now_us: int
+) -> None:
+    await conn.execute(
+        insert(spaces).values(uuid=uuid, title=title, icon=icon, created_at_us=now_us)
+    )
+
+
+async def get_space(conn: AsyncConnection, uuid: str) -> tuple[str | None, str | None] | None:
+    """The space's (title, icon), or None if there is no such space."""
+    row = (
+        await conn.execute(select(spaces.c.title, spaces.c.icon).where(spaces.c.uuid == uuid))
+    ).first()
+    return None if row is None else (row.title, row.icon)
+
+
+async def claim_created_at(conn: AsyncConnection, space_uuid: str, now_us: int) -> int | None:
+    """Reserve the next creation instant of a space: now, or 1 µs after the newest task.
+
+    One conditional UPDATE, so concurrent creates (even on several instances) queue on
+    the space's row and each gets a distinct, increasing instant. None: no such space.
+    """
+    last = spaces.c.last_task_at_us
+    result = await conn.execute(
+        update(spaces)
+        .where(spaces.c.uuid == space_uuid)
+        .values(last_task_at_us=case((last < now_us, now_us), else_=last + 1))
+        .returning(spaces.c.last_task_at_us)
+    )
+    row = result.first()
+    return None if row is None else row[0]
+
+
+async def insert_task(conn: AsyncConnection, row: TaskRow) -> None:
+    await conn.execute(
+        insert(tasks).values(
+            uuid=row.uuid,
+            space_uuid=row.space_uuid,
+            parent_uuid=row.parent_uuid,
+            title=row.title,
+            source=row.source,
+            created_at_us=row.created_at_us,
+        )
+    )
+
+
+async def get_task(conn: AsyncConnection, uuid: str) -> TaskRow | None:
+    row = (await conn.execute(_select_tasks.where(tasks.c.uuid == uuid))).first()
+    return None if row is None else TaskRow(*row)
+
+
+async def get_family(conn: AsyncConnection, uuid: str) -> tuple[TaskRow | None, list[TaskRow]]:
+    """A task and its children (oldest first), in one query."""
+    result = await conn.execute(
+        _select_tasks.where((tasks.c.uuid == uuid) | (tasks.c.parent_uuid == uuid)).order_by(
+            tasks.c.created_at_us
+        )
+    )
+    task, children = None, []
+    for raw in result:
+        row = TaskRow(*raw)
+        if row.uuid == uuid:
+            task = row
+        else:
+            children.append(row)
+    return task, children
+
+
+async def list_top_level(
+    conn: AsyncConnection,
+    space_uuid: str,
+    *,
+    before_us: int | None = None,
+    after_us: int | None = None,
+    limit: int | None = None,
+    state: State | None = None,
+) -> list[TaskRow]:
+    """Top-level tasks of a space in the order the space read returns them.
+
+    Bare `limit`: the newest `limit`, oldest first. `before` alone: newest first. `after`,
+    or both cursors: oldest first. `limit` counts after the cursors.
+    """
+    query = _select_tasks.where(tasks.c.space_uuid == space_uuid, tasks.c.parent_uuid.is_(None))
+    if before_us is not None:
+        query = query.where(tasks.c.created_at_us < before_us)
+    if after_us is not None:
+        query = query.where(tasks.c.created_at_us > after_us)
+    if state == "active":
+        query = query.where(tasks.c.finished_at_us.is_(None))
+    elif state == "finished":
+        query = query.where(tasks.c.finished_at_us.is_not(None))
+    newest_first = after_us is None and (before_us is not None or limit is not None)
+    order = tasks.c.created_at_us.desc() if newest_first else tasks.c.created_at_us
+    query = query.order_by(order)
+    if limit is not None:
+        query = query.limit(limit)
+    rows = [TaskRow(*raw) for raw in await conn.execute(query)]
+    if newest_first and before_us is None:
+        rows.reverse()
+    return rows
+
+
+async def list_children(
+    conn: AsyncConnection, space_uuid: str, parents: list[str]
+) -> dict[str, list[TaskRow]]:
+    """The children of the given tasks, oldest first, keyed by parent."""
+    if not parents:
+        return {}
+    query = _select_tasks.where(tasks.c.space_uuid == space_uuid)
+    if len(parents) <= _IN_LIST_LIMIT:
+        query = query.where(tasks.c.parent_uuid.in_(parents))
+    else:
+        query = query.where(tasks.c.parent_uuid.is_not(None))
+    wanted = set(parents)
+    found: dict[str, list[TaskRow]] = defaultdict(list)
+    for raw in await conn.execute(query.order_by(tasks.c.created_at_us)):
+        row = TaskRow(*raw)
+        if row.parent_uuid in wanted:
+            found[row.parent_uuid].append(row)  # type: ignore[index]
+    return found
+
+
+async def lock_task(conn: AsyncConnection, uuid: str) -> None:
+    """Take the task's row lock for the rest of the transaction (a no-op write).
+
+    Finishing a child locks its parent first, so that two last children finishing at
+    once on PostgreSQL cannot both see the other unfinished and leave the parent open.
+    """
+    await conn.execute(update(tasks).where(tasks.c.uuid == uuid).values(duration=tasks.c.duration))
+
+
+async def finish_task(conn: AsyncConnection, uuid: str, finished_at_us: int, duration: int) -> bool:
+    """Mark the task finished unless it already is. True: this call finished it."""
+    result = await conn.execute(
+        update(tasks)
+        .where(tasks.c.uuid == uuid, tasks.c.finished_at_us.is_(None))
+        .values(finished_at_us=finished_at_us, duration=duration)
+    )
+    return result.rowcount == 1
+
+
+async def count_unfinished_children(conn: AsyncConnection, parent_uuid: str) -> int:
+    query = (
+        select(func.count())
+        .select_from(tasks)
+        .where(tasks.c.parent_uuid == parent_uuid, tasks.c.finished_at_us.is_(None))
+    )
+    return (await conn.execute(query)).scalar_one()
+
+
+async def insert_event(
+    conn: AsyncConnection,
+    event_id: str,
+    space_uuid: str,
+    task_uuid: str,
+    payload: str,
+    now_us: int,
+    type_: str = "task.completed",
+) -> None:
+    await conn.execute(
+        insert(outbox).values(
+            id=event_id,
+            space_uuid=space_uuid,
+            task_uuid=task_uuid,
+            type=type_,
+            payload=payload,
+            created_at_us=now_us,
+        )
+    )

@@ -1,0 +1,46 @@
+"""The schema. Instants are stored as whole microseconds since the epoch (UTC), which
+round-trips exactly through cursors and compares the same on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Column, ForeignKey, Index, MetaData, String, Table, Text
+
+metadata = MetaData()
+
+spaces = Table(
+    "spaces",
+    metadata,
+    Column("uuid", String(36), primary_key=True),
+    Column("title", String(200)),
+    Column("icon", String(64)),
+    Column("created_at_us", BigInteger, nullable=False),
+    # The created_at of the space's newest task: each new task takes a later instant.
+    Column("last_task_at_us", BigInteger, nullable=False, server_default="0"),
+)
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("uuid", String(36), primary_key=True),
+    Column("space_uuid", String(36), ForeignKey("spaces.uuid"), nullable=False),
+    Column("parent_uuid", String(36), ForeignKey("tasks.uuid")),
+    Column("title", String(200)),
+    Column("source", String(200)),
+    Column("created_at_us", BigInteger, nullable=False),
+    Column("finished_at_us", BigInteger),
+    Column("duration", BigInteger),
+    Index("tasks_space_created", "space_uuid", "created_at_us", unique=True),
+    Index("tasks_parent", "parent_uuid"),
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("space_uuid", String(36), nullable=False),
+    Column("task_uuid", String(36), nullable=False),
+    Column("type", String(64), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("created_at_us", BigInteger, nullable=False),
+    Index("outbox_space", "space_uuid"),
+)
