@@ -3,6 +3,7 @@ the lifespan opens the database and the progress store and closes them again."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -15,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .api import health, openapi, rest
+from .api import webhooks as webhook_routes
 from .api.responses import JSONResponse, error_response
 from .clock import Clock, SystemClock
 from .config import Settings
@@ -23,6 +25,7 @@ from .progress import ProgressStore
 from .progress.memory import MemoryProgressStore
 from .service import Service
 from .storage.database import Database
+from .worker import Worker
 
 log = logging.getLogger("headway")
 
@@ -46,16 +49,29 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         db = Database(settings.database_url)
         progress = make_progress_store(settings, clock)
+        worker_task = None
         try:
             await db.migrate()
-            app.state.service = Service(db, progress, clock)
+            service = Service(
+                db, progress, clock, allow_private_webhooks=settings.webhook_allow_private
+            )
+            app.state.service = service
+            if settings.run_worker:
+                worker = Worker(db, clock, allow_private=settings.webhook_allow_private)
+                service.on_event = worker.wake
+                worker_task = asyncio.create_task(worker.run(), name="headway-worker")
             yield
         finally:
+            if worker_task is not None:
+                worker_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await worker_task
+                await worker.close()
             await progress.close()
             await db.close()
 
     app = Starlette(
-        routes=[*rest.routes, *health.routes, *openapi.routes],
+        routes=[*rest.routes, *webhook_routes.routes, *health.routes, *openapi.routes],
         exception_handlers={
             HeadwayError: _headway_error,
             HTTPException: _http_error,
@@ -65,8 +81,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.openapi = openapi.build_document()
-    app.state.worker_status = lambda: {"status": "not running"}
+    app.state.openapi = openapi.build_document(webhook_routes.openapi_paths)
     return app
 
 

@@ -23,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="server processes (more than 1 needs HEADWAY_REDIS_URL)",
     )
+    commands.add_parser("worker", help="run only the background worker (webhook delivery)")
     commands.add_parser("migrate", help="create or upgrade the database schema, then exit")
     args = parser.parse_args(argv)
 
@@ -48,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "migrate":
         return _migrate(settings)
+    if args.command == "worker":
+        return _worker(settings)
     return _serve(settings, args.workers)
 
 
@@ -63,6 +66,35 @@ def _migrate(settings: Settings) -> int:
 
     asyncio.run(run())
     print("headway: database is up to date")
+    return 0
+
+
+def _worker(settings: Settings) -> int:
+    import signal
+
+    from .clock import SystemClock
+    from .storage.database import Database
+    from .worker import Worker
+
+    async def run() -> None:
+        db = Database(settings.database_url)
+        await db.migrate()
+        worker = Worker(db, SystemClock(), allow_private=settings.webhook_allow_private)
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        print(f"headway: worker {worker.id} delivering events", flush=True)
+        try:
+            await worker.run()
+        except asyncio.CancelledError:
+            pass
+        finally:
+            await worker.close()
+            await db.close()
+
+    asyncio.run(run())
     return 0
 
 

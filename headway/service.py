@@ -4,17 +4,18 @@ and report progress. REST and MCP both call these and nothing else."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any, Literal
 
 import msgspec
 
-from . import domain
+from . import domain, webhooks
 from .clock import Clock
 from .domain import Progress, Report, TaskRow, canonical_uuid, task_view
 from .errors import BadRequest, NotFound, Unprocessable
 from .progress import ProgressStore
-from .schemas import CreateSpace, CreateTask
-from .storage import queries
+from .schemas import CreateSpace, CreateTask, CreateWebhook
+from .storage import outbox, queries
 from .storage.database import Database
 
 State = Literal["active", "finished"]
@@ -25,10 +26,20 @@ class Service:
     """Headway's rules applied to storage: the database holds spaces and tasks, the
     progress store holds live state, and the outbox holds completion events."""
 
-    def __init__(self, db: Database, progress: ProgressStore, clock: Clock) -> None:
+    def __init__(
+        self,
+        db: Database,
+        progress: ProgressStore,
+        clock: Clock,
+        *,
+        allow_private_webhooks: bool = False,
+    ) -> None:
         self.db = db
         self.progress = progress
         self.clock = clock
+        self.allow_private_webhooks = allow_private_webhooks
+        # Called after a transaction that recorded an event commits (wakes the worker).
+        self.on_event: Callable[[], None] = lambda: None
 
     # --- Spaces ---------------------------------------------------------------------------
 
@@ -160,6 +171,7 @@ class Service:
             await self._record_event(conn, task_view(row, progress, family), now_us)
             if row.parent_uuid is not None:
                 await self._finish_parent_if_done(conn, row, progress, now_us)
+        self.on_event()
         return row
 
     async def _finish_parent_if_done(
@@ -184,15 +196,56 @@ class Service:
         await self._record_event(conn, task_view(parent, found[0], family), now_us)
 
     async def _record_event(self, conn: Any, task: dict[str, Any], now_us: int) -> None:
+        """Write the completion event and queue it for every webhook of the space."""
         event = {"type": "task.completed", "timestamp": domain.format_ts(now_us), "data": task}
+        event_id = f"msg_{uuid.uuid4().hex}"
+        payload = msgspec.json.encode(event).decode()
         await queries.insert_event(
-            conn,
-            f"msg_{uuid.uuid4().hex}",
-            task["space_uuid"],
-            task["uuid"],
-            msgspec.json.encode(event).decode(),
-            now_us,
+            conn, event_id, task["space_uuid"], task["uuid"], payload, now_us
         )
+        await outbox.fan_out(conn, event_id, task["space_uuid"], now_us)
+
+    # --- Webhooks -------------------------------------------------------------------------
+
+    async def create_webhook(self, space_uuid: str, body: CreateWebhook) -> dict[str, Any]:
+        """Register a webhook; the answer holds its signing secret, shown only here."""
+        space_key = await self._existing_space(space_uuid)
+        url = webhooks.check_url_syntax(body.url)
+        try:
+            await webhooks.check_destination(url, allow_private=self.allow_private_webhooks)
+        except webhooks.RefusedAddress as exc:
+            raise Unprocessable(
+                f"url is refused: {exc}. Webhooks must reach a public address."
+            ) from None
+        webhook_uuid, secret = str(uuid.uuid4()), webhooks.new_secret()
+        async with self.db.write() as conn:
+            if await queries.get_space(conn, space_key) is None:
+                raise NotFound(_NO_SPACE)
+            await outbox.insert_webhook(
+                conn, webhook_uuid, space_key, body.url, secret, self.clock.now_us()
+            )
+        return {"uuid": webhook_uuid, "url": body.url, "secret": secret}
+
+    async def list_webhooks(self, space_uuid: str) -> list[dict[str, str]]:
+        space_key = await self._existing_space(space_uuid)
+        async with self.db.read() as conn:
+            found = await outbox.list_webhooks(conn, space_key)
+        return [{"uuid": hook, "url": url} for hook, url in found]
+
+    async def delete_webhook(self, space_uuid: str, webhook_uuid: str) -> None:
+        space_key = await self._existing_space(space_uuid)
+        hook = canonical_uuid(webhook_uuid)
+        async with self.db.write() as conn:
+            if hook is None or not await outbox.delete_webhook(conn, space_key, hook):
+                raise NotFound("No such webhook in this space.")
+
+    async def _existing_space(self, space_uuid: str) -> str:
+        key = canonical_uuid(space_uuid)
+        if key is not None:
+            async with self.db.read() as conn:
+                if await queries.get_space(conn, key) is not None:
+                    return key
+        raise NotFound(_NO_SPACE)
 
 
 _NO_SPACE = "No such space: check the space uuid."

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -11,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..worker import worker_status
 from .responses import JSONResponse
 
 CHECK_TIMEOUT = 3.0
@@ -26,20 +28,21 @@ async def _check(probe: Callable[[], Awaitable[None]]) -> dict[str, Any]:
 
 
 async def up(request: Request) -> Response:
-    state = request.app.state
+    service = request.app.state.service
     database, progress = await asyncio.gather(
-        _check(state.service.db.ping), _check(state.service.progress.ping)
+        _check(service.db.ping), _check(service.progress.ping)
     )
-    database["backend"] = "sqlite" if state.service.db.is_sqlite else "postgresql"
-    progress["backend"] = state.service.progress.name
+    database["backend"] = "sqlite" if service.db.is_sqlite else "postgresql"
+    progress["backend"] = service.progress.name
     healthy = database["status"] == "up" and progress["status"] == "up"
+    worker: dict[str, Any] = {"status": "unknown", "heartbeat_age_s": None}
+    if database["status"] == "up":
+        # The worker is reported, but a dead worker does not fail the check.
+        with contextlib.suppress(Exception):
+            worker = await asyncio.wait_for(worker_status(service.db, service.clock), CHECK_TIMEOUT)
     body = {
         "status": "ok" if healthy else "unavailable",
-        "checks": {
-            "database": database,
-            "progress_store": progress,
-            "worker": state.worker_status(),
-        },
+        "checks": {"database": database, "progress_store": progress, "worker": worker},
     }
     return JSONResponse(body, 200 if healthy else 503)
 

@@ -47,7 +47,8 @@ class Database:
             options["connect_args"] = {"timeout": 5, "command_timeout": 10}
         self.engine: AsyncEngine = create_async_engine(self.url, **options)
         if self.is_sqlite:
-            event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+            event.listen(self.engine.sync_engine, "connect", _sqlite_connect)
+            event.listen(self.engine.sync_engine, "begin", _sqlite_begin)
         self._write_lock = asyncio.Lock() if self.is_sqlite else None
 
     @asynccontextmanager
@@ -57,8 +58,12 @@ class Database:
             async with self.engine.begin() as conn:
                 yield conn
             return
-        async with self._write_lock, self.engine.begin() as conn:
-            yield conn
+        async with self._write_lock, self.engine.connect() as conn:
+            # Take SQLite's write lock up front (BEGIN IMMEDIATE): a transaction that
+            # reads before it writes could otherwise fail against another process's write.
+            (await conn.get_raw_connection()).info["immediate"] = True
+            async with conn.begin():
+                yield conn
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
@@ -87,13 +92,20 @@ def _upgrade(connection: Connection) -> None:
     command.upgrade(config, "head")
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
+    # Let SQLAlchemy's begin event, not the sqlite3 module, decide where transactions start.
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=FULL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
+
+
+def _sqlite_begin(conn: Connection) -> None:
+    immediate = conn.connection.info.pop("immediate", False)
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
 def _make_parent_dir(url: str) -> None:

@@ -3,7 +3,17 @@ round-trips exactly through cursors and compares the same on SQLite and PostgreS
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, ForeignKey, Index, MetaData, String, Table, Text
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
 
 metadata = MetaData()
 
@@ -43,4 +53,35 @@ outbox = Table(
     Column("payload", Text, nullable=False),
     Column("created_at_us", BigInteger, nullable=False),
     Index("outbox_space", "space_uuid"),
+)
+
+webhooks = Table(
+    "webhooks",
+    metadata,
+    Column("uuid", String(36), primary_key=True),
+    Column("space_uuid", String(36), ForeignKey("spaces.uuid"), nullable=False),
+    Column("url", String(2048), nullable=False),
+    Column("secret", String(128), nullable=False),
+    Column("created_at_us", BigInteger, nullable=False),
+    Index("webhooks_space", "space_uuid"),
+)
+
+# One row per (event, webhook) still to be delivered; deleted once delivered or given up.
+deliveries = Table(
+    "deliveries",
+    metadata,
+    Column("event_id", String(64), primary_key=True),
+    Column("webhook_uuid", String(36), primary_key=True),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    # When the next attempt is due; while an attempt runs, when its claim lapses.
+    Column("next_attempt_at_us", BigInteger, nullable=False),
+    Column("last_error", Text),
+    Index("deliveries_due", "next_attempt_at_us"),
+)
+
+worker_heartbeats = Table(
+    "worker_heartbeats",
+    metadata,
+    Column("worker_id", String(64), primary_key=True),
+    Column("beat_at_us", BigInteger, nullable=False),
 )

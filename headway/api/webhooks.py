@@ -1,0 +1,98 @@
+"""Webhook registration routes (extension endpoints of the contract)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..schemas import CreateWebhook, decode_create
+from ..service import Service
+from .openapi import SPACE, TOO_LARGE, UNAVAILABLE, _error, _json, _ref
+from .responses import NO_STORE, JSONResponse, read_body
+
+
+def _service(request: Request) -> Service:
+    return request.app.state.service
+
+
+async def create_webhook(request: Request) -> Response:
+    body = decode_create(await read_body(request), CreateWebhook)
+    created = await _service(request).create_webhook(request.path_params["space_uuid"], body)
+    return JSONResponse(created, 201)
+
+
+async def list_webhooks(request: Request) -> Response:
+    return JSONResponse(await _service(request).list_webhooks(request.path_params["space_uuid"]))
+
+
+async def delete_webhook(request: Request) -> Response:
+    params = request.path_params
+    await _service(request).delete_webhook(params["space_uuid"], params["webhook_uuid"])
+    return Response(status_code=204, headers=NO_STORE)
+
+
+routes = [
+    Route("/spaces/{space_uuid}/webhooks", create_webhook, methods=["POST"]),
+    Route("/spaces/{space_uuid}/webhooks", list_webhooks, methods=["GET"]),
+    Route("/spaces/{space_uuid}/webhooks/{webhook_uuid}", delete_webhook, methods=["DELETE"]),
+]
+
+NO_SPACE = _error("No such space.")
+
+openapi_paths: dict[str, Any] = {
+    "/spaces/{space_uuid}/webhooks": {
+        "post": {
+            "operationId": "createWebhook",
+            "summary": "Register a webhook",
+            "description": "Completion events of the space's tasks are POSTed to the URL, "
+            "signed per the Standard Webhooks specification with the returned secret, which "
+            "is shown only here. The URL must resolve to a public address.",
+            "parameters": [SPACE],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref("CreateWebhook")}},
+            },
+            "responses": {
+                "201": _json(_ref("WebhookCreated"), "The webhook and its signing secret."),
+                "404": NO_SPACE,
+                "413": TOO_LARGE,
+                "422": _error("Not an http(s) URL, or it resolves to a refused address."),
+                "503": UNAVAILABLE,
+            },
+        },
+        "get": {
+            "operationId": "listWebhooks",
+            "summary": "List webhooks",
+            "parameters": [SPACE],
+            "responses": {
+                "200": _json({"type": "array", "items": _ref("WebhookOut")}, "The webhooks."),
+                "404": NO_SPACE,
+                "503": UNAVAILABLE,
+            },
+        },
+    },
+    "/spaces/{space_uuid}/webhooks/{webhook_uuid}": {
+        "delete": {
+            "operationId": "deleteWebhook",
+            "summary": "Delete a webhook",
+            "description": "Deliveries it still had pending are dropped.",
+            "parameters": [
+                SPACE,
+                {
+                    "name": "webhook_uuid",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string", "format": "uuid"},
+                },
+            ],
+            "responses": {
+                "204": {"description": "Deleted."},
+                "404": _error("No such space or webhook."),
+                "503": UNAVAILABLE,
+            },
+        }
+    },
+}

@@ -1,0 +1,174 @@
+"""The background worker: delivers completion events from the outbox to webhooks.
+
+Each step is a function the tests call directly; `Worker.run` only repeats them and
+sleeps. Delivery is at least once per webhook: a claimed attempt whose worker dies is
+claimed again when its lease lapses, with the same event id (`webhook-id`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import httpx
+
+from . import webhooks
+from .clock import Clock
+from .storage import outbox
+from .storage.database import Database
+from .storage.outbox import Claim
+
+log = logging.getLogger("headway.worker")
+
+ATTEMPT_TIMEOUT_S = 10.0
+LEASE_S = 60  # longer than one attempt can take, with room to record its outcome
+FIRST_RETRY_S = 10
+MAX_RETRY_S = 6 * 3600
+MAX_ATTEMPTS = 15  # 10 s doubling to 6 h, then 6 h: retries span about a day
+HEARTBEAT_S = 5.0
+STALE_AFTER_S = 30.0
+
+
+def retry_delay_s(attempt: int, jitter: float = 1.0) -> float:
+    """Seconds to wait after failed attempt number `attempt` (1-based), times `jitter`."""
+    return min(FIRST_RETRY_S * 2 ** (attempt - 1), MAX_RETRY_S) * jitter
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    delivered: bool
+    error: str = ""
+
+
+class Worker:
+    """Claims due deliveries, posts them, and records what happened."""
+
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        *,
+        allow_private: bool = False,
+        http: httpx.AsyncClient | None = None,
+        jitter: Callable[[], float] | None = None,
+        batch: int = 16,
+        poll_s: float = 1.0,
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self.allow_private = allow_private
+        self.id = f"worker-{uuid.uuid4().hex[:12]}"
+        self._http = http or httpx.AsyncClient(
+            timeout=ATTEMPT_TIMEOUT_S, follow_redirects=False, trust_env=False
+        )
+        self._owns_http = http is None
+        self._jitter = jitter or (lambda: random.uniform(0.8, 1.2))
+        self._batch = batch
+        self._poll_s = poll_s
+        self._wake = asyncio.Event()
+
+    def wake(self) -> None:
+        """Look for due deliveries now rather than at the next poll."""
+        self._wake.set()
+
+    async def run_once(self) -> int:
+        """Claim every due delivery (up to a batch), attempt them concurrently, and record
+        each outcome. Returns how many attempts were made."""
+        now = self.clock.now_us()
+        async with self.db.write() as conn:
+            claims = await outbox.claim_due(conn, now, now + LEASE_S * 1_000_000, self._batch)
+        if claims:
+            outcomes = await asyncio.gather(*(self.attempt(c) for c in claims))
+            for claim, outcome in zip(claims, outcomes, strict=True):
+                await self.record(claim, outcome)
+        return len(claims)
+
+    async def attempt(self, claim: Claim) -> Outcome:
+        """POST one event to one webhook, signed. A 2xx is delivered; anything else is not."""
+        url = httpx.URL(claim.url)
+        try:
+            await webhooks.check_destination(url, allow_private=self.allow_private)
+        except webhooks.RefusedAddress as exc:
+            return Outcome(False, f"refused: {exc}")
+        headers = webhooks.signed_headers(
+            claim.secret, claim.event_id, self.clock.now_us() // 1_000_000, claim.payload
+        )
+        try:
+            response = await self._http.post(url, content=claim.payload, headers=headers)
+        except httpx.HTTPError as exc:
+            return Outcome(False, f"{type(exc).__name__}: {exc}")
+        if 200 <= response.status_code < 300:
+            return Outcome(True)
+        return Outcome(False, f"HTTP {response.status_code}")
+
+    async def record(self, claim: Claim, outcome: Outcome) -> None:
+        """Settle a delivered attempt, or schedule the next one, or give up after the last."""
+        async with self.db.write() as conn:
+            if outcome.delivered:
+                await outbox.finish_delivery(conn, claim)
+            elif claim.attempt >= MAX_ATTEMPTS:
+                log.warning(
+                    "giving up on event %s to webhook %s after %d attempts: %s",
+                    claim.event_id,
+                    claim.webhook_uuid,
+                    claim.attempt,
+                    outcome.error,
+                )
+                await outbox.finish_delivery(conn, claim)
+            else:
+                delay = retry_delay_s(claim.attempt, self._jitter())
+                due = self.clock.now_us() + round(delay * 1_000_000)
+                await outbox.retry_delivery(conn, claim, due, outcome.error)
+
+    async def heartbeat(self) -> None:
+        async with self.db.write() as conn:
+            await outbox.beat(conn, self.id, self.clock.now_us())
+
+    async def sweep(self) -> int:
+        """Delete events that have nothing left to deliver (e.g. a space with no webhooks)."""
+        async with self.db.write() as conn:
+            return await outbox.delete_settled_events(conn)
+
+    async def run(self) -> None:
+        """Deliver until cancelled: heartbeat, sweep, deliver, sleep until woken or due."""
+        loop = asyncio.get_running_loop()
+        last_beat = -HEARTBEAT_S
+        try:
+            while True:
+                try:
+                    if loop.time() - last_beat >= HEARTBEAT_S:
+                        await self.heartbeat()
+                        await self.sweep()
+                        last_beat = loop.time()
+                    if await self.run_once():
+                        continue
+                except Exception:  # a dependency may be down: keep trying, never die
+                    log.exception("worker step failed; retrying")
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self._poll_s)
+        finally:
+            try:
+                async with self.db.write() as conn:
+                    await outbox.forget_worker(conn, self.id)
+            except Exception:
+                log.warning("could not remove the heartbeat of %s", self.id)
+
+    async def close(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+
+async def worker_status(db: Database, clock: Clock) -> dict[str, object]:
+    """The worker's health for `GET /up`: the age of the newest heartbeat."""
+    async with db.read() as conn:
+        newest = await outbox.latest_beat(conn)
+    if newest is None:
+        return {"status": "absent", "heartbeat_age_s": None}
+    age = max(clock.now_us() - newest, 0) / 1_000_000
+    return {"status": "ok" if age <= STALE_AFTER_S else "stale", "heartbeat_age_s": round(age, 3)}
