@@ -9,14 +9,17 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+import redis.exceptions
 import sqlalchemy.exc
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.routing import Route
 
 from .api import health, openapi, rest
 from .api import webhooks as webhook_routes
+from .api.mcp import MCPEndpoint
 from .api.responses import JSONResponse, error_response
 from .clock import Clock, SystemClock
 from .config import Settings
@@ -25,6 +28,7 @@ from .progress import ProgressStore
 from .progress.memory import MemoryProgressStore
 from .service import Service
 from .storage.database import Database
+from .storage.families import FamilyCache
 from .worker import Worker
 
 log = logging.getLogger("headway")
@@ -34,6 +38,9 @@ DEPENDENCY_ERRORS: tuple[type[BaseException], ...] = (
     sqlalchemy.exc.OperationalError,
     sqlalchemy.exc.InterfaceError,
     sqlalchemy.exc.TimeoutError,
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.BusyLoadingError,
     ConnectionError,
     TimeoutError,
     OSError,
@@ -53,14 +60,20 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         try:
             await db.migrate()
             service = Service(
-                db, progress, clock, allow_private_webhooks=settings.webhook_allow_private
+                db,
+                progress,
+                clock,
+                allow_private_webhooks=settings.webhook_allow_private,
+                # Progress in this process's memory means this process serves alone.
+                families=None if settings.shares_progress else FamilyCache(),
             )
             app.state.service = service
             if settings.run_worker:
                 worker = Worker(db, clock, allow_private=settings.webhook_allow_private)
                 service.on_event = worker.wake
                 worker_task = asyncio.create_task(worker.run(), name="headway-worker")
-            yield
+            async with mcp_endpoint.running():
+                yield
         finally:
             if worker_task is not None:
                 worker_task.cancel()
@@ -70,8 +83,18 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             await progress.close()
             await db.close()
 
+    # A fresh MCP server per app; its tools call the Service the lifespan builds.
+    mcp_endpoint = MCPEndpoint(
+        settings, lambda: app.state.service, dependency_errors=DEPENDENCY_ERRORS
+    )
     app = Starlette(
-        routes=[*rest.routes, *webhook_routes.routes, *health.routes, *openapi.routes],
+        routes=[
+            *rest.routes,
+            *webhook_routes.routes,
+            *health.routes,
+            *openapi.routes,
+            Route("/mcp", mcp_endpoint),
+        ],
         exception_handlers={
             HeadwayError: _headway_error,
             HTTPException: _http_error,
@@ -86,7 +109,11 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
 
 
 def make_progress_store(settings: Settings, clock: Clock) -> ProgressStore:
-    """The progress store the settings ask for."""
+    """The progress store the settings ask for: Redis when HEADWAY_REDIS_URL is set."""
+    if settings.redis_url is not None:
+        from .progress.redis import RedisProgressStore
+
+        return RedisProgressStore(settings.redis_url, settings.progress_ttl, clock)
     return MemoryProgressStore(settings.progress_ttl, clock)
 
 

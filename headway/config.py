@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
@@ -22,6 +23,9 @@ class Settings:
     port: int = 8000
     webhook_allow_private: bool = False
     run_worker: bool = True
+    # Host header patterns `/mcp` answers (DNS-rebinding protection). None: derived from
+    # `host` (see `api.mcp.transport_security`); ("*",): no check.
+    mcp_allowed_hosts: tuple[str, ...] | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -43,6 +47,7 @@ class Settings:
                 env, "WEBHOOK_ALLOW_PRIVATE", defaults.webhook_allow_private
             ),
             run_worker=_bool(env, "RUN_WORKER", defaults.run_worker),
+            mcp_allowed_hosts=_host_patterns(env, "MCP_ALLOWED_HOSTS"),
         )
         settings.validate()
         return settings
@@ -60,6 +65,8 @@ class Settings:
             raise ConfigError("HEADWAY_REDIS_URL must start with redis://, rediss:// or unix://")
         if self.progress_ttl < 1:
             raise ConfigError("HEADWAY_PROGRESS_TTL must be a whole number of seconds, at least 1")
+        if self.mcp_allowed_hosts is not None:
+            _check_host_patterns(self.mcp_allowed_hosts)
 
     def with_(self, **changes: object) -> Settings:
         """A copy with some settings changed, validated."""
@@ -99,3 +106,31 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     if value == "false":
         return False
     raise ConfigError(f"HEADWAY_{name} must be true or false, not {raw!r}")
+
+
+def _host_patterns(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:
+    """A comma-separated list of `host[:port]` patterns; unset or empty gives None."""
+    raw = env.get(f"HEADWAY_{name}")
+    if raw is None or not raw.strip():
+        return None
+    patterns = tuple(part.strip() for part in raw.split(",") if part.strip())
+    return patterns or None
+
+
+def _check_host_patterns(patterns: tuple[str, ...]) -> None:
+    """Each pattern is what a Host header holds: `name`, `name:port` or `name:*` (any
+    port), with IPv6 addresses in brackets; `*` alone turns the check off."""
+    name = "HEADWAY_MCP_ALLOWED_HOSTS"
+    if "*" in patterns and len(patterns) > 1:
+        raise ConfigError(f"{name}: * turns the Host check off and cannot be combined with hosts")
+    for pattern in patterns:
+        match = _HOST_PATTERN.fullmatch(pattern)
+        port = match and match["port"]
+        if pattern != "*" and (match is None or (port and port != "*" and int(port) > 65535)):
+            raise ConfigError(
+                f"{name} holds host[:port] patterns such as api.example.com or "
+                f"api.example.com:* (any port), not {pattern!r}"
+            )
+
+
+_HOST_PATTERN = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:(?P<port>\*|[0-9]{1,5}))?")

@@ -19,6 +19,7 @@ MAX_TEXT = 200
 MAX_VALUES = 64
 MAX_KEY = 64
 MAX_VALUE_TEXT = 1_024
+MAX_ICON = 64  # code points: the one grapheme cluster of an icon fits the icon column
 
 Text = Annotated[str, Meta(max_length=MAX_TEXT)]
 UuidText = Annotated[str, Meta(max_length=64)]
@@ -143,7 +144,13 @@ def decode_create(body: bytes, model: type[msgspec.Struct]) -> Any:
     decoder = _decoders.get(model)
     if decoder is None:
         decoder = _decoders[model] = msgspec.json.Decoder(model)
-    return _decode(decoder, body, Unprocessable)
+    decoded = _decode(decoder, body, Unprocessable)
+    for name in decoded.__struct_fields__:
+        value = getattr(decoded, name)
+        # PostgreSQL text cannot hold NUL; refuse it on every backend alike.
+        if isinstance(value, str) and "\x00" in value:
+            raise Unprocessable(f"{name} must not contain the NUL character (\\u0000).")
+    return decoded
 
 
 def decode_report(body: bytes, *, what: str = "request body") -> Report:
@@ -162,14 +169,16 @@ def _decode(
         raise error("The request body must be a JSON object, for example {}.")
     try:
         return decoder.decode(body)
+    except msgspec.ValidationError as exc:  # a subclass of DecodeError: test it first
+        raise error(f"Invalid {what}: {_describe(exc)}.") from None
     except msgspec.DecodeError as exc:
         raise error(f"The request body is not valid JSON: {_describe(exc)}.") from None
-    except msgspec.ValidationError as exc:
-        raise error(f"Invalid {what}: {_describe(exc)}.") from None
 
 
 def _describe(exc: Exception) -> str:
     text = str(exc)
+    if text.startswith("Expected `bool | int | float | str`, got") and "$.values[" in text:
+        return "values must be a flat object of numbers, strings or booleans (at $.values[...])"
     text = text.replace("Expected `object`, got", "expected a JSON object, got")
     text = text.replace("Object contains unknown field", "unknown member")
     text = text.replace("Number out of range", "a number is out of range")

@@ -14,9 +14,10 @@ from .clock import Clock
 from .domain import Progress, Report, TaskRow, canonical_uuid, task_view
 from .errors import BadRequest, NotFound, Unprocessable
 from .progress import ProgressStore
-from .schemas import CreateSpace, CreateTask, CreateWebhook
+from .schemas import MAX_ICON, CreateSpace, CreateTask, CreateWebhook
 from .storage import outbox, queries
 from .storage.database import Database
+from .storage.families import FamilyCache
 
 State = Literal["active", "finished"]
 Family = list[tuple[TaskRow, Progress | None]]
@@ -33,10 +34,13 @@ class Service:
         clock: Clock,
         *,
         allow_private_webhooks: bool = False,
+        families: FamilyCache | None = None,
     ) -> None:
         self.db = db
         self.progress = progress
         self.clock = clock
+        # Only for a process that is the only one serving (see storage.families).
+        self.families = families
         self.allow_private_webhooks = allow_private_webhooks
         # Called after a transaction that recorded an event commits (wakes the worker).
         self.on_event: Callable[[], None] = lambda: None
@@ -44,7 +48,9 @@ class Service:
     # --- Spaces ---------------------------------------------------------------------------
 
     async def create_space(self, body: CreateSpace) -> dict[str, Any]:
-        if body.icon is not None and domain.grapheme_count(body.icon) != 1:
+        if body.icon is not None and (
+            len(body.icon) > MAX_ICON or domain.grapheme_count(body.icon) != 1
+        ):
             raise Unprocessable("icon must be exactly one character (one emoji or letter).")
         space_uuid = str(uuid.uuid4())
         async with self.db.write() as conn:
@@ -116,6 +122,7 @@ class Service:
                     )
             row = TaskRow(task_uuid, space_key, parent_key, body.title, body.source, created_at_us)
             await queries.insert_task(conn, row)
+        self._forget(parent_key)
         return {"uuid": task_uuid}
 
     async def get_task(self, task_uuid: str) -> dict[str, Any]:
@@ -149,11 +156,23 @@ class Service:
         key = canonical_uuid(task_uuid)
         if key is None:
             raise NotFound(_NO_TASK)
+        cache = self.families
+        if cache is not None:
+            cached = cache.get(key)
+            if cached is not None:
+                return cached
+            generation = cache.generation
         async with self.db.read() as conn:
             row, children = await queries.get_family(conn, key)
         if row is None:
             raise NotFound(_NO_TASK)
+        if cache is not None:
+            cache.put(key, (row, children), generation)
         return row, children
+
+    def _forget(self, *task_uuids: str | None) -> None:
+        if self.families is not None:
+            self.families.forget(*task_uuids)
 
     async def _finish(
         self, row: TaskRow, progress: Progress, family: Family, now_us: int
@@ -161,6 +180,14 @@ class Service:
         """Record the completion of `row` (and of its parent, if it was the last open
         child), with one outbox event each. Returns the row as it now stands."""
         duration = domain.duration_seconds(row.created_at_us, now_us)
+        try:
+            return await self._record_finish(row, progress, family, now_us, duration)
+        finally:
+            self._forget(row.uuid, row.parent_uuid)
+
+    async def _record_finish(
+        self, row: TaskRow, progress: Progress, family: Family, now_us: int, duration: int
+    ) -> TaskRow:
         async with self.db.write() as conn:
             if row.parent_uuid is not None:
                 await queries.lock_task(conn, row.parent_uuid)

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
+import redis.asyncio as redis
 from sqlalchemy import text
 from starlette.applications import Starlette
 
 from headway.app import create_app
 from headway.clock import ManualClock
 from headway.config import Settings
+
+from .servers import PostgresServer, RedisServer
 
 
 @pytest.fixture
@@ -22,11 +28,41 @@ def clock() -> ManualClock:
     return ManualClock(time.time_ns() // 1000)
 
 
+BACKENDS = [
+    name.strip()
+    for name in os.environ.get("HEADWAY_TEST_BACKENDS", "sqlite,postgres").split(",")
+    if name.strip()
+]
+
+
+@pytest.fixture(scope="session")
+def shared_servers() -> Iterator[tuple[PostgresServer, RedisServer]]:
+    """One real PostgreSQL and one real Redis for the whole run; failing to start fails."""
+    postgres = PostgresServer().start()
+    postgres.create_database()
+    redis_server = RedisServer().start()
+    yield postgres, redis_server
+    redis_server.stop()
+    postgres.destroy()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """Which backend the test runs on: `sqlite` (+ memory) or `postgres` (+ Redis)."""
+    return request.param
+
+
 @pytest.fixture
-def settings(tmp_path: Any) -> Settings:
-    """The embedded default on a fresh SQLite file, with the worker left to the tests."""
+def settings(tmp_path: Any, backend: str, request: pytest.FixtureRequest) -> Settings:
+    """A fresh, empty service on the backend, with the worker left to the tests."""
+    if backend == "sqlite":
+        return Settings(
+            database_url=f"sqlite:///{tmp_path}/headway.db", progress_ttl=60, run_worker=False
+        )
+    postgres, redis_server = request.getfixturevalue("shared_servers")
     return Settings(
-        database_url=f"sqlite:///{tmp_path}/headway.db",
+        database_url=postgres.url,
+        redis_url=redis_server.url,
         progress_ttl=60,
         run_worker=False,
     )
@@ -35,8 +71,48 @@ def settings(tmp_path: Any) -> Settings:
 @pytest.fixture
 async def app(settings: Settings, clock: ManualClock) -> AsyncIterator[Starlette]:
     app = create_app(settings, clock)
-    async with app.router.lifespan_context(app):
+    async with running(app):
+        await empty_backend(app, settings)
         yield app
+
+
+@contextlib.asynccontextmanager
+async def running(app: Starlette) -> AsyncIterator[None]:
+    """Run the app's lifespan in a task of its own: fixture setup and teardown happen in
+    different tasks, and a lifespan holding a task group must be left where it was entered."""
+    ready, stop = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        async with app.router.lifespan_context(app):
+            ready.set()
+            await stop.wait()
+
+    task = asyncio.create_task(hold())
+    waiter = asyncio.create_task(ready.wait())
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        waiter.cancel()
+        task.result()  # the lifespan failed to start: raise its error
+    try:
+        yield
+    finally:
+        stop.set()
+        await task
+
+
+async def empty_backend(app: Starlette, settings: Settings) -> None:
+    """Shared servers outlive a test: start each test from empty tables and no progress."""
+    if settings.database_url.startswith("sqlite"):
+        return
+    async with app.state.service.db.write() as conn:
+        await conn.execute(text(f"TRUNCATE {', '.join(TABLES)} CASCADE"))
+    if settings.redis_url:
+        client = redis.Redis.from_url(settings.redis_url)
+        await client.flushdb()
+        await client.aclose()
+
+
+TABLES = ("deliveries", "outbox", "webhooks", "worker_heartbeats", "tasks", "spaces")
 
 
 @pytest.fixture
@@ -55,9 +131,7 @@ async def space(client: httpx.AsyncClient) -> str:
 
 
 @pytest.fixture
-def make_task(
-    client: httpx.AsyncClient, space: str
-) -> Callable[..., Awaitable[str]]:
+def make_task(client: httpx.AsyncClient, space: str) -> Callable[..., Awaitable[str]]:
     """Create a task in `space` (or another space) and return its uuid."""
 
     async def make(space_uuid: str | None = None, **body: Any) -> str:

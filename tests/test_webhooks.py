@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -12,6 +13,7 @@ from standardwebhooks import Webhook
 
 from headway import worker as worker_module
 from headway.app import create_app
+from headway.config import Settings
 from headway.storage.database import Database
 from headway.worker import LEASE_S, MAX_ATTEMPTS, Worker, retry_delay_s
 
@@ -111,10 +113,7 @@ async def test_bad_webhook_body_is_422(client, space, body):
 )
 async def test_private_addresses_are_refused_by_default(tmp_path, clock, url):
     app = create_app(
-        __import__("headway.config").config.Settings(
-            database_url=f"sqlite:///{tmp_path}/refuse.db", run_worker=False
-        ),
-        clock,
+        Settings(database_url=f"sqlite:///{tmp_path}/refuse.db", run_worker=False), clock
     )
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
@@ -256,9 +255,7 @@ async def test_failed_delivery_is_retried_with_backoff_and_the_same_id(
 def assert_signed_at(delivery, secret):
     """Verify the signature of a delivery whose timestamp is the test clock's, not now."""
     headers = delivery.headers
-    moment = __import__("datetime").datetime.fromtimestamp(
-        int(headers["webhook-timestamp"]), tz=__import__("datetime").UTC
-    )
+    moment = datetime.fromtimestamp(int(headers["webhook-timestamp"]), tz=UTC)
     expected = Webhook(secret).sign(headers["webhook-id"], moment, delivery.body)
     assert headers["webhook-signature"] == expected
 
@@ -400,8 +397,6 @@ async def test_up_reports_worker_heartbeat_without_failing(client, worker, clock
 
 
 async def test_in_process_worker_delivers_under_serve(tmp_path, receiver):
-    from headway.config import Settings
-
     app = create_app(
         Settings(
             database_url=f"sqlite:///{tmp_path}/live.db",

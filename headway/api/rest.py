@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from starlette.requests import Request
@@ -14,6 +15,8 @@ from ..service import Service
 from .responses import JSONResponse, read_body
 
 _SPACE_PARAMS = frozenset({"limit", "before", "after", "state"})
+_WHOLE_NUMBER = re.compile(r"\+?[0-9]+")  # ASCII digits only: int() also reads "٣"
+_MAX_LIMIT = 10**18
 
 
 def _service(request: Request) -> Service:
@@ -30,9 +33,11 @@ async def get_space(request: Request) -> Response:
     limit: int | None = None
     if "limit" in params:
         raw = params["limit"].strip()
-        if not raw.lstrip("+").isdigit() or int(raw) < 1:
+        digits = raw.removeprefix("+").lstrip("0")
+        if not _WHOLE_NUMBER.fullmatch(raw) or not digits:
             raise BadRequest(f"limit must be a whole number, at least 1, not {params['limit']!r}.")
-        limit = int(raw)
+        # A limit beyond any space's size means "all"; SQL integers stop at 2**63 - 1.
+        limit = int(digits) if len(digits) <= 18 else _MAX_LIMIT
     state: Any = params.get("state")
     if state is not None and state not in ("active", "finished"):
         raise BadRequest(f"state must be active or finished, not {state!r}.")

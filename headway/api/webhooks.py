@@ -85,6 +85,7 @@ openapi_paths: dict[str, Any] = {
                     "name": "webhook_uuid",
                     "in": "path",
                     "required": True,
+                    "description": "The webhook's uuid, as its registration answered it.",
                     "schema": {"type": "string", "format": "uuid"},
                 },
             ],

@@ -74,6 +74,9 @@ class Database:
     async def migrate(self) -> None:
         """Create or upgrade the schema to the newest migration."""
         async with self.engine.begin() as conn:
+            if not self.is_sqlite:
+                # Instances starting together migrate one at a time.
+                await conn.execute(text("SELECT pg_advisory_xact_lock(72657)"))
             await conn.run_sync(_upgrade)
 
     async def ping(self) -> None:

@@ -1,0 +1,67 @@
+"""Progress in Redis or Valkey: shared by every instance, expired by Redis itself."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import msgspec
+import redis.asyncio as redis
+
+from ..clock import Clock
+from ..domain import Progress
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder(Progress).decode
+
+
+class RedisProgressStore:
+    """One key per task, `headway:progress:<uuid>`, holding the progress as MessagePack
+    with a key TTL of `ttl` seconds set on every write, so Redis drops it after that
+    much inactivity. Reads also compare `updated_at` with the clock, so that every
+    instance agrees on expiry to the microsecond, whatever Redis's own timer says.
+    """
+
+    name = "redis"
+    PREFIX = "headway:progress:"
+
+    def __init__(self, url: str, ttl_seconds: int, clock: Clock) -> None:
+        self._ttl_s = ttl_seconds
+        self._ttl_us = ttl_seconds * 1_000_000
+        self._clock = clock
+        self._redis = redis.Redis.from_url(
+            url,
+            socket_timeout=2.0,
+            socket_connect_timeout=2.0,
+            retry_on_timeout=False,
+            health_check_interval=30,
+            max_connections=256,
+        )
+
+    def _live(self, raw: bytes | None) -> Progress | None:
+        if raw is None:
+            return None
+        progress = _decode(raw)
+        if progress.updated_at_us + self._ttl_us <= self._clock.now_us():
+            return None
+        return progress
+
+    async def get(self, task_uuid: str) -> Progress | None:
+        return self._live(await self._redis.get(self.PREFIX + task_uuid))
+
+    async def get_many(self, task_uuids: Sequence[str]) -> list[Progress | None]:
+        if not task_uuids:
+            return []
+        found: list[Progress | None] = []
+        for start in range(0, len(task_uuids), 1000):
+            keys = [self.PREFIX + uuid for uuid in task_uuids[start : start + 1000]]
+            found.extend(self._live(raw) for raw in await self._redis.mget(keys))
+        return found
+
+    async def put(self, task_uuid: str, progress: Progress) -> None:
+        await self._redis.set(self.PREFIX + task_uuid, _encode(progress), ex=self._ttl_s)
+
+    async def ping(self) -> None:
+        await self._redis.ping()
+
+    async def close(self) -> None:
+        await self._redis.aclose()

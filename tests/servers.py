@@ -1,0 +1,189 @@
+"""Real PostgreSQL and Redis servers on 127.0.0.1 for tests and benchmarks.
+
+Each server lives in a temporary directory on a free port, can be stopped and started
+again on the same port (fault tests), and is stopped at exit. A server that cannot be
+started raises: nothing is skipped silently.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
+
+
+class ServerError(RuntimeError):
+    """A test server could not be started."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise ServerError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
+
+
+def _pg_tool(name: str) -> str:
+    for directory in PG_BIN_DIRS:
+        if (directory / name).exists():
+            return str(directory / name)
+    found = shutil.which(name)
+    if found is None:
+        raise ServerError(f"PostgreSQL's {name} is not installed (apt-get install postgresql)")
+    return found
+
+
+def _as_postgres() -> list[str]:
+    """initdb and postgres refuse to run as root: run them as the postgres user."""
+    return ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+
+
+class PostgresServer:
+    """A throwaway PostgreSQL cluster with trust authentication for user `headway`."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.root = Path(tempfile.mkdtemp(prefix="headway-pg-"))
+        self.data = self.root / "data"
+        self.log = self.root / "server.log"
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres", "postgres")
+        self._run(
+            [
+                _pg_tool("initdb"),
+                "-D",
+                str(self.data),
+                "-U",
+                "headway",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--no-sync",
+            ]
+        )
+        atexit.register(self.destroy)
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://headway@127.0.0.1:{self.port}/headway"
+
+    def admin_url(self) -> str:
+        return f"postgresql://headway@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, command: list[str]) -> None:
+        result = subprocess.run(
+            [*_as_postgres(), *command], capture_output=True, text=True, cwd=self.root
+        )
+        if result.returncode != 0:
+            raise ServerError(f"{command[0]} failed: {result.stderr or result.stdout}")
+
+    def start(self) -> PostgresServer:
+        options = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+        )
+        self._run(
+            [
+                _pg_tool("pg_ctl"),
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.log),
+                "-o",
+                options,
+                "-w",
+                "-t",
+                "30",
+                "start",
+            ]
+        )
+        wait_for_port(self.port)
+        return self
+
+    def create_database(self, name: str = "headway") -> None:
+        self._run(
+            [
+                _pg_tool("psql"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                "headway",
+                "-d",
+                "postgres",
+                "-q",
+                "-c",
+                f'CREATE DATABASE "{name}"',
+            ]
+        )
+
+    def stop(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            self._run([_pg_tool("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"])
+
+    def destroy(self) -> None:
+        with contextlib.suppress(ServerError):
+            self.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class RedisServer:
+    """A Redis (or Valkey) server without persistence, as Headway runs it."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.binary = shutil.which("redis-server") or shutil.which("valkey-server")
+        if self.binary is None:
+            raise ServerError("redis-server is not installed (apt-get install redis-server)")
+        self.process: subprocess.Popen[bytes] | None = None
+        atexit.register(self.stop)
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        self.process = subprocess.Popen(
+            [
+                self.binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+                "--loglevel",
+                "warning",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for_port(self.port)
+        return self
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+        self.process = None

@@ -1,0 +1,128 @@
+"""Settings from HEADWAY_ variables, checked at start, and the `headway` command's refusals."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from headway import cli
+from headway.config import ConfigError, Settings
+
+
+@pytest.fixture
+def bare_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """The process environment without any HEADWAY_ variable."""
+    for name in list(os.environ):
+        if name.startswith("HEADWAY_"):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def test_defaults_with_nothing_set(bare_env):
+    settings = Settings.from_env()
+    assert settings.database_url == "sqlite:///./headway.db"
+    assert settings.redis_url is None
+    assert settings.progress_ttl == 86_400
+    assert settings.host == "127.0.0.1"
+    assert settings.port == 8000
+    assert settings.webhook_allow_private is False
+    assert settings.run_worker is True
+    assert settings.shares_progress is False
+
+
+def test_defaults_with_empty_mapping_match_the_dataclass():
+    assert Settings.from_env({}) == Settings()
+
+
+def test_empty_variables_read_as_unset():
+    env = {f"HEADWAY_{name}": "" for name in ("DATABASE_URL", "REDIS_URL", "PROGRESS_TTL", "PORT")}
+    assert Settings.from_env(env) == Settings()
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "field", "expected"),
+    [
+        ("DATABASE_URL", "sqlite:////var/lib/headway/h.db", "database_url", None),
+        ("DATABASE_URL", "postgresql://u:p@db:5432/headway", "database_url", None),
+        ("DATABASE_URL", "postgres://db/headway", "database_url", None),
+        ("REDIS_URL", "redis://localhost:6379/0", "redis_url", None),
+        ("REDIS_URL", "rediss://cache:6380", "redis_url", None),
+        ("PROGRESS_TTL", "3600", "progress_ttl", 3600),
+        ("PROGRESS_TTL", " 1 ", "progress_ttl", 1),
+        ("HOST", "0.0.0.0", "host", None),
+        ("PORT", "9001", "port", 9001),
+        ("WEBHOOK_ALLOW_PRIVATE", "true", "webhook_allow_private", True),
+        ("WEBHOOK_ALLOW_PRIVATE", "FALSE", "webhook_allow_private", False),
+        ("RUN_WORKER", "false", "run_worker", False),
+        ("RUN_WORKER", "True", "run_worker", True),
+    ],
+)
+def test_each_variable_is_parsed(variable, value, field, expected):
+    settings = Settings.from_env({f"HEADWAY_{variable}": value})
+    assert getattr(settings, field) == (value if expected is None else expected)
+
+
+def test_redis_url_makes_progress_shared():
+    assert Settings.from_env({"HEADWAY_REDIS_URL": "redis://localhost"}).shares_progress
+
+
+def test_from_env_reads_the_process_environment(bare_env):
+    bare_env.setenv("HEADWAY_PROGRESS_TTL", "120")
+    bare_env.setenv("HEADWAY_PORT", "8123")
+    settings = Settings.from_env()
+    assert settings.progress_ttl == 120
+    assert settings.port == 8123
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("PROGRESS_TTL", "0"),
+        ("PROGRESS_TTL", "-5"),
+        ("PROGRESS_TTL", "abc"),
+        ("PROGRESS_TTL", "1.5"),
+        ("PORT", "70000"),
+        ("PORT", "eighty"),
+        ("RUN_WORKER", "yes"),
+        ("RUN_WORKER", "1"),
+        ("WEBHOOK_ALLOW_PRIVATE", "on"),
+        ("DATABASE_URL", "mysql://x"),
+        ("DATABASE_URL", "headway.db"),
+        ("REDIS_URL", "http://localhost:6379"),
+    ],
+)
+def test_bad_value_raises_config_error_naming_the_variable(variable, value):
+    with pytest.raises(ConfigError, match=f"HEADWAY_{variable}"):
+        Settings.from_env({f"HEADWAY_{variable}": value})
+
+
+def test_settings_changed_in_code_are_validated_too():
+    with pytest.raises(ConfigError, match="HEADWAY_PROGRESS_TTL"):
+        Settings().with_(progress_ttl=0)
+
+
+def test_serve_with_several_workers_without_redis_is_refused(bare_env, capsys):
+    assert cli.main(["serve", "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "HEADWAY_REDIS_URL" in err
+    assert "--workers" in err
+    assert "Traceback" not in err
+
+
+def test_serve_with_zero_workers_is_refused(bare_env, capsys):
+    assert cli.main(["serve", "--workers", "0"]) == 2
+    assert "--workers" in capsys.readouterr().err
+
+
+def test_serve_with_bad_variable_exits_2_naming_it(bare_env, capsys):
+    bare_env.setenv("HEADWAY_PROGRESS_TTL", "0")
+    assert cli.main(["serve"]) == 2
+    assert "HEADWAY_PROGRESS_TTL" in capsys.readouterr().err
+
+
+def test_migrate_creates_the_default_database_in_the_working_directory(bare_env, tmp_path, capsys):
+    bare_env.chdir(tmp_path)
+    assert cli.main(["migrate"]) == 0
+    assert (tmp_path / "headway.db").is_file()
+    assert cli.main(["migrate"]) == 0

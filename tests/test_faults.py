@@ -1,0 +1,122 @@
+"""Dependencies going down and coming back: 503s with JSON meanwhile, recovery after,
+nothing lost. Runs on private PostgreSQL and Redis servers that it stops and starts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import pytest
+
+from headway.app import create_app
+from headway.config import Settings
+
+from .conftest import BACKENDS, running
+from .receiver import Receiver
+from .servers import PostgresServer, RedisServer
+
+pytestmark = pytest.mark.skipif(
+    "postgres" not in BACKENDS, reason="HEADWAY_TEST_BACKENDS excludes postgres"
+)
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[PostgresServer, RedisServer]]:
+    postgres = PostgresServer().start()
+    postgres.create_database()
+    redis_server = RedisServer().start()
+    yield postgres, redis_server
+    redis_server.stop()
+    postgres.destroy()
+
+
+@pytest.fixture
+async def client(servers, clock) -> AsyncIterator[httpx.AsyncClient]:
+    postgres, redis_server = servers
+    settings = Settings(
+        database_url=postgres.url,
+        redis_url=redis_server.url,
+        webhook_allow_private=True,
+        run_worker=True,
+    )
+    app = create_app(settings)
+    async with running(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://headway.test") as c:
+            yield c
+
+
+def assert_unavailable(response: httpx.Response) -> None:
+    assert response.status_code == 503, response.text
+    assert isinstance(response.json()["error"], str)
+
+
+async def timed(request) -> httpx.Response:
+    started = time.monotonic()
+    response = await request
+    assert time.monotonic() - started < 6, "a request hung while a dependency was down"
+    return response
+
+
+async def test_redis_outage_gives_503_then_recovers(client, servers):
+    _, redis_server = servers
+    space = (await client.post("/spaces", json={})).json()["uuid"]
+    task = (await client.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
+    assert (await client.put(f"/tasks/{task}", json={"current": 1, "end": 4})).status_code == 200
+
+    redis_server.stop()
+    try:
+        assert_unavailable(await timed(client.put(f"/tasks/{task}", json={"current": 2})))
+        assert_unavailable(await timed(client.get(f"/tasks/{task}")))
+        assert_unavailable(await timed(client.get(f"/tasks/{task}/report?current=2")))
+        up = await timed(client.get("/up"))
+        assert up.status_code == 503
+        assert up.json()["checks"]["progress_store"]["status"] == "down"
+        assert up.json()["checks"]["database"]["status"] == "up"
+    finally:
+        redis_server.start()
+
+    response = await client.put(f"/tasks/{task}", json={"current": 3, "end": 4})
+    assert response.status_code == 200
+    assert response.json()["progress"]["current"] == 3
+    assert (await client.get("/up")).status_code == 200
+    assert [t["uuid"] for t in (await client.get(f"/spaces/{space}")).json()["tasks"]] == [task]
+
+
+async def test_postgres_outage_gives_503_then_recovers_without_losing_events(client, servers):
+    postgres, _ = servers
+    receiver = Receiver().start()
+    try:
+        space = (await client.post("/spaces", json={})).json()["uuid"]
+        await client.post(f"/spaces/{space}/webhooks", json={"url": receiver.url})
+        task = (await client.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
+
+        postgres.stop()
+        try:
+            assert_unavailable(await timed(client.post("/spaces", json={})))
+            assert_unavailable(await timed(client.get(f"/spaces/{space}")))
+            assert_unavailable(await timed(client.post(f"/spaces/{space}/tasks", json={})))
+            assert_unavailable(await timed(client.put(f"/tasks/{task}", json={"done": True})))
+            up = await timed(client.get("/up"))
+            assert up.status_code == 503
+            assert up.json()["checks"]["database"]["status"] == "down"
+        finally:
+            postgres.start()
+
+        # The refused finish left nothing behind: the task is still open and finishes now.
+        before = (await client.get(f"/tasks/{task}")).json()
+        assert before["finished_at"] is None
+        finished = await client.put(f"/tasks/{task}", json={"done": True})
+        assert finished.status_code == 200
+        assert (await client.get("/up")).status_code == 200
+        for _ in range(100):
+            if receiver.deliveries:
+                break
+            await asyncio.sleep(0.05)
+        assert len(receiver.deliveries) == 1
+        assert json.loads(receiver.deliveries[0].body)["data"]["uuid"] == task
+    finally:
+        receiver.stop()

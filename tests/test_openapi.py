@@ -1,0 +1,185 @@
+"""`GET /openapi.json`: OpenAPI 3.1, version 1, every route and method described."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from starlette.routing import Route
+
+ERROR_REF = "#/components/schemas/ErrorOut"
+
+
+@pytest.fixture
+async def document(client) -> dict[str, Any]:
+    response = await client.get("/openapi.json")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/json")
+    return response.json()
+
+
+def app_operations(app) -> set[tuple[str, str]]:
+    """(path, method) of every operation the app serves, HEAD aside."""
+    found = set()
+    for route in app.routes:
+        assert isinstance(route, Route), route
+        # The document does not describe itself, nor the MCP endpoint, whose contents the
+        # specification leaves out (tests/test_mcp.py holds it absent).
+        if route.path in ("/openapi.json", "/mcp"):
+            continue
+        assert route.methods, route.path
+        found.update((route.path, m.lower()) for m in route.methods if m != "HEAD")
+    return found
+
+
+def operations(document) -> list[tuple[str, str, dict[str, Any]]]:
+    return [
+        (path, method, operation)
+        for path, item in document["paths"].items()
+        for method, operation in item.items()
+        if method in {"get", "put", "post", "delete", "patch", "head", "options", "trace"}
+    ]
+
+
+def refs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
+        for value in node.values():
+            found.extend(refs(value))
+        return found
+    if isinstance(node, list):
+        return [ref for item in node for ref in refs(item)]
+    return []
+
+
+async def test_document_is_openapi_3_1_version_1(document):
+    assert re.fullmatch(r"3\.1\.\d+", document["openapi"])
+    assert document["info"]["version"] == "1"
+    assert document["info"]["title"]
+
+
+async def test_every_route_and_method_of_the_app_is_described(app, document):
+    described = {(path, method) for path, method, _ in operations(document)}
+    missing = app_operations(app) - described
+    assert not missing, f"not in /openapi.json: {sorted(missing)}"
+    assert described <= app_operations(app), "describes operations the app does not serve"
+
+
+async def test_spec_operations_are_described(document):
+    described = {(path, method) for path, method, _ in operations(document)}
+    assert {
+        ("/spaces", "post"),
+        ("/spaces/{space_uuid}", "get"),
+        ("/spaces/{space_uuid}/tasks", "post"),
+        ("/tasks/{task_uuid}", "get"),
+        ("/tasks/{task_uuid}", "put"),
+        ("/tasks/{task_uuid}", "patch"),
+        ("/tasks/{task_uuid}/report", "get"),
+        ("/up", "get"),
+    } <= described
+
+
+async def test_every_operation_has_responses_and_errors_reference_error_out(document):
+    for path, method, operation in operations(document):
+        responses = operation["responses"]
+        assert responses, (path, method)
+        assert any(code.startswith("2") for code in responses) or method == "patch"
+        for code, response in responses.items():
+            assert response["description"], (path, method, code)
+            if code.startswith(("4", "5")) and path != "/up":
+                schema = response["content"]["application/json"]["schema"]
+                assert schema == {"$ref": ERROR_REF}, (path, method, code)
+
+
+@pytest.mark.parametrize(
+    ("path", "method", "codes"),
+    [
+        ("/spaces", "post", {"201", "422", "413"}),
+        ("/spaces/{space_uuid}", "get", {"200", "400", "404"}),
+        ("/spaces/{space_uuid}/tasks", "post", {"201", "404", "422", "413"}),
+        ("/tasks/{task_uuid}", "get", {"200", "404"}),
+        ("/tasks/{task_uuid}", "put", {"200", "400", "404", "413"}),
+        ("/tasks/{task_uuid}", "patch", {"405"}),
+        ("/tasks/{task_uuid}/report", "get", {"200", "400", "404"}),
+        ("/up", "get", {"200", "503"}),
+    ],
+)
+async def test_operation_lists_the_statuses_of_the_spec(document, path, method, codes):
+    assert codes <= set(document["paths"][path][method]["responses"])
+
+
+async def test_patch_on_a_task_is_deprecated_and_nothing_else_is(document):
+    for path, method, operation in operations(document):
+        deprecated = operation.get("deprecated", False)
+        assert deprecated == ((path, method) == ("/tasks/{task_uuid}", "patch")), (path, method)
+
+
+async def test_every_path_parameter_is_described(document):
+    for path, method, operation in operations(document):
+        declared = set(re.findall(r"{(\w+)}", path))
+        params = {p["name"]: p for p in operation.get("parameters", []) if p["in"] == "path"}
+        assert set(params) == declared, (path, method)
+        for param in params.values():
+            assert param["required"] is True
+            assert param["description"]
+            assert param["schema"]["type"] == "string"
+
+
+async def test_uuid_path_parameters_are_uuid_formatted(document):
+    for _path, _method, operation in operations(document):
+        for param in operation.get("parameters", []):
+            if param["in"] == "path" and param["name"].endswith("_uuid"):
+                assert param["schema"].get("format") == "uuid"
+
+
+async def test_every_query_parameter_is_described(document):
+    for path, method, operation in operations(document):
+        for param in operation.get("parameters", []):
+            if param["in"] == "query":
+                assert param["description"], (path, method, param["name"])
+                assert "schema" in param
+
+
+async def test_space_read_query_parameters(document):
+    params = {
+        p["name"]: p
+        for p in document["paths"]["/spaces/{space_uuid}"]["get"]["parameters"]
+        if p["in"] == "query"
+    }
+    assert set(params) == {"limit", "before", "after", "state"}
+    assert params["limit"]["schema"] == {"type": "integer", "minimum": 1}
+    assert params["state"]["schema"]["enum"] == ["active", "finished"]
+    assert params["before"]["schema"]["format"] == "date-time"
+
+
+async def test_post_and_put_operations_have_a_json_request_body(document):
+    for path, method, operation in operations(document):
+        if method in ("post", "put"):
+            body = operation["requestBody"]
+            assert body["required"] is True, (path, method)
+            assert "schema" in body["content"]["application/json"], (path, method)
+
+
+async def test_every_ref_resolves_to_a_component(document):
+    components = document["components"]["schemas"]
+    found = refs(document)
+    assert ERROR_REF in found
+    for ref in found:
+        assert ref.startswith("#/components/schemas/"), ref
+        assert ref.removeprefix("#/components/schemas/") in components, ref
+
+
+async def test_request_schemas_forbid_unknown_members(document):
+    components = document["components"]["schemas"]
+    for name in ("CreateSpace", "CreateTask", "ReportBody"):
+        assert components[name]["additionalProperties"] is False, name
+
+
+async def test_limits_are_published_in_the_schemas(document):
+    components = document["components"]["schemas"]
+    assert components["CreateSpace"]["properties"]["title"]["anyOf"][0]["maxLength"] == 200
+    report = components["ReportBody"]["properties"]
+    values = report["values"]["anyOf"][0]
+    assert values["maxProperties"] == 64
+    assert values["propertyNames"]["maxLength"] == 64

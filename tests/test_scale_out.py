@@ -1,0 +1,147 @@
+"""Several real `headway serve` and `headway worker` processes on one PostgreSQL + Redis
+behave as one service."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from .conftest import BACKENDS
+from .receiver import Receiver
+from .servers import free_port, wait_for_port
+
+pytestmark = pytest.mark.skipif(
+    "postgres" not in BACKENDS, reason="HEADWAY_TEST_BACKENDS excludes postgres"
+)
+
+
+@pytest.fixture(scope="module")
+def cluster(shared_servers, tmp_path_factory) -> Iterator[list[str]]:
+    """Two server instances and two workers on a database of their own; yields base URLs."""
+    postgres, redis_server = shared_servers
+    postgres.create_database("scaleout")
+    env = {
+        **os.environ,
+        "HEADWAY_DATABASE_URL": postgres.url.rsplit("/", 1)[0] + "/scaleout",
+        "HEADWAY_REDIS_URL": redis_server.url.rsplit("/", 1)[0] + "/3",
+        "HEADWAY_PROGRESS_TTL": "2",
+        "HEADWAY_RUN_WORKER": "false",
+        "HEADWAY_WEBHOOK_ALLOW_PRIVATE": "true",
+    }
+    command = [sys.executable, "-m", "headway.cli"]
+    subprocess.run([*command, "migrate"], env=env, check=True, capture_output=True)
+    ports = [free_port(), free_port()]
+    log = open(tmp_path_factory.mktemp("cluster") / "processes.log", "wb")  # noqa: SIM115
+    roles = [["serve", "--port", str(port)] for port in ports] + [["worker"], ["worker"]]
+    processes = [
+        subprocess.Popen([*command, *role], env=env, stdout=log, stderr=subprocess.STDOUT)
+        for role in roles
+    ]
+    try:
+        for port in ports:
+            wait_for_port(port)
+        yield [f"http://127.0.0.1:{port}" for port in ports]
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(timeout=15)
+        log.close()
+
+
+@pytest.fixture
+async def clients(cluster) -> Iterator[list[httpx.AsyncClient]]:
+    clients = [httpx.AsyncClient(base_url=url, timeout=10) for url in cluster]
+    yield clients
+    for client in clients:
+        await client.aclose()
+
+
+async def test_instances_share_spaces_tasks_and_progress(clients):
+    one, two = clients
+    space = (await one.post("/spaces", json={"title": "shared"})).json()["uuid"]
+    task = (await two.post(f"/spaces/{space}/tasks", json={"title": "t"})).json()["uuid"]
+    await one.put(f"/tasks/{task}", json={"current": 4, "end": 8, "values": {"log": "x"}})
+    seen = (await two.get(f"/tasks/{task}")).json()
+    assert seen["progress"]["current"] == 4
+    assert seen["progress"]["values"] == {"log": "x"}
+    assert (await two.get("/up")).json()["checks"]["progress_store"]["backend"] == "redis"
+
+
+async def test_concurrent_creates_across_instances_page_exactly_once(clients):
+    space = (await clients[0].post("/spaces", json={})).json()["uuid"]
+    created = await asyncio.gather(
+        *(
+            client.post(f"/spaces/{space}/tasks", json={"title": str(n)})
+            for n, client in zip(range(40), itertools.cycle(clients), strict=False)
+        )
+    )
+    uuids = {r.json()["uuid"] for r in created}
+    tasks = (await clients[1].get(f"/spaces/{space}")).json()["tasks"]
+    stamps = [t["created_at"] for t in tasks]
+    assert len(set(stamps)) == 40 and stamps == sorted(stamps)
+
+    seen, before, turn = [], None, itertools.cycle(clients)
+    while True:
+        params = {"limit": 7} if before is None else {"limit": 7, "before": before}
+        page = (await next(turn).get(f"/spaces/{space}", params=params)).json()["tasks"]
+        if not page:
+            break
+        seen += [t["uuid"] for t in page]
+        before = min(t["created_at"] for t in page)
+    assert sorted(seen) == sorted(uuids) and len(seen) == 40
+
+
+async def test_concurrent_completions_across_instances_give_one_event_each(clients):
+    receiver = Receiver().start()
+    try:
+        space = (await clients[0].post("/spaces", json={})).json()["uuid"]
+        await clients[1].post(f"/spaces/{space}/webhooks", json={"url": receiver.url})
+        parent = (await clients[0].post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
+        children = [
+            (
+                await clients[n % 2].post(f"/spaces/{space}/tasks", json={"parent_uuid": parent})
+            ).json()["uuid"]
+            for n in range(5)
+        ]
+        answers = await asyncio.gather(
+            *(
+                client.put(f"/tasks/{child}", json={"current": 1, "end": 1})
+                for child in children
+                for client in clients
+                for _ in range(5)
+            )
+        )
+        assert {a.status_code for a in answers} == {200}
+        finished = (await clients[1].get(f"/tasks/{parent}")).json()
+        assert finished["finished_at"] is not None
+        assert finished["progress"]["current"] == 5
+
+        deadline = time.monotonic() + 15
+        while len(receiver.deliveries) < 6 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.5)  # a duplicate would arrive within the workers' next polls
+        uuids = [json.loads(d.body)["data"]["uuid"] for d in receiver.deliveries]
+        assert sorted(uuids) == sorted([*children, parent])
+        assert len(set(receiver.ids())) == 6
+    finally:
+        receiver.stop()
+
+
+async def test_expiry_is_shared_by_every_instance(clients):
+    space = (await clients[0].post("/spaces", json={})).json()["uuid"]
+    task = (await clients[0].post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
+    await clients[0].put(f"/tasks/{task}", json={"current": 1})
+    assert (await clients[1].get(f"/tasks/{task}")).json()["progress"]["current"] == 1
+    await asyncio.sleep(2.2)  # HEADWAY_PROGRESS_TTL=2 in this cluster, enforced by Redis
+    for client in clients:
+        assert (await client.get(f"/tasks/{task}")).json()["progress"] is None
