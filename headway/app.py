@@ -23,7 +23,7 @@ from .api.mcp import MCPEndpoint
 from .api.responses import JSONResponse, error_response
 from .clock import Clock, SystemClock
 from .config import Settings
-from .errors import HeadwayError, Unavailable, error_body
+from .errors import UNAVAILABLE_MESSAGE, HeadwayError, Unavailable, error_body
 from .progress import ProgressStore
 from .progress.memory import MemoryProgressStore
 from .service import Service
@@ -136,7 +136,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _dependency_error(_request: Request, exc: Exception) -> Response:
     log.warning("dependency unavailable: %s: %s", type(exc).__name__, exc)
-    return error_response(Unavailable("A backing service is unavailable; retry shortly."))
+    return error_response(Unavailable(UNAVAILABLE_MESSAGE))
 
 
 async def _unexpected_error(_request: Request, exc: Exception) -> Response:

@@ -50,6 +50,9 @@ class Unavailable(HeadwayError):
     status = 503
 
 
+UNAVAILABLE_MESSAGE = "A backing service is unavailable; retry shortly."
+
+
 def error_body(message: str) -> dict[str, str]:
     """The JSON body of every error response."""
     return {"error": message}

@@ -3,6 +3,7 @@ and report progress. REST and MCP both call these and nothing else."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from typing import Any, Literal
@@ -63,14 +64,18 @@ class Service:
         *,
         before: str | None = None,
         after: str | None = None,
-        limit: int | None = None,
-        state: State | None = None,
+        limit: int | str | None = None,
+        state: str | None = None,
     ) -> dict[str, Any]:
-        """A space with its top-level tasks (see `queries.list_top_level` for the order)."""
+        """A space with its top-level tasks (see `queries.list_top_level` for the order).
+
+        `limit` may be a number or the text of a query parameter; both are checked alike.
+        """
         before_us = _cursor("before", before)
         after_us = _cursor("after", after)
-        if limit is not None and limit < 1:
-            raise BadRequest("limit must be a whole number, at least 1.")
+        count = _limit(limit)
+        if state is not None and state not in ("active", "finished"):
+            raise BadRequest(f"state must be active or finished, not {state!r}.")
         key = canonical_uuid(space_uuid)
         if key is None:
             raise NotFound(_NO_SPACE)
@@ -79,7 +84,12 @@ class Service:
             if space is None:
                 raise NotFound(_NO_SPACE)
             top = await queries.list_top_level(
-                conn, key, before_us=before_us, after_us=after_us, limit=limit, state=state
+                conn,
+                key,
+                before_us=before_us,
+                after_us=after_us,
+                limit=count,
+                state=state,  # type: ignore[arg-type]
             )
             children = await queries.list_children(conn, key, [t.uuid for t in top])
         rows = list(top)
@@ -138,7 +148,8 @@ class Service:
         A report that does not finish its task writes nothing to the database.
         """
         row, children = await self._family(task_uuid)
-        previous = await self.progress.get(row.uuid)
+        # Only `{"done": true}` keeps anything of the last report; others replace it all.
+        previous = await self.progress.get(row.uuid) if report.is_done_only else None
         now_us = self.clock.now_us()
         progress, finishing = domain.apply_report(
             previous, report, now_us, is_parent=bool(children)
@@ -277,6 +288,21 @@ class Service:
 
 _NO_SPACE = "No such space: check the space uuid."
 _NO_TASK = "No such task: check the task uuid."
+
+
+_WHOLE_NUMBER = re.compile(r"\+?[0-9]+")  # ASCII digits only: int() also reads "٣"
+# A limit beyond any space's size means "all"; SQL integers stop at 2**63 - 1.
+_MAX_LIMIT = 10**18
+
+
+def _limit(value: int | str | None) -> int | None:
+    if value is None:
+        return None
+    text = str(value).strip()
+    digits = text.removeprefix("+").lstrip("0")
+    if isinstance(value, bool) or not _WHOLE_NUMBER.fullmatch(text) or not digits:
+        raise BadRequest(f"limit must be a whole number, at least 1, not {str(value)!r}.")
+    return int(digits) if len(digits) <= 18 else _MAX_LIMIT
 
 
 def _cursor(name: str, value: str | None) -> int | None:

@@ -336,7 +336,12 @@ def bad_requests(space: str, task: str) -> list[tuple[str, str, dict, int]]:
         b"\xff\xfe",
         padded(b'{"current": 1}', MAX_BODY + 1),
     ]:
-        body("PUT", put, content, 413 if len(str(content)) > MAX_BODY else 400)
+        body(
+            "PUT",
+            put,
+            content,
+            413 if isinstance(content, bytes) and len(content) > MAX_BODY else 400,
+        )
     body("POST", spaces, padded(b"{}", MAX_BODY + 1), 413)
     body("POST", tasks, padded(b"{}", MAX_BODY + 1), 413)
     for params in [

@@ -15,7 +15,7 @@ import contextlib
 import ipaddress
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import msgspec
 from mcp.server.mcpserver import MCPServer
@@ -31,7 +31,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from .. import __version__, schemas
 from ..config import Settings
-from ..errors import BadRequest, HeadwayError, error_body
+from ..errors import UNAVAILABLE_MESSAGE, BadRequest, HeadwayError, error_body
 from ..schemas import CreateSpace, CreateTask, decode_create, decode_report
 from ..service import Service
 from .responses import NO_STORE, JSONResponse
@@ -40,9 +40,6 @@ log = logging.getLogger("headway.mcp")
 
 # Room for the JSON-RPC envelope around arguments that REST would accept as a body.
 MAX_MCP_BODY = 2 * schemas.MAX_BODY
-# SQL integers stop at 2**63 - 1; a larger limit means "all", as on REST.
-_MAX_LIMIT = 10**18
-_UNAVAILABLE = "A backing service is unavailable; retry shortly."
 _LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 _SPACE_UUID = "The space's uuid, as create_space returned it."
 _TASK_UUID = "The task's uuid, as create_task returned it."
@@ -108,10 +105,10 @@ class SpaceQuery(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     ) = None
     state: (
         Annotated[
-            Literal["active", "finished"],
+            str,
             Meta(
                 description="Only running tasks, or only finished ones. Omit for both.",
-                extra_json_schema={"type": "string"},
+                extra_json_schema={"enum": ["active", "finished"]},
             ),
         ]
         | None
@@ -208,7 +205,7 @@ async def _get_space(service: Service, arguments: dict[str, Any]) -> Any:
         query.space_uuid,
         before=query.before,
         after=query.after,
-        limit=None if query.limit is None else min(query.limit, _MAX_LIMIT),
+        limit=query.limit,
         state=query.state,
     )
 
@@ -356,7 +353,7 @@ def _tool(
             return _error_result(exc.message)
         except dependency_errors as exc:
             log.warning("dependency unavailable: %s: %s", type(exc).__name__, exc)
-            return _error_result(_UNAVAILABLE)
+            return _error_result(UNAVAILABLE_MESSAGE)
         encoded = msgspec.json.encode(answer)
         return CallToolResult(
             content=[TextContent(type="text", text=encoded.decode())],
