@@ -217,6 +217,8 @@ def report_from_query(params: list[tuple[str, str]]) -> Report:
 
 def _query_number(name: str, raw: str) -> int | float:
     text = raw.strip()
+    if "_" in text:  # Python reads 1_000 as a number; a client would not mean it as one
+        raise BadRequest(f"Query parameter {name!r} must be a number, not {raw!r}.")
     try:
         number: int | float = int(text)
     except ValueError:

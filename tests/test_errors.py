@@ -174,6 +174,7 @@ async def test_unknown_path_is_404_json(client, space, make_task, path):
         ("PUT", "/tasks/{task}/report", {"GET"}),
         ("POST", "/up", {"GET"}),
         ("POST", "/openapi.json", {"GET"}),
+        ("PUT", "/spaces/{space}/webhooks", {"GET", "POST"}),
     ],
 )
 async def test_wrong_method_is_405_json_with_allow(
@@ -183,7 +184,9 @@ async def test_wrong_method_is_405_json_with_allow(
     before = await stored_counts(sql)
     response = await client.request(method, path.format(space=space, task=task), json={})
     assert_error(response, 405)
-    assert allowed <= {m.strip() for m in response.headers["allow"].split(",")}
+    listed = {m.strip() for m in response.headers["allow"].split(",")}
+    assert allowed <= listed
+    assert "PATCH" not in listed  # refused everywhere: never advertised
     assert await stored_counts(sql) == before
 
 

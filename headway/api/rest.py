@@ -40,17 +40,20 @@ async def create_task(request: Request) -> Response:
 
 
 async def task(request: Request) -> Response:
-    """GET reads a task, PUT reports its whole new state, PATCH is refused."""
+    """GET reads a task; PUT reports its whole new state."""
     task_uuid = request.path_params["task_uuid"]
     if request.method == "PUT":
         report = decode_report(await read_body(request))
         return JSONResponse(await _service(request).report(task_uuid, report))
-    if request.method == "PATCH":
-        raise MethodNotAllowed(
-            "PATCH is not supported: every report replaces the whole state, so use PUT.",
-            headers={"allow": "GET, HEAD, PUT"},
-        )
     return JSONResponse(await _service(request).get_task(task_uuid))
+
+
+async def patch_task(_request: Request) -> Response:
+    """Always refused, whether or not the task exists: a merge would be implied."""
+    raise MethodNotAllowed(
+        "PATCH is not supported: every report replaces the whole state, so use PUT.",
+        headers={"allow": "GET, HEAD, PUT"},
+    )
 
 
 async def report_by_url(request: Request) -> Response:
@@ -62,6 +65,8 @@ routes = [
     Route("/spaces", create_space, methods=["POST"]),
     Route("/spaces/{space_uuid}", get_space, methods=["GET"]),
     Route("/spaces/{space_uuid}/tasks", create_task, methods=["POST"]),
-    Route("/tasks/{task_uuid}", task, methods=["GET", "PUT", "PATCH"]),
+    # The first route of a path names the methods in a 405's Allow header.
+    Route("/tasks/{task_uuid}", task, methods=["GET", "PUT"]),
+    Route("/tasks/{task_uuid}", patch_task, methods=["PATCH"]),
     Route("/tasks/{task_uuid}/report", report_by_url, methods=["GET"]),
 ]

@@ -18,14 +18,13 @@ def _service(request: Request) -> Service:
     return request.app.state.service
 
 
-async def create_webhook(request: Request) -> Response:
-    body = decode_create(await read_body(request), CreateWebhook)
-    created = await _service(request).create_webhook(request.path_params["space_uuid"], body)
-    return JSONResponse(created, 201)
-
-
-async def list_webhooks(request: Request) -> Response:
-    return JSONResponse(await _service(request).list_webhooks(request.path_params["space_uuid"]))
+async def webhooks(request: Request) -> Response:
+    """POST registers a webhook; GET lists the space's webhooks."""
+    space_uuid = request.path_params["space_uuid"]
+    if request.method == "POST":
+        body = decode_create(await read_body(request), CreateWebhook)
+        return JSONResponse(await _service(request).create_webhook(space_uuid, body), 201)
+    return JSONResponse(await _service(request).list_webhooks(space_uuid))
 
 
 async def delete_webhook(request: Request) -> Response:
@@ -35,8 +34,7 @@ async def delete_webhook(request: Request) -> Response:
 
 
 routes = [
-    Route("/spaces/{space_uuid}/webhooks", create_webhook, methods=["POST"]),
-    Route("/spaces/{space_uuid}/webhooks", list_webhooks, methods=["GET"]),
+    Route("/spaces/{space_uuid}/webhooks", webhooks, methods=["GET", "POST"]),
     Route("/spaces/{space_uuid}/webhooks/{webhook_uuid}", delete_webhook, methods=["DELETE"]),
 ]
 
