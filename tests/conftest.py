@@ -19,7 +19,7 @@ from headway.app import create_app
 from headway.clock import ManualClock
 from headway.config import Settings
 
-from .servers import PostgresServer, RedisServer
+from .servers import PostgresServer, RedisServer, postgres_and_redis
 
 
 @pytest.fixture
@@ -38,12 +38,8 @@ BACKENDS = [
 @pytest.fixture(scope="session")
 def shared_servers() -> Iterator[tuple[PostgresServer, RedisServer]]:
     """One real PostgreSQL and one real Redis for the whole run; failing to start fails."""
-    postgres = PostgresServer().start()
-    postgres.create_database()
-    redis_server = RedisServer().start()
-    yield postgres, redis_server
-    redis_server.stop()
-    postgres.destroy()
+    with postgres_and_redis() as servers:
+        yield servers
 
 
 @pytest.fixture(params=BACKENDS)

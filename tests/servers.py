@@ -15,6 +15,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
@@ -187,3 +188,16 @@ class RedisServer:
             self.process.terminate()
             self.process.wait(timeout=10)
         self.process = None
+
+
+@contextlib.contextmanager
+def postgres_and_redis() -> Iterator[tuple[PostgresServer, RedisServer]]:
+    """A started PostgreSQL (with database `headway`) and Redis, stopped afterwards."""
+    postgres = PostgresServer().start()
+    postgres.create_database()
+    redis_server = RedisServer().start()
+    try:
+        yield postgres, redis_server
+    finally:
+        redis_server.stop()
+        postgres.destroy()

@@ -16,7 +16,7 @@ from headway.config import Settings
 
 from .conftest import BACKENDS, running
 from .receiver import Receiver
-from .servers import PostgresServer, RedisServer
+from .servers import PostgresServer, RedisServer, postgres_and_redis
 
 pytestmark = pytest.mark.skipif(
     "postgres" not in BACKENDS, reason="HEADWAY_TEST_BACKENDS excludes postgres"
@@ -25,12 +25,9 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[PostgresServer, RedisServer]]:
-    postgres = PostgresServer().start()
-    postgres.create_database()
-    redis_server = RedisServer().start()
-    yield postgres, redis_server
-    redis_server.stop()
-    postgres.destroy()
+    """Servers of this module's own: its tests stop and start them."""
+    with postgres_and_redis() as servers:
+        yield servers
 
 
 @pytest.fixture
