@@ -65,7 +65,7 @@ def _migrate(settings: Settings) -> int:
             await db.close()
 
     asyncio.run(run())
-    print("headway: database is up to date")
+    print("headway: database is up to date", flush=True)
     return 0
 
 
@@ -99,7 +99,17 @@ def _worker(settings: Settings) -> int:
 
 
 def _serve(settings: Settings, workers: int) -> int:
+    import subprocess
+
     import uvicorn
+
+    # Migrate in a child process: the server then finds its schema current and never
+    # loads the migration machinery.
+    migrated = subprocess.run(
+        [sys.executable, "-m", "headway.cli", "migrate"], stdout=subprocess.DEVNULL, check=False
+    )
+    if migrated.returncode != 0:
+        return migrated.returncode
 
     progress = "Redis" if settings.shares_progress else "process memory"
     print(

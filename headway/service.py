@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -163,7 +163,7 @@ class Service:
         await self.progress.put(row.uuid, progress)
         return task_view(row, progress, family)
 
-    async def _family(self, task_uuid: str) -> tuple[TaskRow, list[TaskRow]]:
+    async def _family(self, task_uuid: str) -> tuple[TaskRow, Sequence[TaskRow]]:
         key = canonical_uuid(task_uuid)
         if key is None:
             raise NotFound(_NO_TASK)
@@ -178,7 +178,7 @@ class Service:
         if row is None:
             raise NotFound(_NO_TASK)
         if cache is not None:
-            cache.put(key, (row, children), generation)
+            cache.put((row, children), generation)
         return row, children
 
     def _forget(self, *task_uuids: str | None) -> None:

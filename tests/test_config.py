@@ -126,3 +126,14 @@ def test_migrate_creates_the_default_database_in_the_working_directory(bare_env,
     assert cli.main(["migrate"]) == 0
     assert (tmp_path / "headway.db").is_file()
     assert cli.main(["migrate"]) == 0
+
+
+def test_head_revision_names_the_newest_migration():
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from headway.storage.database import HEAD_REVISION, MIGRATIONS
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    assert ScriptDirectory.from_config(config).get_current_head() == HEAD_REVISION

@@ -27,7 +27,7 @@ from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
 
-from headway.api.mcp import transport_security
+from headway.api.mcp_tools import transport_security
 from headway.app import create_app
 from headway.config import ConfigError, Settings
 

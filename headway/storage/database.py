@@ -8,13 +8,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+# The newest migration. Starting on a database already there needs no Alembic at all
+# (a test checks this matches the migrations directory).
+HEAD_REVISION = "0003"
 
 
 def async_url(url: str) -> str:
@@ -77,7 +78,18 @@ class Database:
             if not self.is_sqlite:
                 # Instances starting together migrate one at a time.
                 await conn.execute(text("SELECT pg_advisory_xact_lock(72657)"))
-            await conn.run_sync(_upgrade)
+            if await self._revision(conn) != HEAD_REVISION:
+                await conn.run_sync(_upgrade)
+
+    async def _revision(self, conn: AsyncConnection) -> str | None:
+        """The schema's migration revision (None: a database Headway has not set up)."""
+        if self.is_sqlite:
+            exists = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+        else:
+            exists = "SELECT 1 WHERE to_regclass('alembic_version') IS NOT NULL"
+        if (await conn.execute(text(exists))).first() is None:
+            return None
+        return (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar()
 
     async def ping(self) -> None:
         """Raise if the database does not answer."""
@@ -89,6 +101,9 @@ class Database:
 
 
 def _upgrade(connection: Connection) -> None:
+    from alembic import command
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["connection"] = connection

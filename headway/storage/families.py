@@ -8,11 +8,15 @@ report that does not finish its task touches no database at all.
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
+from collections.abc import Sequence
+
+import msgspec
 
 from ..domain import TaskRow
 
-Family = tuple[TaskRow, list[TaskRow]]
+Family = tuple[TaskRow, Sequence[TaskRow]]
 
 
 class FamilyCache:
@@ -21,10 +25,15 @@ class FamilyCache:
     `generation` guards against a race: a reader that fetched a family from the database
     before a concurrent change was committed and forgotten must not store its stale copy.
     Readers note the generation before the query and `put` only stores if it is unchanged.
+
+    Kept lean, since every reporting task has an entry: a childless task is stored as its
+    bare row, and the space uuid it shares with its space's other tasks is stored once.
     """
 
     def __init__(self, max_entries: int = 100_000) -> None:
-        self._entries: OrderedDict[str, Family] = OrderedDict()
+        self._entries: OrderedDict[str, TaskRow | tuple[TaskRow, tuple[TaskRow, ...]]] = (
+            OrderedDict()
+        )
         self._max = max_entries
         self.generation = 0
 
@@ -32,16 +41,21 @@ class FamilyCache:
         return len(self._entries)
 
     def get(self, task_uuid: str) -> Family | None:
-        family = self._entries.get(task_uuid)
-        if family is not None:
-            self._entries.move_to_end(task_uuid)
-        return family
+        entry = self._entries.get(task_uuid)
+        if entry is None:
+            return None
+        self._entries.move_to_end(task_uuid)
+        return (entry, ()) if isinstance(entry, TaskRow) else entry
 
-    def put(self, task_uuid: str, family: Family, generation: int) -> None:
+    def put(self, family: Family, generation: int) -> None:
         if generation != self.generation:
             return
-        self._entries[task_uuid] = family
-        self._entries.move_to_end(task_uuid)
+        row, children = family
+        shared_space = sys.intern(row.space_uuid)
+        if shared_space is not row.space_uuid:
+            row = msgspec.structs.replace(row, space_uuid=shared_space)
+        self._entries[row.uuid] = (row, tuple(children)) if children else row
+        self._entries.move_to_end(row.uuid)
         if len(self._entries) > self._max:
             self._entries.popitem(last=False)
 

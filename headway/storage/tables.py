@@ -41,6 +41,7 @@ tasks = Table(
     Column("duration", BigInteger),
     Index("tasks_space_created", "space_uuid", "created_at_us", unique=True),
     Index("tasks_parent", "parent_uuid"),
+    Index("tasks_space_parent_created", "space_uuid", "parent_uuid", "created_at_us"),
 )
 
 outbox = Table(

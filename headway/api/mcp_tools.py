@@ -1,0 +1,416 @@
+"""The Model Context Protocol server behind `POST /mcp`: its tools, so AI agents can report
+and read progress with tools instead of HTTP calls.
+
+Built on the official `mcp` SDK (`MCPServer`), served over Streamable HTTP, stateless, with
+JSON answers, so any instance can answer any request. The tools are thin adapters like the
+REST routes: their arguments are decoded by the same decoders (`schemas.decode_create`,
+`schemas.decode_report`), they call the same `Service` methods, and they answer the same
+JSON. A `HeadwayError` becomes a tool result with `isError: true` whose text is exactly the
+message REST puts in `{"error": ...}`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
+
+import msgspec
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from msgspec import Meta
+from pydantic import ConfigDict
+
+from .. import __version__, schemas
+from ..config import Settings
+from ..errors import UNAVAILABLE_MESSAGE, BadRequest, HeadwayError
+from ..schemas import CreateSpace, CreateTask, decode_create, decode_report
+from ..service import Service
+
+log = logging.getLogger("headway.mcp")
+
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+_SPACE_UUID = "The space's uuid, as create_space returned it."
+_TASK_UUID = "The task's uuid, as create_task returned it."
+
+INSTRUCTIONS = """\
+Headway shows the progress of long-running work. Workflow for reporting your own job:
+1. create_space once; keep the returned uuid: it is the only credential for the space.
+2. create_task for the job; for a multi-step job also create_task once per step with
+   parent_uuid set to the job's uuid (one level of nesting only).
+3. report_progress on each step as you work (current, end, values.log for a status line);
+   every call replaces the task's whole state. Send done: true when a step is finished.
+   The job (parent) counts its finished steps and finishes when all of them have.
+4. get_task or get_space to read progress, yours or anyone's whose uuid you were given.
+"""
+
+
+# --- Arguments ---------------------------------------------------------------------------
+
+
+class _ArgumentsAsSent(ArgModelBase):
+    """Hands a tool its arguments untouched: Headway decodes them itself, with the decoders
+    REST uses, so that limits and error messages are the same on both."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def model_dump_one_level(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class SpaceQuery(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """Arguments of `get_space`: the path and query parameters of `GET /spaces/{uuid}`."""
+
+    space_uuid: Annotated[str, Meta(description=_SPACE_UUID, extra_json_schema={"format": "uuid"})]
+    limit: (
+        Annotated[
+            int,
+            Meta(
+                description="Only the newest N top-level tasks (returned oldest first).",
+                extra_json_schema={"minimum": 1},
+            ),
+        ]
+        | None
+    ) = None
+    before: (
+        Annotated[
+            str,
+            Meta(
+                description="Only tasks created strictly before this created_at, newest first.",
+                extra_json_schema={"format": "date-time"},
+            ),
+        ]
+        | None
+    ) = None
+    after: (
+        Annotated[
+            str,
+            Meta(
+                description="Only tasks created strictly after this created_at, oldest first.",
+                extra_json_schema={"format": "date-time"},
+            ),
+        ]
+        | None
+    ) = None
+    state: (
+        Annotated[
+            str,
+            Meta(
+                description="Only running tasks, or only finished ones. Omit for both.",
+                extra_json_schema={"enum": ["active", "finished"]},
+            ),
+        ]
+        | None
+    ) = None
+
+
+class TaskRef(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """Arguments of `get_task`."""
+
+    task_uuid: Annotated[str, Meta(description=_TASK_UUID, extra_json_schema={"format": "uuid"})]
+
+
+def _convert(arguments: dict[str, Any], model: type[msgspec.Struct]) -> Any:
+    try:
+        return msgspec.convert(arguments, model)
+    except msgspec.ValidationError as exc:
+        raise BadRequest(f"Invalid arguments: {exc}.") from None
+
+
+def _take_uuid(arguments: dict[str, Any], name: str, origin: str) -> str:
+    """Remove the path parameter `name` from `arguments`; what remains is the REST body."""
+    value = arguments.pop(name, None)
+    if not isinstance(value, str):
+        raise BadRequest(f"Invalid arguments: {name} is required: the uuid {origin} returned.")
+    return value
+
+
+def _body(arguments: dict[str, Any]) -> bytes:
+    return msgspec.json.encode(arguments)
+
+
+# --- Schemas -----------------------------------------------------------------------------
+
+
+def _object_schema(model: type[msgspec.Struct]) -> dict[str, Any]:
+    """The JSON schema of `model` with an object at its root, as MCP wants it."""
+    defs = msgspec.json.schema(model)["$defs"]
+    root = dict(defs[model.__name__])
+    if b'"$ref"' in msgspec.json.encode(root):
+        root["$defs"] = defs  # nested references (a task's children) still point here
+    return root
+
+
+def _input_schema(model: type[msgspec.Struct]) -> dict[str, Any]:
+    """The JSON schema of the arguments `model` holds, each member with one plain type.
+
+    The REST schemas say "or null" and "integer or number"; both mean the same to the
+    decoder, but clients that fill in arguments from the schema (Inspector's `--tool-arg`,
+    function-calling models) convert a value only when a member's `type` is plain.
+    """
+
+    def member(prop: dict[str, Any]) -> dict[str, Any]:
+        outer = {k: v for k, v in prop.items() if k not in ("anyOf", "default")}
+        arms = [arm for arm in prop.get("anyOf", ()) if arm != {"type": "null"}]
+        if not arms:
+            return outer
+        if len(arms) == 1:
+            return member({**arms[0], **outer})
+        types = {arm.get("type") for arm in arms}
+        rest = [{k: v for k, v in arm.items() if k != "type"} for arm in arms]
+        if types == {"integer", "number"} and all(r == rest[0] for r in rest):
+            return {**outer, "type": "number", **rest[0]}
+        return {**outer, "anyOf": arms}
+
+    schema = {k: v for k, v in _object_schema(model).items() if k not in ("title", "description")}
+    schema["properties"] = {k: member(v) for k, v in schema["properties"].items()}
+    return schema
+
+
+def _with_uuid(schema: dict[str, Any], name: str, description: str) -> dict[str, Any]:
+    """`schema` (a REST body) with the path parameter `name` added as a required member."""
+    return {
+        **schema,
+        "properties": {
+            name: {"type": "string", "format": "uuid", "description": description},
+            **schema["properties"],
+        },
+        "required": [name, *schema.get("required", [])],
+    }
+
+
+# --- Tools -------------------------------------------------------------------------------
+
+Run = Callable[[Service, dict[str, Any]], Awaitable[Any]]
+
+
+async def _create_space(service: Service, arguments: dict[str, Any]) -> Any:
+    return await service.create_space(decode_create(_body(arguments), CreateSpace))
+
+
+async def _get_space(service: Service, arguments: dict[str, Any]) -> Any:
+    query: SpaceQuery = _convert(arguments, SpaceQuery)
+    return await service.get_space(
+        query.space_uuid,
+        before=query.before,
+        after=query.after,
+        limit=query.limit,
+        state=query.state,
+    )
+
+
+async def _create_task(service: Service, arguments: dict[str, Any]) -> Any:
+    space_uuid = _take_uuid(arguments, "space_uuid", "create_space")
+    return await service.create_task(space_uuid, decode_create(_body(arguments), CreateTask))
+
+
+async def _get_task(service: Service, arguments: dict[str, Any]) -> Any:
+    ref: TaskRef = _convert(arguments, TaskRef)
+    return await service.get_task(ref.task_uuid)
+
+
+async def _report_progress(service: Service, arguments: dict[str, Any]) -> Any:
+    task_uuid = _take_uuid(arguments, "task_uuid", "create_task")
+    return await service.report(task_uuid, decode_report(_body(arguments)))
+
+
+_TOOLS: list[tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnnotations]] = [
+    (
+        "create_space",
+        "Create a space to hold tasks; do this once per job or project. Returns the space's "
+        "uuid, the only credential for reading and writing it: keep it, it cannot be "
+        "recovered. Optional title and icon (exactly one character, such as an emoji).",
+        _create_space,
+        _input_schema(CreateSpace),
+        schemas.SpaceCreated,
+        ToolAnnotations(
+            title="Create a space",
+            read_only_hint=False,
+            destructive_hint=False,
+            idempotent_hint=False,
+            open_world_hint=False,
+        ),
+    ),
+    (
+        "get_space",
+        "Read a space: title, icon and its top-level tasks, each with its steps (children) "
+        "and live progress. With no options every task is returned, oldest first. Use limit "
+        "for the newest N, before/after with a task's created_at to page, state to keep only "
+        "active or only finished tasks.",
+        _get_space,
+        _input_schema(SpaceQuery),
+        schemas.SpaceOut,
+        ToolAnnotations(title="Read a space", read_only_hint=True, open_world_hint=False),
+    ),
+    (
+        "create_task",
+        "Create a task in a space. Give a title, and a source naming who reports (for "
+        "example 'agent:release-bot'). For a multi-step job create the job first, then each "
+        "step with parent_uuid set to the job's uuid: the job's progress then counts its "
+        "finished steps and it finishes when they all have (one level of nesting only). "
+        "Report to a task as soon as work on it starts: a task that never reports looks like "
+        "a dead reporter. Returns the task's uuid.",
+        _create_task,
+        _with_uuid(
+            _input_schema(CreateTask),
+            "space_uuid",
+            _SPACE_UUID,
+        ),
+        schemas.TaskCreated,
+        ToolAnnotations(
+            title="Create a task",
+            read_only_hint=False,
+            destructive_hint=False,
+            idempotent_hint=False,
+            open_world_hint=False,
+        ),
+    ),
+    (
+        "get_task",
+        "Read one task: its steps nested, and its live progress (progress is null while the "
+        "task has never reported, or after its report expired; ratio is 1 once finished).",
+        _get_task,
+        _input_schema(TaskRef),
+        schemas.TaskOut,
+        ToolAnnotations(title="Read a task", read_only_hint=True, open_world_hint=False),
+    ),
+    (
+        "report_progress",
+        "Report a task's progress. Every call REPLACES the task's whole state: send current "
+        "(units done so far, not a percentage) and end (the total, when known) each time; "
+        "anything omitted is cleared. values holds flat extras (numbers, strings, booleans); "
+        "values.log is a one-line status message. The task finishes when current reaches a "
+        "positive end or done is true; {done: true} alone finishes it and keeps the last "
+        "numbers. Finishing is one-way and notifies the space's webhooks once. Do not report "
+        "counts to a task that has steps: its progress is derived from them. Returns the "
+        "task as it now stands.",
+        _report_progress,
+        _with_uuid(_input_schema(schemas.ReportBody), "task_uuid", _TASK_UUID),
+        schemas.TaskOut,
+        ToolAnnotations(
+            title="Report progress",
+            read_only_hint=False,
+            destructive_hint=True,
+            idempotent_hint=True,
+            open_world_hint=False,
+        ),
+    ),
+]
+
+
+def build_server(
+    service: Callable[[], Service],
+    *,
+    dependency_errors: tuple[type[BaseException], ...] = (),
+) -> MCPServer:
+    """A new MCP server whose tools call `service()`, the app's `Service` of the moment.
+
+    `dependency_errors` are the failures of a backing service; they answer the same
+    "retry shortly" message as REST's 503. Anything else is logged by the SDK and answers
+    a generic tool error.
+    """
+    tools = [
+        _tool(name, description, run, input_schema, output, annotations, service, dependency_errors)
+        for name, description, run, input_schema, output, annotations in _TOOLS
+    ]
+    # log_level: the SDK calls logging.basicConfig with it; WARNING keeps a bare process's
+    # root logger as quiet as Python's default.
+    return MCPServer(
+        "headway",
+        title="Headway",
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        tools=tools,
+        log_level="WARNING",
+    )
+
+
+def _tool(
+    name: str,
+    description: str,
+    run: Run,
+    input_schema: dict[str, Any],
+    output: type[msgspec.Struct],
+    annotations: ToolAnnotations,
+    service: Callable[[], Service],
+    dependency_errors: tuple[type[BaseException], ...],
+) -> Tool:
+    async def call(**arguments: Any) -> CallToolResult:
+        try:
+            answer = await run(service(), arguments)
+        except HeadwayError as exc:
+            return _error_result(exc.message)
+        except dependency_errors as exc:
+            log.warning("dependency unavailable: %s: %s", type(exc).__name__, exc)
+            return _error_result(UNAVAILABLE_MESSAGE)
+        encoded = msgspec.json.encode(answer)
+        return CallToolResult(
+            content=[TextContent(type="text", text=encoded.decode())],
+            structured_content=msgspec.json.decode(encoded),
+        )
+
+    return Tool(
+        fn=call,
+        name=name,
+        description=description,
+        parameters=input_schema,
+        # A published output schema without an output model: advertised, not re-validated
+        # on the server (the answer is the REST answer, already shaped by the service).
+        fn_metadata=FuncMetadata(arg_model=_ArgumentsAsSent, output_schema=_object_schema(output)),
+        is_async=True,
+        annotations=annotations,
+    )
+
+
+def _error_result(message: str) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+
+
+# --- Host check --------------------------------------------------------------------------
+
+
+def transport_security(settings: Settings) -> TransportSecuritySettings:
+    """The SDK's Host/Origin check (DNS-rebinding protection) for `/mcp`, from settings.
+
+    - `HEADWAY_MCP_ALLOWED_HOSTS` set: exactly those `host[:port]` patterns (`name:*` for
+      any port); `*` turns the check off.
+    - Unset, serving on a loopback address: only loopback names (127.0.0.1, localhost,
+      [::1] and the configured host), any port. A web page whose name rebinds to 127.0.0.1
+      is refused.
+    - Unset, serving on any other address (0.0.0.0 behind a load balancer): off, because
+      the public name clients use is not known here.
+    """
+    patterns = settings.mcp_allowed_hosts
+    if patterns is None:
+        if not _is_loopback(settings.host):
+            return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        names = dict.fromkeys([*_LOOPBACK_NAMES, _host_name(settings.host)])
+        patterns = tuple(p for name in names for p in (name, f"{name}:*"))
+    if patterns == ("*",):
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=list(patterns),
+        allowed_origins=[f"{scheme}://{p}" for p in patterns for scheme in ("http", "https")],
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_name(host: str) -> str:
+    """`host` as it appears in a Host header: IPv6 addresses in brackets."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+# --- Endpoint ----------------------------------------------------------------------------
