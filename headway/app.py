@@ -9,7 +9,6 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-import redis.exceptions
 import sqlalchemy.exc
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -38,13 +37,19 @@ DEPENDENCY_ERRORS: tuple[type[BaseException], ...] = (
     sqlalchemy.exc.OperationalError,
     sqlalchemy.exc.InterfaceError,
     sqlalchemy.exc.TimeoutError,
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    redis.exceptions.BusyLoadingError,
     ConnectionError,
     TimeoutError,
     OSError,
 )
+
+
+def dependency_errors(settings: Settings) -> tuple[type[BaseException], ...]:
+    """The exceptions that mean a dependency is down, for the backends `settings` name."""
+    if settings.redis_url is None:
+        return DEPENDENCY_ERRORS  # and the Redis client is never imported
+    from .progress.redis import REDIS_ERRORS
+
+    return DEPENDENCY_ERRORS + REDIS_ERRORS
 
 
 def create_app(settings: Settings | None = None, clock: Clock | None = None) -> Starlette:
@@ -83,10 +88,9 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             await progress.close()
             await db.close()
 
+    errors = dependency_errors(settings)
     # A fresh MCP server per app; its tools call the Service the lifespan builds.
-    mcp_endpoint = MCPEndpoint(
-        settings, lambda: app.state.service, dependency_errors=DEPENDENCY_ERRORS
-    )
+    mcp_endpoint = MCPEndpoint(settings, lambda: app.state.service, dependency_errors=errors)
     app = Starlette(
         routes=[
             *rest.routes,
@@ -98,7 +102,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         exception_handlers={
             HeadwayError: _headway_error,
             HTTPException: _http_error,
-            **{cls: _dependency_error for cls in DEPENDENCY_ERRORS},
+            **{cls: _dependency_error for cls in errors},
             Exception: _unexpected_error,
         },
         lifespan=lifespan,

@@ -5,17 +5,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import msgspec
-import redis.asyncio as redis
+import redis.asyncio
+import redis.exceptions
 
 from ..clock import Clock
 from ..domain import Progress
 
-_encode = msgspec.msgpack.Encoder().encode
-_decode = msgspec.msgpack.Decoder(Progress).decode
+# Failures that mean Redis is down or not ready: the service answers 503 for them.
+REDIS_ERRORS: tuple[type[BaseException], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.BusyLoadingError,
+)
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder(Progress).decode
 
 
 class RedisProgressStore:
-    """One key per task, `headway:progress:<uuid>`, holding the progress as MessagePack
+    """One key per task, `headway:progress:<uuid>`, holding the progress as compact JSON
     with a key TTL of `ttl` seconds set on every write, so Redis drops it after that
     much inactivity. Reads also compare `updated_at` with the clock, so that every
     instance agrees on expiry to the microsecond, whatever Redis's own timer says.
@@ -28,7 +36,7 @@ class RedisProgressStore:
         self._ttl_s = ttl_seconds
         self._ttl_us = ttl_seconds * 1_000_000
         self._clock = clock
-        self._redis = redis.Redis.from_url(
+        self._redis = redis.asyncio.Redis.from_url(
             url,
             socket_timeout=2.0,
             socket_connect_timeout=2.0,
