@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import re
+import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -203,7 +205,14 @@ _RFC3339 = re.compile(
 
 def format_ts(us: int) -> str:
     """RFC 3339 in UTC with microseconds and a `Z`: `2026-11-22T01:15:09.123456Z`."""
-    return (EPOCH + timedelta(microseconds=us)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    seconds, micros = divmod(us, 1_000_000)
+    return f"{_second(seconds)}.{micros:06d}Z"
+
+
+@functools.lru_cache(maxsize=4096)
+def _second(seconds: int) -> str:
+    # Timestamps cluster within seconds (a space read formats hundreds): format each once.
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
 
 
 def parse_ts(text: str) -> int:

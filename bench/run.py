@@ -1,0 +1,681 @@
+"""Run Headway's benchmarks: `python -m bench.run [--quick | --smoke] [options]`.
+
+Starts a bare-ASGI baseline and real `headway serve` processes on 127.0.0.1, seeds
+them over HTTP, drives every scenario with wrk for a bounded time, prints a table with
+each scenario's ratio to the baseline measured in the same run and the targets of
+issue 6, and writes `latest.json` and `latest.md` into the results directory.
+Every process the run starts is stopped by its PID before it returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from . import profile, report, seed
+from .load import Load, LoadResult, finish, not_reached, run_wrk, start_wrk, wrk_binary
+from .processes import ServerProcess, StartError, start_baseline, start_headway
+from .report import MB, Row, Target
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+# Issue 6's targets.
+PUT_SHARE_OF_BASELINE = 0.30
+PUT_P99_MS = 20.0
+PUT_CONNECTIONS = 64
+PAGE_LATENCY_FACTOR = 2.0
+RSS_LIMIT_MB = 150
+SCALE_OUT_FACTOR = 1.6
+PAGE = 50
+
+
+@dataclass
+class Options:
+    mode: str
+    duration: float
+    connections: int
+    threads: int
+    big: int
+    small: int
+    children: int
+    pool: int
+    cursors: int
+    results: Path
+    profile: bool
+    scale_out: bool
+
+
+MODES: dict[str, dict[str, Any]] = {
+    "full": dict(duration=10, connections=64, threads=2, big=100_000, children=1000, pool=1000),
+    "quick": dict(duration=2, connections=16, threads=2, big=100_000, children=1000, pool=1000),
+    "smoke": dict(duration=1, connections=2, threads=1, big=1000, children=20, pool=20),
+}
+
+
+def parse_options(argv: list[str] | None) -> Options:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.run", description=__doc__.split("\n\n")[0]
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="2 s runs, 16 connections")
+    mode.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds in all: 1 s runs, 2 connections, 1,000-task big space (for CI)",
+    )
+    parser.add_argument("--duration", type=float, help="seconds per wrk run (default 10)")
+    parser.add_argument("--connections", type=int, help="wrk connections (default 64)")
+    parser.add_argument("--threads", type=int, help="wrk threads (default 2)")
+    parser.add_argument("--big", type=int, help="tasks in the big space (default 100,000)")
+    parser.add_argument("--children", type=int, help="children of the parent (default 1,000)")
+    parser.add_argument("--pool", type=int, help="tasks PUT/GET spread over (default 1,000)")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS,
+        help="directory for latest.json and latest.md (default bench/results)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="sample the server with py-spy during each Headway scenario (adds overhead)",
+    )
+    parser.add_argument(
+        "--no-scale-out",
+        dest="scale_out",
+        action="store_false",
+        help="skip the PostgreSQL + Redis one-vs-two-instances scenarios",
+    )
+    args = parser.parse_args(argv)
+    name = "smoke" if args.smoke else "quick" if args.quick else "full"
+    values = dict(MODES[name])
+    for key in ("duration", "connections", "threads", "big", "children", "pool"):
+        if getattr(args, key) is not None:
+            values[key] = getattr(args, key)
+    if values["connections"] < 1 or values["threads"] < 1 or values["big"] < PAGE + 1:
+        parser.error(f"connections and threads must be at least 1, --big at least {PAGE + 1}")
+    return Options(
+        mode=name,
+        small=100,
+        cursors=10 if args.smoke else 100,
+        results=args.results,
+        profile=args.profile,
+        scale_out=args.scale_out,
+        **values,
+    )
+
+
+def scenario_titles(o: Options) -> dict[str, str]:
+    """Every scenario the run reports, in table order."""
+    return {
+        "baseline": "bare ASGI baseline: GET / (fixed 325-byte JSON)",
+        "put_report": f"PUT /tasks/{{t}} (spread over {o.pool:,} tasks)",
+        "get_report": "GET /tasks/{t}/report?current=5&end=10&values[log]=x",
+        "get_task": "GET /tasks/{t}",
+        "post_task": "POST /spaces/{s}/tasks",
+        "get_space_small": f"GET /spaces/{{s}}, {o.small} tasks",
+        "get_space_small_page": f"GET /spaces/{{s}}?limit={PAGE}&before=…, {o.small} tasks",
+        "get_space_big_page": f"GET /spaces/{{s}}?limit={PAGE}&before=…, {o.big:,} tasks",
+        "get_space_big": f"GET /spaces/{{s}}, {o.big:,} tasks (1 connection)",
+        "get_parent": f"GET /tasks/{{t}}, parent of {o.children:,} children",
+        "memory": f"memory: RSS with {o.big:,} tasks holding progress",
+        "scale_out_one": "PUT, PostgreSQL + Redis, one instance",
+        "scale_out_two": "PUT, PostgreSQL + Redis, two instances",
+    }
+
+
+class Skip(Exception):
+    """A scenario cannot run here; the message says why."""
+
+
+class Bench:
+    """One run: the servers it started, the rows measured so far."""
+
+    def __init__(self, options: Options, workdir: Path) -> None:
+        self.o = options
+        self.workdir = workdir
+        self.titles = scenario_titles(options)
+        self.rows: dict[str, Row] = {}
+        self.servers: list[ServerProcess] = []
+        self.cleanups: list[Callable[[], None]] = []
+        self.started = time.monotonic()
+        self.profiles: dict[str, dict[str, Any]] = {}
+
+    # --- Output and bookkeeping -------------------------------------------------------
+
+    def say(self, message: str) -> None:
+        print(f"[{time.monotonic() - self.started:6.1f}s] {message}", flush=True)
+
+    def record(self, row: Row) -> Row:
+        self.rows[row.name] = row
+        if row.status == "skipped":
+            self.say(f"{row.name}: skipped: {row.reason}")
+        elif row.requests_per_s is not None:
+            self.say(
+                f"{row.name}: {row.requests_per_s:,.0f} req/s, p50 {row.p50_ms:.2f} ms, "
+                f"p99 {row.p99_ms:.2f} ms" + (f" ({row.reason})" if row.reason else "")
+            )
+        else:
+            self.say(f"{row.name}: {row.extra.get('note') or row.reason}")
+        return row
+
+    @contextlib.contextmanager
+    def phase(self, names: list[str]) -> Iterator[None]:
+        """Run a group of scenarios; on failure, mark those not yet measured and go on."""
+        try:
+            yield
+        except Skip as exc:
+            for name in names:
+                if name not in self.rows:
+                    self.record(Row(name, self.titles[name], "skipped", str(exc)))
+        except Exception as exc:
+            self.say(f"error: {type(exc).__name__}: {exc}")
+            traceback.print_exc()
+            for name in names:
+                if name not in self.rows:
+                    reason = f"{type(exc).__name__}: {str(exc)[:300]}"
+                    self.record(Row(name, self.titles[name], "error", reason))
+
+    def start(
+        self, starter: Callable[..., ServerProcess], *args: Any, **kwargs: Any
+    ) -> ServerProcess:
+        server = starter(*args, **kwargs)
+        self.servers.append(server)
+        self.say(f"started {server.name} (pid {server.pid}) on {server.url}")
+        return server
+
+    def stop(self, server: ServerProcess) -> None:
+        server.stop()
+        if server in self.servers:
+            self.servers.remove(server)
+        self.say(f"stopped {server.name} (pid {server.pid})")
+
+    def stop_everything(self) -> None:
+        """Stop every process this run started, each by its own PID."""
+        for server in list(reversed(self.servers)):
+            try:
+                self.stop(server)
+            except Exception as exc:
+                self.say(f"could not stop {server.name} (pid {server.pid}): {exc}")
+        for cleanup in reversed(self.cleanups):
+            with contextlib.suppress(Exception):
+                cleanup()
+        self.cleanups.clear()
+
+    # --- Measuring --------------------------------------------------------------------
+
+    def measure(
+        self,
+        server: ServerProcess,
+        name: str,
+        load: Load,
+        *,
+        connections: int | None = None,
+        threads: int | None = None,
+        duration: float | None = None,
+        timeout: float = 10.0,
+    ) -> Row:
+        """One wrk run of `load` against `server`, with the server's CPU time per request."""
+        duration = duration or self.o.duration
+        connections = connections or self.o.connections
+        self.say(f"{name}: wrk {duration:g} s, {connections} connections")
+        profiler = None
+        if self.o.profile and server.name != "baseline":
+            out = self.workdir / f"profile-{name}.txt"
+            profiler = profile.start(server.pid, duration, out)
+        cpu_before = server.cpu_seconds()
+        result = run_wrk(
+            server.url,
+            load,
+            duration=duration,
+            connections=connections,
+            threads=threads or self.o.threads,
+            workdir=self.workdir,
+            timeout=timeout,
+        )
+        cpu = server.cpu_seconds() - cpu_before
+        row = self.finish_row(Row.measured(name, self.titles[name], result, cpu), result)
+        if profiler is not None:
+            self.profiles[name] = profile.finish(profiler)
+        return self.record(row)
+
+    def finish_row(self, row: Row, result: LoadResult) -> Row:
+        if result.requests == 0:
+            row.status = "error"
+            row.reason = "no request completed within the run"
+        baseline = self.rows.get("baseline")
+        if baseline and baseline.requests_per_s and row.requests_per_s is not None:
+            row.ratio_to_baseline = round(row.requests_per_s / baseline.requests_per_s, 3)
+        return row
+
+    # --- Phases -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        wrk_binary()  # no wrk, no run: fail before starting anything
+        with self.phase(["baseline"]):
+            self.baseline()
+        embedded = [n for n in self.titles if n != "baseline" and not n.startswith("scale")]
+        with self.phase(embedded):
+            self.embedded()
+        with self.phase(["scale_out_one", "scale_out_two"]):
+            if not self.o.scale_out:
+                raise Skip("--no-scale-out given")
+            self.scale_out()
+
+    def baseline(self) -> None:
+        server = self.start(start_baseline, self.workdir)
+        try:
+            self.measure(server, "baseline", Load("GET", ["/"]))
+        finally:
+            self.stop(server)
+
+    def embedded(self) -> None:
+        """Every scenario on the embedded default: SQLite file, progress in memory."""
+        database = self.workdir / "headway.db"
+        server = self.start(start_headway, "headway", self.workdir, f"sqlite:///{database}")
+        rss_at_start = server.rss_bytes()
+        self.say(f"headway RSS right after start: {rss_at_start / MB:.1f} MB")
+        try:
+            data = asyncio.run(self.seed(server))
+            big_space = data["big_space"]
+            self.say(f"writing {self.o.big:,} tasks into the big space's rows")
+            big = seed.insert_tasks_directly(
+                str(database), big_space, self.o.big, time.time_ns() // 1000 - 1_000_000
+            )
+            asyncio.run(self.check_big_space(server, big))
+            self.say("seeded")
+
+            pool_paths = [f"/tasks/{t}" for t in data["pool"]]
+            self.measure(server, "put_report", Load("PUT", pool_paths, seed.PUT_BODY))
+            query = "/report?current=5&end=10&values%5Blog%5D=x"
+            self.measure(server, "get_report", Load("GET", [p + query for p in pool_paths]))
+            self.measure(server, "get_task", Load("GET", pool_paths))
+            post_body = '{"title":"bench task","source":"bench"}'
+            self.measure(
+                server,
+                "post_task",
+                Load("POST", [f"/spaces/{data['post_space']}/tasks"], post_body),
+            )
+            self.measure(server, "get_parent", Load("GET", [f"/tasks/{data['parent']}"]))
+
+            self.memory(server, big, rss_at_start)
+
+            small: seed.Space = data["small"]
+            self.measure(server, "get_space_small", Load("GET", [f"/spaces/{small.uuid}"]))
+            for name, space in (("get_space_small_page", small), ("get_space_big_page", big)):
+                pages = [
+                    f"/spaces/{space.uuid}?limit={PAGE}&before={c}"
+                    for c in seed.cursors(space, PAGE, self.o.cursors)
+                ]
+                self.measure(server, name, Load("GET", pages))
+            # Each answer holds the whole space: one connection, and time for a few.
+            self.measure(
+                server,
+                "get_space_big",
+                Load("GET", [f"/spaces/{big.uuid}"]),
+                connections=1,
+                threads=1,
+                duration=self.o.duration if self.o.big <= 10_000 else max(self.o.duration, 10),
+                timeout=120,
+            )
+        finally:
+            self.stop(server)
+
+    async def seed(self, server: ServerProcess) -> dict[str, Any]:
+        o = self.o
+        self.say(
+            f"seeding over HTTP: {o.pool:,} pool tasks, a {o.small}-task space, "
+            f"a parent with {o.children:,} children"
+        )
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+            pool_space = await seed.create_space(client, "pool")
+            pool = await seed.create_tasks(client, pool_space, o.pool)
+            await seed.report_all(client, pool)
+            return {
+                "pool": pool,
+                "post_space": await seed.create_space(client, "creates"),
+                "small": await seed.space_with_tasks(client, "small", o.small),
+                "parent": await seed.parent_with_children(client, o.children),
+                "big_space": await seed.create_space(client, "big"),
+            }
+
+    async def check_big_space(self, server: ServerProcess, big: seed.Space) -> None:
+        """The service reads the directly written tasks as its own, cursors included."""
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+            newest = (await seed.read_space(client, big.uuid, limit=1))["tasks"]
+            if [t["uuid"] for t in newest] != [big.tasks[-1]]:
+                raise seed.SeedError("the big space's newest task is not the last one written")
+            cursor = big.created_at[PAGE]
+            page = (await seed.read_space(client, big.uuid, limit=PAGE, before=cursor))["tasks"]
+            if [t["uuid"] for t in page] != big.tasks[PAGE - 1 :: -1]:
+                raise seed.SeedError("a before cursor on the big space returned the wrong page")
+
+    def memory(self, server: ServerProcess, big: seed.Space, rss_at_start: int) -> None:
+        """Give every task of the big space progress with PUTs, then read the RSS."""
+        name = "memory"
+        # The first round guesses from the PUT scenario's rate; later rounds use their own
+        # (a PUT to a task the server has not seen yet reads the database, so it is slower).
+        rate = (self.rows.get("put_report") or Row("", "")).requests_per_s or 1000.0
+        remaining = [f"/tasks/{t}" for t in big.tasks]
+        cpu_before = server.cpu_seconds()
+        sent = 0
+        # Seeding, not measuring: at least 16 connections, so a smoke run seeds fast too.
+        connections = max(16, self.o.connections)
+        deadline = time.monotonic() + 900
+        while remaining and time.monotonic() < deadline:
+            seconds = min(120.0, len(remaining) / rate * 1.2 + 0.5)
+            self.say(f"{name}: PUT to {len(remaining):,} tasks, wrk {max(1, round(seconds))} s")
+            result = run_wrk(
+                server.url,
+                Load("PUT", remaining, seed.PUT_BODY),
+                duration=seconds,
+                connections=connections,
+                threads=max(2, self.o.threads),
+                workdir=self.workdir,
+            )
+            sent += result.requests
+            if result.error_count:
+                raise seed.SeedError(f"PUTs to the big space failed: {result.errors}")
+            rate = max(50.0, result.requests_per_s)
+            in_flight = -(-result.connections // result.threads)
+            remaining = not_reached(remaining, result, in_flight)
+        if remaining:
+            raise seed.SeedError(f"{len(remaining):,} tasks still have no progress")
+        time.sleep(0.5)
+        rss = server.rss_bytes()
+        per_task = (rss - rss_at_start) / len(big.tasks)
+        cpu = server.cpu_seconds() - cpu_before
+        asyncio.run(self.check_progress(server, big))
+        row = Row(
+            name,
+            self.titles[name],
+            requests=sent,
+            extra={
+                "rss_at_start_mb": round(rss_at_start / MB, 1),
+                "rss_mb": round(rss / MB, 1),
+                "peak_rss_mb": round(server.peak_rss_bytes() / MB, 1),
+                "tasks_with_progress": len(big.tasks),
+                "bytes_per_task": round(per_task),
+                "note": (
+                    f"RSS {rss_at_start / MB:.1f} MB after start, {rss / MB:.1f} MB with "
+                    f"{len(big.tasks):,} tasks holding progress (~{per_task:,.0f} B/task)"
+                ),
+            },
+        )
+        if sent:
+            row.cpu_us_per_request = round(cpu * 1e6 / sent, 1)
+        self.record(row)
+
+    async def check_progress(self, server: ServerProcess, big: seed.Space) -> None:
+        sample = random.Random(6).sample(big.tasks, min(50, len(big.tasks)))
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            for task in sample:
+                response = await client.get(f"/tasks/{task}")
+                if response.status_code != 200 or response.json()["progress"] is None:
+                    raise seed.SeedError(f"task {task} holds no progress after the PUTs")
+
+    def scale_out(self) -> None:
+        """PUT on one instance vs two, both on one PostgreSQL and one Redis.
+
+        Two instances are loaded by two wrk processes at once, each with half the
+        connections and threads; their req/s add up, their p99 is the worse of the two.
+        """
+        try:
+            from tests.servers import PostgresServer, RedisServer, ServerError
+        except ImportError as exc:
+            raise Skip(f"tests/servers.py cannot be imported: {exc}") from None
+        self.say("starting PostgreSQL and Redis")
+        try:
+            postgres = PostgresServer()
+            self.cleanups.append(postgres.destroy)
+            postgres.start()
+            postgres.create_database()
+            redis = RedisServer()
+            self.cleanups.append(redis.stop)
+            redis.start()
+        except ServerError as exc:
+            raise Skip(f"PostgreSQL or Redis not available: {exc}") from None
+        try:
+            first, second = (
+                self.start(start_headway, f"headway-pg-{n}", self.workdir, postgres.url,
+                           redis.url, wait=False)
+                for n in (1, 2)
+            )  # fmt: skip
+            for server in (first, second):
+                server.wait_ready("/up")
+        except StartError as exc:
+            raise Skip(f"headway serve does not run on PostgreSQL + Redis yet: {exc}") from None
+        pool = asyncio.run(self.check_shared(first, second))
+        paths = [f"/tasks/{t}" for t in pool]
+        put = Load("PUT", paths, seed.PUT_BODY)
+        one = self.measure(first, "scale_out_one", put)
+
+        half = max(1, self.o.connections // 2)
+        half_threads = max(1, self.o.threads // 2)
+        self.say(f"scale_out_two: two wrk at once, {half} connections each")
+        cpu_before = first.cpu_seconds() + second.cpu_seconds()
+        running = [
+            start_wrk(
+                server.url,
+                put,
+                duration=self.o.duration,
+                connections=half,
+                threads=half_threads,
+                workdir=self.workdir,
+            )
+            for server in (first, second)
+        ]
+        results = [finish(r) for r in running]
+        cpu = first.cpu_seconds() + second.cpu_seconds() - cpu_before
+        row = self.combine("scale_out_two", results, cpu)
+        if one.requests_per_s and row.requests_per_s is not None:
+            row.extra["vs_one_instance"] = round(row.requests_per_s / one.requests_per_s, 2)
+            row.extra["note"] = f"{row.extra['vs_one_instance']}x one instance"
+        self.record(row)
+        for server in (second, first):
+            self.stop(server)
+        self.stop_everything()
+
+    def combine(self, name: str, results: list[LoadResult], cpu: float) -> Row:
+        """Two concurrent runs as one: summed rate, mean p50, worst p99."""
+        total = sum(r.requests for r in results)
+        merged = LoadResult(
+            requests=total,
+            duration_s=max(r.duration_s for r in results),
+            errors={k: sum(r.errors.get(k, 0) for r in results) for k in results[0].errors},
+            latency_us={
+                "p50": sum(r.latency_us["p50"] for r in results) / len(results),
+                "p99": max(r.latency_us["p99"] for r in results),
+            },
+            sent_per_thread=[],
+            connections=sum(r.connections for r in results),
+            threads=sum(r.threads for r in results),
+        )
+        row = Row.measured(name, self.titles[name], merged, cpu)
+        row.requests_per_s = round(sum(r.requests_per_s for r in results), 1)
+        return self.finish_row(row, merged)
+
+    async def check_shared(self, first: ServerProcess, second: ServerProcess) -> list[str]:
+        """Skip unless both instances use PostgreSQL and Redis and share progress; returns
+        the pool of tasks to report on."""
+        async with (
+            httpx.AsyncClient(base_url=first.url, timeout=30) as a,
+            httpx.AsyncClient(base_url=second.url, timeout=30) as b,
+        ):
+            for client in (a, b):
+                checks = (await client.get("/up")).json().get("checks", {})
+                database = checks.get("database", {}).get("backend")
+                progress = checks.get("progress_store", {}).get("backend")
+                if database != "postgresql" or progress != "redis":
+                    raise Skip(
+                        f"with HEADWAY_REDIS_URL set the service reports database "
+                        f"{database!r} and progress store {progress!r}, not postgresql and "
+                        "redis: scale-out has not landed yet"
+                    )
+            space = await seed.create_space(a, "scale-out")
+            pool = await seed.create_tasks(a, space, self.o.pool)
+            await seed.report_all(a, pool)
+            seen = (await b.get(f"/tasks/{pool[0]}")).json()
+            if seen.get("progress") is None:
+                raise Skip("progress reported on one instance is not visible on the other")
+            return pool
+
+    # --- Targets ------------------------------------------------------------------------
+
+    def targets(self) -> list[Target]:
+        r = self.rows
+        found: list[Target] = []
+
+        def ok(name: str) -> Row | None:
+            row = r.get(name)
+            return row if row is not None and row.status == "ok" else None
+
+        base, put = ok("baseline"), ok("put_report")
+        description = (
+            f"PUT ≥ {PUT_SHARE_OF_BASELINE:.0%} of baseline req/s, p99 < {PUT_P99_MS:g} ms "
+            f"at {PUT_CONNECTIONS} connections"
+        )
+        if base and put and put.ratio_to_baseline is not None and put.p99_ms is not None:
+            passed = put.ratio_to_baseline >= PUT_SHARE_OF_BASELINE and put.p99_ms < PUT_P99_MS
+            note = (
+                ""
+                if put.connections == PUT_CONNECTIONS
+                else f"measured at {put.connections} connections, not {PUT_CONNECTIONS}"
+            )
+            found.append(
+                Target(
+                    "put",
+                    description,
+                    "pass" if passed else "fail",
+                    f"{put.ratio_to_baseline:.1%} of baseline, p99 {put.p99_ms:.2f} ms",
+                    note,
+                )
+            )
+        else:
+            found.append(Target("put", description, "skipped", "–", "not measured"))
+
+        small, large = ok("get_space_small_page"), ok("get_space_big_page")
+        description = (
+            f"GET space limit={PAGE}: {self.o.big:,}-task space p50 within "
+            f"{PAGE_LATENCY_FACTOR:g}x the {self.o.small}-task space"
+        )
+        if small and large and small.p50_ms and large.p50_ms is not None:
+            factor = large.p50_ms / small.p50_ms
+            found.append(
+                Target(
+                    "space_page",
+                    description,
+                    "pass" if factor <= PAGE_LATENCY_FACTOR else "fail",
+                    f"{factor:.2f}x ({large.p50_ms:.2f} vs {small.p50_ms:.2f} ms)",
+                )
+            )
+        else:
+            found.append(Target("space_page", description, "skipped", "–", "not measured"))
+
+        memory = ok("memory")
+        description = f"RSS with {self.o.big:,} tasks holding progress < {RSS_LIMIT_MB} MB"
+        if memory:
+            rss = memory.extra["rss_mb"]
+            found.append(
+                Target(
+                    "memory",
+                    description,
+                    "pass" if rss < RSS_LIMIT_MB else "fail",
+                    f"{rss:.1f} MB",
+                    "" if self.o.big == 100_000 else "target is for 100,000 tasks",
+                )
+            )
+        else:
+            found.append(Target("memory", description, "skipped", "–", "not measured"))
+
+        two = ok("scale_out_two")
+        description = f"two instances ≥ {SCALE_OUT_FACTOR:g}x one (PostgreSQL + Redis)"
+        if two and "vs_one_instance" in two.extra and ok("scale_out_one"):
+            factor = two.extra["vs_one_instance"]
+            found.append(
+                Target(
+                    "scale_out",
+                    description,
+                    "pass" if factor >= SCALE_OUT_FACTOR else "fail",
+                    f"{factor:.2f}x",
+                )
+            )
+        else:
+            reason = (r.get("scale_out_two") or Row("", "")).reason or "not measured"
+            found.append(Target("scale_out", description, "skipped", "–", reason))
+        return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_options(argv)
+    started_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    load_at_start = os.getloadavg()
+    machine = report.machine()  # before the run: the commit measured, not a later one
+    with tempfile.TemporaryDirectory(prefix="headway-bench-") as tmp:
+        bench = Bench(options, Path(tmp))
+        bench.say(f"headway bench, mode {options.mode}; work directory {tmp}")
+        if load_at_start[0] > (os.cpu_count() or 1) / 2:
+            bench.say(
+                f"warning: load average {load_at_start[0]:.1f} on {os.cpu_count()} CPUs: "
+                "other work is running, so figures will be low and noisy"
+            )
+        try:
+            bench.run()
+        finally:
+            bench.stop_everything()
+        rows = [
+            bench.rows.get(name) or Row(name, title, "error", "not run")
+            for name, title in bench.titles.items()
+        ]
+        targets = bench.targets()
+        run = {
+            "started_at": started_at,
+            "elapsed_s": round(time.monotonic() - bench.started, 1),
+            "options": {
+                "mode": options.mode,
+                "duration": options.duration,
+                "connections": options.connections,
+                "threads": options.threads,
+                "big": options.big,
+                "small": options.small,
+                "children": options.children,
+                "pool": options.pool,
+                "profile": options.profile,
+            },
+            "machine": machine,
+            # Other work on the machine skews everything; the run records how much there was.
+            "load_average": {
+                "at_start": [round(x, 2) for x in load_at_start],
+                "at_end": [round(x, 2) for x in os.getloadavg()],
+            },
+        }
+        if bench.profiles:
+            run["profiles"] = bench.profiles
+            text = "".join(profile.render(n, s) for n, s in bench.profiles.items())
+            options.results.mkdir(parents=True, exist_ok=True)
+            (options.results / "profile.txt").write_text(text)
+        report.write(options.results, run, rows, targets)
+    print()
+    print(report.table(rows))
+    print()
+    print(report.targets_table(targets))
+    print(f"\nwritten: {options.results / 'latest.json'}, {options.results / 'latest.md'}")
+    return 1 if any(row.status == "error" for row in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
