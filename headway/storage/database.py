@@ -121,7 +121,7 @@ def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
     cursor.execute("PRAGMA synchronous=FULL")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=30000")
-    cursor.execute("PRAGMA cache_size=-1024")  # KiB: the OS page cache does the rest
+    cursor.execute("PRAGMA cache_size=-256")  # KiB: the OS page cache does the rest
     cursor.close()
 
 
