@@ -14,6 +14,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -582,3 +583,30 @@ def test_inspector_calls_the_tools(mcp_url: str, base_url: str) -> None:
         "content": [{"type": "text", "text": "No such task: check the task uuid."}],
         "isError": True,
     }
+
+
+def test_mcp_sdk_is_loaded_only_by_the_first_mcp_request(tmp_path):
+    """A Headway nobody talks MCP to never pays the SDK's memory."""
+    script = f"""
+import asyncio, sys, httpx
+from headway.app import create_app
+from headway.config import Settings
+
+async def main():
+    app = create_app(Settings(database_url="sqlite:///{tmp_path}/lazy.db", run_worker=False))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+            await c.post("/spaces", json={{}})
+            before = "mcp" in sys.modules
+            message = {{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}}
+            headers = {{"accept": "application/json, text/event-stream",
+                       "mcp-protocol-version": "2025-11-25"}}
+            answer = await c.post("/mcp", json=message, headers=headers)
+            print(before, "mcp" in sys.modules, answer.status_code)
+
+asyncio.run(main())
+"""
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["False", "True", "200"]
