@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, cast
 
 import msgspec
 
@@ -20,7 +20,6 @@ from .storage import outbox, queries
 from .storage.database import Database
 from .storage.families import FamilyCache
 
-State = Literal["active", "finished"]
 Family = list[tuple[TaskRow, Progress | None]]
 
 
@@ -89,7 +88,7 @@ class Service:
                 before_us=before_us,
                 after_us=after_us,
                 limit=count,
-                state=state,  # type: ignore[arg-type]
+                state=cast(queries.State | None, state),
             )
             children = await queries.list_children(conn, key, [t.uuid for t in top])
         rows = list(top)
