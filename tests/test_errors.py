@@ -109,7 +109,7 @@ async def test_422_create_task_with_parent_unknown_a_child_or_in_another_space(
     assert await stored_counts(sql) == before
 
 
-async def test_503_when_the_database_is_down(tmp_path, clock):
+async def test_503_when_the_database_is_down(tmp_path, clock, caplog):
     data = tmp_path / "data"
     app = create_app(
         Settings(database_url=f"sqlite:///{data}/headway.db", progress_ttl=60, run_worker=False),
@@ -134,6 +134,9 @@ async def test_503_when_the_database_is_down(tmp_path, clock):
         assert_error(await client.get(f"/spaces/{space}"), 503)
         assert_error(await client.post("/spaces", json={}), 503)
         assert_error(await client.post(f"/spaces/{space}/tasks", json={}), 503)
+    # The failures were logged, but a space uuid is a credential: never in full in a log.
+    assert "dependency unavailable" in caplog.text
+    assert space not in caplog.text
 
 
 # --- Paths and methods -------------------------------------------------------------------

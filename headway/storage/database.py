@@ -39,7 +39,9 @@ class Database:
     def __init__(self, url: str) -> None:
         self.url = async_url(url)
         self.is_sqlite = self.url.startswith("sqlite")
-        options: dict[str, Any] = {}
+        # Statement parameters hold space uuids, which are credentials: keep them out of
+        # error messages and so out of logs.
+        options: dict[str, Any] = {"hide_parameters": True}
         if self.is_sqlite:
             _make_parent_dir(self.url)
             options["connect_args"] = {"timeout": 30}
