@@ -80,6 +80,10 @@ class Worker:
         """Claim every due delivery (up to a batch), attempt them concurrently, and record
         each outcome. Returns how many attempts were made."""
         now = self.clock.now_us()
+        async with self.db.read() as conn:
+            due = await outbox.next_due_at(conn)
+        if due is None or due > now:
+            return 0  # nothing due: no write transaction (and on SQLite, no write lock)
         async with self.db.write() as conn:
             claims = await outbox.claim_due(conn, now, now + LEASE_S * 1_000_000, self._batch)
         if claims:
