@@ -18,6 +18,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from .api import health, openapi, rest
+from .api import mcp as mcp_routes
 from .api import webhooks as webhook_routes
 from .api.mcp import MCPEndpoint
 from .api.responses import JSONResponse, error_response
@@ -110,7 +111,9 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         lifespan=lifespan,
     )
     app.state.settings = settings
-    app.state.openapi = openapi.build_document(webhook_routes.openapi_paths)
+    app.state.openapi = openapi.build_document(
+        {**webhook_routes.openapi_paths, **mcp_routes.openapi_paths}
+    )
     return app
 
 

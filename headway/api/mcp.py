@@ -19,6 +19,7 @@ from .. import schemas
 from ..config import Settings
 from ..errors import error_body
 from ..service import Service
+from .openapi import _error, _json
 from .responses import NO_STORE, JSONResponse
 
 if TYPE_CHECKING:
@@ -26,6 +27,32 @@ if TYPE_CHECKING:
 
 # Room for the JSON-RPC envelope around arguments that REST would accept as a body.
 MAX_MCP_BODY = 2 * schemas.MAX_BODY
+
+_JSON_RPC = {"type": "object", "description": "A JSON-RPC 2.0 message (or a batch)."}
+openapi_paths: dict[str, Any] = {
+    "/mcp": {
+        "post": {
+            "operationId": "mcp",
+            "summary": "Model Context Protocol (JSON-RPC)",
+            "description": "A Model Context Protocol server over Streamable HTTP, stateless, "
+            "answering JSON. Tools: create_space, get_space, create_task, get_task, "
+            "report_progress; list them with `tools/list`. Send `Accept: application/json, "
+            "text/event-stream`. Any other method on /mcp is 405.",
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _JSON_RPC}},
+            },
+            "responses": {
+                "200": _json(_JSON_RPC, "The JSON-RPC response."),
+                "202": {"description": "A notification or response was accepted."},
+                "400": _json(_JSON_RPC, "Not a valid JSON-RPC request for this protocol."),
+                "406": _error("The Accept header does not allow application/json."),
+                "413": _error(f"The body is larger than {MAX_MCP_BODY} bytes."),
+                "421": _error("The Host header is not in HEADWAY_MCP_ALLOWED_HOSTS."),
+            },
+        }
+    }
+}
 
 
 class MCPEndpoint:
