@@ -189,13 +189,6 @@ def duration_seconds(created_at_us: int, finished_at_us: int) -> int:
     return max(finished_at_us - created_at_us, 0) // 1_000_000
 
 
-def next_created_at(last_us: int | None, now_us: int) -> int:
-    """A creation instant strictly after the space's last one, and never before now."""
-    if last_us is None or last_us < now_us:
-        return now_us
-    return last_us + 1
-
-
 # --- Timestamps --------------------------------------------------------------------------
 
 _RFC3339 = re.compile(
@@ -215,13 +208,14 @@ def _second(seconds: int) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
 
 
-def parse_ts(text: str) -> int:
+def parse_ts(text: str, *, round_up: bool = False) -> int:
     """Microseconds since the epoch from an RFC 3339 timestamp; ValueError if it is not one.
 
     Any offset is accepted. A space where the offset's `+` should be is read as `+` (an
     unencoded `+` in a query string arrives as a space). A timestamp with no offset is
-    read as UTC. Digits beyond microseconds are dropped.
+    read as UTC. Digits beyond microseconds are dropped, or round up with `round_up`.
     """
+    extra = 0
     if not _RFC3339.fullmatch(text):
         raise ValueError(text)
     if len(text) > 6 and text[-6] == " ":
@@ -232,10 +226,11 @@ def parse_ts(text: str) -> int:
         digits = len(tail) - len(tail.lstrip("0123456789"))
         frac, zone = tail[:digits], tail[digits:]
         text = f"{head}.{frac[:6].ljust(6, '0')}{zone}"
+        extra = 1 if round_up and frac[6:].strip("0") else 0
     moment = datetime.fromisoformat(text.upper() if text[-1:] in "zZ" else text)
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
-    return (moment - EPOCH) // ONE_US
+    return (moment - EPOCH) // ONE_US + extra
 
 
 # --- Space fields ---------------------------------------------------------------------------

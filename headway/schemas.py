@@ -6,6 +6,7 @@ enforced everywhere the body is accepted and published in the OpenAPI document.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 import msgspec
@@ -215,9 +216,13 @@ def report_from_query(params: list[tuple[str, str]]) -> Report:
     return decode_report(msgspec.json.encode(fields), what="query")
 
 
+_QUERY_NUMBER = re.compile(r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?")
+
+
 def _query_number(name: str, raw: str) -> int | float:
     text = raw.strip()
-    if "_" in text:  # Python reads 1_000 as a number; a client would not mean it as one
+    # Plain ASCII decimal only: int() and float() also read "1_000" and non-ASCII digits.
+    if not _QUERY_NUMBER.fullmatch(text):
         raise BadRequest(f"Query parameter {name!r} must be a number, not {raw!r}.")
     try:
         number: int | float = int(text)

@@ -130,8 +130,11 @@ class Service:
                         "parent_uuid is already a step of another task: tasks nest one level only."
                     )
             row = TaskRow(task_uuid, space_key, parent_key, body.title, body.source, created_at_us)
-            await queries.insert_task(conn, row)
-        self._forget(parent_key)
+            try:
+                await queries.insert_task(conn, row)
+            finally:
+                # Even if cancelled around the commit: a cached parent must not stay childless.
+                self._forget(parent_key)
         return {"uuid": task_uuid}
 
     async def get_task(self, task_uuid: str) -> dict[str, Any]:
@@ -159,6 +162,14 @@ class Service:
             family = list(zip(children, found, strict=True))
         if finishing and not row.finished:
             row = await self._finish(row, progress, family, now_us)
+            if report.is_done_only:
+                # Finishing waited on the database; a report that landed meanwhile holds
+                # the last numbers now, and `{"done": true}` keeps the last numbers.
+                latest = await self.progress.get(row.uuid)
+                if latest is not previous:
+                    progress, _ = domain.apply_report(
+                        latest, report, now_us, is_parent=bool(children)
+                    )
         await self.progress.put(row.uuid, progress)
         return task_view(row, progress, family)
 
@@ -308,7 +319,8 @@ def _cursor(name: str, value: str | None) -> int | None:
     if value is None:
         return None
     try:
-        return domain.parse_ts(value)
+        # A `before` finer than a microsecond lies after the microsecond it falls in.
+        return domain.parse_ts(value, round_up=name == "before")
     except ValueError:
         raise BadRequest(
             f"{name} must be an RFC 3339 timestamp such as 2026-11-22T01:15:09.123456Z, "

@@ -25,7 +25,7 @@ from .storage.outbox import Claim
 
 log = logging.getLogger("headway.worker")
 
-ATTEMPT_TIMEOUT_S = 10.0
+ATTEMPT_TIMEOUT_S = 10.0  # per attempt, all of it
 LEASE_S = 60  # longer than one attempt can take, with room to record its outcome
 FIRST_RETRY_S = 10
 MAX_RETRY_S = 6 * 3600
@@ -58,6 +58,7 @@ class Worker:
         jitter: Callable[[], float] | None = None,
         batch: int = 16,
         poll_s: float = 1.0,
+        attempt_timeout_s: float = ATTEMPT_TIMEOUT_S,
     ) -> None:
         self.db = db
         self.clock = clock
@@ -70,6 +71,7 @@ class Worker:
         self._jitter = jitter or (lambda: random.uniform(0.8, 1.2))
         self._batch = batch
         self._poll_s = poll_s
+        self._attempt_timeout_s = attempt_timeout_s
         self._wake = asyncio.Event()
 
     def wake(self) -> None:
@@ -86,11 +88,13 @@ class Worker:
             return 0  # nothing due: no write transaction (and on SQLite, no write lock)
         async with self.db.write() as conn:
             claims = await outbox.claim_due(conn, now, now + LEASE_S * 1_000_000, self._batch)
-        if claims:
-            outcomes = await asyncio.gather(*(self.attempt(c) for c in claims))
-            for claim, outcome in zip(claims, outcomes, strict=True):
-                await self.record(claim, outcome)
+        # Each outcome is recorded as soon as its attempt ends: a slow receiver delays
+        # only its own delivery, never one that already succeeded.
+        await asyncio.gather(*(self._deliver(claim) for claim in claims))
         return len(claims)
+
+    async def _deliver(self, claim: Claim) -> None:
+        await self.record(claim, await self.attempt(claim))
 
     async def attempt(self, claim: Claim) -> Outcome:
         """POST one event to one webhook, signed. A 2xx is delivered; anything else is not."""
@@ -103,12 +107,19 @@ class Worker:
             claim.secret, claim.event_id, self.clock.now_us() // 1_000_000, claim.payload
         )
         try:
-            response = await self._http.post(url, content=claim.payload, headers=headers)
+            # httpx's timeout bounds each read; this bounds the whole attempt, so a receiver
+            # trickling bytes cannot hold it past its lease. The body is never read.
+            async with asyncio.timeout(self._attempt_timeout_s):
+                request = self._http.stream("POST", url, content=claim.payload, headers=headers)
+                async with request as response:
+                    status = response.status_code
+        except TimeoutError:
+            return Outcome(False, f"no answer within {self._attempt_timeout_s:g} s")
         except httpx.HTTPError as exc:
             return Outcome(False, f"{type(exc).__name__}: {exc}")
-        if 200 <= response.status_code < 300:
+        if 200 <= status < 300:
             return Outcome(True)
-        return Outcome(False, f"HTTP {response.status_code}")
+        return Outcome(False, f"HTTP {status}")
 
     async def record(self, claim: Claim, outcome: Outcome) -> None:
         """Settle a delivered attempt, or schedule the next one, or give up after the last."""
@@ -149,11 +160,12 @@ class Worker:
                         await self.heartbeat()
                         await self.sweep()
                         last_beat = loop.time()
+                    # Cleared before looking, so a wake-up during the look is not lost.
+                    self._wake.clear()
                     if await self.run_once():
                         continue
                 except Exception:  # a dependency may be down: keep trying, never die
                     log.exception("worker step failed; retrying")
-                self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self._poll_s)
         finally:

@@ -677,3 +677,45 @@ async def test_reports_that_do_not_finish_write_no_event(client, make_task, sql)
         await put(client, task, body)
     await report(client, task, current="2", end="5")
     assert await outbox_events(sql) == []
+
+
+async def test_done_alone_keeps_numbers_reported_while_it_was_finishing(client, make_task, app):
+    """`{"done": true}` keeps the last numbers, even those of a report that was answered
+    while the finish waited for the database."""
+    import asyncio
+
+    from headway.storage import queries
+
+    task = await make_task()
+    await client.put(f"/tasks/{task}", json={"current": 5, "end": 10})
+    async with app.state.service.db.write() as conn:
+        await queries.lock_task(conn, task)  # the finish must wait for this transaction
+        finishing = asyncio.create_task(client.put(f"/tasks/{task}", json={"done": True}))
+        await asyncio.sleep(0.2)
+        meanwhile = await client.put(f"/tasks/{task}", json={"current": 7, "end": 10})
+        assert meanwhile.status_code == 200
+        assert meanwhile.json()["progress"]["current"] == 7
+    finished = await finishing
+    assert finished.json()["finished_at"] is not None
+    after = (await client.get(f"/tasks/{task}")).json()
+    assert after["progress"]["current"] == 7
+    assert after["progress"]["ratio"] == 1
+
+
+async def test_report_by_url_refuses_numbers_python_alone_would_read(client, make_task):
+    task = await make_task()
+    for value in ("1_000", "\uff11\uff12", "0x10", "nan", "1e", ""):
+        response = await client.get(f"/tasks/{task}/report", params={"current": value})
+        assert response.status_code == 400, value
+        assert "current" in response.json()["error"]
+    ok = await client.get(f"/tasks/{task}/report", params={"current": "+1.5e1", "end": ".5E2"})
+    assert ok.json()["progress"]["current"] == 15.0
+    assert ok.json()["progress"]["end"] == 50.0
+
+
+async def test_head_on_report_by_url_does_not_write(client, make_task):
+    task = await make_task()
+    response = await client.head(f"/tasks/{task}/report?current=1")
+    assert response.status_code == 405
+    assert response.headers["allow"] == "GET"
+    assert (await client.get(f"/tasks/{task}")).json()["progress"] is None

@@ -359,3 +359,15 @@ async def test_state_other_than_active_or_finished_is_400(client, space, state):
     response = await client.get(f"/spaces/{space}", params={"state": state})
     assert response.status_code == 400
     assert "state" in response.json()["error"]
+
+
+async def test_before_finer_than_a_microsecond_keeps_the_task_inside_it(client, space, make_task):
+    task = await make_task()
+    created = (await client.get(f"/tasks/{task}")).json()["created_at"]  # ...123456Z
+    finer = created[:-1] + "5Z"  # half a microsecond later: the task is strictly before
+    found = (await client.get(f"/spaces/{space}", params={"before": finer})).json()["tasks"]
+    assert [t["uuid"] for t in found] == [task]
+    same = (await client.get(f"/spaces/{space}", params={"before": created})).json()["tasks"]
+    assert same == []
+    after = (await client.get(f"/spaces/{space}", params={"after": finer})).json()["tasks"]
+    assert after == []

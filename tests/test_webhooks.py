@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import uuid
 from datetime import UTC, datetime
 
 import httpx
@@ -435,3 +436,70 @@ def test_signature_matches_standard_webhooks_example_vector():
     assert headers["webhook-signature"] == "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
     assert headers["webhook-id"] == "msg_p5jXN8AQM9LWM0D4loKWxJek"
     assert headers["webhook-timestamp"] == "1614265330"
+
+
+async def test_an_attempt_is_bounded_as_a_whole_even_by_a_trickling_receiver(
+    client, space, make_task, app, clock
+):
+    """httpx's timeout bounds each read; the attempt's bound covers all of it."""
+    import socket
+    import threading
+    import time
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def trickle() -> None:
+        connection, _ = listener.accept()
+        connection.recv(65536)
+        connection.sendall(b"HTTP/1.1 200 OK\r\n")
+        for _ in range(30):  # a header byte every 0.1 s: never a read timeout
+            time.sleep(0.1)
+            try:
+                connection.sendall(b"X")
+            except OSError:
+                break
+        connection.close()
+
+    threading.Thread(target=trickle, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/hook"
+    await register(client, space, url)
+    task = await make_task()
+    await client.put(f"/tasks/{task}", json={"done": True})
+    worker = Worker(
+        app.state.service.db, clock, allow_private=True, jitter=lambda: 1.0, attempt_timeout_s=0.5
+    )
+    try:
+        started = time.monotonic()
+        assert await worker.run_once() == 1
+        assert time.monotonic() - started < 2
+        # Not delivered: it is due again after the first backoff.
+        clock.advance(retry_delay_s(1))
+        assert await worker.run_once() == 1
+    finally:
+        await worker.close()
+        listener.close()
+
+
+async def test_a_delivery_whose_webhook_is_gone_is_settled_not_retried(
+    client, space, make_task, worker, sql, app
+):
+    """A webhook deleted while its event was fanned out leaves a delivery with nothing to
+    deliver to: the worker drops it and the event, instead of claiming it forever."""
+    from sqlalchemy import insert
+
+    from headway.storage.tables import deliveries
+
+    task = await make_task()
+    await client.put(f"/tasks/{task}", json={"done": True})
+    (event_id,) = (await sql("SELECT id FROM outbox"))[0]
+    async with app.state.service.db.write() as conn:
+        await conn.execute(
+            insert(deliveries).values(
+                event_id=event_id, webhook_uuid=str(uuid.uuid4()), attempts=0, next_attempt_at_us=0
+            )
+        )
+    assert await worker.run_once() == 0
+    assert await sql("SELECT count(*) FROM deliveries") == [(0,)]
+    assert await sql("SELECT count(*) FROM outbox") == [(0,)]

@@ -57,6 +57,8 @@ async def patch_task(_request: Request) -> Response:
 
 
 async def report_by_url(request: Request) -> Response:
+    if request.method == "HEAD":  # a HEAD must not write; Starlette routes it with GET
+        raise MethodNotAllowed("HEAD would write a report here; use GET.", headers={"allow": "GET"})
     report = report_from_query(request.query_params.multi_items())
     return JSONResponse(await _service(request).report(request.path_params["task_uuid"], report))
 

@@ -117,6 +117,16 @@ async def claim_due(
         .where(outbox.c.id.in_({event_id for event_id, _, _ in claimed}))
     )
     found = {(r.id, r.uuid): r for r in details}
+    for event_id, hook, _ in claimed:
+        if (event_id, hook) not in found:
+            # Its webhook was deleted while the event was being fanned out: nothing to
+            # deliver to, so settle it rather than claim it forever.
+            await conn.execute(
+                delete(deliveries).where(
+                    deliveries.c.event_id == event_id, deliveries.c.webhook_uuid == hook
+                )
+            )
+            await delete_settled_events(conn, event_id)
     return [
         Claim(event_id, hook, attempt, lease_until_us, *found[event_id, hook][2:])
         for event_id, hook, attempt in claimed
