@@ -49,24 +49,40 @@ def check_url_syntax(url: str) -> httpx.URL:
     return parsed
 
 
-async def check_destination(url: httpx.URL, *, allow_private: bool) -> None:
-    """Raise RefusedAddress unless every address `url`'s host resolves to is public.
+async def check_destination(
+    url: httpx.URL, *, allow_private: bool
+) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """Raise RefusedAddress unless every address `url`'s host resolves to is public, and
+    return one of them to connect to (None when `allow_private` turns the guard off).
 
     Checked at registration and again before each delivery, since what a name resolves
-    to can change. `allow_private` (HEADWAY_WEBHOOK_ALLOW_PRIVATE) turns the guard off.
+    to can change; a delivery then connects to the address checked (see `pinned`), so a
+    name that changes again in between cannot redirect it.
     """
     if allow_private:
-        return
+        return None
     host = url.host
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as exc:
         raise RefusedAddress(f"the host {host} does not resolve ({exc.strerror or exc})") from None
-    for info in infos:
-        address = ipaddress.ip_address(info[4][0].split("%", 1)[0])
+    addresses = [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]
+    for address in addresses:
         if not is_public(address):
             raise RefusedAddress(f"the host {host} resolves to the non-public address {address}")
+    if not addresses:
+        raise RefusedAddress(f"the host {host} does not resolve")
+    return addresses[0]
+
+
+def pinned(
+    url: httpx.URL, address: ipaddress.IPv4Address | ipaddress.IPv6Address
+) -> tuple[httpx.URL, dict[str, str], dict[str, str]]:
+    """The request for `url` sent to `address`: the URL with the address as host, the
+    original `Host` header, and (for https) the TLS server name the certificate must match."""
+    extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
+    return url.copy_with(host=str(address)), {"host": url.netloc.decode()}, extensions
 
 
 def is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:

@@ -100,17 +100,23 @@ class Worker:
         """POST one event to one webhook, signed. A 2xx is delivered; anything else is not."""
         url = httpx.URL(claim.url)
         try:
-            await webhooks.check_destination(url, allow_private=self.allow_private)
+            address = await webhooks.check_destination(url, allow_private=self.allow_private)
         except webhooks.RefusedAddress as exc:
             return Outcome(False, f"refused: {exc}")
         headers = webhooks.signed_headers(
             claim.secret, claim.event_id, self.clock.now_us() // 1_000_000, claim.payload
         )
+        extensions: dict[str, str] = {}
+        if address is not None:
+            url, host, extensions = webhooks.pinned(url, address)
+            headers.update(host)
         try:
             # httpx's timeout bounds each read; this bounds the whole attempt, so a receiver
             # trickling bytes cannot hold it past its lease. The body is never read.
             async with asyncio.timeout(self._attempt_timeout_s):
-                request = self._http.stream("POST", url, content=claim.payload, headers=headers)
+                request = self._http.stream(
+                    "POST", url, content=claim.payload, headers=headers, extensions=extensions
+                )
                 async with request as response:
                     status = response.status_code
         except TimeoutError:

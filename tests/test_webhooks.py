@@ -503,3 +503,35 @@ async def test_a_delivery_whose_webhook_is_gone_is_settled_not_retried(
     assert await worker.run_once() == 0
     assert await sql("SELECT count(*) FROM deliveries") == [(0,)]
     assert await sql("SELECT count(*) FROM outbox") == [(0,)]
+
+
+@pytest.mark.parametrize(
+    ("url", "address", "sent_to", "host", "extensions"),
+    [
+        (
+            "https://hooks.example.com:8443/x?y=1",
+            "93.184.216.34",
+            "https://93.184.216.34:8443/x?y=1",
+            "hooks.example.com:8443",
+            {"sni_hostname": "hooks.example.com"},
+        ),
+        (
+            "http://hooks.example.com/x",
+            "2606:2800:220:1::1",
+            "http://[2606:2800:220:1::1]/x",
+            "hooks.example.com",
+            {},
+        ),
+    ],
+)
+def test_delivery_connects_to_the_address_it_checked(url, address, sent_to, host, extensions):
+    """A name that resolves elsewhere after the check cannot redirect the delivery: it is
+    sent to the checked address, with the original Host and TLS server name."""
+    import ipaddress
+
+    from headway.webhooks import pinned
+
+    pinned_url, headers, sent_extensions = pinned(httpx.URL(url), ipaddress.ip_address(address))
+    assert str(pinned_url) == sent_to
+    assert headers == {"host": host}
+    assert sent_extensions == extensions
