@@ -28,7 +28,7 @@ from .errors import UNAVAILABLE_MESSAGE, HeadwayError, Unavailable, error_body
 from .progress import ProgressStore
 from .progress.memory import MemoryProgressStore
 from .service import Service
-from .storage.database import Database
+from .storage.database import Database, DatabaseUnavailable
 from .storage.families import FamilyCache
 from .worker import Worker
 
@@ -39,6 +39,7 @@ DEPENDENCY_ERRORS: tuple[type[BaseException], ...] = (
     sqlalchemy.exc.OperationalError,
     sqlalchemy.exc.InterfaceError,
     sqlalchemy.exc.TimeoutError,
+    DatabaseUnavailable,
     ConnectionError,
     TimeoutError,
     OSError,

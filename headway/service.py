@@ -183,8 +183,7 @@ class Service:
             if cached is not None:
                 return cached
             generation = cache.generation
-        async with self.db.read() as conn:
-            row, children = await queries.get_family(conn, key)
+        row, children = await self.db.read_once_more(lambda conn: queries.get_family(conn, key))
         if row is None:
             raise NotFound(_NO_TASK)
         if cache is not None:

@@ -117,3 +117,22 @@ async def test_postgres_outage_gives_503_then_recovers_without_losing_events(cli
         assert json.loads(receiver.deliveries[0].body)["data"]["uuid"] == task
     finally:
         receiver.stop()
+
+
+async def test_first_read_after_a_database_restart_succeeds(servers):
+    """Pooled connections are not pinged before use: a read that meets one the restart
+    killed is tried once more on a new connection instead of failing."""
+    postgres, redis_server = servers
+    settings = Settings(database_url=postgres.url, redis_url=redis_server.url, run_worker=False)
+    app = create_app(settings)
+    async with running(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://headway.test") as c:
+            space = (await c.post("/spaces", json={})).json()["uuid"]
+            task = (await c.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
+            assert (await c.get(f"/tasks/{task}")).status_code == 200
+            postgres.stop()
+            postgres.start()
+            assert (await c.get(f"/tasks/{task}")).status_code == 200
+            assert (await c.put(f"/tasks/{task}", json={"current": 1})).status_code == 200
+            assert (await c.get("/up")).status_code == 200
