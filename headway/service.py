@@ -226,10 +226,9 @@ class Service:
     ) -> None:
         parent_uuid = child.parent_uuid
         assert parent_uuid is not None
-        if await queries.count_unfinished_children(conn, parent_uuid):
-            return
+        # Read after this child's finish, under the parent's row lock (see `_record_finish`).
         parent, siblings = await queries.get_family(conn, parent_uuid)
-        if parent is None or parent.finished:
+        if parent is None or any(not sibling.finished for sibling in siblings):
             return
         duration = domain.duration_seconds(parent.created_at_us, now_us)
         if not await queries.finish_task(conn, parent.uuid, now_us, duration):
@@ -265,9 +264,7 @@ class Service:
                 f"url is refused: {exc}. Webhooks must reach a public address."
             ) from None
         webhook_uuid, secret = str(uuid.uuid4()), webhooks.new_secret()
-        async with self.db.write() as conn:
-            if await queries.get_space(conn, space_key) is None:
-                raise NotFound(_NO_SPACE)
+        async with self.db.write() as conn:  # spaces are never deleted: it still exists
             await outbox.insert_webhook(
                 conn, webhook_uuid, space_key, body.url, secret, self.clock.now_us()
             )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Literal
 
-from sqlalchemy import bindparam, case, func, insert, select, update
+from sqlalchemy import bindparam, case, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..domain import TaskRow
@@ -183,15 +183,6 @@ async def finish_task(conn: AsyncConnection, uuid: str, finished_at_us: int, dur
         .values(finished_at_us=finished_at_us, duration=duration)
     )
     return result.rowcount == 1
-
-
-async def count_unfinished_children(conn: AsyncConnection, parent_uuid: str) -> int:
-    query = (
-        select(func.count())
-        .select_from(tasks)
-        .where(tasks.c.parent_uuid == parent_uuid, tasks.c.finished_at_us.is_(None))
-    )
-    return (await conn.execute(query)).scalar_one()
 
 
 async def insert_event(
