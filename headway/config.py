@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from collections.abc import Mapping
@@ -26,6 +27,30 @@ class Settings:
     # Host header patterns `/mcp` answers (DNS-rebinding protection). None: derived from
     # `host` (see `api.mcp.transport_security`); ("*",): no check.
     mcp_allowed_hosts: tuple[str, ...] | None = None
+    # --- Abuse limits (see limits.py and the README's "Limits and abuse") ---------------
+    # Addresses whose X-Forwarded-For is believed (networks, e.g. 10.0.0.0/8).
+    trusted_proxies: tuple[str, ...] = ()
+    # False turns every rate limit off; budgets and sizes stay on.
+    rate_limits: bool = True
+    # Per client address, in the `limits` notation ("600/second;6000/minute").
+    rate_spaces: str = "600/second;6000/minute"
+    rate_tasks: str = "600/second;6000/minute"
+    rate_webhooks: str = "30/second;300/minute"
+    rate_shares: str = "30/second;300/minute"
+    rate_reports: str = "20000/second"
+    # Bytes of live progress this process may hold (memory store only). None: sized from
+    # the machine at start (an eighth of its memory, at most 512 MiB).
+    progress_memory: int | None = None
+    # The share of that budget one space may hold.
+    progress_memory_per_space: float = 0.125
+    webhooks_per_space: int = 20
+    # HTTP server protections (`headway serve`).
+    max_connections: int = 4096
+    header_timeout: float = 10.0
+    body_timeout: float = 30.0
+    # `GET /metrics`: on the service's port (True), off (False), or only on `metrics_port`.
+    metrics: bool = True
+    metrics_port: int | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -48,6 +73,25 @@ class Settings:
             ),
             run_worker=_bool(env, "RUN_WORKER", defaults.run_worker),
             mcp_allowed_hosts=_host_patterns(env, "MCP_ALLOWED_HOSTS"),
+            trusted_proxies=_networks(env, "TRUSTED_PROXIES"),
+            rate_limits=_bool(env, "RATE_LIMITS", defaults.rate_limits),
+            rate_spaces=_rate(env, "RATE_SPACES", defaults.rate_spaces),
+            rate_tasks=_rate(env, "RATE_TASKS", defaults.rate_tasks),
+            rate_webhooks=_rate(env, "RATE_WEBHOOKS", defaults.rate_webhooks),
+            rate_shares=_rate(env, "RATE_SHARES", defaults.rate_shares),
+            rate_reports=_rate(env, "RATE_REPORTS", defaults.rate_reports),
+            progress_memory=_size(env, "PROGRESS_MEMORY"),
+            progress_memory_per_space=_fraction(
+                env, "PROGRESS_MEMORY_PER_SPACE", defaults.progress_memory_per_space
+            ),
+            webhooks_per_space=_int(
+                env, "WEBHOOKS_PER_SPACE", defaults.webhooks_per_space, minimum=1
+            ),
+            max_connections=_int(env, "MAX_CONNECTIONS", defaults.max_connections, minimum=1),
+            header_timeout=_seconds(env, "HEADER_TIMEOUT", defaults.header_timeout),
+            body_timeout=_seconds(env, "BODY_TIMEOUT", defaults.body_timeout),
+            metrics=_bool(env, "METRICS", defaults.metrics),
+            metrics_port=_optional_port(env, "METRICS_PORT"),
         )
         settings.validate()
         return settings
@@ -67,6 +111,26 @@ class Settings:
             raise ConfigError("HEADWAY_PROGRESS_TTL must be a whole number of seconds, at least 1")
         if self.mcp_allowed_hosts is not None:
             _check_host_patterns(self.mcp_allowed_hosts)
+        for proxy in self.trusted_proxies:
+            _network(proxy)
+        for name in ("spaces", "tasks", "webhooks", "shares", "reports"):
+            _check_rate(f"HEADWAY_RATE_{name.upper()}", getattr(self, f"rate_{name}"))
+        if self.progress_memory is not None and self.progress_memory < 1024 * 1024:
+            raise ConfigError("HEADWAY_PROGRESS_MEMORY must be at least 1MiB")
+        if not 0 < self.progress_memory_per_space <= 1:
+            raise ConfigError("HEADWAY_PROGRESS_MEMORY_PER_SPACE must be above 0 and at most 1")
+
+    @property
+    def progress_memory_budget(self) -> int:
+        """Bytes of live progress the memory store may hold: the setting, or sized from
+        the machine (an eighth of its physical memory, at most 512 MiB)."""
+        if self.progress_memory is not None:
+            return self.progress_memory
+        try:
+            physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (OSError, ValueError):
+            physical = 4 * 1024**3
+        return max(min(physical // 8, 512 * 1024**2), 16 * 1024**2)
 
     def with_(self, **changes: object) -> Settings:
         """A copy with some settings changed, validated."""
@@ -106,6 +170,90 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     if value == "false":
         return False
     raise ConfigError(f"HEADWAY_{name} must be true or false, not {raw!r}")
+
+
+def _networks(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """A comma-separated list of addresses or networks (`10.0.0.0/8`, `::1`)."""
+    raw = env.get(f"HEADWAY_{name}") or ""
+    found = tuple(part.strip() for part in raw.split(",") if part.strip())
+    for part in found:
+        try:
+            _network(part)
+        except ConfigError:
+            raise ConfigError(
+                f"HEADWAY_{name} holds addresses or networks such as 10.0.0.0/8, not {part!r}"
+            ) from None
+    return found
+
+
+def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
+    try:
+        return ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        raise ConfigError(f"{text!r} is not an address or network") from None
+
+
+def _rate(env: Mapping[str, str], name: str, default: str) -> str:
+    raw = env.get(f"HEADWAY_{name}")
+    return default if raw is None or not raw.strip() else raw.strip()
+
+
+_RATE = re.compile(r"\s*[0-9]+\s*(/|per)\s*([0-9]+\s*)?(second|minute|hour|day)s?\s*", re.I)
+
+
+def _check_rate(name: str, value: str) -> None:
+    for part in value.split(";"):
+        if not _RATE.fullmatch(part):
+            raise ConfigError(f"{name} holds limits such as 600/second;6000/minute, not {value!r}")
+
+
+_SIZE = re.compile(r"\s*([0-9]+)\s*(|B|KiB|MiB|GiB|K|M|G)\s*", re.I)
+_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2}
+_UNITS.update({"g": 1024**3, "gib": 1024**3})
+
+
+def _size(env: Mapping[str, str], name: str) -> int | None:
+    """A size in bytes, with an optional KiB/MiB/GiB unit; unset gives None."""
+    raw = env.get(f"HEADWAY_{name}")
+    if raw is None or not raw.strip():
+        return None
+    match = _SIZE.fullmatch(raw)
+    if match is None:
+        raise ConfigError(f"HEADWAY_{name} must be a size such as 512MiB, not {raw!r}")
+    return int(match[1]) * _UNITS[match[2].lower()]
+
+
+def _fraction(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(f"HEADWAY_{name}")
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value <= 1:
+        raise ConfigError(f"HEADWAY_{name} must be a number above 0, at most 1, not {raw!r}")
+    return value
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(f"HEADWAY_{name}")
+    if raw is None or not raw.strip():
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 86_400:
+        raise ConfigError(f"HEADWAY_{name} must be a number of seconds above 0, not {raw!r}")
+    return value
+
+
+def _optional_port(env: Mapping[str, str], name: str) -> int | None:
+    raw = env.get(f"HEADWAY_{name}")
+    if raw is None or not raw.strip():
+        return None
+    return _int(env, name, 0, minimum=1, maximum=65535)
 
 
 def _host_patterns(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:
