@@ -115,12 +115,22 @@ def last_line(text: str) -> str:
 
 
 def ratio(current: Number | None, end: Number | None, *, finished: bool) -> float | None:
-    """1 when finished; None when the denominator or count is unknown; else clamped."""
+    """1 when finished; None when the denominator or count is unknown; else clamped.
+
+    Never raises, whatever numbers are stored: a quotient that cannot be computed (a
+    whole number beyond a float) or is NaN reads as unknown, None.
+    """
     if finished:
         return 1
     if end is None or end == 0 or current is None:
         return None
-    return min(max(current / end, 0.0), 1.0)
+    try:
+        quotient = current / end
+    except (ArithmeticError, TypeError):
+        return None
+    if quotient != quotient:  # NaN
+        return None
+    return min(max(quotient, 0.0), 1.0)
 
 
 def progress_view(

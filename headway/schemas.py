@@ -7,7 +7,9 @@ enforced everywhere the body is accepted and published in the OpenAPI document.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+import sys
+from typing import Annotated, Any, Literal
+from urllib.parse import unquote_to_bytes
 
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
@@ -28,6 +30,7 @@ Count = Annotated[int, Meta(ge=0)] | Annotated[float, Meta(ge=0)]
 ValueKey = Annotated[str, Meta(min_length=1, max_length=MAX_KEY)]
 Value = Annotated[str, Meta(max_length=MAX_VALUE_TEXT)] | int | float | bool
 Values = Annotated[dict[ValueKey, Value], Meta(max_length=MAX_VALUES)]
+_FITS_FLOAT = "Finite, and within a 64-bit float (at most about 1.8e308)."
 
 
 class CreateSpace(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -55,11 +58,15 @@ class CreateTask(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 class ReportBody(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """Body of `PUT /tasks/{task_uuid}`: the task's whole new state."""
 
-    current: Annotated[Count, Meta(description="A count, not a percentage.")] | UnsetType | None = (
-        UNSET
-    )
+    current: (
+        Annotated[Count, Meta(description=f"A count, not a percentage. {_FITS_FLOAT}")]
+        | UnsetType
+        | None
+    ) = UNSET
     end: (
-        Annotated[Count, Meta(description="Omit for a count with no total.")] | UnsetType | None
+        Annotated[Count, Meta(description=f"Omit for a count with no total. {_FITS_FLOAT}")]
+        | UnsetType
+        | None
     ) = UNSET
     values: (
         Annotated[Values, Meta(description="Flat extras; omitted clears them; `log`: one line.")]
@@ -81,6 +88,9 @@ class CreateWebhook(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 # --- Responses (for the OpenAPI description; the service returns plain dicts) -------------
 
 
+Uuid = Annotated[str, Meta(extra_json_schema={"format": "uuid"})]
+
+
 class ProgressOut(msgspec.Struct):
     current: int | float | None
     end: int | float | None
@@ -91,9 +101,9 @@ class ProgressOut(msgspec.Struct):
 
 
 class TaskOut(msgspec.Struct):
-    uuid: str
-    space_uuid: str
-    parent_uuid: str | None
+    uuid: Uuid
+    space_uuid: Uuid
+    parent_uuid: Uuid | None
     title: str | None
     source: str | None
     created_at: Annotated[str, Meta(extra_json_schema={"format": "date-time"})]
@@ -104,7 +114,13 @@ class TaskOut(msgspec.Struct):
 
 
 class SpaceCreated(msgspec.Struct):
-    uuid: Annotated[str, Meta(description="The space's credential: keep it like an API token.")]
+    uuid: Annotated[
+        str,
+        Meta(
+            description="The space's credential: keep it like an API token.",
+            extra_json_schema={"format": "uuid"},
+        ),
+    ]
     title: str | None
     icon: str | None
 
@@ -116,22 +132,62 @@ class SpaceOut(msgspec.Struct):
 
 
 class TaskCreated(msgspec.Struct):
-    uuid: str
+    uuid: Uuid
 
 
 class WebhookCreated(msgspec.Struct):
-    uuid: str
+    uuid: Uuid
     url: str
     secret: Annotated[str, Meta(description="`whsec_` + base64; shown only here.")]
 
 
 class WebhookOut(msgspec.Struct):
-    uuid: str
+    uuid: Uuid
     url: str
 
 
 class ErrorOut(msgspec.Struct):
     error: str
+
+
+class DatabaseCheck(msgspec.Struct):
+    status: Literal["up", "down"]
+    backend: Literal["sqlite", "postgresql"]
+    latency_ms: Annotated[float, Meta(description="Present when up.")] | UnsetType = UNSET
+    error: Annotated[str, Meta(description="Present when down: what failed.")] | UnsetType = UNSET
+
+
+class ProgressStoreCheck(msgspec.Struct):
+    status: Literal["up", "down"]
+    backend: Literal["memory", "redis"]
+    latency_ms: Annotated[float, Meta(description="Present when up.")] | UnsetType = UNSET
+    error: Annotated[str, Meta(description="Present when down: what failed.")] | UnsetType = UNSET
+
+
+class WorkerCheck(msgspec.Struct):
+    status: Annotated[
+        Literal["ok", "stale", "absent", "unknown"],
+        Meta(
+            description="stale: no heartbeat lately; absent: never one; unknown: the "
+            "database is down. A worker that is not ok does not fail the check."
+        ),
+    ]
+    heartbeat_age_s: (
+        Annotated[float, Meta(description="Seconds since the newest heartbeat.")] | None
+    )
+
+
+class HealthChecks(msgspec.Struct):
+    database: DatabaseCheck
+    progress_store: ProgressStoreCheck
+    worker: WorkerCheck
+
+
+class HealthOut(msgspec.Struct):
+    """`GET /up`: ok when the database and the progress store answer."""
+
+    status: Literal["ok", "unavailable"]
+    checks: HealthChecks
 
 
 # --- Decoding ---------------------------------------------------------------------------
@@ -157,7 +213,24 @@ def decode_create(body: bytes, model: type[msgspec.Struct]) -> Any:
 def decode_report(body: bytes, *, what: str = "request body") -> Report:
     """Decode a `PUT` report body; any problem is a 400 naming it."""
     parsed: ReportBody = _decode(_report_decoder, body, BadRequest, what)
+    for name in ("current", "end"):
+        if _beyond_float(getattr(parsed, name)):
+            raise BadRequest(f"Invalid {what}: {name} {_BEYOND_FLOAT}.")
+    if isinstance(parsed.values, dict):
+        for key, value in parsed.values.items():
+            if _beyond_float(value):
+                raise BadRequest(f"Invalid {what}: values[{key!r}] {_BEYOND_FLOAT}.")
     return Report(current=parsed.current, end=parsed.end, values=parsed.values, done=parsed.done)
+
+
+_FLOAT_MAX = sys.float_info.max
+_BEYOND_FLOAT = f"must be a finite number that fits a 64-bit float (at most {_FLOAT_MAX:.4g})"
+
+
+def _beyond_float(number: object) -> bool:
+    # Only a whole number can be: msgspec refuses a float literal beyond the largest float.
+    # Such a number is refused before it is stored, since every reader would divide by it.
+    return type(number) is int and not -_FLOAT_MAX <= number <= _FLOAT_MAX
 
 
 def _decode(
@@ -173,7 +246,24 @@ def _decode(
     except msgspec.ValidationError as exc:  # a subclass of DecodeError: test it first
         raise error(f"Invalid {what}: {_describe(exc)}.") from None
     except msgspec.DecodeError as exc:
+        if _SURROGATE_ESCAPE.search(body):
+            # msgspec's words for it ("Input data was truncated") would mislead.
+            raise error(
+                "The request body is not valid JSON text: it holds a \\u escape of a lone "
+                "UTF-16 surrogate (\\ud800 to \\udfff), which is no character."
+            ) from None
         raise error(f"The request body is not valid JSON: {_describe(exc)}.") from None
+    except UnicodeDecodeError as exc:  # raised by msgspec for a string that is not UTF-8
+        raise error(
+            f"The request body is not valid JSON: it is not UTF-8 (at byte {exc.start})."
+        ) from None
+
+
+# A high surrogate escape not followed by a low one, or a low one not after a high one.
+_SURROGATE_ESCAPE = re.compile(
+    rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])"
+    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}"
+)
 
 
 def _describe(exc: Exception) -> str:
@@ -186,15 +276,43 @@ def _describe(exc: Exception) -> str:
     return text
 
 
-def report_from_query(params: list[tuple[str, str]]) -> Report:
-    """A report from `GET /tasks/{uuid}/report` query parameters.
+def query_params(query_string: bytes) -> dict[str, str]:
+    """The parameters of a raw query string (`scope["query_string"]`), each named once.
+
+    Stricter than Starlette's `request.query_params`: a name or value that is not UTF-8
+    once percent-decoded is a 400 (never text with U+FFFD in place of the bytes), and so
+    is a name given twice (which of the two was meant cannot be known).
+    """
+    params: dict[str, str] = {}
+    for field in query_string.split(b"&"):
+        if not field:
+            continue
+        raw_name, _, raw_value = field.partition(b"=")
+        name = _query_text(raw_name, "A query parameter name")
+        value = _query_text(raw_value, f"Query parameter {name!r}")
+        if name in params:
+            raise BadRequest(f"Query parameter {name!r} is given more than once: give it once.")
+        params[name] = value
+    return params
+
+
+def _query_text(raw: bytes, what: str) -> str:
+    try:
+        return unquote_to_bytes(raw.replace(b"+", b" ")).decode()
+    except UnicodeDecodeError:
+        raise BadRequest(f"{what} is not valid UTF-8 once percent-decoded.") from None
+
+
+def report_from_query(query_string: bytes) -> Report:
+    """A report from the raw query string of `GET /tasks/{uuid}/report`.
 
     `current`, `end` and `done` are parsed from text; `values[key]=text` builds the values
-    object (its members stay text: a query string carries no types). Anything else is a 400.
+    object (its members stay text: a query string carries no types). Anything else is a 400,
+    and so is anything `query_params` refuses.
     """
     fields: dict[str, Any] = {}
     values: dict[str, str] = {}
-    for name, raw in params:
+    for name, raw in query_params(query_string).items():
         if name in ("current", "end"):
             fields[name] = _query_number(name, raw)
         elif name == "done":

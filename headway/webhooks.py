@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import ipaddress
+import re
 import secrets
 import socket
 from datetime import UTC, datetime
@@ -39,14 +40,40 @@ class RefusedAddress(Exception):
 
 
 def check_url_syntax(url: str) -> httpx.URL:
-    """The parsed URL, or Unprocessable if it is not an absolute http(s) URL."""
+    """The parsed URL, or Unprocessable if it is not an absolute http(s) URL whose host is
+    an IP address or a valid host name."""
     try:
         parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError):
+    except (httpx.InvalidURL, TypeError, ValueError):  # an IDNA error is a ValueError
         raise Unprocessable("url is not a valid URL.") from None
-    if parsed.scheme not in ("http", "https") or not parsed.host:
+    if parsed.scheme not in ("http", "https") or not parsed.raw_host:
         raise Unprocessable("url must be an absolute http:// or https:// URL.")
+    try:
+        valid = _is_host(parsed.raw_host) and bool(parsed.host)  # `host` decodes `xn--` labels
+    except ValueError:  # an `xn--` label that is not IDNA
+        valid = False
+    if not valid:
+        raise Unprocessable(
+            f"url's host {parsed.raw_host.decode('ascii', 'replace')!r} is not a valid host name."
+        )
     return parsed
+
+
+# One label of a host name as DNS carries it (IDNA names arrive here already in `xn--` form).
+# Underscores are not in the host name rules, but real names hold them and resolve.
+_LABEL = re.compile(rb"[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?", re.IGNORECASE)
+
+
+def _is_host(raw_host: bytes) -> bool:
+    """True for an IP address, or a name of at most 253 characters whose labels are each
+    1 to 63 letters, digits, hyphens or underscores, not starting or ending with a hyphen."""
+    try:
+        ipaddress.ip_address(raw_host.decode("ascii"))
+        return True
+    except (UnicodeDecodeError, ValueError):
+        pass
+    name = raw_host.removesuffix(b".")  # a fully qualified name may end with the root's dot
+    return 0 < len(name) <= 253 and all(_LABEL.fullmatch(label) for label in name.split(b"."))
 
 
 async def check_destination(
@@ -61,12 +88,16 @@ async def check_destination(
     """
     if allow_private:
         return None
-    host = url.host
+    # The name in its ASCII (`xn--`) form: the resolver's own IDNA codec refuses names
+    # that IDNA 2008 allows, and raises UnicodeError for a name it cannot encode.
+    host = url.raw_host.decode("ascii", "replace")
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as exc:
         raise RefusedAddress(f"the host {host} does not resolve ({exc.strerror or exc})") from None
+    except ValueError:  # UnicodeError included: a stored URL from before names were checked
+        raise RefusedAddress(f"the host {host} is not a valid host name") from None
     addresses = [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]
     for address in addresses:
         if not is_public(address):
@@ -86,9 +117,28 @@ def pinned(
 
 
 def is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """True for a globally routable unicast address."""
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
+    """True for a globally routable unicast address.
+
+    An IPv6 address that carries an IPv4 address is judged by what it carries too, so that
+    no encoding reaches a refused IPv4 address:
+
+    - IPv4-mapped `::ffff:0:0/96` and NAT64 `64:ff9b::/96` reach the IPv4 address itself
+      (a DNS64 resolver answers the latter for every IPv4-only name): judged as it alone.
+    - 6to4 `2002::/16` reaches the IPv4 address of its relay: refused if that is.
+    - IPv4-compatible `::a.b.c.d` (deprecated), Teredo `2001::/32` (tunnelled through a
+      server and a NAT whose IPv4 addresses it carries, obfuscated) and local-use NAT64
+      `64:ff9b:1::/48` (its prefix length, and so where the IPv4 address sits, is a local
+      choice): always refused.
+    """
+    if isinstance(address, ipaddress.IPv6Address):
+        if any(address in network for network in _ALWAYS_REFUSED):
+            return False
+        if address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        elif address in _NAT64:
+            address = ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
+        elif address.sixtofour is not None and not is_public(address.sixtofour):
+            return False
     return address.is_global and not (
         address.is_multicast
         or address.is_private
@@ -97,3 +147,11 @@ def is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
         or address.is_reserved
         or address.is_unspecified
     )
+
+
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_ALWAYS_REFUSED = (
+    ipaddress.IPv6Network("::/96"),  # IPv4-compatible, and :: and ::1
+    ipaddress.IPv6Network("2001::/32"),  # Teredo
+    ipaddress.IPv6Network("64:ff9b:1::/48"),  # local-use NAT64
+)

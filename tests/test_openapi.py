@@ -43,6 +43,15 @@ def operations(document) -> list[tuple[str, str, dict[str, Any]]]:
     ]
 
 
+def resolved(document: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
+    """`response`, or the shared `components/responses` entry it refers to."""
+    ref = response.get("$ref")
+    if ref is None:
+        return response
+    assert ref.startswith("#/components/responses/"), ref
+    return document["components"]["responses"][ref.removeprefix("#/components/responses/")]
+
+
 def refs(node: Any) -> list[str]:
     if isinstance(node, dict):
         found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
@@ -87,6 +96,7 @@ async def test_every_operation_has_responses_and_errors_reference_error_out(docu
         assert responses, (path, method)
         assert any(code.startswith("2") for code in responses) or method == "patch"
         for code, response in responses.items():
+            response = resolved(document, response)
             assert response["description"], (path, method, code)
             # /up answers objects of its own; /mcp's 400 is a JSON-RPC error object.
             if code.startswith(("4", "5")) and path != "/up" and (path, code) != ("/mcp", "400"):
@@ -168,8 +178,10 @@ async def test_every_ref_resolves_to_a_component(document):
     found = refs(document)
     assert ERROR_REF in found
     for ref in found:
-        assert ref.startswith("#/components/schemas/"), ref
-        assert ref.removeprefix("#/components/schemas/") in components, ref
+        assert ref.startswith(("#/components/schemas/", "#/components/responses/")), ref
+        kind, name = ref.removeprefix("#/components/").split("/")
+        assert name in document["components"][kind], ref
+    assert set(components) >= {"ErrorOut", "HealthOut"}
 
 
 async def test_request_schemas_forbid_unknown_members(document):
@@ -185,3 +197,111 @@ async def test_limits_are_published_in_the_schemas(document):
     values = report["values"]["anyOf"][0]
     assert values["maxProperties"] == 64
     assert values["propertyNames"]["maxLength"] == 64
+
+
+# --- Refusals, health, uuids and links --------------------------------------------------------
+
+LIMITED = [
+    ("/spaces", "post"),
+    ("/spaces/{space_uuid}/tasks", "post"),
+    ("/spaces/{space_uuid}/webhooks", "post"),
+    ("/tasks/{task_uuid}", "put"),
+    ("/tasks/{task_uuid}/report", "get"),
+]
+
+
+def retry_after_is_documented(response: dict[str, Any]) -> None:
+    assert response["content"]["application/json"]["schema"] == {"$ref": ERROR_REF}
+    assert response["headers"]["Retry-After"]["schema"]["type"] == "integer"
+
+
+@pytest.mark.parametrize(("path", "method"), LIMITED)
+async def test_rate_limited_operations_document_429_with_retry_after(document, path, method):
+    response = resolved(document, document["paths"][path][method]["responses"]["429"])
+    retry_after_is_documented(response)
+    assert "rate" in response["description"]
+
+
+@pytest.mark.parametrize(
+    ("path", "method"), [("/tasks/{task_uuid}", "put"), ("/tasks/{task_uuid}/report", "get")]
+)
+async def test_reports_document_503_for_a_full_memory_budget(document, path, method):
+    response = resolved(document, document["paths"][path][method]["responses"]["503"])
+    retry_after_is_documented(response)
+    assert "memory budget" in response["description"]
+
+
+async def test_every_other_503_of_a_dependency_documents_retry_after(document):
+    for path, _method, operation in operations(document):
+        response = operation["responses"].get("503")
+        if response is not None and path != "/up":
+            retry_after_is_documented(resolved(document, response))
+
+
+async def test_every_operation_documents_431_for_header_fields_too_large(document):
+    for path, method, operation in operations(document):
+        response = resolved(document, operation["responses"]["431"])
+        assert response["content"]["application/json"]["schema"] == {"$ref": ERROR_REF}, (
+            path,
+            method,
+        )
+
+
+async def test_mcp_documents_403_for_a_foreign_origin(document):
+    responses = document["paths"]["/mcp"]["post"]["responses"]
+    assert "Origin" in responses["403"]["description"]
+    assert responses["403"]["content"]["application/json"]["schema"] == {"$ref": ERROR_REF}
+
+
+async def test_health_answers_are_typed(client, document):
+    components = document["components"]["schemas"]
+    for code in ("200", "503"):
+        schema = document["paths"]["/up"]["get"]["responses"][code]["content"]
+        assert schema["application/json"]["schema"] == {"$ref": "#/components/schemas/HealthOut"}
+    health = components["HealthOut"]
+    assert health["properties"]["status"]["enum"] == ["ok", "unavailable"]
+    checks = components["HealthChecks"]
+    assert set(checks["required"]) == {"database", "progress_store", "worker"}
+    answer = (await client.get("/up")).json()
+    assert set(answer) == set(health["properties"])
+    for name, ref in checks["properties"].items():
+        check = components[ref["$ref"].removeprefix("#/components/schemas/")]
+        assert set(answer["checks"][name]) <= set(check["properties"]), name
+        assert set(check["required"]) <= set(answer["checks"][name]), name
+
+
+@pytest.mark.parametrize(
+    ("model", "member"),
+    [
+        ("TaskOut", "uuid"),
+        ("TaskOut", "space_uuid"),
+        ("TaskOut", "parent_uuid"),
+        ("SpaceCreated", "uuid"),
+        ("TaskCreated", "uuid"),
+        ("WebhookCreated", "uuid"),
+        ("WebhookOut", "uuid"),
+    ],
+)
+async def test_uuids_in_answers_are_uuid_formatted(document, model, member):
+    schema = document["components"]["schemas"][model]["properties"][member]
+    arms = schema.get("anyOf", [schema])
+    assert {"type": "string", "format": "uuid"} in [
+        {k: v for k, v in arm.items() if k in ("type", "format")} for arm in arms
+    ]
+
+
+@pytest.mark.parametrize(
+    ("source", "targets"),
+    [
+        ("createSpace", {"getSpace", "createTask", "createWebhook"}),
+        ("createTask", {"getTask", "reportProgress", "reportProgressByUrl"}),
+    ],
+)
+async def test_creations_link_to_what_their_uuid_opens(document, source, targets):
+    by_id = {op["operationId"]: op for _, _, op in operations(document)}
+    links = by_id[source]["responses"]["201"]["links"]
+    assert targets <= {link["operationId"] for link in links.values()}
+    for link in links.values():
+        target = by_id[link["operationId"]]
+        declared = {p["name"] for p in target.get("parameters", []) if p["in"] == "path"}
+        assert set(link["parameters"]) == declared, link

@@ -24,6 +24,7 @@ _MODELS = [
     schemas.WebhookCreated,
     schemas.WebhookOut,
     schemas.ErrorOut,
+    schemas.HealthOut,
 ]
 
 
@@ -35,8 +36,20 @@ def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
-def _error(description: str) -> dict[str, Any]:
-    return _json(_ref("ErrorOut"), description)
+def _error(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    response = _json(_ref("ErrorOut"), description)
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+def _response_ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/responses/{name}"}
+
+
+def _link(operation_id: str, **parameters: str) -> dict[str, Any]:
+    """A link from a response to `operation_id`, its parameters taken from the exchange."""
+    return {"operationId": operation_id, "parameters": parameters}
 
 
 def _uuid_param(name: str, description: str) -> dict[str, Any]:
@@ -62,9 +75,39 @@ def _query(name: str, schema: dict[str, Any], description: str, **extra: Any) ->
 
 SPACE = _uuid_param("space_uuid", "The space's uuid, its credential.")
 TASK = _uuid_param("task_uuid", "The task's uuid.")
+RETRY_AFTER = {
+    "Retry-After": {
+        "description": "Seconds to wait before trying again.",
+        "schema": {"type": "integer", "minimum": 0},
+    }
+}
 TOO_LARGE = _error("The body is larger than 65,536 bytes.")
-UNAVAILABLE = _error("A dependency (database or progress store) is down; retry later.")
+UNAVAILABLE = _error(
+    "A dependency (database or progress store) is down; retry after Retry-After seconds.",
+    RETRY_AFTER,
+)
+# Reports also write live progress, which has a memory budget.
+UNAVAILABLE_OR_FULL = _error(
+    "A dependency (database or progress store) is down, or the live-progress memory budget "
+    "is full (of the whole service, or of this task's space); nothing was written. Retry "
+    "after Retry-After seconds.",
+    RETRY_AFTER,
+)
+TOO_MANY_REQUESTS = _response_ref("TooManyRequests")
 NOT_FOUND_TASK = _error("No such task (or not a UUID).")
+RESPONSES = {
+    "TooManyRequests": _error(
+        "This client address is over its rate for this kind of request; nothing was done. "
+        "Retry after Retry-After seconds.",
+        RETRY_AFTER,
+    ),
+    "HeaderFieldsTooLarge": _error(
+        "The request head is too large: its URL, or its request line and header fields "
+        "together, pass the server's limit. Answered before any route is tried."
+    ),
+}
+# HTTP methods of a path item (the other keys of a path item are not operations).
+METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 
 
 def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -84,12 +127,26 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                     "content": {"application/json": {"schema": _ref("CreateSpace")}},
                 },
                 "responses": {
-                    "201": _json(_ref("SpaceCreated"), "The new space."),
+                    "201": {
+                        **_json(_ref("SpaceCreated"), "The new space."),
+                        "links": {
+                            "GetSpace": _link("getSpace", space_uuid="$response.body#/uuid"),
+                            "CreateTask": _link("createTask", space_uuid="$response.body#/uuid"),
+                            "CreateWebhook": _link(
+                                "createWebhook", space_uuid="$response.body#/uuid"
+                            ),
+                            "ListWebhooks": _link(
+                                "listWebhooks", space_uuid="$response.body#/uuid"
+                            ),
+                        },
+                    },
                     "413": TOO_LARGE,
                     "422": _error(
                         "icon more than one character, an unknown member, a wrong type, "
-                        "a title over 200 characters, or malformed JSON."
+                        "a title over 200 characters, text that is not UTF-8 or holds a lone "
+                        "surrogate, or malformed JSON."
                     ),
+                    "429": TOO_MANY_REQUESTS,
                     "503": UNAVAILABLE,
                 },
             }
@@ -131,7 +188,8 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                     "200": _json(_ref("SpaceOut"), "The space."),
                     "400": _error(
                         "A cursor that is not a timestamp, a limit that is not a whole "
-                        "number of at least 1, or an unknown state."
+                        "number of at least 1, an unknown state, a parameter given twice, "
+                        "or one that is not UTF-8 once percent-decoded."
                     ),
                     "404": _error("No such space (or not a UUID)."),
                     "503": UNAVAILABLE,
@@ -150,14 +208,27 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                     "content": {"application/json": {"schema": _ref("CreateTask")}},
                 },
                 "responses": {
-                    "201": _json(_ref("TaskCreated"), "The new task's uuid."),
+                    "201": {
+                        **_json(_ref("TaskCreated"), "The new task's uuid."),
+                        "links": {
+                            "GetTask": _link("getTask", task_uuid="$response.body#/uuid"),
+                            "ReportProgress": _link(
+                                "reportProgress", task_uuid="$response.body#/uuid"
+                            ),
+                            "ReportProgressByUrl": _link(
+                                "reportProgressByUrl", task_uuid="$response.body#/uuid"
+                            ),
+                            "GetSpace": _link("getSpace", space_uuid="$request.path.space_uuid"),
+                        },
+                    },
                     "404": _error("No such space."),
                     "413": TOO_LARGE,
                     "422": _error(
                         "parent_uuid unknown, already a child, or in another space; an "
-                        "unknown member, a wrong type, a text over 200 characters, or "
-                        "malformed JSON."
+                        "unknown member, a wrong type, a text over 200 characters, text "
+                        "that is not UTF-8 or holds a lone surrogate, or malformed JSON."
                     ),
+                    "429": TOO_MANY_REQUESTS,
                     "503": UNAVAILABLE,
                 },
             }
@@ -188,12 +259,14 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                     "200": _json(_ref("TaskOut"), "The task as it now stands."),
                     "400": _error(
                         "values not a flat object of numbers, strings or booleans; an "
-                        "unknown member; a negative or non-numeric count; malformed JSON; "
-                        "a values limit exceeded."
+                        "unknown member; a negative or non-numeric count, or one beyond a "
+                        "64-bit float; text that is not UTF-8 or holds a lone surrogate; "
+                        "malformed JSON; a values limit exceeded."
                     ),
                     "404": NOT_FOUND_TASK,
                     "413": TOO_LARGE,
-                    "503": UNAVAILABLE,
+                    "429": TOO_MANY_REQUESTS,
+                    "503": UNAVAILABLE_OR_FULL,
                 },
             },
             "patch": {
@@ -215,10 +288,14 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                 "parameters": [
                     TASK,
                     _query(
-                        "current", {"type": "number", "minimum": 0}, "A count, not a percentage."
+                        "current",
+                        {"type": "number", "minimum": 0},
+                        "A count, not a percentage. Within a 64-bit float.",
                     ),
                     _query(
-                        "end", {"type": "number", "minimum": 0}, "Omit for a count with no total."
+                        "end",
+                        {"type": "number", "minimum": 0},
+                        "Omit for a count with no total. Within a 64-bit float.",
                     ),
                     _query(
                         "done",
@@ -235,9 +312,14 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                 ],
                 "responses": {
                     "200": _json(_ref("TaskOut"), "The task as it now stands."),
-                    "400": _error("values not flat, an unknown parameter, or a bad number."),
+                    "400": _error(
+                        "values not flat, an unknown parameter, a parameter given twice, one "
+                        "that is not UTF-8 once percent-decoded, or a bad number (not a "
+                        "finite, non-negative number that fits a 64-bit float)."
+                    ),
                     "404": NOT_FOUND_TASK,
-                    "503": UNAVAILABLE,
+                    "429": TOO_MANY_REQUESTS,
+                    "503": UNAVAILABLE_OR_FULL,
                 },
             }
         },
@@ -248,13 +330,24 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                 "description": "Checks the database and the progress store; reports the "
                 "background worker, whose death does not fail the check.",
                 "responses": {
-                    "200": _json({"type": "object"}, "Healthy."),
-                    "503": _json({"type": "object"}, "A dependency is down."),
+                    "200": _json(_ref("HealthOut"), "Healthy."),
+                    "503": _json(_ref("HealthOut"), "A dependency is down."),
                 },
             }
         },
     }
     paths.update(paths_extra or {})
+    # Answered by the HTTP server itself, before any route, on every path.
+    headers_too_large = {"431": _response_ref("HeaderFieldsTooLarge")}
+    paths = {
+        path: {
+            key: {**value, "responses": {**value["responses"], **headers_too_large}}
+            if key in METHODS
+            else value
+            for key, value in item.items()
+        }
+        for path, item in paths.items()
+    }
     return {
         "openapi": "3.1.0",
         "info": {
@@ -264,7 +357,7 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
             "credential; every report replaces a task's whole state.",
         },
         "paths": paths,
-        "components": {"schemas": components},
+        "components": {"schemas": components, "responses": RESPONSES},
     }
 
 
