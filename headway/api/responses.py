@@ -1,18 +1,31 @@
-"""How every HTTP answer is encoded: JSON, `Cache-Control: no-store`."""
+"""How every HTTP answer is encoded: JSON, `Cache-Control: no-store`, and the headers
+every answer carries (`X-Content-Type-Options: nosniff`; CORS for any origin, on REST)."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Message, Send
 
 from ..errors import HeadwayError, PayloadTooLarge, error_body
 from ..schemas import MAX_BODY
 
 _encode = msgspec.json.Encoder().encode
 NO_STORE = {"cache-control": "no-store"}
+
+NOSNIFF = (b"x-content-type-options", b"nosniff")
+ANY_ORIGIN = (b"access-control-allow-origin", b"*")
+# Every answer forbids content sniffing. REST answers (every path but /mcp) are readable
+# from any origin: there are no cookies, so a page gains nothing it did not already hold.
+EVERY_ANSWER = (NOSNIFF,)
+REST_ANSWER = (NOSNIFF, ANY_ORIGIN)
+CORS_NAMES = frozenset({ANY_ORIGIN[0]})
+_JSON_HEADERS = ((b"content-type", b"application/json"), (b"cache-control", b"no-store"))
 
 
 class JSONResponse(Response):
@@ -27,13 +40,68 @@ class JSONResponse(Response):
         self.body = _encode(content)
         self.background = None
         # Built directly: this runs on every report, and Starlette's generic header
-        # handling is a measurable share of it.
+        # handling is a measurable share of it. REST's headers come along; answers of
+        # /mcp drop CORS on their way out.
         self.raw_headers = [
-            (b"content-type", b"application/json"),
-            (b"cache-control", b"no-store"),
+            *_JSON_HEADERS,
+            *REST_ANSWER,
             (b"content-length", str(len(self.body)).encode()),
             *((k.lower().encode(), v.encode()) for k, v in (headers or {}).items()),
         ]
+
+
+class SendWithHeaders:
+    """`send` for answers built anywhere (Starlette, the MCP SDK): adds each of `headers`
+    an answer lacks, drops those named in `drop`, and notes in `answered` whether an
+    answer went out whole."""
+
+    __slots__ = ("answered", "drop", "headers", "send")
+
+    def __init__(
+        self,
+        send: Send,
+        headers: tuple[tuple[bytes, bytes], ...],
+        drop: frozenset[bytes] = frozenset(),
+    ) -> None:
+        self.send = send
+        self.headers = headers
+        self.drop = drop
+        self.answered = False
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [
+                (name, value)
+                for name, value in message.get("headers", ())
+                if name.lower() not in self.drop
+            ]
+            present = {name.lower() for name, _ in headers}
+            headers.extend(header for header in self.headers if header[0] not in present)
+            message = {**message, "headers": headers}
+        elif message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.answered = True
+        await self.send(message)
+
+
+PREFLIGHT_MAX_AGE = 86_400
+_HEADER_LIST = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+(\s*,\s*[A-Za-z0-9!#$%&'*+.^_`|~-]+)*")
+
+
+def preflight_response(methods: Iterable[str], requested_headers: str | None) -> Response:
+    """The 204 answer to a CORS preflight on a REST path the routes of `methods` serve: any
+    origin, those methods, the headers asked for (or `content-type`)."""
+    allowed = ", ".join(sorted(methods)).encode()
+    if requested_headers is None or not _HEADER_LIST.fullmatch(requested_headers.strip()):
+        requested_headers = "content-type"
+    response = Response(status_code=204)
+    response.raw_headers = [
+        *REST_ANSWER,
+        (b"allow", allowed),
+        (b"access-control-allow-methods", allowed),
+        (b"access-control-allow-headers", requested_headers.strip().encode()),
+        (b"access-control-max-age", str(PREFLIGHT_MAX_AGE).encode()),
+    ]
+    return response
 
 
 def error_response(error: HeadwayError) -> JSONResponse:
