@@ -3,6 +3,13 @@
 Each step is a function the tests call directly; `Worker.run` only repeats them and
 sleeps. Delivery is at least once per webhook: a claimed attempt whose worker dies is
 claimed again when its lease lapses, with the same event id (`webhook-id`).
+
+Delivery is fair: each attempt runs as a task of its own, up to CONCURRENCY at once;
+new deliveries are claimed whenever one ends, taking turns across spaces and receivers
+(see `outbox.claim_due`); and no space has more than PER_SPACE, no receiver (scheme,
+host and port) more than PER_RECEIVER attempts in flight. So one space's backlog or one
+slow receiver holds only its own turns, never another space's delivery. The limits are
+per worker process.
 """
 
 from __future__ import annotations
@@ -12,12 +19,14 @@ import contextlib
 import logging
 import random
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import httpx
 
-from . import webhooks
+from . import metrics, webhooks
 from .clock import Clock
 from .storage import outbox
 from .storage.database import Database
@@ -32,6 +41,10 @@ MAX_RETRY_S = 6 * 3600
 MAX_ATTEMPTS = 15  # 10 s doubling to 6 h, then 6 h: retries span about a day
 HEARTBEAT_S = 5.0
 STALE_AFTER_S = 30.0
+CONCURRENCY = 64  # attempts in flight at once, in all
+PER_SPACE = 8  # attempts in flight for one space
+PER_RECEIVER = 4  # attempts in flight to one receiver (scheme://host:port)
+BATCH = 32  # deliveries claimed in one transaction
 
 
 def retry_delay_s(attempt: int, jitter: float = 1.0) -> float:
@@ -56,7 +69,10 @@ class Worker:
         allow_private: bool = False,
         http: httpx.AsyncClient | None = None,
         jitter: Callable[[], float] | None = None,
-        batch: int = 16,
+        batch: int = BATCH,
+        concurrency: int = CONCURRENCY,
+        per_space: int = PER_SPACE,
+        per_receiver: int = PER_RECEIVER,
         poll_s: float = 1.0,
         attempt_timeout_s: float = ATTEMPT_TIMEOUT_S,
     ) -> None:
@@ -70,31 +86,83 @@ class Worker:
         self._owns_http = http is None
         self._jitter = jitter or (lambda: random.uniform(0.8, 1.2))
         self._batch = batch
+        self._concurrency = concurrency
+        self._per_space = per_space
+        self._per_receiver = per_receiver
         self._poll_s = poll_s
         self._attempt_timeout_s = attempt_timeout_s
         self._wake = asyncio.Event()
+        self._attempts: set[asyncio.Task[None]] = set()
+        self._space_load: Counter[str] = Counter()
+        self._receiver_load: Counter[str] = Counter()
 
     def wake(self) -> None:
         """Look for due deliveries now rather than at the next poll."""
         self._wake.set()
 
     async def run_once(self) -> int:
-        """Claim every due delivery (up to a batch), attempt them concurrently, and record
-        each outcome. Returns how many attempts were made."""
+        """One step: claim what is due (as `claim` does), attempt it, and wait until each
+        outcome is recorded. Returns how many attempts were made."""
+        claims = await self.claim()
+        if claims:
+            await asyncio.gather(*(self.start(claim) for claim in claims))
+        return len(claims)
+
+    async def claim(self) -> list[Claim]:
+        """Claim due deliveries for the free places (at most a batch), taking turns
+        across spaces and receivers and within the limits of attempts in flight (see
+        `outbox.claim_due`). The caller `start`s each claim at once: its lease runs."""
+        room = min(self._batch, self._concurrency - len(self._attempts))
+        if room <= 0:
+            return []
         now = self.clock.now_us()
         async with self.db.read() as conn:
             due = await outbox.next_due_at(conn)
         if due is None or due > now:
-            return 0  # nothing due: no write transaction (and on SQLite, no write lock)
+            return []  # nothing due: no write transaction (and on SQLite, no write lock)
         async with self.db.write() as conn:
-            claims = await outbox.claim_due(conn, now, now + LEASE_S * 1_000_000, self._batch)
-        # Each outcome is recorded as soon as its attempt ends: a slow receiver delays
-        # only its own delivery, never one that already succeeded.
-        await asyncio.gather(*(self._deliver(claim) for claim in claims))
-        return len(claims)
+            return await outbox.claim_due(
+                conn,
+                now,
+                now + LEASE_S * 1_000_000,
+                room,
+                per_space=self._per_space,
+                per_receiver=self._per_receiver,
+                space_load=self._space_load,
+                receiver_load=self._receiver_load,
+            )
+
+    def start(self, claim: Claim) -> asyncio.Task[None]:
+        """Attempt a claimed delivery in a task of its own and record its outcome as soon
+        as it ends: a slow receiver delays only its own deliveries. Its end wakes `run`
+        to claim more."""
+        self._space_load[claim.space_uuid] += 1
+        self._receiver_load[claim.receiver] += 1
+        attempt = asyncio.create_task(self._deliver(claim), name=f"deliver-{claim.event_id}")
+        self._attempts.add(attempt)
+        attempt.add_done_callback(partial(self._ended, claim))
+        return attempt
+
+    def _ended(self, claim: Claim, attempt: asyncio.Task[None]) -> None:
+        self._attempts.discard(attempt)
+        for load, key in (
+            (self._space_load, claim.space_uuid),
+            (self._receiver_load, claim.receiver),
+        ):
+            load[key] -= 1
+            if load[key] <= 0:
+                del load[key]
+        self._wake.set()
 
     async def _deliver(self, claim: Claim) -> None:
-        await self.record(claim, await self.attempt(claim))
+        try:
+            await self.record(claim, await self.attempt(claim))
+        except Exception:  # e.g. the database is down: the lease lapses, it is tried again
+            log.exception(
+                "could not record the attempt of event %s to webhook %s",
+                claim.event_id,
+                claim.webhook_uuid,
+            )
 
     async def attempt(self, claim: Claim) -> Outcome:
         """POST one event to one webhook, signed. A 2xx is delivered; anything else is not."""
@@ -131,8 +199,10 @@ class Worker:
         """Settle a delivered attempt, or schedule the next one, or give up after the last."""
         async with self.db.write() as conn:
             if outcome.delivered:
+                metrics.delivery("delivered")
                 await outbox.finish_delivery(conn, claim)
             elif claim.attempt >= MAX_ATTEMPTS:
+                metrics.delivery("given_up")
                 log.warning(
                     "giving up on event %s to webhook %s after %d attempts: %s",
                     claim.event_id,
@@ -142,6 +212,7 @@ class Worker:
                 )
                 await outbox.finish_delivery(conn, claim)
             else:
+                metrics.delivery("retry")
                 delay = retry_delay_s(claim.attempt, self._jitter())
                 due = self.clock.now_us() + round(delay * 1_000_000)
                 await outbox.retry_delivery(conn, claim, due, outcome.error)
@@ -156,7 +227,9 @@ class Worker:
             return await outbox.delete_settled_events(conn)
 
     async def run(self) -> None:
-        """Deliver until cancelled: heartbeat, sweep, deliver, sleep until woken or due."""
+        """Deliver until cancelled: heartbeat, sweep, claim and start attempts, and sleep
+        until woken (a new event, or an attempt ended) or the next poll. Cancelled, it
+        cancels its attempts in flight; their leases lapse and they are tried again."""
         loop = asyncio.get_running_loop()
         last_beat = -HEARTBEAT_S
         try:
@@ -168,20 +241,31 @@ class Worker:
                         last_beat = loop.time()
                     # Cleared before looking, so a wake-up during the look is not lost.
                     self._wake.clear()
-                    if await self.run_once():
+                    claims = await self.claim()
+                    for claim in claims:
+                        self.start(claim)
+                    if claims:
                         continue
                 except Exception:  # a dependency may be down: keep trying, never die
                     log.exception("worker step failed; retrying")
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self._poll_s)
         finally:
+            await self._cancel_attempts()
             try:
                 async with self.db.write() as conn:
                     await outbox.forget_worker(conn, self.id)
             except Exception:
                 log.warning("could not remove the heartbeat of %s", self.id)
 
+    async def _cancel_attempts(self) -> None:
+        attempts = list(self._attempts)
+        for attempt in attempts:
+            attempt.cancel()
+        await asyncio.gather(*attempts, return_exceptions=True)
+
     async def close(self) -> None:
+        await self._cancel_attempts()
         if self._owns_http:
             await self._http.aclose()
 

@@ -64,6 +64,8 @@ webhooks = Table(
     Column("url", String(2048), nullable=False),
     Column("secret", String(128), nullable=False),
     Column("created_at_us", BigInteger, nullable=False),
+    # `scheme://host:port` of the URL: the worker limits attempts in flight per receiver.
+    Column("receiver", Text, nullable=False, server_default=""),
     Index("webhooks_space", "space_uuid"),
 )
 
