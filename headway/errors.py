@@ -9,7 +9,8 @@ sentence the client can act on. Routes raise them; `api.rest` renders them.
     ├── MethodNotAllowed    405  PATCH on a task, wrong method on a path
     ├── PayloadTooLarge     413  body over the limit
     ├── Unprocessable       422  bad create body, icon, parent, webhook URL
-    └── Unavailable         503  the database or progress store is down
+    ├── TooManyRequests     429  one client address over its rate (with Retry-After)
+    └── Unavailable         503  a dependency is down, or a budget is full (Retry-After)
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ class PayloadTooLarge(HeadwayError):
 
 class Unprocessable(HeadwayError):
     status = 422
+
+
+class TooManyRequests(HeadwayError):
+    status = 429
 
 
 class Unavailable(HeadwayError):

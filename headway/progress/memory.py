@@ -1,28 +1,60 @@
-"""Progress in this process's memory: the embedded default."""
+"""Progress in this process's memory: the embedded default, within a byte budget."""
 
 from __future__ import annotations
 
+import sys
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from .. import metrics
 from ..clock import Clock
 from ..domain import Progress
+from . import ProgressBudgetFull
+
+# What one entry costs beyond its values' JSON text: the dict slots, the uuid key, the
+# Progress struct and its numbers (measured with tracemalloc: about 280 bytes).
+ENTRY_BYTES = 300
+# New entries are admitted only while the store (or the space) is below this share of
+# its budget; the rest is headroom for tasks that already report, so they keep working.
+ADMIT_NEW_BELOW = 0.9
+
+
+def entry_bytes(progress: Progress) -> int:
+    """What an entry is charged against the budget."""
+    return ENTRY_BYTES + len(progress.values)
 
 
 class MemoryProgressStore:
-    """Progress in an ordered dict, oldest write first.
+    """Progress in an ordered dict, oldest write first, within a byte budget.
 
     Every entry lives for the same `ttl`, so the oldest write is always the first to
     expire: each write drops expired entries from the front, and the store never holds
     more than what was written within one `ttl`.
+
+    The budget bounds what the store holds (`budget_bytes` in all, `space_bytes` per
+    space). `admit` decides before a write: a new entry needs the store and its space
+    below 90% of their budgets; a rewrite that grows an entry needs room for the growth
+    under the full budget; a rewrite that does not grow always passes.
     """
 
     name = "memory"
 
-    def __init__(self, ttl_seconds: int, clock: Clock) -> None:
+    def __init__(
+        self,
+        ttl_seconds: int,
+        clock: Clock,
+        *,
+        budget_bytes: int = 512 * 1024**2,
+        space_bytes: int | None = None,
+    ) -> None:
         self._ttl_us = ttl_seconds * 1_000_000
         self._clock = clock
         self._entries: OrderedDict[str, Progress] = OrderedDict()
+        self._space_of: dict[str, str] = {}
+        self._space_used: dict[str, int] = {}
+        self.budget_bytes = budget_bytes
+        self.space_bytes = budget_bytes if space_bytes is None else space_bytes
+        self.bytes_used = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -41,23 +73,63 @@ class MemoryProgressStore:
             found.append(entry if entry is not None and entry.updated_at_us > oldest_live else None)
         return found
 
-    async def put(self, task_uuid: str, progress: Progress) -> None:
+    def admit(self, task_uuid: str, space_uuid: str, progress: Progress) -> None:
+        """Raise ProgressBudgetFull if writing `progress` would take the store or its
+        space over budget."""
+        self._drop_expired()
+        old = self._entries.get(task_uuid)
+        growth = entry_bytes(progress) - (0 if old is None else entry_bytes(old))
+        if growth <= 0:
+            return
+        share = 1.0 if old is not None else ADMIT_NEW_BELOW
+        space_used = self._space_used.get(space_uuid, 0)
+        if space_used + growth > self.space_bytes * share:
+            metrics.refused("space_budget")
+            raise ProgressBudgetFull("space")
+        if self.bytes_used + growth > self.budget_bytes * share:
+            metrics.refused("progress_budget")
+            raise ProgressBudgetFull("store")
+
+    async def put(self, task_uuid: str, progress: Progress, space_uuid: str) -> None:
         entries = self._entries
+        old = entries.get(task_uuid)
+        if old is None:
+            space_uuid = sys.intern(space_uuid)
+            self._space_of[task_uuid] = space_uuid
+            delta = entry_bytes(progress)
+        else:
+            space_uuid = self._space_of[task_uuid]
+            delta = entry_bytes(progress) - entry_bytes(old)
         entries[task_uuid] = progress
         entries.move_to_end(task_uuid)
+        self.bytes_used += delta
+        self._space_used[space_uuid] = self._space_used.get(space_uuid, 0) + delta
         self._drop_expired()
 
     def _drop_expired(self) -> None:
         oldest_live = self._clock.now_us() - self._ttl_us
         entries = self._entries
         while entries:
-            first = next(iter(entries.values()))
+            task_uuid, first = next(iter(entries.items()))
             if first.updated_at_us > oldest_live:
                 return
             entries.popitem(last=False)
+            self._release(task_uuid, entry_bytes(first))
+
+    def _release(self, task_uuid: str, size: int) -> None:
+        self.bytes_used -= size
+        space_uuid = self._space_of.pop(task_uuid)
+        left = self._space_used[space_uuid] - size
+        if left:
+            self._space_used[space_uuid] = left
+        else:
+            del self._space_used[space_uuid]
 
     async def ping(self) -> None:
         return None
 
     async def close(self) -> None:
         self._entries.clear()
+        self._space_of.clear()
+        self._space_used.clear()
+        self.bytes_used = 0

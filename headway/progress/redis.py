@@ -8,14 +8,18 @@ import msgspec
 import redis.asyncio
 import redis.exceptions
 
+from .. import metrics
 from ..clock import Clock
 from ..domain import Progress
+from . import ProgressBudgetFull
 
 # Failures that mean Redis is down or not ready: the service answers 503 for them.
 REDIS_ERRORS: tuple[type[BaseException], ...] = (
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
     redis.exceptions.BusyLoadingError,
+    # At maxmemory with noeviction (rate counters, progress): a full budget, not a bug.
+    redis.exceptions.OutOfMemoryError,
 )
 
 _encode = msgspec.json.Encoder().encode
@@ -65,8 +69,16 @@ class RedisProgressStore:
             found.extend(self._live(raw) for raw in await self._redis.mget(keys))
         return found
 
-    async def put(self, task_uuid: str, progress: Progress) -> None:
-        await self._redis.set(self.PREFIX + task_uuid, _encode(progress), ex=self._ttl_s)
+    def admit(self, task_uuid: str, space_uuid: str, progress: Progress) -> None:
+        """Redis bounds its own memory (`maxmemory` with `noeviction`): see `put`."""
+
+    async def put(self, task_uuid: str, progress: Progress, space_uuid: str) -> None:
+        try:
+            await self._redis.set(self.PREFIX + task_uuid, _encode(progress), ex=self._ttl_s)
+        except redis.exceptions.OutOfMemoryError:
+            # Redis at its maxmemory with noeviction: the same refusal as a full budget.
+            metrics.refused("redis_oom")
+            raise ProgressBudgetFull("store") from None
 
     async def ping(self) -> None:
         await self._redis.ping()

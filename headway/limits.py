@@ -1,0 +1,232 @@
+"""What one client may do: request rates per client address, decided in one place.
+
+Every kind of request that creates or writes (spaces, tasks, webhooks, shares, reports)
+has its limits, written in the `limits` library's notation ("600/second;6000/minute")
+and parsed by it. A request passes only within all of them; a refused one is answered
+429 with `Retry-After` and changes nothing.
+
+Where the counts live:
+- Embedded default: token buckets in this process's memory, on the service's clock
+  (tests move time instead of sleeping). A bucket of "600/second" holds 600 tokens and
+  refills at 600 a second, so a burst of 600 passes at once. A check costs about a
+  microsecond; the report path pays it on every report. (The `limits` library's own
+  memory storage costs about ten times that.)
+- With HEADWAY_REDIS_URL: the `limits` library's sliding-window counters in Redis,
+  shared by every instance (one Redis round trip per limit).
+
+Rates are counted per client address: the peer's, or, from the proxies named in
+HEADWAY_TRUSTED_PROXIES, the nearest untrusted address in `X-Forwarded-For`. IPv6
+addresses count per /64, the block one subscriber usually holds.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Literal
+
+from limits import RateLimitItem, parse_many
+
+from . import metrics
+from .clock import Clock, SystemClock
+from .config import Settings
+from .errors import TooManyRequests
+
+if TYPE_CHECKING:
+    from limits.aio.storage import Storage
+    from starlette.types import Scope
+
+Kind = Literal["spaces", "tasks", "webhooks", "shares", "reports"]
+KINDS: tuple[Kind, ...] = ("spaces", "tasks", "webhooks", "shares", "reports")
+
+_WHAT = {
+    "spaces": "spaces created",
+    "tasks": "tasks created (and /mcp requests)",
+    "webhooks": "webhooks registered",
+    "shares": "share links created",
+    "reports": "reports",
+}
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class RateLimiter:
+    """Decides whether a client address may do one more thing of a kind, now."""
+
+    def __init__(self, settings: Settings, clock: Clock | None = None) -> None:
+        self.enabled = settings.rate_limits
+        self._limits: dict[str, list[RateLimitItem]] = {
+            kind: parse_many(getattr(settings, f"rate_{kind}")) for kind in KINDS
+        }
+        self._proxies: tuple[Network, ...] = tuple(
+            ipaddress.ip_network(proxy, strict=False) for proxy in settings.trusted_proxies
+        )
+        self._buckets: TokenBuckets | None = None
+        self._shared: SharedCounters | None = None
+        if settings.redis_url is not None and self.enabled:
+            self._shared = SharedCounters(settings.redis_url)
+        else:
+            longest_s = max(item.get_expiry() for items in self._limits.values() for item in items)
+            self._buckets = TokenBuckets(clock or SystemClock(), longest_s)
+
+    async def check(self, kind: Kind, address: str) -> None:
+        """Count one `kind` for `address`; raise TooManyRequests if it is over a limit."""
+        if not self.enabled:
+            return
+        items = self._limits[kind]
+        if self._buckets is not None:
+            wait_s = self._buckets.take((kind, address), items)
+        else:
+            assert self._shared is not None
+            wait_s = await self._shared.hit(kind, address, items)
+        if wait_s > 0:
+            metrics.refused(f"rate_{kind}")
+            retry = max(1, math.ceil(wait_s))
+            raise TooManyRequests(
+                f"Too many {_WHAT[kind]} from your address (limits: "
+                f"{'; '.join(str(item) for item in items)}); retry in {retry} s.",
+                headers={"retry-after": str(retry)},
+            )
+
+    def address_of(self, scope: Scope) -> str:
+        """The client address of a request (see `client_address`)."""
+        client = scope.get("client")
+        peer = client[0] if client else None
+        forwarded: list[str] = []
+        if self._proxies:
+            forwarded = [
+                value.decode("latin-1")
+                for name, value in scope["headers"]
+                if name == b"x-forwarded-for"
+            ]
+        return self.client_address(peer, forwarded)
+
+    def client_address(self, peer: str | None, forwarded_for: Iterable[str] = ()) -> str:
+        """The address rates are counted for: the peer's, or, when the peer is a trusted
+        proxy, the nearest address in X-Forwarded-For that is not a trusted proxy. An
+        IPv6 address stands for its /64."""
+        address = peer or "unknown"
+        if self._proxies and self._trusted(address):
+            hops = [hop.strip() for value in forwarded_for for hop in value.split(",")]
+            for hop in reversed(hops):
+                if not hop:
+                    continue
+                if not _is_address(hop):
+                    break  # not an address: believe nothing further along
+                address = hop
+                if not self._trusted(hop):
+                    break
+        if ":" in address and _is_address(address):
+            return str(ipaddress.ip_network(f"{address}/64", strict=False))
+        return address
+
+    def _trusted(self, address: str) -> bool:
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        return any(ip in network for network in self._proxies)
+
+    async def close(self) -> None:
+        if self._shared is not None:
+            await self._shared.close()
+
+
+class TokenBuckets:
+    """Token buckets in memory, one per (kind, address), each holding one level per limit.
+
+    Idle buckets are dropped once they have refilled (a full bucket is the same as no
+    bucket), whenever there are many of them, so memory follows the addresses active
+    within the longest period, not every address ever seen.
+    """
+
+    SWEEP_ABOVE = 10_000
+
+    def __init__(self, clock: Clock, longest_s: int) -> None:
+        self._clock = clock
+        self._longest_us = longest_s * 1_000_000
+        # key -> [tokens of each limit..., time of the last update in µs]
+        self._state: dict[tuple[str, str], list[float]] = {}
+        self._sweep_at = self.SWEEP_ABOVE
+        # Each limit list's (size, tokens per µs), worked out once.
+        self._specs: dict[int, tuple[tuple[float, float], ...]] = {}
+
+    def take(self, key: tuple[str, str], items: list[RateLimitItem]) -> float:
+        """Take one token from each limit's level; 0 if taken, else seconds to wait."""
+        spec = self._specs.get(id(items))
+        if spec is None:
+            spec = self._specs[id(items)] = tuple(
+                (float(item.amount), item.amount / (item.get_expiry() * 1_000_000))
+                for item in items
+            )
+        now = self._clock.now_us()
+        state = self._state.get(key)
+        if state is None:
+            if len(self._state) >= self._sweep_at:
+                self._sweep(now)
+            state = self._state[key] = [size for size, _ in spec]
+            state.append(now)
+        elapsed_us = now - state[-1]
+        state[-1] = now
+        wait_us = 0.0
+        for i, (size, per_us) in enumerate(spec):
+            level = state[i] + elapsed_us * per_us
+            if level > size:
+                level = size
+            state[i] = level
+            if level < 1 and (1 - level) / per_us > wait_us:
+                wait_us = (1 - level) / per_us
+        if wait_us:
+            return wait_us / 1_000_000
+        for i in range(len(spec)):
+            state[i] -= 1
+        return 0.0
+
+    def _sweep(self, now: int) -> None:
+        idle_before = now - self._longest_us
+        self._state = {k: v for k, v in self._state.items() if v[-1] > idle_before}
+        self._sweep_at = max(self.SWEEP_ABOVE, 2 * len(self._state))
+
+    def __len__(self) -> int:
+        return len(self._state)
+
+
+class SharedCounters:
+    """The `limits` library's sliding-window counters in Redis, shared by instances."""
+
+    def __init__(self, redis_url: str) -> None:
+        from limits.aio.storage import RedisStorage
+        from limits.aio.strategies import SlidingWindowCounterRateLimiter
+
+        url = "redis+" + redis_url if redis_url.startswith("unix://") else redis_url
+        self._storage: Storage = RedisStorage(
+            "async+" + url,
+            implementation="redispy",
+            key_prefix="headway:rate",
+            socket_timeout=2.0,
+            socket_connect_timeout=2.0,
+        )
+        self._strategy = SlidingWindowCounterRateLimiter(self._storage)
+
+    async def hit(self, kind: str, address: str, items: list[RateLimitItem]) -> float:
+        """Count one hit against each limit; 0 if within all, else seconds to wait."""
+        for item in items:
+            if not await self._strategy.hit(item, kind, address):
+                stats = await self._strategy.get_window_stats(item, kind, address)
+                return max(stats.reset_time - time.time(), 1.0)
+        return 0.0
+
+    async def close(self) -> None:
+        client = getattr(getattr(self._storage, "bridge", None), "storage", None)
+        if client is not None:
+            await client.aclose()
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,317 @@
+"""Abuse limits: rates per client address (429) and the live-progress budget (503), on
+both backends. Every refusal carries `Retry-After` and a JSON error, and stores nothing."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as redis
+from limits import parse_many
+from starlette.applications import Starlette
+
+from headway.app import create_app
+from headway.clock import ManualClock
+from headway.config import Settings
+from headway.limits import RateLimiter
+
+from .conftest import empty_backend, running
+
+
+@pytest.fixture
+async def limited(settings: Settings, clock: ManualClock, request: pytest.FixtureRequest):
+    """Start an app with some settings changed: `await limited(rate_tasks="3/minute")`."""
+    apps: list[Any] = []
+
+    async def start(**changes: Any) -> Starlette:
+        app = create_app(settings.with_(**changes), clock)
+        context = running(app)
+        await context.__aenter__()
+        apps.append(context)
+        await empty_backend(app, settings)
+        return app
+
+    yield start
+    for context in reversed(apps):
+        await context.__aexit__(None, None, None)
+
+
+def client_for(app: Starlette, address: str = "127.0.0.1", **headers: str) -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=app, client=(address, 40000))
+    return httpx.AsyncClient(transport=transport, base_url="http://headway.test", headers=headers)
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[list[httpx.AsyncClient]]:
+    opened: list[httpx.AsyncClient] = []
+    yield opened
+    for client in opened:
+        await client.aclose()
+
+
+def assert_refused(response: httpx.Response, status: int) -> str:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    assert int(response.headers["retry-after"]) >= 1
+    return response.json()["error"]
+
+
+async def new_space(client: httpx.AsyncClient) -> str:
+    response = await client.post("/spaces", json={})
+    assert response.status_code == 201, response.text
+    return response.json()["uuid"]
+
+
+# --- Rates ------------------------------------------------------------------------------
+
+
+async def test_task_creates_over_the_rate_are_refused_429_and_store_nothing(limited, clients):
+    app = await limited(rate_tasks="3/minute")
+    client = client_for(app)
+    clients.append(client)
+    space = await new_space(client)
+    for _ in range(3):
+        assert (await client.post(f"/spaces/{space}/tasks", json={})).status_code == 201
+    message = assert_refused(await client.post(f"/spaces/{space}/tasks", json={"title": "x"}), 429)
+    assert "Too many tasks" in message
+    assert len((await client.get(f"/spaces/{space}")).json()["tasks"]) == 3
+
+
+async def test_a_rate_is_counted_per_client_address(limited, clients):
+    app = await limited(rate_spaces="2/minute")
+    first, second = client_for(app, "127.0.0.2"), client_for(app, "127.0.0.3")
+    clients.extend([first, second])
+    await new_space(first)
+    await new_space(first)
+    assert_refused(await first.post("/spaces", json={}), 429)
+    await new_space(second)  # another address is not affected
+
+
+async def test_reports_and_report_by_url_share_the_report_rate(limited, clients, make_task):
+    app = await limited(rate_reports="4/minute")
+    client = client_for(app)
+    clients.append(client)
+    space = await new_space(client)
+    task = (await client.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
+    for current in range(2):
+        assert (await client.put(f"/tasks/{task}", json={"current": current})).status_code == 200
+        assert (await client.get(f"/tasks/{task}/report?current={current}")).status_code == 200
+    assert_refused(await client.put(f"/tasks/{task}", json={"current": 9, "end": 9}), 429)
+    assert_refused(await client.get(f"/tasks/{task}/report?done=true"), 429)
+    # The refused finish changed nothing, and reads are never counted.
+    read = (await client.get(f"/tasks/{task}")).json()
+    assert read["finished_at"] is None and read["progress"]["current"] == 1
+
+
+async def test_webhook_registrations_and_mcp_requests_are_rated(limited, clients):
+    app = await limited(rate_webhooks="1/minute", rate_tasks="1/minute", mcp_allowed_hosts=("*",))
+    client = client_for(app)
+    clients.append(client)
+    space = await new_space(client)
+    url = {"url": "https://93.184.215.14/hook"}
+    assert (await client.post(f"/spaces/{space}/webhooks", json=url)).status_code in (201, 422)
+    assert_refused(await client.post(f"/spaces/{space}/webhooks", json=url), 429)
+    mcp = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+    accept = {"accept": "application/json, text/event-stream"}
+    assert (await client.post("/mcp", json=mcp, headers=accept)).status_code == 200
+    assert_refused(await client.post("/mcp", json=mcp, headers=accept), 429)
+
+
+async def test_rate_limits_off_never_refuse(limited, clients):
+    app = await limited(rate_limits=False, rate_spaces="1/minute")
+    client = client_for(app)
+    clients.append(client)
+    for _ in range(5):
+        await new_space(client)
+
+
+async def test_a_refused_client_may_go_on_once_its_bucket_refills(backend, limited, clients):
+    app = await limited(rate_spaces="4/second")
+    client = client_for(app)
+    clients.append(client)
+    for _ in range(4):
+        await new_space(client)
+    response = await client.post("/spaces", json={})
+    assert_refused(response, 429)
+    assert response.headers["retry-after"] == "1"
+    # A short configured period: a quarter second refills one token of "4/second"; Redis'
+    # sliding windows need the next window.
+    await asyncio.sleep(0.3 if backend == "sqlite" else 2.1)
+    await new_space(client)
+
+
+def test_a_bucket_refills_at_its_rate_and_holds_at_most_its_size(clock):
+    from headway.limits import TokenBuckets
+
+    buckets = TokenBuckets(clock, longest_s=60)
+    items = parse_many("2/second;5/minute")
+    key = ("spaces", "192.0.2.1")
+    assert [buckets.take(key, items) for _ in range(2)] == [0, 0]
+    assert buckets.take(key, items) == pytest.approx(0.5)  # the next second-token
+    clock.advance(0.5)
+    assert buckets.take(key, items) == 0
+    clock.advance(3600)  # refilled, but never beyond a bucket's size
+    assert [buckets.take(key, items) for _ in range(2)] == [0, 0]
+    assert buckets.take(key, items) > 0
+
+
+async def test_idle_buckets_are_dropped_so_many_addresses_cannot_grow_memory(limited, clock):
+    from headway.limits import TokenBuckets
+
+    buckets = TokenBuckets(clock, longest_s=60)
+    items = parse_many("5/second;100/minute")
+    for i in range(TokenBuckets.SWEEP_ABOVE):
+        assert buckets.take(("tasks", f"10.0.{i // 256}.{i % 256}"), items) == 0
+    clock.advance(61)
+    buckets.take(("tasks", "192.0.2.1"), items)
+    assert len(buckets) == 1
+
+
+def test_ipv6_clients_are_counted_per_slash_64(settings):
+    limiter = RateLimiter(settings.with_(rate_limits=True))
+    first = limiter.client_address("2001:db8:1:2::1")
+    assert first == limiter.client_address("2001:db8:1:2:ffff::9") == "2001:db8:1:2::/64"
+    assert limiter.client_address("2001:db8:1:3::1") != first
+    assert limiter.client_address("192.0.2.7") == "192.0.2.7"
+
+
+async def test_forwarded_for_is_believed_only_from_trusted_proxies(limited, clients):
+    app = await limited(rate_spaces="1/minute", trusted_proxies=("10.0.0.0/8",))
+    proxy_a = client_for(app, "10.1.1.1", **{"x-forwarded-for": "203.0.113.7"})
+    proxy_b = client_for(app, "10.2.2.2", **{"x-forwarded-for": "198.51.100.1, 10.3.3.3"})
+    liar = client_for(app, "192.0.2.50", **{"x-forwarded-for": "203.0.113.99"})
+    clients.extend([proxy_a, proxy_b, liar])
+    await new_space(proxy_a)
+    assert_refused(await proxy_a.post("/spaces", json={}), 429)  # 203.0.113.7 used its one
+    await new_space(proxy_b)  # 198.51.100.1: the nearest untrusted hop, not the proxy
+    await new_space(liar)  # counted as 192.0.2.50 itself: its header is not believed
+    assert_refused(await liar.post("/spaces", json={}, headers={"x-forwarded-for": "1.2.3.4"}), 429)
+
+
+async def test_redis_counters_are_shared_by_instances(backend, limited, clients):
+    if backend != "postgres":
+        pytest.skip("counters in Redis exist only with HEADWAY_REDIS_URL")
+    first = await limited(rate_spaces="2/minute")
+    second = await limited(rate_spaces="2/minute")
+    a, b = client_for(first), client_for(second)
+    clients.extend([a, b])
+    await new_space(a)
+    await new_space(b)
+    assert_refused(await a.post("/spaces", json={}), 429)
+    assert_refused(await b.post("/spaces", json={}), 429)
+
+
+# --- The live-progress budget -------------------------------------------------------------
+
+
+def big_values(size: int = 1000) -> dict[str, str]:
+    return {"log": "x" * size}
+
+
+async def test_progress_budget_refuses_new_tasks_but_lets_reporting_tasks_go_on(
+    backend, limited, clients, clock
+):
+    if backend != "sqlite":
+        pytest.skip("the memory budget is the embedded default's; Redis has maxmemory")
+    app = await limited(progress_memory=1024 * 1024, progress_memory_per_space=1.0)
+    client = client_for(app)
+    clients.append(client)
+    space = await new_space(client)
+    reported: list[str] = []
+    refused = None
+    for _ in range(2000):
+        task = (await client.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
+        response = await client.put(f"/tasks/{task}", json={"values": big_values()})
+        if response.status_code != 200:
+            refused = task
+            assert "live progress" in assert_refused(response, 503)
+            break
+        reported.append(task)
+    assert refused is not None, "the budget never refused a report"
+    store = app.state.service.progress
+    assert store.bytes_used <= store.budget_bytes
+    # Nothing was stored for the refused task, also not a finish.
+    finish = {"values": big_values(), "done": True}
+    assert_refused(await client.put(f"/tasks/{refused}", json=finish), 503)
+    read = (await client.get(f"/tasks/{refused}")).json()
+    assert read["progress"] is None and read["finished_at"] is None
+    # A task that already holds progress keeps reporting, even a little more.
+    response = await client.put(f"/tasks/{reported[0]}", json={"values": big_values(1020)})
+    assert response.status_code == 200, response.text
+    assert (await client.put(f"/tasks/{reported[1]}", json={"done": True})).status_code == 200
+    # Once old progress expires, there is room again.
+    clock.advance(61)
+    assert (await client.put(f"/tasks/{refused}", json={"values": big_values()})).status_code == 200
+    assert store.bytes_used < store.budget_bytes // 10
+
+
+async def test_no_space_takes_more_than_its_share_of_the_budget(backend, limited, clients):
+    if backend != "sqlite":
+        pytest.skip("the memory budget is the embedded default's; Redis has maxmemory")
+    app = await limited(progress_memory=2 * 1024 * 1024, progress_memory_per_space=0.25)
+    client = client_for(app)
+    clients.append(client)
+    greedy, modest = await new_space(client), await new_space(client)
+    for _ in range(1000):
+        task = (await client.post(f"/spaces/{greedy}/tasks", json={})).json()["uuid"]
+        response = await client.put(f"/tasks/{task}", json={"values": big_values()})
+        if response.status_code != 200:
+            assert "This space" in assert_refused(response, 503)
+            break
+    else:
+        pytest.fail("the space was never refused")
+    store = app.state.service.progress
+    assert store.bytes_used <= store.budget_bytes * 0.25
+    task = (await client.post(f"/spaces/{modest}/tasks", json={})).json()["uuid"]
+    assert (await client.put(f"/tasks/{task}", json={"values": big_values()})).status_code == 200
+
+
+async def test_redis_out_of_memory_is_a_503_with_retry_after(backend, app, client, make_task):
+    if backend != "postgres":
+        pytest.skip("Redis only")
+    other = await make_task()
+    url = app.state.settings.redis_url
+    admin = redis.Redis.from_url(url)
+    try:
+        used = (await admin.info("memory"))["used_memory"]
+        await admin.config_set("maxmemory-policy", "noeviction")
+        await admin.config_set("maxmemory", used + 64 * 1024)
+        filler = 0
+        for size in (16 * 1024, 64):  # fill Redis up to its maxmemory
+            while True:
+                try:
+                    await admin.set(f"filler:{filler}", b"x" * size)
+                except redis.ResponseError:
+                    break
+                filler += 1
+        # Refused while counting its rate or while storing it: a 503 either way.
+        assert_refused(await client.put(f"/tasks/{other}", json={"current": 1}), 503)
+        assert (await client.get(f"/tasks/{other}")).json()["progress"] is None
+    finally:
+        await admin.config_set("maxmemory", 0)
+        await admin.aclose()
+    assert (await client.put(f"/tasks/{other}", json={"current": 2})).status_code == 200
+
+
+def test_default_rates_never_refuse_a_busy_well_behaved_client(clock):
+    """CONTRACT: 3,000 spaces and tasks a minute from one address, in bursts of 200 at
+    once, and 1,000 tasks reporting ten times a second, pass untouched."""
+    from headway.limits import TokenBuckets
+
+    limiter = RateLimiter(Settings())
+    buckets = TokenBuckets(clock, longest_s=60)
+    creates = {kind: limiter._limits[kind] for kind in ("spaces", "tasks")}
+    for _ in range(3):  # three minutes of it
+        for _ in range(15):  # 15 bursts of 200 a minute, half spaces, half tasks
+            for i in range(200):
+                kind = "spaces" if i % 2 else "tasks"
+                assert buckets.take((kind, "192.0.2.1"), creates[kind]) == 0
+            clock.advance(4)
+    reports = limiter._limits["reports"]
+    for _ in range(30):  # three seconds of 1,000 tasks reporting every 100 ms
+        for _ in range(1000):
+            assert buckets.take(("reports", "192.0.2.1"), reports) == 0
+        clock.advance(0.1)
