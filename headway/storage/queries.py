@@ -4,6 +4,7 @@ which run together in one transaction."""
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from sqlalchemy import bindparam, case, insert, select, update
@@ -101,38 +102,87 @@ async def get_family(conn: AsyncConnection, uuid: str) -> tuple[TaskRow | None, 
     return task, children
 
 
-async def list_top_level(
-    conn: AsyncConnection,
-    space_uuid: str,
-    *,
-    before_us: int | None = None,
-    after_us: int | None = None,
-    limit: int | None = None,
-    state: State | None = None,
-) -> list[TaskRow]:
-    """Top-level tasks of a space in the order the space read returns them.
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Which top-level tasks of a space a read asks for (the query parameters)."""
 
-    Bare `limit`: the newest `limit`, oldest first. `before` alone: newest first. `after`,
-    or both cursors: oldest first. `limit` counts after the cursors.
+    space_uuid: str
+    before_us: int | None = None
+    after_us: int | None = None
+    limit: int | None = None
+    state: State | None = None
+
+
+class TopLevelPager:
+    """The top-level tasks of a `Window`, in the order the space read returns them, a
+    page at a time, each page a query of its own (keyset paging on `created_at`).
+
+    Bare `limit`: the newest `limit`, oldest first. `before` alone: newest first.
+    `after`, both cursors, or none: oldest first. `limit` counts after the cursors.
     """
-    query = _select_tasks.where(tasks.c.space_uuid == space_uuid, tasks.c.parent_uuid.is_(None))
-    if before_us is not None:
-        query = query.where(tasks.c.created_at_us < before_us)
-    if after_us is not None:
-        query = query.where(tasks.c.created_at_us > after_us)
-    if state == "active":
+
+    def __init__(
+        self, window: Window, *, newest_first: bool, lower_us: int | None, page: int
+    ) -> None:
+        self._window = window
+        self._newest_first = newest_first
+        self._lower_us = lower_us  # exclusive bounds, moved as pages are read
+        self._upper_us = window.before_us
+        self._remaining = window.limit
+        self._page = page
+
+    @classmethod
+    async def start(cls, conn: AsyncConnection, window: Window, page: int) -> TopLevelPager:
+        lower_us = window.after_us
+        if window.limit is not None and window.before_us is None and window.after_us is None:
+            # The newest `limit`, oldest first: start at the limit-th newest.
+            nth = (
+                _top_level(window)
+                .with_only_columns(tasks.c.created_at_us)
+                .order_by(tasks.c.created_at_us.desc())
+                .offset(window.limit - 1)
+                .limit(1)
+            )
+            boundary = (await conn.execute(nth)).scalar()
+            if boundary is not None:
+                lower_us = boundary - 1
+        newest_first = window.after_us is None and window.before_us is not None
+        return cls(window, newest_first=newest_first, lower_us=lower_us, page=page)
+
+    async def next_page(self, conn: AsyncConnection) -> list[TaskRow]:
+        """The next page; empty once the window is exhausted."""
+        if self._remaining == 0:
+            return []
+        size = self._page if self._remaining is None else min(self._page, self._remaining)
+        query = _top_level(self._window)
+        if self._lower_us is not None:
+            query = query.where(tasks.c.created_at_us > self._lower_us)
+        if self._upper_us is not None:
+            query = query.where(tasks.c.created_at_us < self._upper_us)
+        order = tasks.c.created_at_us.desc() if self._newest_first else tasks.c.created_at_us
+        rows = [TaskRow(*raw) for raw in await conn.execute(query.order_by(order).limit(size))]
+        if rows:
+            if self._newest_first:
+                self._upper_us = rows[-1].created_at_us
+            else:
+                self._lower_us = rows[-1].created_at_us
+        self._remaining = (
+            0
+            if len(rows) < size
+            else (None if self._remaining is None else self._remaining - len(rows))
+        )
+        return rows
+
+
+def _top_level(window: Window) -> Any:
+    query = _select_tasks.where(
+        tasks.c.space_uuid == window.space_uuid, tasks.c.parent_uuid.is_(None)
+    )
+    if window.state == "active":
         query = query.where(tasks.c.finished_at_us.is_(None))
-    elif state == "finished":
+    elif window.state == "finished":
         query = query.where(tasks.c.finished_at_us.is_not(None))
-    newest_first = after_us is None and (before_us is not None or limit is not None)
-    order = tasks.c.created_at_us.desc() if newest_first else tasks.c.created_at_us
-    query = query.order_by(order)
-    if limit is not None:
-        query = query.limit(limit)
-    rows = [TaskRow(*raw) for raw in await conn.execute(query)]
-    if newest_first and before_us is None:
-        rows.reverse()
-    return rows
+    return query
 
 
 async def list_children(
