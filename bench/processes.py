@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -172,13 +173,21 @@ def headway_command() -> list[str]:
 
 
 def start_headway(
-    name: str, workdir: Path, database_url: str, redis_url: str | None = None, *, wait: bool = True
+    name: str,
+    workdir: Path,
+    database_url: str,
+    redis_url: str | None = None,
+    *,
+    wait: bool = True,
+    env: Mapping[str, str] | None = None,
 ) -> ServerProcess:
     """`headway serve` on a free port. With no redis_url: the embedded default (SQLite
-    file, progress in process memory, worker in process). With `wait` false, the caller
-    waits (`wait_ready("/up")`), so several servers can start at once."""
+    file, progress in process memory, worker in process). `env` adds `HEADWAY_` settings
+    (e.g. `{"HEADWAY_RATE_LIMITS": "false"}`); without it every other setting is the
+    service's default. With `wait` false, the caller waits (`wait_ready("/up")`), so
+    several servers can start at once."""
     port = free_port()
-    env = {
+    settings = {
         **_clean_env(),
         "BENCH_PORT": str(port),
         "HEADWAY_HOST": HOST,
@@ -187,8 +196,9 @@ def start_headway(
         "HEADWAY_RUN_WORKER": "true",
     }
     if redis_url is not None:
-        env["HEADWAY_REDIS_URL"] = redis_url
-    server = _spawn(name, headway_command(), env, workdir)
+        settings["HEADWAY_REDIS_URL"] = redis_url
+    settings.update(env or {})
+    server = _spawn(name, headway_command(), settings, workdir)
     if not wait:
         return server
     try:

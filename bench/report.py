@@ -163,7 +163,13 @@ def markdown(run: dict[str, Any], rows: list[Row], targets: list[Target]) -> str
             "",
             f"Mode `{options['mode']}`: wrk {options['duration']} s per run, "
             f"{options['connections']} connections, {options['threads']} threads; "
-            f"big space {options['big']:,} tasks, parent with {options['children']:,} children.",
+            f"big space {options['big']:,} tasks, parent with {options['children']:,} children"
+            + (
+                f"; flood {options['flood_seconds']:g} s per phase, "
+                f"{options['flood_concurrency']} requests at once."
+                if "flood_seconds" in options
+                else "."
+            ),
             "",
             table(rows),
             "",

@@ -1,9 +1,11 @@
 """Run Headway's benchmarks: `python -m bench.run [--quick | --smoke] [options]`.
 
 Starts a bare-ASGI baseline and real `headway serve` processes on 127.0.0.1, seeds
-them over HTTP, drives every scenario with wrk for a bounded time, prints a table with
-each scenario's ratio to the baseline measured in the same run and the targets of
-issue 6, and writes `latest.json` and `latest.md` into the results directory.
+them over HTTP, drives every scenario with wrk for a bounded time, floods a server left
+at its defaults from 127.0.0.2 while a well-behaved client reports from 127.0.0.1
+(bench/flood.py), prints a table with each scenario's ratio to the baseline measured in
+the same run and the targets (issue 6's and the abuse limits'), and writes `latest.json`
+and `latest.md` into the results directory.
 Every process the run starts is stopped by its PID before it returns.
 """
 
@@ -26,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from . import profile, report, seed
+from . import flood, profile, report, seed
 from .load import Load, LoadResult, finish, not_reached, run_wrk, start_wrk, wrk_binary
 from .processes import ServerProcess, StartError, start_baseline, start_headway
 from .report import MB, Row, Target
@@ -41,6 +43,23 @@ PAGE_LATENCY_FACTOR = 2.0
 RSS_LIMIT_MB = 150
 SCALE_OUT_FACTOR = 1.6
 PAGE = 50
+# The abuse-limits issue's targets.
+LIMITED_SHARE_OF_PUT = 0.9
+FLOOD_RSS_GROWTH_MB = 1024
+BYSTANDER_P99_MS = 250.0
+FLOOD_PHASE_S = 20.0
+
+# The embedded and scale-out servers run without rate limits: their scenarios create
+# thousands of tasks a second from one address, which the default rates rightly refuse
+# (the contract keeps HEADWAY_RATE_LIMITS=false for benchmarks).
+NO_RATE_LIMITS = {"HEADWAY_RATE_LIMITS": "false"}
+# The rate-limited PUT server: every rate at its default except task creation, raised so
+# that seeding the pool (16 creates at once) is not refused. A PUT counts only against
+# HEADWAY_RATE_REPORTS, whose default stays, and counting costs the same whatever the
+# numbers are.
+LIMITED_SEEDING = {"HEADWAY_RATE_TASKS": "100000/second;1000000/minute"}
+
+FLOOD_ROWS = ["flood_create", "flood_values", "flood_memory", "flood_bystander"]
 
 
 @dataclass
@@ -57,13 +76,19 @@ class Options:
     results: Path
     profile: bool
     scale_out: bool
+    flood_s: float
+    flood_concurrency: int
+    flood_spaces: int
 
 
 MODES: dict[str, dict[str, Any]] = {
-    "full": dict(duration=10, connections=64, threads=2, big=100_000, children=1000, pool=1000),
-    "quick": dict(duration=2, connections=16, threads=2, big=100_000, children=1000, pool=1000),
-    "smoke": dict(duration=1, connections=2, threads=1, big=1000, children=20, pool=20),
-}
+    "full": dict(duration=10, connections=64, threads=2, big=100_000, children=1000, pool=1000,
+                 flood_s=FLOOD_PHASE_S, flood_spaces=100),
+    "quick": dict(duration=2, connections=16, threads=2, big=100_000, children=1000, pool=1000,
+                  flood_s=5, flood_spaces=100),
+    "smoke": dict(duration=1, connections=2, threads=1, big=1000, children=20, pool=20,
+                  flood_s=2, flood_spaces=10),
+}  # fmt: skip
 
 
 def parse_options(argv: list[str] | None) -> Options:
@@ -84,6 +109,12 @@ def parse_options(argv: list[str] | None) -> Options:
     parser.add_argument("--children", type=int, help="children of the parent (default 1,000)")
     parser.add_argument("--pool", type=int, help="tasks PUT/GET spread over (default 1,000)")
     parser.add_argument(
+        "--flood-seconds",
+        dest="flood_s",
+        type=float,
+        help="seconds of each flood phase, creating then PUTting values (default 20)",
+    )
+    parser.add_argument(
         "--results",
         type=Path,
         default=RESULTS,
@@ -103,11 +134,13 @@ def parse_options(argv: list[str] | None) -> Options:
     args = parser.parse_args(argv)
     name = "smoke" if args.smoke else "quick" if args.quick else "full"
     values = dict(MODES[name])
-    for key in ("duration", "connections", "threads", "big", "children", "pool"):
+    for key in ("duration", "connections", "threads", "big", "children", "pool", "flood_s"):
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
     if values["connections"] < 1 or values["threads"] < 1 or values["big"] < PAGE + 1:
         parser.error(f"connections and threads must be at least 1, --big at least {PAGE + 1}")
+    if not 0 < values["flood_s"] <= 600:
+        parser.error("--flood-seconds must be above 0 and at most 600")
     return Options(
         mode=name,
         small=100,
@@ -115,6 +148,7 @@ def parse_options(argv: list[str] | None) -> Options:
         results=args.results,
         profile=args.profile,
         scale_out=args.scale_out,
+        flood_concurrency=64,
         **values,
     )
 
@@ -124,6 +158,7 @@ def scenario_titles(o: Options) -> dict[str, str]:
     return {
         "baseline": "bare ASGI baseline: GET / (fixed 325-byte JSON)",
         "put_report": f"PUT /tasks/{{t}} (spread over {o.pool:,} tasks)",
+        "put_report_limited": "the same PUT, rate limits on at their defaults",
         "get_report": "GET /tasks/{t}/report?current=5&end=10&values[log]=x",
         "get_task": "GET /tasks/{t}",
         "post_task": "POST /spaces/{s}/tasks",
@@ -133,6 +168,16 @@ def scenario_titles(o: Options) -> dict[str, str]:
         "get_space_big": f"GET /spaces/{{s}}, {o.big:,} tasks (1 connection)",
         "get_parent": f"GET /tasks/{{t}}, parent of {o.children:,} children",
         "memory": f"memory: RSS with {o.big:,} tasks holding progress",
+        "flood_create": (
+            f"flood from {flood.FLOOD_ADDRESS}, defaults: {o.flood_concurrency} at once create "
+            f"{o.flood_spaces} spaces, then tasks ({o.flood_s:g} s)"
+        ),
+        "flood_values": f"flood: PUT ~60 KB values to each task it created ({o.flood_s:g} s)",
+        "flood_memory": "flood: server RSS, peak over before the flood",
+        "flood_bystander": (
+            f"flood: well-behaved client on {flood.BYSTANDER_ADDRESS}, a PUT every "
+            f"{flood.REPORT_EVERY_S * 1000:.0f} ms"
+        ),
         "scale_out_one": "PUT, PostgreSQL + Redis, one instance",
         "scale_out_two": "PUT, PostgreSQL + Redis, two instances",
     }
@@ -268,9 +313,14 @@ class Bench:
         wrk_binary()  # no wrk, no run: fail before starting anything
         with self.phase(["baseline"]):
             self.baseline()
-        embedded = [n for n in self.titles if n != "baseline" and not n.startswith("scale")]
+        others = ["baseline", "put_report_limited", *FLOOD_ROWS, "scale_out_one", "scale_out_two"]
+        embedded = [n for n in self.titles if n not in others]
         with self.phase(embedded):
             self.embedded()
+        with self.phase(["put_report_limited"]):
+            self.limited()
+        with self.phase(FLOOD_ROWS):
+            self.flood_scenario()
         with self.phase(["scale_out_one", "scale_out_two"]):
             if not self.o.scale_out:
                 raise Skip("--no-scale-out given")
@@ -284,9 +334,12 @@ class Bench:
             self.stop(server)
 
     def embedded(self) -> None:
-        """Every scenario on the embedded default: SQLite file, progress in memory."""
+        """Every scenario on the embedded default (SQLite file, progress in memory), with
+        the rate limits off."""
         database = self.workdir / "headway.db"
-        server = self.start(start_headway, "headway", self.workdir, f"sqlite:///{database}")
+        server = self.start(
+            start_headway, "headway", self.workdir, f"sqlite:///{database}", env=NO_RATE_LIMITS
+        )
         rss_at_start = server.rss_bytes()
         self.say(f"headway RSS right after start: {rss_at_start / MB:.1f} MB")
         try:
@@ -335,6 +388,170 @@ class Bench:
         finally:
             self.stop(server)
 
+    def limited(self) -> None:
+        """`put_report` again, on a fresh embedded server with the rate limits on: what
+        counting every PUT against its client's rate costs."""
+        database = self.workdir / "limited.db"
+        server = self.start(
+            start_headway,
+            "headway-limited",
+            self.workdir,
+            f"sqlite:///{database}",
+            env=LIMITED_SEEDING,
+        )
+        try:
+            self.say(f"seeding over HTTP: {self.o.pool:,} pool tasks (rate limits on)")
+            pool = asyncio.run(self.seed_pool(server))
+            paths = [f"/tasks/{t}" for t in pool]
+            row = self.measure(server, "put_report_limited", Load("PUT", paths, seed.PUT_BODY))
+        finally:
+            self.stop(server)
+        put = self.rows.get("put_report")
+        if put and put.status == "ok" and put.requests_per_s and row.requests_per_s:
+            row.extra["vs_put_report"] = round(row.requests_per_s / put.requests_per_s, 3)
+            row.extra["note"] = (
+                f"{row.extra['vs_put_report']:.2f}x put_report; CPU µs/req "
+                f"{_num(row.cpu_us_per_request)} vs {_num(put.cpu_us_per_request)}"
+            )
+            self.say(f"put_report_limited: {row.extra['note']}")
+
+    async def seed_pool(self, server: ServerProcess) -> list[str]:
+        async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+            return await seed.pool(client, self.o.pool)
+
+    def flood_scenario(self) -> None:
+        """A flood from one address against a server with every setting at its default,
+        while a well-behaved client reports from another (see bench/flood.py)."""
+        o = self.o
+        database = self.workdir / "flood.db"
+        server = self.start(start_headway, "headway-flood", self.workdir, f"sqlite:///{database}")
+        try:
+            result = asyncio.run(
+                flood.run(
+                    server.url,
+                    server.pid,
+                    phase_s=o.flood_s,
+                    concurrency=o.flood_concurrency,
+                    spaces=o.flood_spaces,
+                    settle_s=min(2.0, max(0.5, o.flood_s / 10)),
+                    say=self.say,
+                )
+            )
+        finally:
+            self.stop(server)
+        self.flood_rows(result)
+
+    def flood_rows(self, result: flood.FloodRun) -> None:
+        f = result.flood
+        create, values = f["create"], f["values"]
+        made = {
+            "flood_create": f"{f['spaces_created']:,} spaces and {f['tasks_created']:,} tasks "
+            "created",
+            "flood_values": f"values stored on {f['tasks_holding_values']:,} of "
+            f"{f['tasks_created']:,} tasks",
+        }
+        for name, phase in (("flood_create", create), ("flood_values", values)):
+            answers = flood_answers(phase["statuses"])
+            row = Row(
+                name,
+                self.titles[name],
+                requests_per_s=phase["requests_per_s"],
+                p50_ms=_ms(phase["p50_ms"]),
+                p99_ms=_ms(phase["p99_ms"]),
+                requests=phase["requests"],
+                connections=f["concurrency"],
+                duration_s=phase["seconds"],
+                extra={
+                    "answers": answers,
+                    "statuses": phase["statuses"],
+                    "spaces_created": f["spaces_created"],
+                    "tasks_created": f["tasks_created"],
+                    "tasks_holding_values": f["tasks_holding_values"],
+                    "note": ", ".join(f"{k} ×{v:,}" for k, v in answers.items())
+                    + f"; {made[name]}",
+                },
+            )
+            cpu = result.cpu_between(phase["started"], phase["ended"])
+            if cpu is not None and phase["requests"]:
+                row.cpu_us_per_request = round(cpu * 1e6 / phase["requests"], 1)
+            broken = {
+                status: n
+                for status, n in phase["statuses"].items()
+                if not status.isdigit() or (status >= "500" and status != "503")
+            }
+            if broken:
+                row.status = "error"
+                row.reason = "the flood got failures, not refusals: " + ", ".join(
+                    f"{k} ×{v}" for k, v in broken.items()
+                )
+            self.record(row)
+
+        before, peak, after = result.rss_before, result.peak_rss, result.rss_after
+        growth = peak - before
+        row = Row(
+            "flood_memory",
+            self.titles["flood_memory"],
+            extra={
+                "rss_before_mb": round(before / MB, 1),
+                "peak_rss_mb": round(peak / MB, 1),
+                "rss_after_mb": round(after / MB, 1),
+                "growth_mb": round(growth / MB, 1),
+                "samples": len(result.samples),
+                "up_after_flood": result.server_after,
+                "note": (
+                    f"RSS {before / MB:.1f} MB before the flood, peak {peak / MB:.1f} MB "
+                    f"(+{growth / MB:.1f} MB), {after / MB:.1f} MB after"
+                ),
+            },
+        )
+        if not result.server_alive or result.server_after != "200":
+            row.status = "error"
+            row.reason = (
+                "the server died during the flood"
+                if not result.server_alive
+                else f"GET /up after the flood answered {result.server_after}"
+            )
+        self.record(row)
+
+        during = result.bystander(create["started"], values["ended"])
+        whole = result.bystander()
+        phases = {
+            "before": result.bystander(None, create["started"]),
+            "during_create": result.bystander(create["started"], create["ended"]),
+            "during_values": result.bystander(values["started"], values["ended"]),
+            "after": result.bystander(values["ended"], None),
+        }
+        span = (result.reports[-1][0] - result.reports[0][0]) if len(result.reports) > 1 else 0
+        row = Row(
+            "flood_bystander",
+            self.titles["flood_bystander"],
+            requests_per_s=round(len(result.reports) / span, 1) if span else None,
+            p50_ms=_ms(during["p50_ms"]),
+            p99_ms=_ms(during["p99_ms"]),
+            requests=whole["reports"],
+            connections=1,
+            extra={
+                "refused": whole["refused"],
+                "failed": whole["failed"],
+                "statuses": whole["statuses"],
+                "max_ms_during_flood": _ms(during["max_ms"]),
+                "phases": phases,
+                "note": (
+                    f"{whole['reports']} reports, {whole['refused']} refused, "
+                    f"{whole['failed']} failed; p50/p99 during the flood "
+                    f"({during['reports']} reports); p99 "
+                    f"{_num(phases['during_create']['p99_ms'])} ms while it creates, "
+                    f"{_num(phases['during_values']['p99_ms'])} ms while it PUTs values"
+                ),
+            },
+        )
+        if whole["failed"]:
+            row.status = "error"
+            row.reason = "the well-behaved client's reports failed: " + ", ".join(
+                f"{k} ×{v}" for k, v in whole["statuses"].items() if k not in ("200", "429", "503")
+            )
+        self.record(row)
+
     async def seed(self, server: ServerProcess) -> dict[str, Any]:
         o = self.o
         self.say(
@@ -342,11 +559,8 @@ class Bench:
             f"a parent with {o.children:,} children"
         )
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
-            pool_space = await seed.create_space(client, "pool")
-            pool = await seed.create_tasks(client, pool_space, o.pool)
-            await seed.report_all(client, pool)
             return {
-                "pool": pool,
+                "pool": await seed.pool(client, o.pool),
                 "post_space": await seed.create_space(client, "creates"),
                 "small": await seed.space_with_tasks(client, "small", o.small),
                 "parent": await seed.parent_with_children(client, o.children),
@@ -452,7 +666,7 @@ class Bench:
         try:
             first, second = (
                 self.start(start_headway, f"headway-pg-{n}", self.workdir, postgres.url,
-                           redis.url, wait=False)
+                           redis.url, wait=False, env=NO_RATE_LIMITS)
                 for n in (1, 2)
             )  # fmt: skip
             for server in (first, second):
@@ -568,6 +782,26 @@ class Bench:
         else:
             found.append(Target("put", description, "skipped", "–", "not measured"))
 
+        limited = ok("put_report_limited")
+        description = (
+            f"PUT with rate limits on ≥ {LIMITED_SHARE_OF_PUT:g}x the req/s of PUT without them"
+        )
+        if put and limited and put.requests_per_s and limited.requests_per_s is not None:
+            factor = limited.requests_per_s / put.requests_per_s
+            found.append(
+                Target(
+                    "put_limited",
+                    description,
+                    "pass" if factor >= LIMITED_SHARE_OF_PUT else "fail",
+                    f"{factor:.2f}x ({limited.requests_per_s:,.0f} vs {put.requests_per_s:,.0f} "
+                    f"req/s); CPU µs/req {_num(limited.cpu_us_per_request)} vs "
+                    f"{_num(put.cpu_us_per_request)}",
+                    "separate servers, one after the other: ±20-30% noise on 2 shared cores",
+                )
+            )
+        else:
+            found.append(Target("put_limited", description, "skipped", "–", "not measured"))
+
         small, large = ok("get_space_small_page"), ok("get_space_big_page")
         description = (
             f"GET space limit={PAGE}: {self.o.big:,}-task space p50 within "
@@ -602,6 +836,58 @@ class Bench:
         else:
             found.append(Target("memory", description, "skipped", "–", "not measured"))
 
+        short = (
+            ""
+            if self.o.flood_s == FLOOD_PHASE_S
+            else f"phases of {self.o.flood_s:g} s; the target is for {FLOOD_PHASE_S:g} s"
+        )
+        flood_rss = ok("flood_memory")
+        description = f"flood: the server's peak RSS growth < 1 GB ({FLOOD_RSS_GROWTH_MB:,} MB)"
+        if flood_rss:
+            growth = flood_rss.extra["growth_mb"]
+            found.append(
+                Target(
+                    "flood_memory",
+                    description,
+                    "pass" if growth < FLOOD_RSS_GROWTH_MB else "fail",
+                    f"+{growth:,.1f} MB ({flood_rss.extra['rss_before_mb']:,.1f} → "
+                    f"{flood_rss.extra['peak_rss_mb']:,.1f} MB)",
+                    short,
+                )
+            )
+        else:
+            found.append(Target("flood_memory", description, "skipped", "–", "not measured"))
+
+        bystander = r.get("flood_bystander")
+        measured = bystander is not None and bystander.status != "skipped" and bystander.extra
+        description = f"flood: the well-behaved client's p99 < {BYSTANDER_P99_MS:g} ms"
+        if measured and bystander.p99_ms is not None:
+            found.append(
+                Target(
+                    "flood_latency",
+                    description,
+                    "pass" if bystander.p99_ms < BYSTANDER_P99_MS else "fail",
+                    f"p99 {bystander.p99_ms:,.1f} ms, p50 {_num(bystander.p50_ms)} ms",
+                    short,
+                )
+            )
+        else:
+            found.append(Target("flood_latency", description, "skipped", "–", "not measured"))
+        description = "flood: the well-behaved client is never refused (nor fails)"
+        if measured:
+            refused, failed = bystander.extra["refused"], bystander.extra["failed"]
+            found.append(
+                Target(
+                    "flood_refusals",
+                    description,
+                    "pass" if refused == 0 and failed == 0 else "fail",
+                    f"{refused} refused, {failed} failed of {bystander.requests} reports",
+                    short,
+                )
+            )
+        else:
+            found.append(Target("flood_refusals", description, "skipped", "–", "not measured"))
+
         two = ok("scale_out_two")
         description = f"two instances ≥ {SCALE_OUT_FACTOR:g}x one (PostgreSQL + Redis)"
         if two and "vs_one_instance" in two.extra and ok("scale_out_one"):
@@ -618,6 +904,21 @@ class Bench:
             reason = (r.get("scale_out_two") or Row("", "")).reason or "not measured"
             found.append(Target("scale_out", description, "skipped", "–", reason))
         return found
+
+
+def flood_answers(statuses: dict[str, int]) -> dict[str, int]:
+    """A flood phase's answers as 201, 200, 429, 503 and other (failures included)."""
+    answers = {k: statuses.get(k, 0) for k in ("201", "200", "429", "503")}
+    answers["other"] = sum(n for k, n in statuses.items() if k not in answers)
+    return answers
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _num(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -655,6 +956,9 @@ def main(argv: list[str] | None = None) -> int:
                 "children": options.children,
                 "pool": options.pool,
                 "profile": options.profile,
+                "flood_seconds": options.flood_s,
+                "flood_concurrency": options.flood_concurrency,
+                "flood_spaces": options.flood_spaces,
             },
             "machine": machine,
             # Other work on the machine skews everything; the run records how much there was.

@@ -94,6 +94,14 @@ async def report_all(client: httpx.AsyncClient, task_uuids: Iterable[str]) -> No
     await _gather_bounded(report(t) for t in task_uuids)
 
 
+async def pool(client: httpx.AsyncClient, count: int) -> list[str]:
+    """A space of `count` tasks, each holding progress: what PUT and GET spread over."""
+    space = await create_space(client, "pool")
+    tasks = await create_tasks(client, space, count)
+    await report_all(client, tasks)
+    return tasks
+
+
 async def read_space(client: httpx.AsyncClient, space: str, **params: Any) -> dict[str, Any]:
     return _check(await client.get(f"/spaces/{space}", params=params, timeout=120), 200)
 

@@ -39,5 +39,24 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
     measured = [row for row in found.values() if row["requests_per_s"] is not None]
     assert all(row["requests_per_s"] > 0 for row in measured)
     assert found["memory"]["extra"]["rss_mb"] > 0
-    assert {t["name"] for t in results["targets"]} == {"put", "space_page", "memory", "scale_out"}
+    assert found["put_report_limited"]["requests_per_s"] > 0
+    # The flood ran from its own address and was answered; a bystander reported throughout.
+    assert sum(found["flood_create"]["extra"]["answers"].values()) > 0
+    assert found["flood_create"]["extra"]["answers"]["201"] > 0
+    assert (
+        found["flood_memory"]["extra"]["peak_rss_mb"]
+        >= found["flood_memory"]["extra"]["rss_before_mb"]
+    )
+    assert found["flood_bystander"]["requests"] > 0
+    assert found["flood_bystander"]["p99_ms"] is not None
+    assert {t["name"] for t in results["targets"]} == {
+        "put",
+        "put_limited",
+        "space_page",
+        "memory",
+        "flood_memory",
+        "flood_latency",
+        "flood_refusals",
+        "scale_out",
+    }
     assert (tmp_path / "latest.md").read_text().startswith("# Headway benchmark")
