@@ -7,24 +7,37 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from time import perf_counter
 from typing import Any
 
 import sqlalchemy.exc
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
+from . import metrics
 from .api import health, openapi, rest
 from .api import mcp as mcp_routes
+from .api import metrics as metrics_routes
 from .api import webhooks as webhook_routes
 from .api.mcp import MCPEndpoint
-from .api.responses import JSONResponse, error_response
+from .api.responses import (
+    CORS_NAMES,
+    EVERY_ANSWER,
+    REST_ANSWER,
+    JSONResponse,
+    SendWithHeaders,
+    error_response,
+    preflight_response,
+)
 from .clock import Clock, SystemClock
 from .config import Settings
 from .errors import UNAVAILABLE_MESSAGE, HeadwayError, Unavailable, error_body
+from .limits import RateLimiter
 from .progress import ProgressStore
 from .progress.memory import MemoryProgressStore
 from .service import Service
@@ -46,6 +59,9 @@ DEPENDENCY_ERRORS: tuple[type[BaseException], ...] = (
 )
 
 
+RETRY_SOON = {"retry-after": "5"}
+
+
 def dependency_errors(settings: Settings) -> tuple[type[BaseException], ...]:
     """The exceptions that mean a dependency is down, for the backends `settings` name."""
     if settings.redis_url is None:
@@ -64,6 +80,9 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         db = Database(settings.database_url)
         progress = make_progress_store(settings, clock)
+        metrics.serving(progress)  # for HEADWAY_METRICS_PORT's scrape, in another thread
+        # Rates run on real time even where a test moves the service's clock.
+        app.state.limiter = limiter = RateLimiter(settings)
         worker_task = None
         try:
             await db.migrate()
@@ -72,6 +91,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 progress,
                 clock,
                 allow_private_webhooks=settings.webhook_allow_private,
+                webhooks_per_space=settings.webhooks_per_space,
                 # Progress in this process's memory means this process serves alone.
                 families=None if settings.shares_progress else FamilyCache(),
             )
@@ -88,20 +108,25 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 with contextlib.suppress(asyncio.CancelledError):
                     await worker_task
                 await worker.close()
+            await limiter.close()
             await progress.close()
             await db.close()
 
     errors = dependency_errors(settings)
     # A fresh MCP server per app; its tools call the Service the lifespan builds.
     mcp_endpoint = MCPEndpoint(settings, lambda: app.state.service, dependency_errors=errors)
+    # `/metrics` is on this port unless metrics are off or have a port of their own.
+    scraped_here = settings.metrics and settings.metrics_port is None
     app = HeadwayApp(
         dependency_errors=errors,
+        instruments=metrics.instruments() if settings.metrics else None,
         routes=[
             *rest.routes,
             *webhook_routes.routes,
             *health.routes,
             *openapi.routes,
             Route("/mcp", mcp_endpoint),
+            *(metrics_routes.routes if scraped_here else []),
         ],
         exception_handlers={
             HeadwayError: _headway_error,
@@ -111,9 +136,14 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         },
         lifespan=lifespan,
     )
+    app.router.redirect_slashes = False  # `/spaces/` is a JSON 404, never a redirect
     app.state.settings = settings
     app.state.openapi = openapi.build_document(
-        {**webhook_routes.openapi_paths, **mcp_routes.openapi_paths}
+        {
+            **webhook_routes.openapi_paths,
+            **mcp_routes.openapi_paths,
+            **(metrics_routes.openapi_paths if scraped_here else {}),
+        }
     )
     return app
 
@@ -124,14 +154,24 @@ class HeadwayApp(Starlette):
     `GET` and `PUT /tasks/{uuid}` are most of the traffic. They go straight to their
     endpoint, skipping the router and the two exception middlewares (together about a
     tenth of a report's cost); their errors are rendered by the same handlers. Every
-    other request takes the ordinary way.
+    other request takes the ordinary way (`_ordinary`). Both ways count each request
+    (headway.metrics) under its route's template as its answer starts.
+
+    Every answer says `X-Content-Type-Options: nosniff`; every answer but those of /mcp
+    (which checks Host and Origin itself) says `Access-Control-Allow-Origin: *`. An
+    unexpected error is answered 500 and logged once, and the connection lives on.
     """
 
     def __init__(
-        self, *, dependency_errors: tuple[type[BaseException], ...], **options: Any
+        self,
+        *,
+        dependency_errors: tuple[type[BaseException], ...],
+        instruments: metrics.Instruments | None = None,
+        **options: Any,
     ) -> None:
         super().__init__(**options)
         self._dependency_errors = dependency_errors
+        self._metrics = instruments  # None: metrics are off, nothing is counted
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] in ("GET", "PUT"):
@@ -139,9 +179,43 @@ class HeadwayApp(Starlette):
             if path.startswith("/tasks/") and path.count("/") == 2 and len(path) > 7:
                 await self._task(scope, receive, send, path[7:])
                 return
-        await super().__call__(scope, receive, send)
+        if scope["type"] == "http":
+            await self._ordinary(scope, receive, send)
+        else:
+            await super().__call__(scope, receive, send)
+
+    async def _ordinary(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._metrics is not None:
+            send = self._metrics.timed_send(scope, send)
+        path = scope["path"]
+        if path == "/mcp" or path.startswith("/mcp/"):
+            answer = SendWithHeaders(send, EVERY_ANSWER, drop=CORS_NAMES)
+        else:
+            if scope["method"] == "OPTIONS" and (methods := self._methods_of(scope)):
+                requested = Headers(scope=scope).get("access-control-request-headers")
+                await preflight_response(methods, requested)(scope, receive, send)
+                return
+            answer = SendWithHeaders(send, REST_ANSWER)
+        try:
+            await super().__call__(scope, receive, answer)
+        except Exception:
+            if not answer.answered:
+                raise  # cut short: the server logs it and drops the connection
+            # Starlette's ServerErrorMiddleware answered with `_unexpected_error`, which
+            # logged it, then re-raised for the server, which would log it again and drop
+            # the connection. The answer went out whole: the connection can serve on.
+
+    def _methods_of(self, scope: Scope) -> set[str]:
+        """The methods the routes of this path serve; empty if none has this path."""
+        methods: set[str] = set()
+        for route in self.router.routes:
+            match, _ = route.matches(scope)
+            if match is not Match.NONE:
+                methods |= getattr(route, "methods", None) or set()
+        return methods
 
     async def _task(self, scope: Scope, receive: Receive, send: Send, task_uuid: str) -> None:
+        started = perf_counter()
         scope["app"] = self
         scope["path_params"] = {"task_uuid": task_uuid}
         request = Request(scope, receive, send)
@@ -153,6 +227,11 @@ class HeadwayApp(Starlette):
             response = await _dependency_error(request, exc)
         except Exception as exc:
             response = await _unexpected_error(request, exc)
+        if self._metrics is not None:
+            elapsed = perf_counter() - started
+            self._metrics.observe(
+                "/tasks/{task_uuid}", scope["method"], response.status_code, elapsed
+            )
         await response(scope, receive, send)
 
 
@@ -162,7 +241,13 @@ def make_progress_store(settings: Settings, clock: Clock) -> ProgressStore:
         from .progress.redis import RedisProgressStore
 
         return RedisProgressStore(settings.redis_url, settings.progress_ttl, clock)
-    return MemoryProgressStore(settings.progress_ttl, clock)
+    budget = settings.progress_memory_budget
+    return MemoryProgressStore(
+        settings.progress_ttl,
+        clock,
+        budget_bytes=budget,
+        space_bytes=int(budget * settings.progress_memory_per_space),
+    )
 
 
 async def _headway_error(_request: Request, exc: Exception) -> Response:
@@ -184,7 +269,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _dependency_error(_request: Request, exc: Exception) -> Response:
     log.warning("dependency unavailable: %s: %s", type(exc).__name__, exc)
-    return error_response(Unavailable(UNAVAILABLE_MESSAGE))
+    return error_response(Unavailable(UNAVAILABLE_MESSAGE, headers=RETRY_SOON))
 
 
 async def _unexpected_error(_request: Request, exc: Exception) -> Response:

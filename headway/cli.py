@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import shutil
 import sys
+import tempfile
 
 from .config import ConfigError, Settings
 
@@ -86,6 +89,7 @@ def _worker(settings: Settings) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)
         print(f"headway: worker {worker.id} delivering events", flush=True)
+        _prepare_metrics(settings)  # its deliveries, on HEADWAY_METRICS_PORT if set
         try:
             await worker.run()
         except asyncio.CancelledError:
@@ -101,7 +105,7 @@ def _worker(settings: Settings) -> int:
 def _serve(settings: Settings, workers: int) -> int:
     import subprocess
 
-    import uvicorn
+    from .server import serve
 
     # Migrate in a child process: the server then finds its schema current and never
     # loads the migration machinery.
@@ -111,29 +115,47 @@ def _serve(settings: Settings, workers: int) -> int:
     if migrated.returncode != 0:
         return migrated.returncode
 
+    try:
+        metrics_dir = _prepare_metrics(settings, workers)
+    except OSError as exc:
+        print(f"headway: cannot serve metrics: {exc}", file=sys.stderr)
+        return 1
     progress = "Redis" if settings.shares_progress else "process memory"
     print(
         f"headway: listening on http://{settings.host}:{settings.port} "
         f"(database {_redact(settings.database_url)}, progress in {progress})",
         flush=True,
     )
-    uvicorn.run(
-        "headway.app:app_from_env" if workers > 1 else _app(settings),
-        factory=workers > 1,
-        host=settings.host,
-        port=settings.port,
-        workers=workers,
-        log_level="warning",
-        access_log=False,
-        lifespan="on",
-    )
-    return 0
+    try:
+        return serve(settings, workers)
+    finally:
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-def _app(settings: Settings) -> object:
-    from .app import create_app
+def _prepare_metrics(settings: Settings, workers: int = 1) -> str | None:
+    """Before serving: with several worker processes, a fresh directory where each one
+    writes its counts, for any of them to merge when scraped (prometheus_client's
+    multiprocess mode; returned, to delete at exit); with HEADWAY_METRICS_PORT, the
+    metrics' own server. Raises OSError if that port is taken."""
+    if not settings.metrics:
+        return None
+    directory = None
+    if workers > 1:  # set before anything imports prometheus_client, and inherited
+        directory = tempfile.mkdtemp(prefix="headway-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    if settings.metrics_port is not None:
+        from .metrics import serve_port
 
-    return create_app(settings)
+        try:
+            serve_port(settings)
+        except OSError:
+            if directory is not None:
+                shutil.rmtree(directory, ignore_errors=True)
+            raise
+        url = f"http://{settings.host}:{settings.metrics_port}/metrics"
+        print(f"headway: metrics on {url}", flush=True)
+    return directory
 
 
 def _redact(url: str) -> str:

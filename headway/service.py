@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, cast
 
 import msgspec
 
 from . import domain, webhooks
 from .clock import Clock
+from .completion import completion_event
 from .domain import Progress, Report, TaskRow, canonical_uuid, task_view
 from .errors import BadRequest, NotFound, Unprocessable
 from .progress import ProgressStore
@@ -21,6 +22,9 @@ from .storage.database import Database
 from .storage.families import FamilyCache
 
 Family = list[tuple[TaskRow, Progress | None]]
+
+# Top-level tasks read at a time for a space read (their children come with them).
+SPACE_PAGE = 200
 
 
 class Service:
@@ -34,6 +38,7 @@ class Service:
         clock: Clock,
         *,
         allow_private_webhooks: bool = False,
+        webhooks_per_space: int = 20,
         families: FamilyCache | None = None,
     ) -> None:
         self.db = db
@@ -42,6 +47,7 @@ class Service:
         # Only for a process that is the only one serving (see storage.families).
         self.families = families
         self.allow_private_webhooks = allow_private_webhooks
+        self.webhooks_per_space = webhooks_per_space
         # Called after a transaction that recorded an event commits (wakes the worker).
         self.on_event: Callable[[], None] = lambda: None
 
@@ -66,9 +72,29 @@ class Service:
         limit: int | str | None = None,
         state: str | None = None,
     ) -> dict[str, Any]:
-        """A space with its top-level tasks (see `queries.list_top_level` for the order).
+        """A space with its top-level tasks (see `queries.TopLevelPager` for the order).
 
         `limit` may be a number or the text of a query parameter; both are checked alike.
+        """
+        head, pages = await self.read_space(
+            space_uuid, before=before, after=after, limit=limit, state=state
+        )
+        return {**head, "tasks": [task async for page in pages for task in page]}
+
+    async def read_space(
+        self,
+        space_uuid: str,
+        *,
+        before: str | None = None,
+        after: str | None = None,
+        limit: int | str | None = None,
+        state: str | None = None,
+    ) -> tuple[dict[str, Any], AsyncIterator[list[dict[str, Any]]]]:
+        """A space read as its `{"title", "icon"}` and its tasks, a page at a time.
+
+        Every bad parameter and an unknown space raise here, before any task is read;
+        the pages are read as they are consumed, each on a connection of its own, so a
+        reader that stops reading holds one page and no connection.
         """
         before_us = _cursor("before", before)
         after_us = _cursor("after", after)
@@ -80,30 +106,33 @@ class Service:
             raise NotFound(_NO_SPACE)
         async with self.db.read() as conn:
             space = await queries.get_space(conn, key)
-            if space is None:
-                raise NotFound(_NO_SPACE)
-            top = await queries.list_top_level(
-                conn,
-                key,
-                before_us=before_us,
-                after_us=after_us,
-                limit=count,
-                state=cast(queries.State | None, state),
-            )
-            children = await queries.list_children(conn, key, [t.uuid for t in top])
-        rows = list(top)
-        for family in children.values():
-            rows.extend(family)
-        uuids = [r.uuid for r in rows]
-        progress = dict(zip(uuids, await self.progress.get_many(uuids), strict=True))
-        tasks = [
-            task_view(
-                t, progress[t.uuid], [(c, progress[c.uuid]) for c in children.get(t.uuid, ())]
-            )
-            for t in top
-        ]
+        if space is None:
+            raise NotFound(_NO_SPACE)
         title, icon = space
-        return {"title": title, "icon": icon, "tasks": tasks}
+        window = queries.Window(key, before_us, after_us, count, cast(queries.State | None, state))
+        return {"title": title, "icon": icon}, self._space_pages(window)
+
+    async def _space_pages(self, window: queries.Window) -> AsyncIterator[list[dict[str, Any]]]:
+        async with self.db.read() as conn:
+            pager = await queries.TopLevelPager.start(conn, window, SPACE_PAGE)
+        while True:
+            async with self.db.read() as conn:
+                top = await pager.next_page(conn)
+                if not top:
+                    return
+                parents = [t.uuid for t in top]
+                children = await queries.list_children(conn, window.space_uuid, parents)
+            rows = list(top)
+            for family in children.values():
+                rows.extend(family)
+            uuids = [r.uuid for r in rows]
+            progress = dict(zip(uuids, await self.progress.get_many(uuids), strict=True))
+            yield [
+                task_view(
+                    t, progress[t.uuid], [(c, progress[c.uuid]) for c in children.get(t.uuid, ())]
+                )
+                for t in top
+            ]
 
     # --- Tasks ----------------------------------------------------------------------------
 
@@ -160,6 +189,8 @@ class Service:
         if children:
             found = await self.progress.get_many([c.uuid for c in children])
             family = list(zip(children, found, strict=True))
+        # Refused before anything is written, a finish included.
+        self.progress.admit(row.uuid, row.space_uuid, progress)
         if finishing and not row.finished:
             row = await self._finish(row, progress, family, now_us)
             if report.is_done_only:
@@ -170,7 +201,7 @@ class Service:
                     progress, _ = domain.apply_report(
                         latest, report, now_us, is_parent=bool(children)
                     )
-        await self.progress.put(row.uuid, progress)
+        await self.progress.put(row.uuid, progress, row.space_uuid)
         return task_view(row, progress, family)
 
     async def _family(self, task_uuid: str) -> tuple[TaskRow, Sequence[TaskRow]]:
@@ -242,10 +273,10 @@ class Service:
         await self._record_event(conn, task_view(parent, found[0], family), now_us)
 
     async def _record_event(self, conn: Any, task: dict[str, Any], now_us: int) -> None:
-        """Write the completion event and queue it for every webhook of the space."""
-        event = {"type": "task.completed", "timestamp": domain.format_ts(now_us), "data": task}
+        """Write the completion event (bounded in size: see `completion_event`) and queue
+        it for every webhook of the space."""
         event_id = f"msg_{uuid.uuid4().hex}"
-        payload = msgspec.json.encode(event).decode()
+        payload = completion_event(task, now_us)
         await queries.insert_event(
             conn, event_id, task["space_uuid"], task["uuid"], payload, now_us
         )
@@ -264,10 +295,12 @@ class Service:
                 f"url is refused: {exc}. Webhooks must reach a public address."
             ) from None
         webhook_uuid, secret = str(uuid.uuid4()), webhooks.new_secret()
+        cap = self.webhooks_per_space
         async with self.db.write() as conn:  # spaces are never deleted: it still exists
-            await outbox.insert_webhook(
-                conn, webhook_uuid, space_key, body.url, secret, self.clock.now_us()
-            )
+            if not await outbox.insert_webhook(
+                conn, webhook_uuid, space_key, body.url, secret, self.clock.now_us(), cap=cap
+            ):
+                raise Unprocessable(f"A space holds at most {cap} webhooks; delete one first.")
         return {"uuid": webhook_uuid, "url": body.url, "secret": secret}
 
     async def list_webhooks(self, space_uuid: str) -> list[dict[str, str]]:

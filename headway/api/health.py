@@ -18,10 +18,11 @@ from .responses import JSONResponse
 CHECK_TIMEOUT = 3.0
 
 
-async def _check(probe: Callable[[], Awaitable[None]]) -> dict[str, Any]:
+async def _check(*probes: Callable[[], Awaitable[None]]) -> dict[str, Any]:
     started = time.perf_counter()
     try:
-        await asyncio.wait_for(probe(), CHECK_TIMEOUT)
+        for probe in probes:
+            await asyncio.wait_for(probe(), CHECK_TIMEOUT)
     except Exception as exc:  # any failure of a dependency is what this check reports
         return {"status": "down", "error": type(exc).__name__}
     return {"status": "up", "latency_ms": round((time.perf_counter() - started) * 1000, 2)}
@@ -30,7 +31,7 @@ async def _check(probe: Callable[[], Awaitable[None]]) -> dict[str, Any]:
 async def up(request: Request) -> Response:
     service = request.app.state.service
     database, progress = await asyncio.gather(
-        _check(service.db.ping), _check(service.progress.ping)
+        _check(service.db.ping, service.db.check_writable), _check(service.progress.ping)
     )
     database["backend"] = "sqlite" if service.db.is_sqlite else "postgresql"
     progress["backend"] = service.progress.name

@@ -17,10 +17,10 @@ from starlette.types import Message, Receive, Scope, Send
 
 from .. import schemas
 from ..config import Settings
-from ..errors import error_body
+from ..errors import BadRequest, HeadwayError, PayloadTooLarge, error_body
 from ..service import Service
-from .openapi import _error, _json
-from .responses import NO_STORE, JSONResponse
+from .openapi import TOO_MANY_REQUESTS, _error, _json
+from .responses import NO_STORE, JSONResponse, error_response
 
 if TYPE_CHECKING:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -46,9 +46,14 @@ openapi_paths: dict[str, Any] = {
                 "200": _json(_JSON_RPC, "The JSON-RPC response."),
                 "202": {"description": "A notification or response was accepted."},
                 "400": _json(_JSON_RPC, "Not a valid JSON-RPC request for this protocol."),
+                "403": _error(
+                    "The Origin header names an origin not allowed by "
+                    "HEADWAY_MCP_ALLOWED_HOSTS (a web page of another site)."
+                ),
                 "406": _error("The Accept header does not allow application/json."),
                 "413": _error(f"The body is larger than {MAX_MCP_BODY} bytes."),
                 "421": _error("The Host header is not in HEADWAY_MCP_ALLOWED_HOSTS."),
+                "429": TOO_MANY_REQUESTS,
             },
         }
     }
@@ -147,10 +152,58 @@ class MCPEndpoint:
         elif not self._serving:
             response = JSONResponse(error_body("The MCP endpoint is not running."), 503)
         else:
-            manager = await self._started_manager()
-            await manager.handle_request(scope, receive, _as_headway(send))
-            return
+            limiter = scope["app"].state.limiter
+            try:
+                if limiter.enabled:  # each tool call counts like a task created
+                    await limiter.check("tasks", limiter.address_of(scope))
+                body = await _utf8_body(receive)
+            except HeadwayError as exc:
+                response = error_response(exc)
+            else:
+                manager = await self._started_manager()
+                await manager.handle_request(scope, _replay(body, receive), _as_headway(send))
+                return
         await response(scope, receive, send)
+
+
+async def _utf8_body(receive: Receive) -> bytes:
+    """The whole body, at most MAX_MCP_BODY bytes of valid UTF-8 (the SDK would read
+    invalid bytes loosely and store mangled text)."""
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_MCP_BODY:
+            raise PayloadTooLarge(f"The request body is larger than {MAX_MCP_BODY} bytes.")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    body = b"".join(chunks)
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(
+            f"The request body is not valid UTF-8 (byte {exc.start}): send JSON as UTF-8."
+        ) from None
+    return body
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A `receive` that hands over `body`, already read, then the server's own messages
+    (the disconnect)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 def _declared_length(scope: Scope) -> int:

@@ -2,38 +2,58 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from ..errors import MethodNotAllowed
-from ..schemas import CreateSpace, CreateTask, decode_create, decode_report, report_from_query
+from ..limits import Kind
+from ..schemas import (
+    CreateSpace,
+    CreateTask,
+    decode_create,
+    decode_report,
+    query_params,
+    report_from_query,
+)
 from ..service import Service
 from .responses import JSONResponse, read_body
+from .streaming import JSONStream, object_pieces, space_pieces
 
 
 def _service(request: Request) -> Service:
     return request.app.state.service
 
 
+async def count(request: Request, kind: Kind) -> None:
+    """Count one `kind` against the client's rate; 429 if it is over."""
+    limiter = request.app.state.limiter
+    if limiter.enabled:
+        await limiter.check(kind, limiter.address_of(request.scope))
+
+
 async def create_space(request: Request) -> Response:
+    await count(request, "spaces")
     body = decode_create(await read_body(request), CreateSpace)
     return JSONResponse(await _service(request).create_space(body), 201)
 
 
 async def get_space(request: Request) -> Response:
-    params = request.query_params
-    space = await _service(request).get_space(
+    params = query_params(request.scope["query_string"])
+    head, pages = await _service(request).read_space(
         request.path_params["space_uuid"],
         before=params.get("before"),
         after=params.get("after"),
         limit=params.get("limit"),
         state=params.get("state"),
     )
-    return JSONResponse(space)
+    return JSONStream(space_pieces(head, pages))
 
 
 async def create_task(request: Request) -> Response:
+    await count(request, "tasks")
     body = decode_create(await read_body(request), CreateTask)
     created = await _service(request).create_task(request.path_params["space_uuid"], body)
     return JSONResponse(created, 201)
@@ -43,9 +63,15 @@ async def task(request: Request) -> Response:
     """GET reads a task; PUT reports its whole new state."""
     task_uuid = request.path_params["task_uuid"]
     if request.method == "PUT":
+        await count(request, "reports")
         report = decode_report(await read_body(request))
-        return JSONResponse(await _service(request).report(task_uuid, report))
-    return JSONResponse(await _service(request).get_task(task_uuid))
+        return task_response(await _service(request).report(task_uuid, report))
+    return task_response(await _service(request).get_task(task_uuid))
+
+
+def task_response(task: dict[str, Any]) -> Response:
+    """A task's answer; a parent's, with its children, is sent a piece at a time."""
+    return JSONStream(object_pieces(task)) if task["children"] else JSONResponse(task)
 
 
 async def patch_task(_request: Request) -> Response:
@@ -59,8 +85,9 @@ async def patch_task(_request: Request) -> Response:
 async def report_by_url(request: Request) -> Response:
     if request.method == "HEAD":  # a HEAD must not write; Starlette routes it with GET
         raise MethodNotAllowed("HEAD would write a report here; use GET.", headers={"allow": "GET"})
-    report = report_from_query(request.query_params.multi_items())
-    return JSONResponse(await _service(request).report(request.path_params["task_uuid"], report))
+    await count(request, "reports")
+    report = report_from_query(request.scope["query_string"])
+    return task_response(await _service(request).report(request.path_params["task_uuid"], report))
 
 
 routes = [

@@ -10,8 +10,9 @@ from starlette.routing import Route
 
 from ..schemas import CreateWebhook, decode_create
 from ..service import Service
-from .openapi import SPACE, TOO_LARGE, UNAVAILABLE, _error, _json, _ref
+from .openapi import SPACE, TOO_LARGE, TOO_MANY_REQUESTS, UNAVAILABLE, _error, _json, _link, _ref
 from .responses import NO_STORE, JSONResponse, read_body
+from .rest import count
 
 
 def _service(request: Request) -> Service:
@@ -22,6 +23,7 @@ async def webhooks(request: Request) -> Response:
     """POST registers a webhook; GET lists the space's webhooks."""
     space_uuid = request.path_params["space_uuid"]
     if request.method == "POST":
+        await count(request, "webhooks")
         body = decode_create(await read_body(request), CreateWebhook)
         return JSONResponse(await _service(request).create_webhook(space_uuid, body), 201)
     return JSONResponse(await _service(request).list_webhooks(space_uuid))
@@ -54,10 +56,27 @@ openapi_paths: dict[str, Any] = {
                 "content": {"application/json": {"schema": _ref("CreateWebhook")}},
             },
             "responses": {
-                "201": _json(_ref("WebhookCreated"), "The webhook and its signing secret."),
+                "201": {
+                    **_json(_ref("WebhookCreated"), "The webhook and its signing secret."),
+                    "links": {
+                        "DeleteWebhook": _link(
+                            "deleteWebhook",
+                            space_uuid="$request.path.space_uuid",
+                            webhook_uuid="$response.body#/uuid",
+                        ),
+                        "ListWebhooks": _link(
+                            "listWebhooks", space_uuid="$request.path.space_uuid"
+                        ),
+                    },
+                },
                 "404": NO_SPACE,
                 "413": TOO_LARGE,
-                "422": _error("Not an http(s) URL, or it resolves to a refused address."),
+                "422": _error(
+                    "Not an http(s) URL; a host that is not a valid name; an address, or a "
+                    "name resolving to one, that is not public (also when an IPv6 address "
+                    "embeds a refused IPv4 address); text that is not UTF-8; malformed JSON."
+                ),
+                "429": TOO_MANY_REQUESTS,
                 "503": UNAVAILABLE,
             },
         },

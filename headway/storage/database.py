@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -17,7 +18,7 @@ T = TypeVar("T")
 MIGRATIONS = Path(__file__).parent / "migrations"
 # The newest migration. Starting on a database already there needs no Alembic at all
 # (a test checks this matches the migrations directory).
-HEAD_REVISION = "0003"
+HEAD_REVISION = "0004"
 
 
 def async_url(url: str) -> str:
@@ -139,8 +140,38 @@ class Database:
         """Raise if the database does not answer."""
         await self.read_once_more(lambda conn: conn.execute(text("SELECT 1")))
 
+    async def check_writable(self, timeout_s: float = 1.0) -> None:
+        """Raise if the database cannot take a write within `timeout_s`.
+
+        On SQLite, another process (a backup, a stuck writer) can hold the write lock
+        while reads still work; writes would then wait and fail. A fresh connection
+        takes the write lock (BEGIN IMMEDIATE) and gives it straight back. PostgreSQL
+        takes writes concurrently: its read check stands for both.
+        """
+        if not self.is_sqlite:
+            return
+        path = _sqlite_path(self.url)
+        if path is None:
+            return
+        await asyncio.to_thread(_take_write_lock, path, timeout_s)
+
     async def close(self) -> None:
         await self.engine.dispose()
+
+
+def _sqlite_path(url: str) -> str | None:
+    path = url.split(":///", 1)[1] if ":///" in url else ""
+    path = path.split("?", 1)[0]
+    return None if not path or path == ":memory:" else str(Path(path).expanduser())
+
+
+def _take_write_lock(path: str, timeout_s: float) -> None:
+    connection = sqlite3.connect(path, timeout=timeout_s, isolation_level=None)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        connection.execute("ROLLBACK")
+    finally:
+        connection.close()
 
 
 def _upgrade(connection: Connection) -> None:
@@ -173,7 +204,6 @@ def _sqlite_begin(conn: Connection) -> None:
 
 
 def _make_parent_dir(url: str) -> None:
-    path = url.split(":///", 1)[1] if ":///" in url else ""
-    path = path.split("?", 1)[0]
-    if path and path != ":memory:":
-        Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    path = _sqlite_path(url)
+    if path is not None:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
