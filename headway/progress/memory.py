@@ -24,6 +24,13 @@ def entry_bytes(progress: Progress) -> int:
     return ENTRY_BYTES + len(progress.values)
 
 
+class Held(Progress, frozen=True, gc=False, array_like=True):
+    """Progress as the store holds it: with its space, whose share of the budget it uses
+    (interned: one string per space, however many tasks)."""
+
+    space_uuid: str
+
+
 class MemoryProgressStore:
     """Progress in an ordered dict, oldest write first, within a byte budget.
 
@@ -49,8 +56,7 @@ class MemoryProgressStore:
     ) -> None:
         self._ttl_us = ttl_seconds * 1_000_000
         self._clock = clock
-        self._entries: OrderedDict[str, Progress] = OrderedDict()
-        self._space_of: dict[str, str] = {}
+        self._entries: OrderedDict[str, Held] = OrderedDict()
         self._space_used: dict[str, int] = {}
         self.budget_bytes = budget_bytes
         self.space_bytes = budget_bytes if space_bytes is None else space_bytes
@@ -67,7 +73,7 @@ class MemoryProgressStore:
 
     async def get_many(self, task_uuids: Sequence[str]) -> list[Progress | None]:
         oldest_live = self._clock.now_us() - self._ttl_us
-        found = []
+        found: list[Progress | None] = []
         for uuid in task_uuids:
             entry = self._entries.get(uuid)
             found.append(entry if entry is not None and entry.updated_at_us > oldest_live else None)
@@ -76,60 +82,69 @@ class MemoryProgressStore:
     def admit(self, task_uuid: str, space_uuid: str, progress: Progress) -> None:
         """Raise ProgressBudgetFull if writing `progress` would take the store or its
         space over budget."""
-        self._drop_expired()
         old = self._entries.get(task_uuid)
-        growth = entry_bytes(progress) - (0 if old is None else entry_bytes(old))
+        growth = len(progress.values) - (len(old.values) if old is not None else -ENTRY_BYTES)
+        if growth <= 0 or self._fits(space_uuid, growth, old is not None):
+            return
+        self._drop_expired()  # expired progress frees its room: look again
+        old = self._entries.get(task_uuid)
+        growth = len(progress.values) - (len(old.values) if old is not None else -ENTRY_BYTES)
         if growth <= 0:
             return
         share = 1.0 if old is not None else ADMIT_NEW_BELOW
-        space_used = self._space_used.get(space_uuid, 0)
-        if space_used + growth > self.space_bytes * share:
+        if self._space_used.get(space_uuid, 0) + growth > self.space_bytes * share:
             metrics.refused("space_budget")
             raise ProgressBudgetFull("space")
         if self.bytes_used + growth > self.budget_bytes * share:
             metrics.refused("progress_budget")
             raise ProgressBudgetFull("store")
 
+    def _fits(self, space_uuid: str, growth: int, rewrite: bool) -> bool:
+        share = 1.0 if rewrite else ADMIT_NEW_BELOW
+        return (
+            self.bytes_used + growth <= self.budget_bytes * share
+            and self._space_used.get(space_uuid, 0) + growth <= self.space_bytes * share
+        )
+
     async def put(self, task_uuid: str, progress: Progress, space_uuid: str) -> None:
         entries = self._entries
-        old = entries.get(task_uuid)
+        old = entries.pop(task_uuid, None)
         if old is None:
             space_uuid = sys.intern(space_uuid)
-            self._space_of[task_uuid] = space_uuid
-            delta = entry_bytes(progress)
+            delta = ENTRY_BYTES + len(progress.values)
         else:
-            space_uuid = self._space_of[task_uuid]
-            delta = entry_bytes(progress) - entry_bytes(old)
-        entries[task_uuid] = progress
-        entries.move_to_end(task_uuid)
+            space_uuid = old.space_uuid
+            delta = len(progress.values) - len(old.values)
+        entries[task_uuid] = Held(
+            progress.current, progress.end, progress.values, progress.updated_at_us, space_uuid
+        )
         self.bytes_used += delta
         self._space_used[space_uuid] = self._space_used.get(space_uuid, 0) + delta
-        self._drop_expired()
+        first = next(iter(entries.values()))
+        if first.updated_at_us + self._ttl_us <= self._clock.now_us():
+            self._drop_expired()
 
     def _drop_expired(self) -> None:
         oldest_live = self._clock.now_us() - self._ttl_us
         entries = self._entries
+        used = self._space_used
         while entries:
-            task_uuid, first = next(iter(entries.items()))
+            first = next(iter(entries.values()))
             if first.updated_at_us > oldest_live:
                 return
             entries.popitem(last=False)
-            self._release(task_uuid, entry_bytes(first))
-
-    def _release(self, task_uuid: str, size: int) -> None:
-        self.bytes_used -= size
-        space_uuid = self._space_of.pop(task_uuid)
-        left = self._space_used[space_uuid] - size
-        if left:
-            self._space_used[space_uuid] = left
-        else:
-            del self._space_used[space_uuid]
+            size = entry_bytes(first)
+            self.bytes_used -= size
+            left = used[first.space_uuid] - size
+            if left:
+                used[first.space_uuid] = left
+            else:
+                del used[first.space_uuid]
 
     async def ping(self) -> None:
         return None
 
     async def close(self) -> None:
         self._entries.clear()
-        self._space_of.clear()
         self._space_used.clear()
         self.bytes_used = 0
