@@ -223,7 +223,10 @@ def _size(env: Mapping[str, str], name: str) -> int | None:
     return int(match[1]) * _UNITS[match[2].lower()]
 
 
-def _fraction(env: Mapping[str, str], name: str, default: float) -> float:
+def _float(
+    env: Mapping[str, str], name: str, default: float, *, high: float, inclusive: bool, what: str
+) -> float:
+    """A number above 0 and below `high` (or at most `high`, if `inclusive`)."""
     raw = env.get(f"HEADWAY_{name}")
     if raw is None or not raw.strip():
         return default
@@ -231,22 +234,19 @@ def _fraction(env: Mapping[str, str], name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         value = -1.0
-    if not 0 < value <= 1:
-        raise ConfigError(f"HEADWAY_{name} must be a number above 0, at most 1, not {raw!r}")
+    if not (0 < value <= high if inclusive else 0 < value < high):
+        raise ConfigError(f"HEADWAY_{name} must be {what}, not {raw!r}")
     return value
+
+
+def _fraction(env: Mapping[str, str], name: str, default: float) -> float:
+    return _float(env, name, default, high=1, inclusive=True, what="a number above 0, at most 1")
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(f"HEADWAY_{name}")
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < 86_400:
-        raise ConfigError(f"HEADWAY_{name} must be a number of seconds above 0, not {raw!r}")
-    return value
+    return _float(
+        env, name, default, high=86_400, inclusive=False, what="a number of seconds above 0"
+    )
 
 
 def _optional_port(env: Mapping[str, str], name: str) -> int | None:
