@@ -200,13 +200,15 @@ class SharedCounters:
         from limits.aio.storage import RedisStorage
         from limits.aio.strategies import SlidingWindowCounterRateLimiter
 
+        from .progress.redis import connection_pool
+
         url = "redis+" + redis_url if redis_url.startswith("unix://") else redis_url
+        self._pool = connection_pool(redis_url)
         self._storage: Storage = RedisStorage(
             "async+" + url,
             implementation="redispy",
             key_prefix="headway:rate",
-            socket_timeout=2.0,
-            socket_connect_timeout=2.0,
+            connection_pool=self._pool,
         )
         self._strategy = SlidingWindowCounterRateLimiter(self._storage)
 
@@ -219,9 +221,7 @@ class SharedCounters:
         return 0.0
 
     async def close(self) -> None:
-        client = getattr(getattr(self._storage, "bridge", None), "storage", None)
-        if client is not None:
-            await client.aclose()
+        await self._pool.disconnect()
 
 
 def _is_address(text: str) -> bool:

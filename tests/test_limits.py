@@ -315,3 +315,13 @@ def test_default_rates_never_refuse_a_busy_well_behaved_client(clock):
         for _ in range(1000):
             assert buckets.take(("reports", "192.0.2.1"), reports) == 0
         clock.advance(0.1)
+
+
+async def test_a_burst_of_250_creates_at_once_passes_untouched_with_default_limits(client, space):
+    """Defaults never limit a well-behaved client, also with counters in Redis: a burst
+    wider than a connection pool waits for connections instead of failing."""
+    responses = await asyncio.gather(
+        *(client.post(f"/spaces/{space}/tasks", json={"title": f"t{i}"}) for i in range(250))
+    )
+    assert sorted({r.status_code for r in responses}) == [201]
+    assert len((await client.get(f"/spaces/{space}")).json()["tasks"]) == 250

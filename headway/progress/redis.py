@@ -26,6 +26,20 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(Progress).decode
 
 
+def connection_pool(url: str) -> redis.asyncio.BlockingConnectionPool:
+    """Connections to Redis for one process. A burst of more requests than connections
+    waits for a free one (up to 5 s, then 503) rather than failing at once."""
+    return redis.asyncio.BlockingConnectionPool.from_url(
+        url,
+        max_connections=256,
+        timeout=5.0,
+        socket_timeout=2.0,
+        socket_connect_timeout=2.0,
+        retry_on_timeout=False,
+        health_check_interval=30,
+    )
+
+
 class RedisProgressStore:
     """One key per task, `headway:progress:<uuid>`, holding the progress as compact JSON
     with a key TTL of `ttl` seconds set on every write, so Redis drops it after that
@@ -40,14 +54,7 @@ class RedisProgressStore:
         self._ttl_s = ttl_seconds
         self._ttl_us = ttl_seconds * 1_000_000
         self._clock = clock
-        self._redis = redis.asyncio.Redis.from_url(
-            url,
-            socket_timeout=2.0,
-            socket_connect_timeout=2.0,
-            retry_on_timeout=False,
-            health_check_interval=30,
-            max_connections=256,
-        )
+        self._redis = redis.asyncio.Redis(connection_pool=connection_pool(url))
 
     def _live(self, raw: bytes | None) -> Progress | None:
         if raw is None:
@@ -85,3 +92,4 @@ class RedisProgressStore:
 
     async def close(self) -> None:
         await self._redis.aclose()
+        await self._redis.connection_pool.disconnect()
