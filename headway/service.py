@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import msgspec
@@ -14,17 +16,24 @@ from . import domain, webhooks
 from .clock import Clock
 from .completion import completion_event
 from .domain import Progress, Report, TaskRow, canonical_uuid, task_view
-from .errors import BadRequest, NotFound, Unprocessable
+from .errors import BadRequest, HeadwayError, NotFound, Unprocessable
 from .progress import ProgressStore
 from .schemas import MAX_ICON, CreateSpace, CreateTask, CreateWebhook
 from .storage import outbox, queries
+from .storage.batch import GroupCommit
 from .storage.database import Database
 from .storage.families import FamilyCache
 
 Family = list[tuple[TaskRow, Progress | None]]
 
-# Top-level tasks read at a time for a space read (their children come with them).
+# Top-level tasks read at a time for a space read (their children come with them): the
+# first page, then twice as many each page up to MAX_SPACE_PAGE, so that a small read is
+# one small query and a whole big space takes few round trips.
 SPACE_PAGE = 200
+MAX_SPACE_PAGE = 3200
+# Spaces whose `{"title", "icon"}` are kept: a space never changes them and is never
+# deleted, so a read of a space seen before needs no query for them.
+SPACE_HEADS = 10_000
 
 
 class Service:
@@ -50,6 +59,10 @@ class Service:
         self.webhooks_per_space = webhooks_per_space
         # Called after a transaction that recorded an event commits (wakes the worker).
         self.on_event: Callable[[], None] = lambda: None
+        self._space_heads: dict[str, dict[str, str | None]] = {}
+        # Concurrent creates share a transaction and its commit (see storage.batch).
+        self._space_creates = GroupCommit(db, self._insert_spaces)
+        self._task_creates = GroupCommit(db, self._insert_tasks, after=self._forget_parents)
 
     # --- Spaces ---------------------------------------------------------------------------
 
@@ -59,9 +72,14 @@ class Service:
         ):
             raise Unprocessable("icon must be exactly one character (one emoji or letter).")
         space_uuid = str(uuid.uuid4())
-        async with self.db.write() as conn:
-            await queries.insert_space(conn, space_uuid, body.title, body.icon, self.clock.now_us())
+        await self._space_creates.submit(queries.NewSpace(space_uuid, body.title, body.icon))
         return {"uuid": space_uuid, "title": body.title, "icon": body.icon}
+
+    async def _insert_spaces(
+        self, conn: Any, new: Sequence[queries.NewSpace]
+    ) -> list[Exception | None]:
+        await queries.insert_spaces(conn, new, self.clock.now_us())
+        return [None] * len(new)
 
     async def get_space(
         self,
@@ -89,12 +107,13 @@ class Service:
         after: str | None = None,
         limit: int | str | None = None,
         state: str | None = None,
-    ) -> tuple[dict[str, Any], AsyncIterator[list[dict[str, Any]]]]:
+    ) -> tuple[dict[str, Any], AsyncIterator[list[domain.TaskView]]]:
         """A space read as its `{"title", "icon"}` and its tasks, a page at a time.
 
-        Every bad parameter and an unknown space raise here, before any task is read;
-        the pages are read as they are consumed, each on a connection of its own, so a
-        reader that stops reading holds one page and no connection.
+        Every bad parameter and an unknown space raise here, and the first page is read
+        here too, so a database that is down fails the read before any byte is sent.
+        The other pages are read as they are consumed, each on a connection of its own,
+        so a reader that stops reading holds one page and no connection.
         """
         before_us = _cursor("before", before)
         after_us = _cursor("after", after)
@@ -104,39 +123,66 @@ class Service:
         key = canonical_uuid(space_uuid)
         if key is None:
             raise NotFound(_NO_SPACE)
-        async with self.db.read() as conn:
-            space = await queries.get_space(conn, key)
-        if space is None:
-            raise NotFound(_NO_SPACE)
-        title, icon = space
         window = queries.Window(key, before_us, after_us, count, cast(queries.State | None, state))
-        return {"title": title, "icon": icon}, self._space_pages(window)
+        head = self._space_heads.get(key)
+        async with self.db.rows() as fetch:
+            if head is None:
+                space = await queries.space_head(fetch, key)
+                if space is None:
+                    raise NotFound(_NO_SPACE)
+                head = self._remember_space(key, *space)
+            pager = await queries.TopLevelPager.start(fetch, window, SPACE_PAGE, MAX_SPACE_PAGE)
+            first = await pager.next_page(fetch)
+        return head, self._space_pages(pager, first)
 
-    async def _space_pages(self, window: queries.Window) -> AsyncIterator[list[dict[str, Any]]]:
-        async with self.db.read() as conn:
-            pager = await queries.TopLevelPager.start(conn, window, SPACE_PAGE)
+    def _remember_space(
+        self, key: str, title: str | None, icon: str | None
+    ) -> dict[str, str | None]:
+        heads = self._space_heads
+        if len(heads) >= SPACE_HEADS:
+            del heads[next(iter(heads))]  # the longest held
+        head = heads[key] = {"title": title, "icon": icon}
+        return head
+
+    async def _space_pages(
+        self, pager: queries.TopLevelPager, page: tuple[list[TaskRow], dict[str, list[TaskRow]]]
+    ) -> AsyncIterator[list[domain.TaskView]]:
         while True:
-            async with self.db.read() as conn:
-                top = await pager.next_page(conn)
-                if not top:
-                    return
-                parents = [t.uuid for t in top]
-                children = await queries.list_children(conn, window.space_uuid, parents)
-            rows = list(top)
-            for family in children.values():
-                rows.extend(family)
-            uuids = [r.uuid for r in rows]
-            progress = dict(zip(uuids, await self.progress.get_many(uuids), strict=True))
-            yield [
-                task_view(
-                    t, progress[t.uuid], [(c, progress[c.uuid]) for c in children.get(t.uuid, ())]
-                )
-                for t in top
-            ]
+            top, children = page
+            if not top:
+                return
+            yield await self._page_views(top, children)
+            if pager.exhausted:
+                return
+            async with self.db.rows() as fetch:
+                page = await pager.next_page(fetch)
+
+    async def _page_views(
+        self, top: list[TaskRow], children: dict[str, list[TaskRow]]
+    ) -> list[domain.TaskView]:
+        """The answers for a page of top-level tasks and their children."""
+        uuids = [row.uuid for row in top]
+        for family in children.values():
+            uuids.extend(child.uuid for child in family)
+        found = await self.progress.get_many(uuids)
+        view = domain.view
+        if not children:
+            return [view(row, progress) for row, progress in zip(top, found, strict=True)]
+        progress_of = dict(zip(uuids, found, strict=True))
+        return [
+            view(
+                row,
+                progress_of[row.uuid],
+                [(child, progress_of[child.uuid]) for child in children.get(row.uuid, ())],
+            )
+            for row in top
+        ]
 
     # --- Tasks ----------------------------------------------------------------------------
 
     async def create_task(self, space_uuid: str, body: CreateTask) -> dict[str, Any]:
+        """Create a task; answered once the commit holding it is durable. Concurrent
+        creates share that commit (see `_insert_tasks`)."""
         space_key = canonical_uuid(space_uuid)
         if space_key is None:
             raise NotFound(_NO_SPACE)
@@ -144,34 +190,93 @@ class Service:
         if body.parent_uuid is not None:
             parent_key = canonical_uuid(body.parent_uuid)
             if parent_key is None:
-                raise Unprocessable("parent_uuid is not a task of this space.")
+                raise Unprocessable(_NOT_A_PARENT)
         task_uuid = str(uuid.uuid4())
-        async with self.db.write() as conn:
-            created_at_us = await queries.claim_created_at(conn, space_key, self.clock.now_us())
-            if created_at_us is None:
-                raise NotFound(_NO_SPACE)
-            if parent_key is not None:
-                parent = await queries.get_task(conn, parent_key)
-                if parent is None or parent.space_uuid != space_key:
-                    raise Unprocessable("parent_uuid is not a task of this space.")
-                if parent.parent_uuid is not None:
-                    raise Unprocessable(
-                        "parent_uuid is already a step of another task: tasks nest one level only."
-                    )
-            row = TaskRow(task_uuid, space_key, parent_key, body.title, body.source, created_at_us)
-            try:
-                await queries.insert_task(conn, row)
-            finally:
-                # Even if cancelled around the commit: a cached parent must not stay childless.
-                self._forget(parent_key)
+        new = _NewTask(task_uuid, space_key, parent_key, body.title, body.source)
+        await self._task_creates.submit(new)
         return {"uuid": task_uuid}
 
-    async def get_task(self, task_uuid: str) -> dict[str, Any]:
+    async def _insert_tasks(
+        self, conn: Any, batch: Sequence[_NewTask]
+    ) -> list[TaskRow | HeadwayError]:
+        """Write a batch of creates in one transaction. A create refused for its own reason
+        (unknown space 404, bad parent 422) is refused alone, before anything is written
+        for it; the others of a space get its next instants, in the order they arrived."""
+        wanted = {new.parent_uuid for new in batch if new.parent_uuid is not None}
+        parents = await queries.get_tasks(conn, wanted)
+        refused: dict[int, HeadwayError] = {}
+        by_space: dict[str, list[int]] = defaultdict(list)
+        for index, new in enumerate(batch):
+            by_space[new.space_uuid].append(index)
+            if new.parent_uuid is not None:
+                refusal = _parent_refusal(parents.get(new.parent_uuid), new.space_uuid)
+                if refusal is not None:
+                    refused[index] = refusal
+        now_us = self.clock.now_us()
+        outcomes: dict[int, TaskRow | HeadwayError] = {}
+        rows: list[TaskRow] = []
+        # Spaces in one fixed order: on PostgreSQL, batches on several instances take
+        # their spaces' row locks (the claims) in the same order, so never deadlock.
+        for space_key in sorted(by_space):
+            members = by_space[space_key]
+            accepted = [index for index in members if index not in refused]
+            if accepted:
+                first_us = await queries.claim_created_at(conn, space_key, now_us, len(accepted))
+            else:  # only refusals: which one depends on whether the space exists
+                first_us = None if await queries.get_space(conn, space_key) is None else 0
+            if first_us is None:
+                for index in members:
+                    outcomes[index] = NotFound(_NO_SPACE)  # before any parent's refusal
+                continue
+            for index in members:
+                if index in refused:
+                    outcomes[index] = refused[index]
+            for offset, index in enumerate(accepted):
+                new = batch[index]
+                row = TaskRow(
+                    new.uuid,
+                    space_key,
+                    new.parent_uuid,
+                    new.title,
+                    new.source,
+                    first_us + offset,
+                )
+                outcomes[index] = row
+                rows.append(row)
+        if rows:
+            await queries.insert_tasks(conn, rows)
+        return [outcomes[index] for index in range(len(batch))]
+
+    def _forget_parents(self, batch: Sequence[_NewTask]) -> None:
+        # After the batch's commit or its failure (it may have committed all the same):
+        # a cached parent must not stay without its new child.
+        parents = {new.parent_uuid for new in batch if new.parent_uuid is not None}
+        if parents:
+            self._forget(*parents)
+
+    async def get_task(self, task_uuid: str) -> domain.TaskView:
         row, children = await self._family(task_uuid)
         found = await self.progress.get_many([row.uuid, *(c.uuid for c in children)])
-        return task_view(row, found[0], list(zip(children, found[1:], strict=True)))
+        if not children:
+            return domain.view(row, found[0])
+        return self._view(row, found[0], children, found[1:])
 
-    async def report(self, task_uuid: str, report: Report) -> dict[str, Any]:
+    def _view(
+        self,
+        row: TaskRow,
+        progress: Progress | None,
+        children: Sequence[TaskRow],
+        found: Sequence[Progress | None],
+    ) -> domain.TaskView:
+        """The answer for a parent, its children's JSON reused from the family cache
+        where it holds them (see `storage.families`)."""
+        family = list(zip(children, found, strict=True))
+        shown = None
+        if self.families is not None:
+            shown = self.families.children_json(row.uuid, children, found)
+        return domain.view(row, progress, family, shown)
+
+    async def report(self, task_uuid: str, report: Report) -> domain.TaskView:
         """Replace a task's live state with `report`; finish the task if the report says so.
 
         Finishing is decided by a conditional update in the database, so of several
@@ -186,6 +291,7 @@ class Service:
             previous, report, now_us, is_parent=bool(children)
         )
         family: Family = []
+        found: list[Progress | None] = []
         if children:
             found = await self.progress.get_many([c.uuid for c in children])
             family = list(zip(children, found, strict=True))
@@ -202,7 +308,9 @@ class Service:
                         latest, report, now_us, is_parent=bool(children)
                     )
         await self.progress.put(row.uuid, progress, row.space_uuid)
-        return task_view(row, progress, family)
+        if children:
+            return self._view(row, progress, children, found)
+        return domain.view(row, progress)
 
     async def _family(self, task_uuid: str) -> tuple[TaskRow, Sequence[TaskRow]]:
         key = canonical_uuid(task_uuid)
@@ -327,6 +435,29 @@ class Service:
 
 _NO_SPACE = "No such space: check the space uuid."
 _NO_TASK = "No such task: check the task uuid."
+_NOT_A_PARENT = "parent_uuid is not a task of this space."
+
+
+@dataclass(frozen=True, slots=True)
+class _NewTask:
+    """A create waiting for its batch: everything but its instant, which the batch claims."""
+
+    uuid: str
+    space_uuid: str
+    parent_uuid: str | None
+    title: str | None
+    source: str | None
+
+
+def _parent_refusal(parent: TaskRow | None, space_uuid: str) -> HeadwayError | None:
+    """Why `parent` cannot take a child in the space, or None if it can."""
+    if parent is None or parent.space_uuid != space_uuid:
+        return Unprocessable(_NOT_A_PARENT)
+    if parent.parent_uuid is not None:
+        return Unprocessable(
+            "parent_uuid is already a step of another task: tasks nest one level only."
+        )
+    return None
 
 
 _WHOLE_NUMBER = re.compile(r"\+?[0-9]+")  # ASCII digits only: int() also reads "٣"

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..domain import TaskView
 from ..errors import MethodNotAllowed
 from ..limits import Kind
 from ..schemas import (
@@ -20,7 +19,7 @@ from ..schemas import (
 )
 from ..service import Service
 from .responses import JSONResponse, read_body
-from .streaming import JSONStream, object_pieces, space_pieces
+from .streaming import JSONStream, space_pieces, task_pieces
 
 
 def _service(request: Request) -> Service:
@@ -69,9 +68,9 @@ async def task(request: Request) -> Response:
     return task_response(await _service(request).get_task(task_uuid))
 
 
-def task_response(task: dict[str, Any]) -> Response:
+def task_response(task: TaskView) -> Response:
     """A task's answer; a parent's, with its children, is sent a piece at a time."""
-    return JSONStream(object_pieces(task)) if task["children"] else JSONResponse(task)
+    return JSONStream(task_pieces(task)) if task.children else JSONResponse(task)
 
 
 async def patch_task(_request: Request) -> Response:

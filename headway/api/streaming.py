@@ -17,6 +17,7 @@ import msgspec
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from ..domain import TaskView
 from .responses import JSONResponse
 
 _encode = msgspec.json.Encoder().encode
@@ -24,46 +25,65 @@ _encode = msgspec.json.Encoder().encode
 # Pieces are gathered up to this size before they are sent; an answer that ends before
 # reaching it is sent whole.
 PIECE_BYTES = 64 * 1024
+# What a task's JSON takes besides its values, about: a run of childless tasks is cut
+# when this and their values add up to PIECE_BYTES.
+_ROUGH_TASK_BYTES = 400
 
 
-def object_pieces(value: dict[str, Any], items: Iterable[Any] | None = None) -> Iterator[bytes]:
-    """The JSON of `value`, a dict whose last member is a list, in pieces: the members
-    before the list, then each item of the list (`items`, when given, stands in for it,
-    so that it can be produced lazily). Items that are tasks with children are split too.
-    """
-    *_, last = value
-    head = _encode({key: member for key, member in value.items() if key != last})
-    opening = b"{" if head == b"{}" else head[:-1] + b","
-    yield opening + _encode(last) + b":["
+def task_pieces(task: TaskView) -> Iterator[bytes]:
+    """The JSON of a task: whole if it has no children, else its members before
+    `children`, then its children a group of about PIECE_BYTES at a time."""
+    if not task.children:
+        yield _encode(task)
+        return
+    head = _encode(msgspec.structs.replace(task, children=[]))
+    yield head[:-2]  # `children` is last: everything up to its `[`
     first = True
-    for item in value[last] if items is None else items:
-        if not first:
-            yield b","
-        first = False
-        if isinstance(item, dict) and item.get("children"):
-            yield from object_pieces(item)
-        else:
-            yield _encode(item)
+    held: list[Any] = []
+    size = 0
+    for child in task.children:
+        encoded = child if isinstance(child, msgspec.Raw) else _encode(child)
+        held.append(encoded)
+        size += len(encoded)
+        if size >= PIECE_BYTES:
+            yield b",".join(held) if first else b"," + b",".join(held)
+            first, held, size = False, [], 0
+    if held:
+        yield b",".join(held) if first else b"," + b",".join(held)
     yield b"]}"
 
 
 async def space_pieces(
-    head: dict[str, Any], pages: AsyncIterable[list[Any]]
+    head: dict[str, Any], pages: AsyncIterable[list[TaskView]]
 ) -> AsyncIterator[bytes]:
-    """The JSON of a space read whose tasks arrive page by page."""
-    pieces = object_pieces({**head, "tasks": []})
-    yield next(pieces)  # everything up to the opening of the task list
-    first = True
+    """The JSON of a space read whose tasks arrive page by page. Childless tasks are
+    encoded a run at a time, in one call, a run ending once its values reach about
+    PIECE_BYTES; a task with children is split as `task_pieces` splits it."""
+    opening = _encode({**head, "tasks": []})
+    yield opening[:-2]  # `tasks` is last: everything up to its `[`
+    comma = b""  # none before the first task
     async for page in pages:
-        for task in page:
-            if not first:
-                yield b","
-            first = False
-            if task["children"]:
-                for piece in object_pieces(task):
-                    yield piece
-            else:
-                yield _encode(task)
+        start = 0
+        size = 0
+        for index, task in enumerate(page):
+            if not task.children:
+                size += _ROUGH_TASK_BYTES + (len(task.progress.values) if task.progress else 0)
+                if size < PIECE_BYTES:
+                    continue
+                yield comma + _encode(page[start : index + 1])[1:-1]
+                comma, start, size = b",", index + 1, 0
+                continue
+            if start < index:
+                yield comma + _encode(page[start:index])[1:-1]
+                comma = b","
+            pieces = task_pieces(task)
+            yield comma + next(pieces)
+            for piece in pieces:
+                yield piece
+            comma, start, size = b",", index + 1, 0
+        if start < len(page):
+            yield comma + _encode(page[start:])[1:-1]
+            comma = b","
     yield b"]}"
 
 

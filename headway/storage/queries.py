@@ -4,13 +4,15 @@ which run together in one transaction."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import bindparam, case, insert, select, update
+from sqlalchemy import BigInteger, bindparam, case, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..domain import TaskRow
+from .database import Fetch
 from .tables import outbox, spaces, tasks
 
 State = Literal["active", "finished"]
@@ -32,8 +34,20 @@ _FAMILY = _select_tasks.where(
     (tasks.c.uuid == bindparam("uuid")) | (tasks.c.parent_uuid == bindparam("uuid"))
 )
 
-# Above this many parents, fetching all of a space's children beats a long IN list.
-_IN_LIST_LIMIT = 500
+# Reserves `count` creation instants (see `claim_created_at`); returns the last one.
+_claim_now = bindparam("now_us", type_=BigInteger)
+_claim_count = bindparam("count", type_=BigInteger)
+_CLAIM = (
+    update(spaces)
+    .where(spaces.c.uuid == bindparam("space_uuid"))
+    .values(
+        last_task_at_us=case(
+            (spaces.c.last_task_at_us < _claim_now, _claim_now + _claim_count - 1),
+            else_=spaces.c.last_task_at_us + _claim_count,
+        )
+    )
+    .returning(spaces.c.last_task_at_us)
+)
 
 
 async def insert_space(
@@ -44,6 +58,27 @@ async def insert_space(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class NewSpace:
+    uuid: str
+    title: str | None
+    icon: str | None
+
+
+async def insert_spaces(conn: AsyncConnection, new: Sequence[NewSpace], now_us: int) -> None:
+    """Insert several spaces in one statement (executemany)."""
+    await conn.execute(
+        insert(spaces),
+        [{"uuid": s.uuid, "title": s.title, "icon": s.icon, "created_at_us": now_us} for s in new],
+    )
+
+
+async def space_head(fetch: Fetch, uuid: str) -> tuple[str | None, str | None] | None:
+    """The space's (title, icon), or None if there is no such space."""
+    found = await fetch("SELECT title, icon FROM spaces WHERE uuid = ?", (uuid,))
+    return (found[0][0], found[0][1]) if found else None
+
+
 async def get_space(conn: AsyncConnection, uuid: str) -> tuple[str | None, str | None] | None:
     """The space's (title, icon), or None if there is no such space."""
     row = (
@@ -52,39 +87,51 @@ async def get_space(conn: AsyncConnection, uuid: str) -> tuple[str | None, str |
     return None if row is None else (row.title, row.icon)
 
 
-async def claim_created_at(conn: AsyncConnection, space_uuid: str, now_us: int) -> int | None:
-    """Reserve the next creation instant of a space: now, or 1 µs after the newest task.
+async def claim_created_at(
+    conn: AsyncConnection, space_uuid: str, now_us: int, count: int = 1
+) -> int | None:
+    """Reserve the next `count` creation instants of a space and return the first: now,
+    or 1 µs after the newest task; the others follow it 1 µs apart.
 
     One conditional UPDATE, so concurrent creates (even on several instances) queue on
     the space's row and each gets a distinct, increasing instant. None: no such space.
     """
-    last = spaces.c.last_task_at_us
     result = await conn.execute(
-        update(spaces)
-        .where(spaces.c.uuid == space_uuid)
-        .values(last_task_at_us=case((last < now_us, now_us), else_=last + 1))
-        .returning(spaces.c.last_task_at_us)
+        _CLAIM, {"space_uuid": space_uuid, "now_us": now_us, "count": count}
     )
     row = result.first()
-    return None if row is None else row[0]
+    return None if row is None else row[0] - count + 1
 
 
-async def insert_task(conn: AsyncConnection, row: TaskRow) -> None:
+async def insert_tasks(conn: AsyncConnection, rows: Sequence[TaskRow]) -> None:
+    """Insert new tasks in one statement (executemany)."""
     await conn.execute(
-        insert(tasks).values(
-            uuid=row.uuid,
-            space_uuid=row.space_uuid,
-            parent_uuid=row.parent_uuid,
-            title=row.title,
-            source=row.source,
-            created_at_us=row.created_at_us,
-        )
+        insert(tasks),
+        [
+            {
+                "uuid": row.uuid,
+                "space_uuid": row.space_uuid,
+                "parent_uuid": row.parent_uuid,
+                "title": row.title,
+                "source": row.source,
+                "created_at_us": row.created_at_us,
+            }
+            for row in rows
+        ],
     )
 
 
 async def get_task(conn: AsyncConnection, uuid: str) -> TaskRow | None:
     row = (await conn.execute(_select_tasks.where(tasks.c.uuid == uuid))).first()
     return None if row is None else TaskRow(*row)
+
+
+async def get_tasks(conn: AsyncConnection, uuids: Collection[str]) -> dict[str, TaskRow]:
+    """The tasks of these uuids that exist, by uuid."""
+    if not uuids:
+        return {}
+    found = await conn.execute(_select_tasks.where(tasks.c.uuid.in_(list(uuids))))
+    return {row.uuid: row for row in (TaskRow(*raw) for raw in found)}
 
 
 async def get_family(conn: AsyncConnection, uuid: str) -> tuple[TaskRow | None, list[TaskRow]]:
@@ -114,15 +161,23 @@ class Window:
 
 
 class TopLevelPager:
-    """The top-level tasks of a `Window`, in the order the space read returns them, a
-    page at a time, each page a query of its own (keyset paging on `created_at`).
+    """The top-level tasks of a `Window`, in the order the space read returns them, with
+    their children, a page at a time: each page is one query and one round trip (keyset
+    paging on `created_at`). Pages grow from `page` to `max_page` top-level tasks, so a
+    small read costs one small query and a whole big space few large ones.
 
     Bare `limit`: the newest `limit`, oldest first. `before` alone: newest first.
     `after`, both cursors, or none: oldest first. `limit` counts after the cursors.
     """
 
     def __init__(
-        self, window: Window, *, newest_first: bool, lower_us: int | None, page: int
+        self,
+        window: Window,
+        *,
+        newest_first: bool,
+        lower_us: int | None,
+        page: int,
+        max_page: int,
     ) -> None:
         self._window = window
         self._newest_first = newest_first
@@ -130,37 +185,69 @@ class TopLevelPager:
         self._upper_us = window.before_us
         self._remaining = window.limit
         self._page = page
+        self._max_page = max(page, max_page)
 
     @classmethod
-    async def start(cls, conn: AsyncConnection, window: Window, page: int) -> TopLevelPager:
+    async def start(
+        cls, fetch: Fetch, window: Window, page: int, max_page: int = 0
+    ) -> TopLevelPager:
         lower_us = window.after_us
         if window.limit is not None and window.before_us is None and window.after_us is None:
             # The newest `limit`, oldest first: start at the limit-th newest.
-            nth = (
-                _top_level(window)
-                .with_only_columns(tasks.c.created_at_us)
-                .order_by(tasks.c.created_at_us.desc())
-                .offset(window.limit - 1)
-                .limit(1)
+            where, params = _top_level(window)
+            found = await fetch(
+                f"SELECT created_at_us FROM tasks WHERE {where} "
+                "ORDER BY created_at_us DESC LIMIT 1 OFFSET ?",
+                (*params, window.limit - 1),
             )
-            boundary = (await conn.execute(nth)).scalar()
-            if boundary is not None:
-                lower_us = boundary - 1
+            if found:
+                lower_us = found[0][0] - 1
         newest_first = window.after_us is None and window.before_us is not None
-        return cls(window, newest_first=newest_first, lower_us=lower_us, page=page)
+        return cls(
+            window, newest_first=newest_first, lower_us=lower_us, page=page, max_page=max_page
+        )
 
-    async def next_page(self, conn: AsyncConnection) -> list[TaskRow]:
-        """The next page; empty once the window is exhausted."""
+    @property
+    def exhausted(self) -> bool:
+        """True once the window holds no more pages."""
+        return self._remaining == 0
+
+    async def next_page(self, fetch: Fetch) -> tuple[list[TaskRow], dict[str, list[TaskRow]]]:
+        """The next page's top-level tasks, and their children (oldest first) by parent;
+        no tasks once the window is exhausted."""
         if self._remaining == 0:
-            return []
+            return [], {}
         size = self._page if self._remaining is None else min(self._page, self._remaining)
-        query = _top_level(self._window)
+        self._page = min(self._page * 2, self._max_page)
+        where, params = _top_level(self._window)
         if self._lower_us is not None:
-            query = query.where(tasks.c.created_at_us > self._lower_us)
+            where += " AND created_at_us > ?"
+            params.append(self._lower_us)
         if self._upper_us is not None:
-            query = query.where(tasks.c.created_at_us < self._upper_us)
-        order = tasks.c.created_at_us.desc() if self._newest_first else tasks.c.created_at_us
-        rows = [TaskRow(*raw) for raw in await conn.execute(query.order_by(order).limit(size))]
+            where += " AND created_at_us < ?"
+            params.append(self._upper_us)
+        order = "DESC" if self._newest_first else "ASC"
+        # The children come in the same query: one round trip per page. Both parts are
+        # sorted here rather than in SQL (see `get_family`).
+        found = await fetch(
+            f"WITH top AS (SELECT {_COLUMNS} FROM tasks WHERE {where} "
+            f"ORDER BY created_at_us {order} LIMIT ?) "
+            f"SELECT {_COLUMNS} FROM top UNION ALL "
+            f"SELECT {_COLUMNS} FROM tasks WHERE parent_uuid IN (SELECT uuid FROM top)",
+            (*params, size),
+        )
+        space = self._window.space_uuid
+        rows: list[TaskRow] = []
+        children: dict[str, list[TaskRow]] = defaultdict(list)
+        for uuid, parent, title, source, created, finished, duration in found:
+            row = TaskRow(uuid, space, parent, title, source, created, finished, duration)
+            if parent is None:
+                rows.append(row)
+            else:
+                children[parent].append(row)
+        rows.sort(key=_created, reverse=self._newest_first)
+        for family in children.values():
+            family.sort(key=_created)
         if rows:
             if self._newest_first:
                 self._upper_us = rows[-1].created_at_us
@@ -171,49 +258,25 @@ class TopLevelPager:
             if len(rows) < size
             else (None if self._remaining is None else self._remaining - len(rows))
         )
-        return rows
+        return rows, children
 
 
-def _top_level(window: Window) -> Any:
-    query = _select_tasks.where(
-        tasks.c.space_uuid == window.space_uuid, tasks.c.parent_uuid.is_(None)
-    )
+# Every column but `space_uuid`, which the window names.
+_COLUMNS = "uuid, parent_uuid, title, source, created_at_us, finished_at_us, duration"
+
+
+def _top_level(window: Window) -> tuple[str, list[Any]]:
+    """The WHERE clause (and its parameters) of a window's top-level tasks."""
+    where = "space_uuid = ? AND parent_uuid IS NULL"
     if window.state == "active":
-        query = query.where(tasks.c.finished_at_us.is_(None))
+        where += " AND finished_at_us IS NULL"
     elif window.state == "finished":
-        query = query.where(tasks.c.finished_at_us.is_not(None))
-    return query
-
-
-async def list_children(
-    conn: AsyncConnection, space_uuid: str, parents: list[str]
-) -> dict[str, list[TaskRow]]:
-    """The children of the given tasks, oldest first, keyed by parent."""
-    if not parents:
-        return {}
-    if len(parents) <= _IN_LIST_LIMIT:
-        query = _select_tasks.where(tasks.c.parent_uuid.in_(parents))
-    else:
-        query = _select_tasks.where(
-            tasks.c.space_uuid == space_uuid, tasks.c.parent_uuid.is_not(None)
-        )
-    wanted = set(parents)
-    found: dict[str, list[TaskRow]] = defaultdict(list)
-    # Sorted here rather than in SQL: ORDER BY created_at_us made SQLite walk the whole
-    # space's creation index instead of looking the parents up.
-    for raw in sorted(await conn.execute(query), key=_created_at_column):
-        row = TaskRow(*raw)
-        if row.parent_uuid in wanted:
-            found[row.parent_uuid].append(row)  # type: ignore[index]
-    return found
+        where += " AND finished_at_us IS NOT NULL"
+    return where, [window.space_uuid]
 
 
 def _created(row: TaskRow) -> int:
     return row.created_at_us
-
-
-def _created_at_column(raw: Any) -> int:
-    return raw.created_at_us
 
 
 async def lock_task(conn: AsyncConnection, uuid: str) -> None:

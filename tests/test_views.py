@@ -1,0 +1,257 @@
+"""The fast answers (`domain.view`, encoded in one call, in pieces, or from the family
+cache) are byte for byte the reference: `msgspec.json.encode` of the dict `task_view`
+builds. And what the caches hold never outlives a change: a finish or a new child shows
+in the next read."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from headway import domain
+from headway.api.streaming import PIECE_BYTES, space_pieces, task_pieces
+from headway.domain import Progress, TaskRow, format_ts, task_view, view
+from headway.storage.families import FamilyCache
+
+T0 = 1_790_000_000_123_456
+SPACE = "5f0c6f43-1d7e-4b6e-9a43-2a5b8f3f1c11"
+PARENT = "0b8f5e2c-3a3d-4c61-8a0e-5d1c2b3a4f50"
+
+
+def row(n: int, *, parent: str | None = None, finished: int | None = None, **fields) -> TaskRow:
+    created = T0 + n * 1_000_003
+    return TaskRow(
+        fields.get("uuid", f"00000000-0000-4000-8000-{n:012d}"),
+        SPACE,
+        parent,
+        fields.get("title", f"task {n}"),
+        fields.get("source"),
+        created,
+        finished,
+        None if finished is None else domain.duration_seconds(created, finished),
+    )
+
+
+def progress(current, end, values: dict | None = None, at: int = T0 + 5_000_000) -> Progress:
+    raw = domain.EMPTY_VALUES if not values else msgspec.Raw(msgspec.json.encode(values))
+    return Progress(current, end, raw, at)
+
+
+def reference(task: TaskRow, found: Progress | None, children=None) -> bytes:
+    return msgspec.json.encode(task_view(task, found, children))
+
+
+UNICODE = {"log": "étape 3/5 — 完了 🚀", "quote": 'a "b" \\ c', "ctl": "tab\there\u0001\u001f"}
+NUMBERS = [
+    (0, 0),
+    (5, 10),
+    (3, 7),
+    (7.25, 3),  # over the end: clamped
+    (1e16, 3e17),
+    (2**63 + 1, 2**64),  # beyond 64-bit integers
+    (10**30, 1e308),
+    (1.5, None),  # a counter without a total
+    (None, 4),
+    (-0.0, 1),
+    (0.1, 0.3),
+]
+
+LEAVES = {
+    "waiting": (row(1), None),
+    "unicode title and no source": (row(2, title='Ünïcode "quoted" \n line', source=None), None),
+    "no title": (row(3, title=None, source="cron"), progress(1, 2)),
+    "finished, never reported": (row(4, finished=T0 + 9_000_000), None),
+    "finished with progress": (row(5, finished=T0 + 61_500_000), progress(3, 3, {"ok": True})),
+    "finished, exact second": (row(6, finished=1_790_000_100_000_000), progress(None, None)),
+    "unicode values": (row(7), progress(2, 5, UNICODE)),
+    "big numbers in values": (row(8), progress(1, 2, {"n": 2**70, "f": 1e-300, "b": False})),
+    "updated on a whole second": (row(9), progress(1, 2, at=1_790_000_007_000_000)),
+    "a child": (row(10, parent=PARENT), progress(4, 8, {"log": "x"})),
+}
+
+
+@pytest.mark.parametrize(("task", "found"), LEAVES.values(), ids=LEAVES.keys())
+def test_a_leaf_encodes_as_the_reference(task, found):
+    expected = reference(task, found)
+    assert msgspec.json.encode(view(task, found)) == expected
+    assert bytes(domain.view_json(task, found)) == expected
+    assert b"".join(task_pieces(view(task, found))) == expected
+
+
+@pytest.mark.parametrize(("current", "end"), NUMBERS)
+@pytest.mark.parametrize("finished", [None, T0 + 3_000_000])
+def test_numbers_encode_as_the_reference(current, end, finished):
+    task = row(1, finished=finished)
+    found = progress(current, end, {"current": current} if current is not None else None)
+    assert msgspec.json.encode(view(task, found)) == reference(task, found)
+
+
+def family(count: int, *, values: dict | None = None) -> list[tuple[TaskRow, Progress | None]]:
+    """Children of every kind: waiting, reporting, finished with and without progress."""
+    members = []
+    for n in range(count):
+        kind = n % 4
+        child = row(100 + n, parent=PARENT, finished=T0 + 9_000_000 + n if kind >= 2 else None)
+        found = None if kind in (0, 3) else progress(n, count, values, at=T0 + 7_000_000 + n)
+        members.append((child, found))
+    return members
+
+
+PARENTS = {
+    "parent, nobody reported": (row(0, uuid=PARENT), None, family(1)[:1]),
+    "parent with its own values": (row(0, uuid=PARENT), progress(9, 9, UNICODE), family(5)),
+    "finished parent": (row(0, uuid=PARENT, finished=T0 + 99_000_000), None, family(6)),
+    "parent older than its children's reports": (
+        row(0, uuid=PARENT),
+        progress(None, None, at=T0 + 99_000_000),
+        family(3),
+    ),
+}
+
+
+@pytest.mark.parametrize(("task", "found", "children"), PARENTS.values(), ids=PARENTS.keys())
+def test_a_parent_encodes_as_the_reference(task, found, children):
+    expected = reference(task, found, children)
+    assert msgspec.json.encode(view(task, found, children)) == expected
+    assert b"".join(task_pieces(view(task, found, children))) == expected
+    shown = [domain.view_json(child, p) for child, p in children]
+    assert msgspec.json.encode(view(task, found, children, shown)) == expected
+
+
+def test_a_big_family_is_cut_into_pieces_that_join_to_the_reference():
+    children = family(60, values={"blob": "v" * 4000})
+    task = row(0, uuid=PARENT)
+    pieces = list(task_pieces(view(task, None, children)))
+    assert len(pieces) > 3
+    assert all(len(piece) < 2 * PIECE_BYTES for piece in pieces)
+    assert b"".join(pieces) == reference(task, None, children)
+
+
+async def test_a_space_in_pages_encodes_as_the_reference():
+    tasks = [(row(n), progress(n, 50, {"log": "é" * (n * 300)})) for n in range(1, 60)]
+    tasks.insert(7, (row(0, uuid=PARENT), None, family(9)))
+    views = [view(*task) for task in tasks]
+    head = {"title": "Ünïcode", "icon": "🚀"}
+
+    async def pages():
+        yield views[:5]
+        yield []
+        yield views[5:40]
+        yield views[40:]
+
+    pieces = [piece async for piece in space_pieces(head, pages())]
+    assert len(pieces) > 3
+    whole = msgspec.json.encode({**head, "tasks": [task_view(*task) for task in tasks]})
+    assert b"".join(pieces) == whole
+
+    async def no_pages():
+        return
+        yield
+
+    empty = b"".join([piece async for piece in space_pieces(head, no_pages())])
+    assert empty == msgspec.json.encode({**head, "tasks": []})
+
+
+@pytest.mark.parametrize(
+    "us", [0, 1, 999_999, 1_000_000, T0, 1_790_000_000_000_000, 253_402_300_799_999_999]
+)
+def test_timestamps_have_microseconds_and_z(us):
+    seconds, micros = divmod(us, 1_000_000)
+    assert (
+        format_ts(us)
+        == domain.EPOCH.fromtimestamp(seconds, domain.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+        + f".{micros:06d}Z"
+    )
+
+
+# --- The family cache's children ---------------------------------------------------------
+
+
+def test_the_family_cache_reuses_a_childs_json_until_its_progress_changes():
+    cache = FamilyCache()
+    parent, children = row(0, uuid=PARENT), [child for child, _ in family(4)]
+    cache.put((parent, children), cache.generation)
+    _, cached = cache.get(PARENT)
+    found = [None, progress(1, 2), None, progress(3, 4)]
+    first = cache.children_json(PARENT, cached, found)
+    again = cache.children_json(PARENT, cached, found)
+    assert all(a is b for a, b in zip(first, again, strict=True))
+    moved = [None, progress(2, 2), None, found[3]]
+    third = cache.children_json(PARENT, cached, moved)
+    assert third[1] is not first[1] and third[3] is first[3]
+    assert [bytes(j) for j in third] == [
+        msgspec.json.encode(task_view(c, p)) for c, p in zip(cached, moved, strict=True)
+    ]
+    # Not the cached family (read from the database meanwhile): nothing to reuse.
+    assert cache.children_json(PARENT, list(cached), found) is None
+    cache.forget(PARENT)
+    assert cache.children_json(PARENT, cached, found) is None
+
+
+async def test_a_finished_child_shows_in_the_next_read_of_its_parent(client, make_task, clock):
+    parent = await make_task(title="job")
+    steps = [await make_task(parent_uuid=parent, title=f"step {n}") for n in range(3)]
+    for step in steps:
+        await client.put(f"/tasks/{step}", json={"current": 1, "end": 4})
+    before = (await client.get(f"/tasks/{parent}")).json()
+    assert before["progress"]["current"] == 0
+    clock.advance(2.5)
+    await client.put(f"/tasks/{steps[1]}", json={"done": True})
+    after = (await client.get(f"/tasks/{parent}")).json()
+    assert after["progress"]["current"] == 1 and after["progress"]["ratio"] == pytest.approx(1 / 3)
+    finished = after["children"][1]
+    assert finished["finished_at"] is not None and finished["duration"] == 2
+    assert finished["progress"]["ratio"] == 1
+    assert after["children"][0] == before["children"][0]
+
+
+async def test_a_new_child_shows_in_the_next_read_of_its_parent(client, make_task):
+    parent = await make_task(title="job")
+    first = await make_task(parent_uuid=parent)
+    await client.put(f"/tasks/{first}", json={"current": 1})
+    assert len((await client.get(f"/tasks/{parent}")).json()["children"]) == 1
+    second = await make_task(parent_uuid=parent)
+    read = (await client.get(f"/tasks/{parent}")).json()
+    assert [c["uuid"] for c in read["children"]] == [first, second]
+    assert read["progress"]["end"] == 2
+
+
+async def test_a_finished_task_shows_in_the_next_space_read(client, space, make_task, clock):
+    task = await make_task(title="once")
+    await client.put(f"/tasks/{task}", json={"current": 1, "end": 3})
+    assert (await client.get(f"/spaces/{space}")).json()["tasks"][0]["finished_at"] is None
+    clock.advance(61)
+    await client.put(f"/tasks/{task}", json={"current": 3, "end": 3})
+    (read,) = (await client.get(f"/spaces/{space}")).json()["tasks"]
+    assert read["finished_at"] is not None and read["duration"] == 61
+    assert read["progress"]["ratio"] == 1
+
+
+async def test_reads_over_http_are_the_reference(app, client, space, make_task, clock):
+    parent = await make_task(title="job ✓")
+    for n in range(5):
+        child = await make_task(parent_uuid=parent, title=f"step {n}")
+        if n % 2:
+            await client.put(f"/tasks/{child}", json={"current": n, "end": 4, "values": UNICODE})
+    leaf = await make_task(title="leaf", source="src")
+    await client.put(f"/tasks/{leaf}", json={"current": 2**40, "end": 1e16})
+    waiting = await make_task(title="waiting")
+    clock.advance(120)
+    expired = await make_task(title="expired")
+    await client.put(f"/tasks/{expired}", json={"current": 1, "end": 2})
+    clock.advance(61)  # past the test settings' 60 s expiry: `expired` reads null progress
+    service = app.state.service
+    answers = []
+    for task in (parent, leaf, waiting, expired):
+        row_, children = await service._family(task)
+        found = await service.progress.get_many([row_.uuid, *(c.uuid for c in children)])
+        family_ = list(zip(children, found[1:], strict=True))
+        expected = msgspec.json.encode(task_view(row_, found[0], family_))
+        assert (await client.get(f"/tasks/{task}")).content == expected
+        answers.append(msgspec.json.decode(expected))
+    assert answers[3]["progress"] is None
+    whole = (await client.get(f"/spaces/{space}")).content
+    expected_space = {"title": "Test space", "icon": None, "tasks": answers}
+    assert whole == msgspec.json.encode(expected_space)
+    paged = await client.get(f"/spaces/{space}", params={"limit": "2"})
+    assert paged.content == msgspec.json.encode({**expected_space, "tasks": answers[2:]})
