@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -207,3 +208,106 @@ def start_headway(
         server.stop()
         raise
     return server
+
+
+# --- CPU and memory of processes the harness did not start itself ----------------------
+# PostgreSQL (pg_ctl daemonizes the postmaster, which forks a backend per connection) and
+# Redis are started by tests/servers.py; their CPU is read here, never signalled.
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat after the command name (which may hold spaces and parentheses)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _children_of() -> dict[int, list[int]]:
+    found: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int(_stat_fields(int(entry.name))[1])
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+        found.setdefault(parent, []).append(int(entry.name))
+    return found
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of `pid` and every live descendant, plus what its
+    children that already exited used (the root's cutime and cstime, which the kernel adds
+    when it reaps them): e.g. a PostgreSQL postmaster and its backends."""
+    children = _children_of()
+    total = 0.0
+    pending = [pid]
+    root = True
+    while pending:
+        current = pending.pop()
+        try:
+            fields = _stat_fields(current)
+        except OSError:
+            continue
+        ticks = int(fields[11]) + int(fields[12])
+        if root:
+            ticks += int(fields[13]) + int(fields[14])
+            root = False
+        total += ticks / CLOCK_TICKS
+        pending.extend(children.get(current, []))
+    return total
+
+
+def postmaster_pid(data_directory: Path) -> int | None:
+    """The PID PostgreSQL wrote in `postmaster.pid` (its first line), if it runs."""
+    try:
+        return int((data_directory / "postmaster.pid").read_text().splitlines()[0])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def machine_cpu() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the whole machine so far, summed over its CPUs (from
+    /proc/stat; idle and iowait count as not busy)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal
+    idle = fields[3] + fields[4]
+    return (total - idle) / CLOCK_TICKS, total / CLOCK_TICKS
+
+
+class RssSampler:
+    """Samples a process's VmRSS every `interval` seconds in a thread, from `start()`
+    until `stop()`: the RSS just before, and the peak of the samples (and of the last
+    read at stop)."""
+
+    def __init__(self, pid: int, interval: float = 0.02) -> None:
+        self.pid = pid
+        self.interval = interval
+        self.before = _status_kib(pid, "VmRSS") * 1024
+        self.peak = self.before
+        self.samples = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def _read(self) -> None:
+        try:
+            rss = _status_kib(self.pid, "VmRSS") * 1024
+        except (OSError, RuntimeError):
+            return
+        self.samples += 1
+        self.peak = max(self.peak, rss)
+
+    def _run(self) -> None:
+        while not self._done.wait(self.interval):
+            self._read()
+
+    def start(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
+        self._read()
+
+    @property
+    def growth(self) -> int:
+        return self.peak - self.before

@@ -50,6 +50,11 @@ class Row:
             duration_s=round(result.duration_s, 2),
             errors={k: v for k, v in result.errors.items() if v},
         )
+        # wrk corrects its percentiles for coordinated omission: one pause of the server
+        # adds synthetic samples, so p99 can jump while p90 stays; the max shows the pause.
+        for key in ("p90", "max"):
+            if key in result.latency_us:
+                row.extra[f"{key}_ms"] = round(result.latency_us[key] / 1000, 3)
         if cpu_s is not None and result.requests:
             row.cpu_us_per_request = round(cpu_s * 1e6 / result.requests, 1)
         if result.error_count:
@@ -65,6 +70,7 @@ class Target:
     status: str  # pass, fail or skipped
     measured: str
     note: str = ""
+    group: str = ""  # which issue's targets; the table shows each group under its name
 
 
 def machine() -> dict[str, Any]:
@@ -151,6 +157,23 @@ def targets_table(targets: list[Target]) -> str:
     return "\n".join(lines)
 
 
+def grouped_targets(targets: list[Target]) -> list[tuple[str, list[Target]]]:
+    """Targets by group, in the order the groups first appear."""
+    groups: dict[str, list[Target]] = {}
+    for t in targets:
+        groups.setdefault(t.group, []).append(t)
+    return list(groups.items())
+
+
+def targets_sections(targets: list[Target], level: str = "###") -> list[str]:
+    lines: list[str] = []
+    for group, members in grouped_targets(targets):
+        if group:
+            lines += [f"{level} Targets: {group}", ""]
+        lines += [targets_table(members), ""]
+    return lines
+
+
 def markdown(run: dict[str, Any], rows: list[Row], targets: list[Target]) -> str:
     m = run["machine"]
     versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items())
@@ -175,8 +198,7 @@ def markdown(run: dict[str, Any], rows: list[Row], targets: list[Target]) -> str
             "",
             "## Targets",
             "",
-            targets_table(targets),
-            "",
+            *targets_sections(targets),
             "## Machine",
             "",
             f"- {m['nproc']} CPUs, {m['memory_mb']} MB, {m['cpu_model']}, Linux {m['kernel']}",

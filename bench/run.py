@@ -4,7 +4,8 @@ Starts a bare-ASGI baseline and real `headway serve` processes on 127.0.0.1, see
 them over HTTP, drives every scenario with wrk for a bounded time, floods a server left
 at its defaults from 127.0.0.2 while a well-behaved client reports from 127.0.0.1
 (bench/flood.py), prints a table with each scenario's ratio to the baseline measured in
-the same run and the targets (issue 6's and the abuse limits'), and writes `latest.json`
+the same run and the targets (issue 6's and the abuse limits'; the issue "Reads and
+creates at the cost they must have"'s), and writes `latest.json`
 and `latest.md` into the results directory.
 Every process the run starts is stopped by its PID before it returns.
 """
@@ -30,7 +31,16 @@ import httpx
 
 from . import flood, profile, report, seed
 from .load import Load, LoadResult, finish, not_reached, run_wrk, start_wrk, wrk_binary
-from .processes import ServerProcess, StartError, start_baseline, start_headway
+from .processes import (
+    RssSampler,
+    ServerProcess,
+    StartError,
+    machine_cpu,
+    postmaster_pid,
+    start_baseline,
+    start_headway,
+    tree_cpu_seconds,
+)
 from .report import MB, Row, Target
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -48,6 +58,24 @@ LIMITED_SHARE_OF_PUT = 0.9
 FLOOD_RSS_GROWTH_MB = 1024
 BYSTANDER_P99_MS = 250.0
 FLOOD_PHASE_S = 20.0
+# The targets of the issue "Reads and creates at the cost they must have" (for a full run:
+# 64 connections, 100,000 tasks in the big space, 1,000 children).
+SPACE_SMALL_CPU_US = 600
+SPACE_PAGE_CPU_US = 400
+PARENT_CPU_US = 1500
+PARENT_P99_MS = 250.0
+SPACE_BIG_CPU_MS = 250
+SPACE_BIG_RSS_GROWTH_MB = 32
+POST_PER_S = 2500
+HOT_P99_MS = 20.0
+SCALE_OUT_PUT_CPU_US = 300
+# Two instances short of SCALE_OUT_FACTOR still pass when the machine is the limit: its
+# CPUs at least this busy during the two-instance run, and no process's CPU per request
+# grown by more than CPU_GROWTH_ALLOWED from one instance to two.
+MACHINE_BUSY = 0.9
+CPU_GROWTH_ALLOWED = 0.10
+ISSUE6 = "issue 6 and abuse limits"
+READS_CREATES = "reads and creates at the cost they must have"
 
 # The embedded and scale-out servers run without rate limits: their scenarios create
 # thousands of tasks a second from one address, which the default rates rightly refuse
@@ -158,6 +186,7 @@ def scenario_titles(o: Options) -> dict[str, str]:
     return {
         "baseline": "bare ASGI baseline: GET / (fixed 325-byte JSON)",
         "put_report": f"PUT /tasks/{{t}} (spread over {o.pool:,} tasks)",
+        "put_report_hot": "the same PUT, every connection on one task",
         "put_report_limited": "the same PUT, rate limits on at their defaults",
         "get_report": "GET /tasks/{t}/report?current=5&end=10&values[log]=x",
         "get_task": "GET /tasks/{t}",
@@ -165,7 +194,7 @@ def scenario_titles(o: Options) -> dict[str, str]:
         "get_space_small": f"GET /spaces/{{s}}, {o.small} tasks",
         "get_space_small_page": f"GET /spaces/{{s}}?limit={PAGE}&before=…, {o.small} tasks",
         "get_space_big_page": f"GET /spaces/{{s}}?limit={PAGE}&before=…, {o.big:,} tasks",
-        "get_space_big": f"GET /spaces/{{s}}, {o.big:,} tasks (1 connection)",
+        "get_space_big": f"GET /spaces/{{s}}, {o.big:,} tasks, no parameters (1 connection)",
         "get_parent": f"GET /tasks/{{t}}, parent of {o.children:,} children",
         "memory": f"memory: RSS with {o.big:,} tasks holding progress",
         "flood_create": (
@@ -211,8 +240,8 @@ class Bench:
             self.say(f"{row.name}: skipped: {row.reason}")
         elif row.requests_per_s is not None:
             self.say(
-                f"{row.name}: {row.requests_per_s:,.0f} req/s, p50 {row.p50_ms:.2f} ms, "
-                f"p99 {row.p99_ms:.2f} ms" + (f" ({row.reason})" if row.reason else "")
+                f"{row.name}: {row.requests_per_s:,.0f} req/s, p50 {_num(row.p50_ms, 2)} ms, "
+                f"p99 {_num(row.p99_ms, 2)} ms" + (f" ({row.reason})" if row.reason else "")
             )
         else:
             self.say(f"{row.name}: {row.extra.get('note') or row.reason}")
@@ -273,8 +302,15 @@ class Bench:
         threads: int | None = None,
         duration: float | None = None,
         timeout: float = 10.0,
+        sample_rss: bool = False,
+        others: dict[str, Callable[[], float]] | None = None,
     ) -> Row:
-        """One wrk run of `load` against `server`, with the server's CPU time per request."""
+        """One wrk run of `load` against `server`, with the server's CPU time per request.
+
+        `sample_rss`: also sample the server's RSS during the run (`rss_growth_mb`: peak
+        minus just before). `others`: CPU-seconds readers of other processes (PostgreSQL,
+        Redis), whose CPU per request goes in `cpu_us_per_request_of` with the server's,
+        and the machine's busy share during the run in `machine_busy`."""
         duration = duration or self.o.duration
         connections = connections or self.o.connections
         self.say(f"{name}: wrk {duration:g} s, {connections} connections")
@@ -282,18 +318,32 @@ class Bench:
         if self.o.profile and server.name != "baseline":
             out = self.workdir / f"profile-{name}.txt"
             profiler = profile.start(server.pid, duration, out)
+        others = others or {}
+        others_before = {k: read() for k, read in others.items()}
+        machine_before = machine_cpu()
+        sampler = RssSampler(server.pid).start() if sample_rss else None
         cpu_before = server.cpu_seconds()
-        result = run_wrk(
-            server.url,
-            load,
-            duration=duration,
-            connections=connections,
-            threads=threads or self.o.threads,
-            workdir=self.workdir,
-            timeout=timeout,
-        )
+        try:
+            result = run_wrk(
+                server.url,
+                load,
+                duration=duration,
+                connections=connections,
+                threads=threads or self.o.threads,
+                workdir=self.workdir,
+                timeout=timeout,
+            )
+        finally:
+            if sampler is not None:
+                sampler.stop()
         cpu = server.cpu_seconds() - cpu_before
         row = self.finish_row(Row.measured(name, self.titles[name], result, cpu), result)
+        if sampler is not None:
+            row.extra.update(rss_extra(sampler))
+        if others:
+            spent = {k: read() - others_before[k] for k, read in others.items()}
+            row.extra.update(others_extra(cpu, spent, result.requests))
+            row.extra["machine_busy"] = machine_busy(machine_before)
         if profiler is not None:
             self.profiles[name] = profile.finish(profiler)
         return self.record(row)
@@ -353,7 +403,16 @@ class Bench:
             self.say("seeded")
 
             pool_paths = [f"/tasks/{t}" for t in data["pool"]]
-            self.measure(server, "put_report", Load("PUT", pool_paths, seed.PUT_BODY))
+            put = self.measure(server, "put_report", Load("PUT", pool_paths, seed.PUT_BODY))
+            # The same PUT with every connection on one task of the pool.
+            hot = self.measure(server, "put_report_hot", Load("PUT", pool_paths[:1], seed.PUT_BODY))
+            if put.p99_ms is not None and hot.p99_ms is not None:
+                hot.extra["note"] = (
+                    f"p99 {hot.p99_ms:,.2f} ms vs {put.p99_ms:,.2f} ms spread over "
+                    f"{len(pool_paths):,} tasks; p90 {_num(hot.extra.get('p90_ms'), 2)} vs "
+                    f"{_num(put.extra.get('p90_ms'), 2)} ms, max {_num(hot.extra.get('max_ms'))} "
+                    f"vs {_num(put.extra.get('max_ms'))} ms"
+                )
             query = "/report?current=5&end=10&values%5Blog%5D=x"
             self.measure(server, "get_report", Load("GET", [p + query for p in pool_paths]))
             self.measure(server, "get_task", Load("GET", pool_paths))
@@ -376,7 +435,8 @@ class Bench:
                 ]
                 self.measure(server, name, Load("GET", pages))
             # Each answer holds the whole space: one connection, and time for a few.
-            self.measure(
+            # Its RSS is sampled throughout: a streamed answer keeps it from growing.
+            whole = self.measure(
                 server,
                 "get_space_big",
                 Load("GET", [f"/spaces/{big.uuid}"]),
@@ -384,7 +444,17 @@ class Bench:
                 threads=1,
                 duration=self.o.duration if self.o.big <= 10_000 else max(self.o.duration, 10),
                 timeout=120,
+                sample_rss=True,
             )
+            if whole.cpu_us_per_request is not None and "rss_growth_mb" in whole.extra:
+                whole.extra["cpu_ms_per_answer"] = round(whole.cpu_us_per_request / 1000, 1)
+                whole.extra["note"] = (
+                    f"{whole.extra['cpu_ms_per_answer']:,.1f} ms CPU per answer; RSS "
+                    f"{whole.extra['rss_before_mb']:,.1f} MB before, peak "
+                    f"{whole.extra['peak_rss_mb']:,.1f} MB while answering "
+                    f"(+{whole.extra['rss_growth_mb']:,.1f} MB)"
+                )
+                self.say(f"get_space_big: {whole.extra['note']}")
         finally:
             self.stop(server)
 
@@ -676,11 +746,15 @@ class Bench:
         pool = asyncio.run(self.check_shared(first, second))
         paths = [f"/tasks/{t}" for t in pool]
         put = Load("PUT", paths, seed.PUT_BODY)
-        one = self.measure(first, "scale_out_one", put)
+        backends = backend_cpu_readers(postgres.data, redis.process.pid if redis.process else None)
+        one = self.measure(first, "scale_out_one", put, others=backends)
+        one.extra["note"] = cpu_note(one.extra)
 
         half = max(1, self.o.connections // 2)
         half_threads = max(1, self.o.threads // 2)
         self.say(f"scale_out_two: two wrk at once, {half} connections each")
+        others_before = {k: read() for k, read in backends.items()}
+        machine_before = machine_cpu()
         cpu_before = first.cpu_seconds() + second.cpu_seconds()
         running = [
             start_wrk(
@@ -695,10 +769,16 @@ class Bench:
         ]
         results = [finish(r) for r in running]
         cpu = first.cpu_seconds() + second.cpu_seconds() - cpu_before
+        spent = {k: read() - others_before[k] for k, read in backends.items()}
         row = self.combine("scale_out_two", results, cpu)
+        # Headway's CPU here is both instances' together, per request answered by either.
+        row.extra.update(others_extra(cpu, spent, row.requests or 0))
+        row.extra["machine_busy"] = machine_busy(machine_before)
         if one.requests_per_s and row.requests_per_s is not None:
             row.extra["vs_one_instance"] = round(row.requests_per_s / one.requests_per_s, 2)
-            row.extra["note"] = f"{row.extra['vs_one_instance']}x one instance"
+            row.extra["note"] = f"{row.extra['vs_one_instance']}x one instance; " + cpu_note(
+                row.extra
+            )
         self.record(row)
         for server in (second, first):
             self.stop(server)
@@ -903,7 +983,224 @@ class Bench:
         else:
             reason = (r.get("scale_out_two") or Row("", "")).reason or "not measured"
             found.append(Target("scale_out", description, "skipped", "–", reason))
+        for target in found:
+            target.group = ISSUE6
+        return found + self.reads_creates_targets()
+
+    def reads_creates_targets(self) -> list[Target]:
+        """The targets of the issue "Reads and creates at the cost they must have"."""
+        o = self.o
+        found: list[Target] = []
+
+        def ok(name: str) -> Row | None:
+            row = self.rows.get(name)
+            return row if row is not None and row.status == "ok" else None
+
+        def add(
+            name: str,
+            description: str,
+            passed: bool | None,
+            measured: str,
+            note: str = "",
+            why: str = "not measured",
+        ) -> None:
+            if passed is None:
+                found.append(Target(name, description, "skipped", "–", why, READS_CREATES))
+            else:
+                status = "pass" if passed else "fail"
+                found.append(Target(name, description, status, measured, note, READS_CREATES))
+
+        def scaled(full: int, actual: int, what: str) -> str:
+            return (
+                "" if actual == full else f"measured with {actual:,} {what}, target is for {full:,}"
+            )
+
+        fewer_connections = (
+            ""
+            if o.connections == PUT_CONNECTIONS
+            else f"measured at {o.connections} connections, not {PUT_CONNECTIONS}"
+        )
+
+        row = ok("get_space_small")
+        cpu = row.cpu_us_per_request if row else None
+        add(
+            "space_small_cpu",
+            f"GET /spaces/{{s}}, {o.small} tasks with progress: ≤ {SPACE_SMALL_CPU_US} µs CPU/req",
+            None if cpu is None else cpu <= SPACE_SMALL_CPU_US,
+            f"{_num(cpu)} µs/req",
+            fewer_connections,
+        )
+
+        small, large = ok("get_space_small_page"), ok("get_space_big_page")
+        description = (
+            f"GET /spaces/{{s}}?limit={PAGE}&before=…, {o.big:,} tasks: ≤ {SPACE_PAGE_CPU_US} "
+            f"µs CPU/req, p50 within {PAGE_LATENCY_FACTOR:g}x the {o.small}-task space"
+        )
+        cpu = large.cpu_us_per_request if large else None
+        if small and large and cpu is not None and small.p50_ms and large.p50_ms is not None:
+            factor = large.p50_ms / small.p50_ms
+            add(
+                "space_page_cpu",
+                description,
+                cpu <= SPACE_PAGE_CPU_US and factor <= PAGE_LATENCY_FACTOR,
+                f"{_num(cpu)} µs/req ({_num(small.cpu_us_per_request)} on {o.small} tasks); "
+                f"p50 {factor:.2f}x",
+                "; ".join(filter(None, [scaled(100_000, o.big, "tasks"), fewer_connections])),
+            )
+        else:
+            add("space_page_cpu", description, None, "")
+
+        row = ok("get_parent")
+        description = (
+            f"GET /tasks/{{parent}}, {o.children:,} children with progress: ≤ "
+            f"{PARENT_CPU_US:,} µs CPU/req, p99 ≤ {PARENT_P99_MS:g} ms"
+        )
+        if row and row.cpu_us_per_request is not None and row.p99_ms is not None:
+            add(
+                "parent_cpu",
+                description,
+                row.cpu_us_per_request <= PARENT_CPU_US and row.p99_ms <= PARENT_P99_MS,
+                f"{_num(row.cpu_us_per_request)} µs/req, p99 {row.p99_ms:,.1f} ms",
+                "; ".join(filter(None, [scaled(1000, o.children, "children"), fewer_connections])),
+            )
+        else:
+            add("parent_cpu", description, None, "")
+
+        row = ok("get_space_big")
+        description = (
+            f"GET /spaces/{{s}}, {o.big:,} tasks, no parameters: ≤ {SPACE_BIG_CPU_MS} ms CPU, "
+            f"streamed: RSS grows ≤ {SPACE_BIG_RSS_GROWTH_MB} MB while answering"
+        )
+        if row and "cpu_ms_per_answer" in row.extra:
+            cpu_ms, growth = row.extra["cpu_ms_per_answer"], row.extra["rss_growth_mb"]
+            add(
+                "space_big_whole",
+                description,
+                cpu_ms <= SPACE_BIG_CPU_MS and growth <= SPACE_BIG_RSS_GROWTH_MB,
+                f"{cpu_ms:,.1f} ms CPU/answer, RSS +{growth:,.1f} MB",
+                scaled(100_000, o.big, "tasks"),
+            )
+        else:
+            add("space_big_whole", description, None, "")
+
+        row = ok("post_task")
+        rate = row.requests_per_s if row else None
+        add(
+            "post_rate",
+            f"POST /spaces/{{s}}/tasks: ≥ {POST_PER_S:,} req/s",
+            None if rate is None else rate >= POST_PER_S,
+            f"{_rate(rate)} req/s, {_num(row.cpu_us_per_request if row else None)} µs CPU/req",
+            fewer_connections,
+        )
+
+        hot, put = ok("put_report_hot"), ok("put_report")
+        description = (
+            f"PUT /tasks/{{t}}, all {PUT_CONNECTIONS} connections on one task: "
+            f"p99 < {HOT_P99_MS:g} ms"
+        )
+        if hot and hot.p99_ms is not None:
+            add(
+                "put_hot",
+                description,
+                hot.p99_ms < HOT_P99_MS,
+                f"p99 {hot.p99_ms:,.2f} ms"
+                + (f" (spread over {o.pool:,} tasks: {put.p99_ms:,.2f} ms)" if put else ""),
+                fewer_connections,
+            )
+        else:
+            add("put_hot", description, None, "")
+
+        one, two = ok("scale_out_one"), ok("scale_out_two")
+        skipped_why = (self.rows.get("scale_out_one") or Row("", "")).reason or "not measured"
+        description = (
+            f"PUT on PostgreSQL + Redis, one instance: ≤ {SCALE_OUT_PUT_CPU_US} µs CPU/req"
+        )
+        cpu = one.cpu_us_per_request if one else None
+        add(
+            "scale_out_put_cpu",
+            description,
+            None if cpu is None else cpu <= SCALE_OUT_PUT_CPU_US,
+            f"{_num(cpu)} µs/req (Headway)",
+            cpu_note(one.extra) if one else "",
+            skipped_why,
+        )
+
+        description = (
+            f"two instances vs one, PostgreSQL + Redis: ≥ {SCALE_OUT_FACTOR:g}x, or, where the "
+            f"machine is the limit (≥ {MACHINE_BUSY:.0%} busy), CPU/req of Headway, PostgreSQL "
+            f"and Redis not growing (≤ +{CPU_GROWTH_ALLOWED:.0%})"
+        )
+        per_one = one.extra.get("cpu_us_per_request_of") if one else None
+        per_two = two.extra.get("cpu_us_per_request_of") if two else None
+        if one and two and "vs_one_instance" in two.extra and per_one and per_two:
+            factor = two.extra["vs_one_instance"]
+            busy = two.extra.get("machine_busy", 0.0)
+            growth = {
+                k: per_two[k] / per_one[k] - 1 for k in per_one if k in per_two and per_one[k]
+            }
+            flat = all(g <= CPU_GROWTH_ALLOWED for g in growth.values())
+            changes = ", ".join(
+                f"{k} {per_one[k]:,.0f} → {per_two[k]:,.0f} ({growth[k]:+.0%})" for k in growth
+            )
+            if factor >= SCALE_OUT_FACTOR:
+                passed, how = True, f"{factor:.2f}x"
+            else:
+                passed = busy >= MACHINE_BUSY and flat
+                how = f"{factor:.2f}x; machine {busy:.0%} busy"
+            add("scale_out_cpu", description, passed, f"{how}; CPU µs/req {changes}")
+        else:
+            reason = (self.rows.get("scale_out_two") or Row("", "")).reason or "not measured"
+            add("scale_out_cpu", description, None, "", why=reason)
         return found
+
+
+def backend_cpu_readers(
+    postgres_data: Path, redis_pid: int | None
+) -> dict[str, Callable[[], float]]:
+    """CPU-seconds readers of PostgreSQL (its postmaster and every backend: the process
+    tree under the PID in postmaster.pid) and Redis (its one process, threads included)."""
+    readers: dict[str, Callable[[], float]] = {}
+    postmaster = postmaster_pid(postgres_data)
+    if postmaster is not None:
+        readers["postgresql"] = lambda: tree_cpu_seconds(postmaster)
+    if redis_pid is not None:
+        readers["redis"] = lambda: tree_cpu_seconds(redis_pid)
+    return readers
+
+
+def rss_extra(sampler: RssSampler) -> dict[str, Any]:
+    """A run's RSS figures: before it, its peak, the growth."""
+    return {
+        "rss_before_mb": round(sampler.before / MB, 1),
+        "peak_rss_mb": round(sampler.peak / MB, 1),
+        "rss_growth_mb": round(sampler.growth / MB, 1),
+        "rss_samples": sampler.samples,
+    }
+
+
+def others_extra(cpu: float, spent: dict[str, float], requests: int) -> dict[str, Any]:
+    """CPU per request of the Headway server(s) and of the other processes measured."""
+    if not requests:
+        return {}
+    per = {"headway": round(cpu * 1e6 / requests, 1)}
+    per.update({k: round(v * 1e6 / requests, 1) for k, v in spent.items()})
+    return {"cpu_us_per_request_of": per}
+
+
+def machine_busy(before: tuple[float, float]) -> float:
+    """The machine's busy share of all its CPUs' time since `before` (machine_cpu())."""
+    busy, total = machine_cpu()
+    elapsed = total - before[1]
+    return round((busy - before[0]) / elapsed, 3) if elapsed > 0 else 0.0
+
+
+def cpu_note(extra: dict[str, Any]) -> str:
+    per = extra.get("cpu_us_per_request_of")
+    if not per:
+        return ""
+    parts = ", ".join(f"{k} {v:,.1f}" for k, v in per.items())
+    busy = extra.get("machine_busy")
+    return f"CPU µs/req: {parts}" + (f"; machine {busy:.0%} busy" if busy is not None else "")
 
 
 def flood_answers(statuses: dict[str, int]) -> dict[str, int]:
@@ -917,8 +1214,12 @@ def _ms(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def _num(value: float | None) -> str:
-    return "–" if value is None else f"{value:,.1f}"
+def _num(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:,.{digits}f}"
+
+
+def _rate(value: float | None) -> str:
+    return "–" if value is None else f"{value:,.0f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -976,7 +1277,7 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(report.table(rows))
     print()
-    print(report.targets_table(targets))
+    print("\n".join(report.targets_sections(targets)).rstrip())
     print(f"\nwritten: {options.results / 'latest.json'}, {options.results / 'latest.md'}")
     return 1 if any(row.status == "error" for row in rows) else 0
 

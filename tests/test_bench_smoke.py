@@ -25,7 +25,7 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
 
-    from bench.run import parse_options, scenario_titles
+    from bench.run import ISSUE6, READS_CREATES, parse_options, scenario_titles
 
     results = json.loads((tmp_path / "latest.json").read_text())
     found = {row["name"]: row for row in results["scenarios"]}
@@ -49,14 +49,53 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
     )
     assert found["flood_bystander"]["requests"] > 0
     assert found["flood_bystander"]["p99_ms"] is not None
-    assert {t["name"] for t in results["targets"]} == {
-        "put",
-        "put_limited",
-        "space_page",
-        "memory",
-        "flood_memory",
-        "flood_latency",
-        "flood_refusals",
-        "scale_out",
+    # Every connection on one task; the whole big space, with its CPU and RSS growth.
+    assert found["put_report_hot"]["requests_per_s"] > 0
+    assert found["put_report_hot"]["p99_ms"] is not None
+    whole = found["get_space_big"]["extra"]
+    assert whole["cpu_ms_per_answer"] > 0
+    assert whole["peak_rss_mb"] >= whole["rss_before_mb"] > 0
+    assert whole["rss_growth_mb"] >= 0
+    # On PostgreSQL + Redis (when they ran), the CPU per request of each process.
+    for name in ("scale_out_one", "scale_out_two"):
+        if found[name]["status"] == "ok":
+            per = found[name]["extra"]["cpu_us_per_request_of"]
+            assert set(per) == {"headway", "postgresql", "redis"}, per
+            assert per["headway"] > 0 and per["postgresql"] > 0, per
+            assert 0 < found[name]["extra"]["machine_busy"] <= 1
+    groups: dict[str, set[str]] = {}
+    for target in results["targets"]:
+        assert target["status"] in ("pass", "fail", "skipped"), target
+        if target["status"] != "skipped":
+            assert target["measured"] not in ("", "–"), target
+        groups.setdefault(target["group"], set()).add(target["name"])
+    assert groups == {
+        ISSUE6: {
+            "put",
+            "put_limited",
+            "space_page",
+            "memory",
+            "flood_memory",
+            "flood_latency",
+            "flood_refusals",
+            "scale_out",
+        },
+        READS_CREATES: {
+            "space_small_cpu",
+            "space_page_cpu",
+            "parent_cpu",
+            "space_big_whole",
+            "post_rate",
+            "put_hot",
+            "scale_out_put_cpu",
+            "scale_out_cpu",
+        },
     }
-    assert (tmp_path / "latest.md").read_text().startswith("# Headway benchmark")
+    # Only the scale-out targets may be skipped (no PostgreSQL or Redis here).
+    for target in results["targets"]:
+        if not target["name"].startswith("scale_out"):
+            assert target["status"] != "skipped", target
+    markdown = (tmp_path / "latest.md").read_text()
+    assert markdown.startswith("# Headway benchmark")
+    assert f"### Targets: {READS_CREATES}" in markdown
+    assert "every connection on one task" in markdown
