@@ -17,10 +17,10 @@ from starlette.types import Message, Receive, Scope, Send
 
 from .. import schemas
 from ..config import Settings
-from ..errors import BadRequest, HeadwayError, PayloadTooLarge, error_body
+from ..errors import BadRequest, HeadwayError, error_body
 from ..service import Service
 from .openapi import TOO_MANY_REQUESTS, _error, _json
-from .responses import NO_STORE, JSONResponse, error_response
+from .responses import NO_STORE, JSONResponse, error_response, receive_body
 
 if TYPE_CHECKING:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -169,19 +169,7 @@ class MCPEndpoint:
 async def _utf8_body(receive: Receive) -> bytes:
     """The whole body, at most MAX_MCP_BODY bytes of valid UTF-8 (the SDK would read
     invalid bytes loosely and store mangled text)."""
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_MCP_BODY:
-            raise PayloadTooLarge(f"The request body is larger than {MAX_MCP_BODY} bytes.")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    body = b"".join(chunks)
+    body = await receive_body(receive, MAX_MCP_BODY)
     try:
         body.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Message, Send
+from starlette.types import Message, Receive, Send
 
 from ..errors import HeadwayError, PayloadTooLarge, error_body
 from ..schemas import MAX_BODY
@@ -113,23 +113,28 @@ async def read_body(request: Request) -> bytes:
     """The request body, refused with 413 as soon as it passes the limit."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
-        raise _too_large()
+        raise too_large(MAX_BODY)
+    return await receive_body(request.receive, MAX_BODY)
+
+
+async def receive_body(receive: Receive, limit: int) -> bytes:
+    """The body from the ASGI messages themselves (cheaper than `request.stream()` on
+    every report), refused with 413 as soon as it passes `limit` bytes."""
     chunks = []
     size = 0
-    receive = request.receive
-    while True:  # the ASGI messages themselves: cheaper than request.stream() per report
+    while True:
         message = await receive()
         if message["type"] != "http.request":
             break
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > MAX_BODY:
-            raise _too_large()
+        if size > limit:
+            raise too_large(limit)
         chunks.append(chunk)
         if not message.get("more_body", False):
             break
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def _too_large() -> PayloadTooLarge:
-    return PayloadTooLarge(f"The request body is larger than {MAX_BODY} bytes.")
+def too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"The request body is larger than {limit} bytes.")
