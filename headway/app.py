@@ -92,8 +92,8 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 clock,
                 allow_private_webhooks=settings.webhook_allow_private,
                 webhooks_per_space=settings.webhooks_per_space,
-                # Progress in this process's memory means this process serves alone.
-                families=None if settings.shares_progress else FamilyCache(),
+                # Progress in Redis: other instances change families too (see storage.families).
+                families=FamilyCache(versioned=settings.shares_progress),
             )
             app.state.service = service
             if settings.run_worker:

@@ -22,7 +22,7 @@ from .schemas import MAX_ICON, CreateSpace, CreateTask, CreateWebhook
 from .storage import outbox, queries
 from .storage.batch import GroupCommit
 from .storage.database import Database
-from .storage.families import FamilyCache
+from .storage.families import FamilyCache, FamilyVersions
 
 Family = list[tuple[TaskRow, Progress | None]]
 
@@ -34,6 +34,9 @@ MAX_SPACE_PAGE = 3200
 # Spaces whose `{"title", "icon"}` are kept: a space never changes them and is never
 # deleted, so a read of a space seen before needs no query for them.
 SPACE_HEADS = 10_000
+# A report whose cached family keeps changing under it reloads it this many times, then
+# writes without the version check (as without a cache: read the family, then write).
+FAMILY_RELOADS = 3
 
 
 class Service:
@@ -53,8 +56,12 @@ class Service:
         self.db = db
         self.progress = progress
         self.clock = clock
-        # Only for a process that is the only one serving (see storage.families).
+        # Unversioned only for a process that is the only one serving; versioned, its
+        # versions live in the progress store (see storage.families).
         self.families = families
+        self._versions: FamilyVersions | None = None
+        if families is not None and families.versioned:
+            self._versions = cast(FamilyVersions, progress)
         self.allow_private_webhooks = allow_private_webhooks
         self.webhooks_per_space = webhooks_per_space
         # Called after a transaction that recorded an event commits (wakes the worker).
@@ -193,7 +200,14 @@ class Service:
                 raise Unprocessable(_NOT_A_PARENT)
         task_uuid = str(uuid.uuid4())
         new = _NewTask(task_uuid, space_key, parent_key, body.title, body.source)
-        await self._task_creates.submit(new)
+        try:
+            await self._task_creates.submit(new)
+        except HeadwayError:
+            raise  # refused: nothing was written
+        except BaseException:
+            await self._bump(parent_key)  # the batch may have committed all the same
+            raise
+        await self._bump(parent_key)
         return {"uuid": task_uuid}
 
     async def _insert_tasks(
@@ -255,7 +269,10 @@ class Service:
             self._forget(*parents)
 
     async def get_task(self, task_uuid: str) -> domain.TaskView:
-        row, children = await self._family(task_uuid)
+        if self._versions is not None:  # a read checks no version: read the database
+            row, children = await self._read_family(task_uuid)
+        else:
+            row, children = await self._family(task_uuid)
         found = await self.progress.get_many([row.uuid, *(c.uuid for c in children)])
         if not children:
             return domain.view(row, found[0])
@@ -283,7 +300,47 @@ class Service:
         concurrent finishing reports exactly one records the completion and its event.
         A report that does not finish its task writes nothing to the database.
         """
-        row, children = await self._family(task_uuid)
+        if self._versions is None:
+            row, children = await self._family(task_uuid)
+            return await self._report(row, children, report)
+        # Versioned cache (several instances): the write of a report that finishes nothing
+        # checks, in the same round trip, that the family it was decided on is current.
+        cache = cast(FamilyCache, self.families)
+        versions = self._versions
+        key = canonical_uuid(task_uuid)
+        if key is None:
+            raise NotFound(_NO_TASK)
+        cached = cache.get_versioned(key, self.clock.now_us())
+        seen: int | None = None  # a version the failed write saw, read before any SQL
+        for _ in range(FAMILY_RELOADS):
+            if cached is None:
+                version = await versions.family_version(key) if seen is None else seen
+                row, children = await self._read_family(key)
+                cache.put_versioned((row, children), version, self.clock.now_us())
+                fresh = True
+            else:
+                row, children, version = cached
+                fresh = False
+            try:
+                return await self._report(row, children, report, version, fresh=fresh)
+            except _FamilyChanged as changed:
+                seen, cached = changed.version, None
+        row, children = await self._read_family(key)
+        return await self._report(row, children, report)
+
+    async def _report(
+        self,
+        row: TaskRow,
+        children: Sequence[TaskRow],
+        report: Report,
+        version: int | None = None,
+        *,
+        fresh: bool = True,
+    ) -> domain.TaskView:
+        """`report` applied to the family `row`, `children`. With a `version` (the family
+        as cached at that version), raises `_FamilyChanged` having written nothing if the
+        family is no longer at it, or if the report finishes the task and the family did
+        not come `fresh` from the database (a finish is decided on the database's rows)."""
         # Only `{"done": true}` keeps anything of the last report; others replace it all.
         previous = await self.progress.get(row.uuid) if report.is_done_only else None
         now_us = self.clock.now_us()
@@ -298,6 +355,8 @@ class Service:
         # Refused before anything is written, a finish included.
         self.progress.admit(row.uuid, row.space_uuid, progress)
         if finishing and not row.finished:
+            if not fresh:
+                raise _FamilyChanged(None)
             row = await self._finish(row, progress, family, now_us)
             if report.is_done_only:
                 # Finishing waited on the database; a report that landed meanwhile holds
@@ -307,10 +366,33 @@ class Service:
                     progress, _ = domain.apply_report(
                         latest, report, now_us, is_parent=bool(children)
                     )
-        await self.progress.put(row.uuid, progress, row.space_uuid)
+            await self.progress.put(row.uuid, progress, row.space_uuid)
+        elif version is None:
+            await self.progress.put(row.uuid, progress, row.space_uuid)
+        else:
+            versions = cast(FamilyVersions, self._versions)
+            current = await versions.put_if_family(row.uuid, progress, row.space_uuid, version)
+            if current is not None:
+                raise _FamilyChanged(current)
         if children:
             return self._view(row, progress, children, found)
         return domain.view(row, progress)
+
+    async def _read_family(self, task_uuid: str) -> tuple[TaskRow, Sequence[TaskRow]]:
+        """The family as the database holds it now, bypassing any cache."""
+        key = canonical_uuid(task_uuid)
+        if key is None:
+            raise NotFound(_NO_TASK)
+        row, children = await self.db.read_once_more(lambda conn: queries.get_family(conn, key))
+        if row is None:
+            raise NotFound(_NO_TASK)
+        return row, children
+
+    async def _bump(self, *task_uuids: str | None) -> None:
+        """After a change to these families committed (or may have), before the request
+        that made it answers: other instances' cached copies are stale from now on."""
+        if self._versions is not None:
+            await self._versions.bump_families(*task_uuids)
 
     async def _family(self, task_uuid: str) -> tuple[TaskRow, Sequence[TaskRow]]:
         key = canonical_uuid(task_uuid)
@@ -340,9 +422,15 @@ class Service:
         child), with one outbox event each. Returns the row as it now stands."""
         duration = domain.duration_seconds(row.created_at_us, now_us)
         try:
-            return await self._record_finish(row, progress, family, now_us, duration)
-        finally:
+            finished = await self._record_finish(row, progress, family, now_us, duration)
+        except BaseException:
             self._forget(row.uuid, row.parent_uuid)
+            await self._bump(row.uuid, row.parent_uuid)  # it may have committed
+            raise
+        self._forget(row.uuid, row.parent_uuid)
+        # The parent's too: its cached children rows changed, and it may have finished.
+        await self._bump(row.uuid, row.parent_uuid)
+        return finished
 
     async def _record_finish(
         self, row: TaskRow, progress: Progress, family: Family, now_us: int, duration: int
@@ -436,6 +524,15 @@ class Service:
 _NO_SPACE = "No such space: check the space uuid."
 _NO_TASK = "No such task: check the task uuid."
 _NOT_A_PARENT = "parent_uuid is not a task of this space."
+
+
+class _FamilyChanged(Exception):
+    """A report's family changed since it was cached (`version`: its version now, if
+    known); nothing was written, and the report is decided again on a fresh family."""
+
+    def __init__(self, version: int | None) -> None:
+        super().__init__(version)
+        self.version = version
 
 
 @dataclass(frozen=True, slots=True)

@@ -145,3 +145,21 @@ async def test_expiry_is_shared_by_every_instance(clients):
     await asyncio.sleep(2.2)  # HEADWAY_PROGRESS_TTL=2 in this cluster, enforced by Redis
     for client in clients:
         assert (await client.get(f"/tasks/{task}")).json()["progress"] is None
+
+
+async def test_family_changes_on_one_instance_reach_the_next_report_on_another(clients):
+    one, two = clients
+    space = (await one.post("/spaces", json={})).json()["uuid"]
+    parent = (await one.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
+    await two.put(f"/tasks/{parent}", json={"current": 1, "end": 9})  # two caches it childless
+    child = (await one.post(f"/spaces/{space}/tasks", json={"parent_uuid": parent})).json()["uuid"]
+    seen = (await two.put(f"/tasks/{parent}", json={"current": 2, "end": 9})).json()
+    assert seen["progress"]["aggregated"] is True and seen["progress"]["end"] == 1
+
+    await two.put(f"/tasks/{child}", json={"current": 0, "end": 1})  # two caches the child
+    finished = (await one.put(f"/tasks/{child}", json={"current": 1, "end": 1})).json()
+    assert finished["finished_at"] is not None
+    again = (await two.put(f"/tasks/{child}", json={"current": 0, "end": 1})).json()
+    assert again["finished_at"] == finished["finished_at"]
+    parent_seen = (await two.put(f"/tasks/{parent}", json={"values": {"a": 1}})).json()
+    assert parent_seen["finished_at"] is not None

@@ -25,6 +25,22 @@ REDIS_ERRORS: tuple[type[BaseException], ...] = (
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(Progress).decode
 
+# A family's version key outlives its last change by this long, far beyond any cached
+# family's life (`storage.families.VERSIONED_MAX_AGE_US`): a key can expire, and read 0
+# again, only once no instance still holds a family read before that key's last bump.
+FAMILY_VERSION_TTL_S = 30 * 86_400
+
+# KEYS: the family's version key, the progress key. ARGV: the version the caller's
+# family was read at, the progress JSON, its TTL. Writes only if the family is unchanged.
+_PUT_IF_FAMILY = """
+local current = tonumber(redis.call('GET', KEYS[1]) or '0')
+if current ~= tonumber(ARGV[1]) then
+  return current
+end
+redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
+return -1
+"""
+
 
 def connection_pool(url: str) -> redis.asyncio.BlockingConnectionPool:
     """Connections to Redis for one process. A burst of more requests than connections
@@ -49,12 +65,14 @@ class RedisProgressStore:
 
     name = "redis"
     PREFIX = "headway:progress:"
+    FAMILY_PREFIX = "headway:family:"
 
     def __init__(self, url: str, ttl_seconds: int, clock: Clock) -> None:
         self._ttl_s = ttl_seconds
         self._ttl_us = ttl_seconds * 1_000_000
         self._clock = clock
         self._redis = redis.asyncio.Redis(connection_pool=connection_pool(url))
+        self._put_if_family = self._redis.register_script(_PUT_IF_FAMILY)
 
     def _live(self, raw: bytes | None) -> Progress | None:
         if raw is None:
@@ -86,6 +104,39 @@ class RedisProgressStore:
             # Redis at its maxmemory with noeviction: the same refusal as a full budget.
             metrics.refused("redis_oom")
             raise ProgressBudgetFull("store") from None
+
+    # --- Family versions: what lets each instance cache families (see storage.families) ---
+
+    async def family_version(self, task_uuid: str) -> int:
+        """The version of the task's family: 0 until its first change."""
+        return int(await self._redis.get(self.FAMILY_PREFIX + task_uuid) or 0)
+
+    async def bump_families(self, *task_uuids: str | None) -> None:
+        """Mark these families changed; call after the change is committed, before the
+        request that made it answers."""
+        keys = [self.FAMILY_PREFIX + uuid for uuid in dict.fromkeys(task_uuids) if uuid]
+        if not keys:
+            return
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.incr(key)
+                pipe.expire(key, FAMILY_VERSION_TTL_S)
+            await pipe.execute()
+
+    async def put_if_family(
+        self, task_uuid: str, progress: Progress, space_uuid: str, version: int
+    ) -> int | None:
+        """`put`, atomically only if the task's family is still at `version`: returns
+        None once written, or the family's current version, having written nothing."""
+        keys = [self.FAMILY_PREFIX + task_uuid, self.PREFIX + task_uuid]
+        try:
+            current = await self._put_if_family(
+                keys=keys, args=[version, _encode(progress), self._ttl_s]
+            )
+        except redis.exceptions.OutOfMemoryError:
+            metrics.refused("redis_oom")
+            raise ProgressBudgetFull("store") from None
+        return None if current < 0 else int(current)
 
     async def ping(self) -> None:
         await self._redis.ping()

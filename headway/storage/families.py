@@ -1,9 +1,20 @@
-"""An in-process cache of task families (a task and its children) for the embedded default.
+"""An in-process cache of task families (a task and its children).
 
 A report needs its task's row and children on every call, and a family changes only when
 a child is added or a member finishes. When this process is the only one serving (progress
 in process memory), it sees every such change and can keep families in memory, so that a
 report that does not finish its task touches no database at all.
+
+When several instances serve (progress in Redis), none sees the others' changes, so the
+cache is *versioned*: every change to a family bumps a version in Redis after its commit
+(see `RedisProgressStore.bump_families`), each entry keeps the version it was read at
+(read before the SQL, so a change racing the read can only make the entry look older),
+and a report writes its progress only if the version is unchanged, in the same round trip
+(`RedisProgressStore.put_if_family`); otherwise it reloads the family and tries again.
+An entry is also trusted for at most `VERSIONED_MAX_AGE_US`: that bounds how long a
+change whose bump was lost (Redis down just after the commit) can go unseen, and lets
+version keys expire (`FAMILY_VERSION_TTL_S`, far longer) without a stale entry ever
+matching a key that expired and reads 0 again.
 
 A parent's entry also keeps the JSON of each child's answer, made when the family is
 read and reused while that child's progress is the same object (the memory store hands
@@ -16,12 +27,28 @@ from __future__ import annotations
 import sys
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Protocol
 
 import msgspec
 
 from ..domain import Progress, TaskRow, view_json
 
 Family = tuple[TaskRow, Sequence[TaskRow]]
+
+# How long a versioned entry is trusted before it is read again (see the module docstring).
+VERSIONED_MAX_AGE_US = 3600 * 1_000_000
+
+
+class FamilyVersions(Protocol):
+    """Where the versions of a versioned cache live (the Redis progress store)."""
+
+    async def family_version(self, task_uuid: str) -> int: ...
+
+    async def bump_families(self, *task_uuids: str | None) -> None: ...
+
+    async def put_if_family(
+        self, task_uuid: str, progress: Progress, space_uuid: str, version: int
+    ) -> int | None: ...
 
 
 class _Parent:
@@ -47,10 +74,13 @@ class FamilyCache:
     bare row, and the space uuid it shares with its space's other tasks is stored once.
     """
 
-    def __init__(self, max_entries: int = 100_000) -> None:
+    def __init__(self, max_entries: int = 100_000, *, versioned: bool = False) -> None:
         self._entries: OrderedDict[str, TaskRow | _Parent] = OrderedDict()
         self._max = max_entries
         self.generation = 0
+        # Versioned only: each entry's (family version, when it was read, in µs).
+        self.versioned = versioned
+        self._stamps: dict[str, tuple[int, int]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -61,6 +91,21 @@ class FamilyCache:
             return None
         self._entries.move_to_end(task_uuid)
         return (entry, ()) if isinstance(entry, TaskRow) else (entry.row, entry.children)
+
+    def get_versioned(
+        self, task_uuid: str, now_us: int
+    ) -> tuple[TaskRow, Sequence[TaskRow], int] | None:
+        """The family with the version it was read at, unless absent or too old."""
+        stamp = self._stamps.get(task_uuid)
+        if stamp is None or now_us - stamp[1] >= VERSIONED_MAX_AGE_US:
+            return None
+        row, children = self.get(task_uuid)  # type: ignore[misc]  # stamped means held
+        return row, children, stamp[0]
+
+    def put_versioned(self, family: Family, version: int, now_us: int) -> None:
+        """Hold `family`, read from the database after its version was read as `version`."""
+        self.put(family, self.generation)
+        self._stamps[family[0].uuid] = (version, now_us)
 
     def children_json(
         self, parent_uuid: str, children: Sequence[TaskRow], found: Sequence[Progress | None]
@@ -91,7 +136,8 @@ class FamilyCache:
         self._entries[row.uuid] = _Parent(row, tuple(children)) if children else row
         self._entries.move_to_end(row.uuid)
         if len(self._entries) > self._max:
-            self._entries.popitem(last=False)
+            evicted, _ = self._entries.popitem(last=False)
+            self._stamps.pop(evicted, None)
 
     def forget(self, *task_uuids: str | None) -> None:
         """Drop these families after a change to them was committed."""
@@ -99,3 +145,4 @@ class FamilyCache:
         for uuid in task_uuids:
             if uuid is not None:
                 self._entries.pop(uuid, None)
+                self._stamps.pop(uuid, None)

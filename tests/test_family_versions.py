@@ -1,0 +1,204 @@
+"""Two instances on one PostgreSQL + Redis, each caching families checked by the family
+versions in Redis: a change made on one is seen by the next report on the other."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import redis.asyncio as redis
+from sqlalchemy import text
+
+from headway.app import create_app
+from headway.clock import ManualClock
+from headway.config import Settings
+from headway.progress.redis import FAMILY_VERSION_TTL_S
+from headway.storage.families import VERSIONED_MAX_AGE_US
+
+from .conftest import BACKENDS, empty_backend, running
+
+pytestmark = pytest.mark.skipif(
+    "postgres" not in BACKENDS, reason="HEADWAY_TEST_BACKENDS excludes postgres"
+)
+
+
+class Instance:
+    def __init__(self, app: Any, client: httpx.AsyncClient) -> None:
+        self.app = app
+        self.client = client
+        self.sql_reads = 0
+        db = app.state.service.db
+        read_once_more = db.read_once_more
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.sql_reads += 1
+            return await read_once_more(*args, **kwargs)
+
+        db.read_once_more = counted
+
+    async def put(self, task: str, **body: Any) -> dict[str, Any]:
+        response = await self.client.put(f"/tasks/{task}", json=body)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+    async def create(self, space: str, **body: Any) -> str:
+        response = await self.client.post(f"/spaces/{space}/tasks", json=body)
+        assert response.status_code == 201, response.text
+        return response.json()["uuid"]
+
+
+@pytest.fixture
+def pair_settings(shared_servers) -> Settings:
+    postgres, redis_server = shared_servers
+    return Settings(
+        database_url=postgres.url, redis_url=redis_server.url, progress_ttl=60, run_worker=False
+    )
+
+
+@pytest.fixture
+async def instances(
+    pair_settings: Settings, clock: ManualClock
+) -> AsyncIterator[tuple[Instance, Instance]]:
+    one, two = create_app(pair_settings, clock), create_app(pair_settings, clock)
+    async with running(one), running(two):
+        await empty_backend(one, pair_settings)
+        transports = [httpx.ASGITransport(app=app) for app in (one, two)]
+        async with (
+            httpx.AsyncClient(transport=transports[0], base_url="http://a.test") as a,
+            httpx.AsyncClient(transport=transports[1], base_url="http://b.test") as b,
+        ):
+            yield Instance(one, a), Instance(two, b)
+
+
+@pytest.fixture
+async def space(instances) -> str:
+    response = await instances[0].client.post("/spaces", json={})
+    return response.json()["uuid"]
+
+
+@pytest.fixture
+async def redis_client(pair_settings: Settings) -> AsyncIterator[redis.Redis]:
+    client = redis.Redis.from_url(pair_settings.redis_url)
+    yield client
+    await client.aclose()
+
+
+async def completions(instance: Instance, task: str) -> int:
+    async with instance.app.state.service.db.read() as conn:
+        found = await conn.execute(
+            text("SELECT count(*) FROM outbox WHERE task_uuid = :task"), {"task": task}
+        )
+        return found.scalar_one()
+
+
+async def test_a_cached_report_reads_no_sql(instances, space):
+    a, b = instances
+    task = await a.create(space)
+    await b.put(task, current=1, end=10)
+    reads = b.sql_reads
+    for n in range(2, 6):
+        assert (await b.put(task, current=n, end=10))["progress"]["current"] == n
+    assert b.sql_reads == reads
+
+
+async def test_task_created_on_one_instance_is_reported_on_another_at_once(instances, space):
+    a, b = instances
+    task = await a.create(space)
+    answer = await b.put(task, current=2, end=4)
+    assert answer["progress"]["current"] == 2 and answer["finished_at"] is None
+
+
+async def test_finish_on_one_instance_is_seen_by_the_next_report_on_another(instances, space):
+    a, b = instances
+    task = await a.create(space)
+    await b.put(task, current=1, end=10)  # b caches the open task
+    finished = await a.put(task, current=10, end=10)
+    assert finished["finished_at"] is not None
+
+    answer = await b.put(task, current=3, end=10)
+    assert answer["finished_at"] == finished["finished_at"]
+    assert answer["progress"]["ratio"] == 1
+    assert await completions(a, task) == 1
+
+    again = await b.put(task, current=10, end=10)  # finishing again records nothing
+    assert again["finished_at"] == finished["finished_at"]
+    assert await completions(a, task) == 1
+
+
+async def test_child_created_on_one_instance_counts_in_the_next_parent_report(instances, space):
+    a, b = instances
+    parent = await a.create(space)
+    await b.put(parent, current=5, end=9)  # b caches it childless
+    await a.create(space, parent_uuid=parent)
+
+    answer = await b.put(parent, current=7, end=9)
+    assert answer["progress"]["aggregated"] is True
+    assert (answer["progress"]["current"], answer["progress"]["end"]) == (0, 1)
+
+
+async def test_a_stale_cached_family_is_not_finished_by_its_counts(instances, space):
+    a, b = instances
+    parent = await a.create(space)
+    await b.put(parent, current=0, end=1)  # b caches it childless
+    child = await a.create(space, parent_uuid=parent)
+
+    answer = await b.put(parent, current=1, end=1)  # would finish a childless task
+    assert answer["finished_at"] is None
+    assert answer["progress"]["end"] == 1
+    assert await completions(a, parent) == 0
+
+    await b.put(child, current=1, end=1)
+    parent_now = (await a.client.get(f"/tasks/{parent}")).json()
+    assert parent_now["finished_at"] is not None
+    assert await completions(a, parent) == 1
+
+
+async def test_a_child_finished_elsewhere_updates_its_parent_cached_here(instances, space):
+    a, b = instances
+    parent = await a.create(space)
+    children = [await a.create(space, parent_uuid=parent) for _ in range(2)]
+    assert (await b.put(parent, values={"step": "x"}))["progress"]["current"] == 0
+
+    await a.put(children[0], current=1, end=1)
+    assert (await b.put(parent, values={"step": "y"}))["progress"]["current"] == 1
+
+    await a.put(children[1], current=1, end=1)  # the last child finishes the parent
+    answer = await b.put(parent, values={"step": "z"})
+    assert answer["finished_at"] is not None
+    assert answer["progress"]["current"] == 2
+    assert await completions(a, parent) == 1
+
+
+async def test_version_keys_outlive_progress_and_correct_a_stale_cache(
+    instances, space, redis_client, clock
+):
+    a, b = instances
+    task = await a.create(space)
+    await b.put(task, current=1, end=10)
+    await a.put(task, current=10, end=10)
+
+    key = f"headway:family:{task}"
+    assert int(await redis_client.get(key)) >= 1
+    ttl = await redis_client.ttl(key)
+    assert 60 < FAMILY_VERSION_TTL_S - 5 <= ttl <= FAMILY_VERSION_TTL_S
+
+    clock.advance(61)  # the progress expired; the version did not
+    answer = await b.put(task, current=2, end=10)
+    assert answer["finished_at"] is not None
+
+
+async def test_a_lost_bump_is_seen_once_the_cached_family_is_too_old(
+    instances, space, redis_client, clock
+):
+    a, b = instances
+    parent = await a.create(space)
+    await b.put(parent, current=1, end=9)  # b caches it childless, at version 0
+    await a.create(space, parent_uuid=parent)
+    await redis_client.delete(f"headway:family:{parent}")  # as if the bump was lost
+
+    assert (await b.put(parent, current=2, end=9))["progress"]["end"] == 9  # stale, trusted
+    clock.advance(us=VERSIONED_MAX_AGE_US)
+    answer = await b.put(parent, current=3, end=9)
+    assert answer["progress"]["aggregated"] is True and answer["progress"]["end"] == 1
