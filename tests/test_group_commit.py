@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import os
 import signal
 import subprocess
 import time
@@ -26,7 +25,7 @@ from headway.storage.batch import GroupCommit
 from headway.storage.database import Database, DatabaseUnavailable
 from tests.support import stored_counts
 
-from .test_server import STARTUP_SECONDS, free_port, headway_command, wait_until_up
+from .test_server import STARTUP_SECONDS, free_port, start_serve, wait_until_up
 
 COUNT = 200
 
@@ -303,16 +302,7 @@ async def test_a_writer_cancelled_at_shutdown_fails_what_waits(db):
 
 
 def start_server(directory: Any, port: int) -> subprocess.Popen[str]:
-    env = {name: value for name, value in os.environ.items() if not name.startswith("HEADWAY_")}
-    env.update(HEADWAY_PORT=str(port), HEADWAY_RATE_LIMITS="false")
-    return subprocess.Popen(
-        [*headway_command(), "serve"],
-        cwd=directory,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return start_serve(directory, subprocess.DEVNULL, PORT=str(port), RATE_LIMITS="false")
 
 
 def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> str:

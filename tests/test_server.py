@@ -28,6 +28,18 @@ def headway_command() -> list[str]:
     return [sys.executable, "-m", "headway.cli"]
 
 
+def start_serve(
+    cwd: Path, stdout: int = subprocess.PIPE, stderr: int = subprocess.PIPE, **env: str
+) -> subprocess.Popen[str]:
+    """`headway serve` in `cwd`, with no HEADWAY_ variable of this process but `env`'s
+    (given without their HEADWAY_ prefix, e.g. PORT="8001")."""
+    clean = {name: value for name, value in os.environ.items() if not name.startswith("HEADWAY_")}
+    clean.update({f"HEADWAY_{name}": value for name, value in env.items()})
+    return subprocess.Popen(
+        [*headway_command(), "serve"], cwd=cwd, env=clean, stdout=stdout, stderr=stderr, text=True
+    )
+
+
 def read_line(proc: subprocess.Popen[str], timeout: float) -> str:
     assert proc.stdout is not None
     ready, _, _ = select.select([proc.stdout], [], [], timeout)
@@ -52,17 +64,8 @@ def wait_until_up(proc: subprocess.Popen[str], base_url: str) -> httpx.Response:
 
 def test_serve_with_nothing_configured_runs_the_embedded_default(tmp_path):
     port = free_port()
-    env = {name: value for name, value in os.environ.items() if not name.startswith("HEADWAY_")}
-    env["HEADWAY_PORT"] = str(port)
     base_url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [*headway_command(), "serve"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_serve(tmp_path, PORT=str(port))
     try:
         line = read_line(proc, STARTUP_SECONDS)
         assert base_url in line

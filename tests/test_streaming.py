@@ -3,7 +3,6 @@ client that stops reading holds a bounded amount of the server's memory."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import time
@@ -15,7 +14,7 @@ import pytest
 
 from headway.service import SPACE_PAGE
 
-from .test_server import free_port, headway_command, wait_until_up
+from .test_server import free_port, start_serve, wait_until_up
 
 BIG_VALUES = {f"k{i:02d}": "v" * 1000 for i in range(60)}  # about 61 KB of values
 
@@ -97,15 +96,9 @@ def rss_kib(pid: int) -> int:
 
 def test_clients_that_never_read_a_big_answer_hold_bounded_memory(tmp_path):
     port = free_port()
-    env = {name: value for name, value in os.environ.items() if not name.startswith("HEADWAY_")}
-    env.update(HEADWAY_PORT=str(port), HEADWAY_RATE_LIMITS="false")
     base = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [*headway_command(), "serve"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    proc = start_serve(
+        tmp_path, subprocess.DEVNULL, subprocess.DEVNULL, PORT=str(port), RATE_LIMITS="false"
     )
     sockets: list[socket.socket] = []
     try:
