@@ -20,9 +20,10 @@ from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
 from . import metrics
-from .api import health, openapi, rest
+from .api import events, health, openapi, rest
 from .api import mcp as mcp_routes
 from .api import metrics as metrics_routes
+from .api import shares as share_routes
 from .api import webhooks as webhook_routes
 from .api.mcp import MCPEndpoint
 from .api.responses import (
@@ -38,11 +39,14 @@ from .clock import Clock, SystemClock
 from .config import Settings
 from .errors import UNAVAILABLE_MESSAGE, HeadwayError, Unavailable, error_body
 from .limits import RateLimiter
+from .live import Live
 from .progress import ProgressStore
+from .progress.feed import ChangeFeed, LocalFeed
 from .progress.memory import MemoryProgressStore
 from .service import Service
 from .storage.database import Database, DatabaseUnavailable
 from .storage.families import FamilyCache
+from .web import routes as web_routes
 from .worker import Worker
 
 log = logging.getLogger("headway")
@@ -83,7 +87,9 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         metrics.serving(progress)  # for HEADWAY_METRICS_PORT's scrape, in another thread
         # Rates run on real time even where a test moves the service's clock.
         app.state.limiter = limiter = RateLimiter(settings)
+        feed = make_feed(progress)
         worker_task = None
+        live = None
         try:
             await db.migrate()
             service = Service(
@@ -94,8 +100,17 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 webhooks_per_space=settings.webhooks_per_space,
                 # Progress in Redis: other instances change families too (see storage.families).
                 families=FamilyCache(versioned=settings.shares_progress),
+                feed=feed,
+                shares_per_space=settings.shares_per_space,
             )
             app.state.service = service
+            app.state.live = live = Live(
+                service,
+                feed,
+                max_streams=settings.max_streams,
+                per_client=settings.streams_per_client if settings.rate_limits else None,
+                dependency_errors=errors,
+            )
             if settings.run_worker:
                 worker = Worker(db, clock, allow_private=settings.webhook_allow_private)
                 service.on_event = worker.wake
@@ -103,12 +118,15 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             async with mcp_endpoint.running():
                 yield
         finally:
+            if live is not None:
+                live.end_all()
             if worker_task is not None:
                 worker_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await worker_task
                 await worker.close()
             await limiter.close()
+            await feed.close()
             await progress.close()
             await db.close()
 
@@ -122,9 +140,12 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         instruments=metrics.instruments() if settings.metrics else None,
         routes=[
             *rest.routes,
+            *events.routes,
+            *share_routes.routes,
             *webhook_routes.routes,
             *health.routes,
             *openapi.routes,
+            *web_routes.routes,
             Route("/mcp", mcp_endpoint),
             *(metrics_routes.routes if scraped_here else []),
         ],
@@ -140,6 +161,9 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     app.state.settings = settings
     app.state.openapi = openapi.build_document(
         {
+            **web_routes.openapi_paths,
+            **events.openapi_paths,
+            **share_routes.openapi_paths,
             **webhook_routes.openapi_paths,
             **mcp_routes.openapi_paths,
             **(metrics_routes.openapi_paths if scraped_here else {}),
@@ -248,6 +272,12 @@ def make_progress_store(settings: Settings, clock: Clock) -> ProgressStore:
         budget_bytes=budget,
         space_bytes=int(budget * settings.progress_memory_per_space),
     )
+
+
+def make_feed(progress: ProgressStore) -> ChangeFeed:
+    """The change feed beside the progress store: across instances with Redis."""
+    make = getattr(progress, "change_feed", None)
+    return LocalFeed() if make is None else make()
 
 
 async def _headway_error(_request: Request, exc: Exception) -> Response:

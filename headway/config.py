@@ -44,6 +44,11 @@ class Settings:
     # The share of that budget one space may hold.
     progress_memory_per_space: float = 0.125
     webhooks_per_space: int = 20
+    shares_per_space: int = 100
+    # Live streams (`GET /spaces/{s}/events`) open at once in this process, and per client
+    # address (the latter is a rate limit: off with `rate_limits`).
+    max_streams: int = 2000
+    streams_per_client: int = 256
     # HTTP server protections (`headway serve`).
     max_connections: int = 4096
     header_timeout: float = 10.0
@@ -86,6 +91,11 @@ class Settings:
             ),
             webhooks_per_space=_int(
                 env, "WEBHOOKS_PER_SPACE", defaults.webhooks_per_space, minimum=1
+            ),
+            shares_per_space=_int(env, "SHARES_PER_SPACE", defaults.shares_per_space, minimum=1),
+            max_streams=_int(env, "MAX_STREAMS", defaults.max_streams, minimum=1),
+            streams_per_client=_int(
+                env, "STREAMS_PER_CLIENT", defaults.streams_per_client, minimum=1
             ),
             max_connections=_int(env, "MAX_CONNECTIONS", defaults.max_connections, minimum=1),
             header_timeout=_seconds(env, "HEADER_TIMEOUT", defaults.header_timeout),

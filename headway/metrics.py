@@ -78,6 +78,8 @@ REFUSAL_REASONS = (
     "rate_webhooks",
     "rate_shares",
     "rate_reports",
+    "rate_streams",
+    "streams",
     "progress_budget",
     "space_budget",
     "redis_oom",

@@ -85,6 +85,10 @@ class CreateWebhook(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     url: Annotated[str, Meta(max_length=2048, description="An http(s) URL on a public address.")]
 
 
+class CreateShare(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """Body of `POST /spaces/{space_uuid}/shares`: `{}` (a link has nothing to set)."""
+
+
 # --- Responses (for the OpenAPI description; the service returns plain dicts) -------------
 
 
@@ -129,6 +133,47 @@ class SpaceOut(msgspec.Struct):
     title: str | None
     icon: str | None
     tasks: list[TaskOut]
+
+
+class SharedTaskOut(msgspec.Struct):
+    """A task as a share link shows it: no uuid of the task, its parent or its space."""
+
+    id: Annotated[
+        str,
+        Meta(description="Opaque, stable for this task under this link; reveals no uuid."),
+    ]
+    parent_id: Annotated[str, Meta(description="The parent's id; null at top level.")] | None
+    title: str | None
+    source: str | None
+    created_at: Annotated[str, Meta(extra_json_schema={"format": "date-time"})]
+    finished_at: Annotated[str, Meta(extra_json_schema={"format": "date-time"})] | None
+    duration: int | None
+    progress: ProgressOut | None
+    children: list[SharedTaskOut]
+
+
+class SharedSpaceOut(msgspec.Struct):
+    title: str | None
+    icon: str | None
+    tasks: list[SharedTaskOut]
+
+
+class ShareCreated(msgspec.Struct):
+    uuid: Annotated[
+        str,
+        Meta(
+            description="The link's own uuid: it reads the space, and nothing else.",
+            extra_json_schema={"format": "uuid"},
+        ),
+    ]
+    url: Annotated[str, Meta(description="The link's path: /shared/{uuid}.")]
+    created_at: Annotated[str, Meta(extra_json_schema={"format": "date-time"})]
+
+
+class ShareOut(msgspec.Struct):
+    uuid: Uuid
+    url: str
+    created_at: Annotated[str, Meta(extra_json_schema={"format": "date-time"})]
 
 
 class TaskCreated(msgspec.Struct):

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import resource
+from collections.abc import Callable
 from typing import Any
 
 import httptools
@@ -23,6 +24,7 @@ from uvicorn.server import ServerState
 from uvicorn.supervisors import Multiprocess
 
 from . import metrics
+from .api.events import CONNECTION
 from .api.responses import NOSNIFF
 from .config import Settings
 from .errors import error_body
@@ -117,6 +119,21 @@ class RequestTargetTooLong(Exception):
     """Raised from the parser's URL callback, which stops the parser at once."""
 
 
+class ConnectionControl:
+    """What a request's answer may do to its connection, given to the app in the scope's
+    `extensions` under `CONNECTION`: close it at once (`abort`, for a reader that stopped
+    reading), and be told when the server shuts down (`on_shutdown`, set by the answer)."""
+
+    __slots__ = ("_transport", "on_shutdown")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        self.on_shutdown: Callable[[], None] | None = None
+
+    def abort(self) -> None:
+        self._transport.abort()
+
+
 class HeadwayProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, refusing with a JSON error and closing:
 
@@ -150,6 +167,7 @@ class HeadwayProtocol(HttpToolsProtocol):
         self._head_room = MAX_HEAD
         self._head_timer: asyncio.TimerHandle | None = None
         self._body_timer: asyncio.TimerHandle | None = None
+        self._control: ConnectionControl | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -217,7 +235,17 @@ class HeadwayProtocol(HttpToolsProtocol):
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+        self._control = ConnectionControl(self.transport)
+        self.scope.setdefault("extensions", {})[CONNECTION] = self._control  # type: ignore[typeddict-item]
         super().on_headers_complete()
+
+    def shutdown(self) -> None:
+        """At shutdown: a long answer (a live stream) is asked to end, then the rest of
+        the connection's shutdown is uvicorn's."""
+        control = self._control
+        if control is not None and control.on_shutdown is not None:
+            control.on_shutdown()
+        super().shutdown()
 
     def on_message_complete(self) -> None:
         self._in_body = False

@@ -18,8 +18,9 @@ from .completion import completion_event
 from .domain import Progress, Report, TaskRow, canonical_uuid, task_view
 from .errors import BadRequest, HeadwayError, NotFound, Unprocessable
 from .progress import ProgressStore
+from .progress.feed import REVOKED, TASK, Change, ChangeFeed
 from .schemas import MAX_ICON, CreateSpace, CreateTask, CreateWebhook
-from .storage import outbox, queries
+from .storage import outbox, queries, shares
 from .storage.batch import GroupCommit
 from .storage.database import Database
 from .storage.families import FamilyCache, FamilyVersions
@@ -52,6 +53,8 @@ class Service:
         allow_private_webhooks: bool = False,
         webhooks_per_space: int = 20,
         families: FamilyCache | None = None,
+        feed: ChangeFeed | None = None,
+        shares_per_space: int = 100,
     ) -> None:
         self.db = db
         self.progress = progress
@@ -64,6 +67,9 @@ class Service:
             self._versions = cast(FamilyVersions, progress)
         self.allow_private_webhooks = allow_private_webhooks
         self.webhooks_per_space = webhooks_per_space
+        self.shares_per_space = shares_per_space
+        # Told of every change to a task, after it is stored (see progress.feed).
+        self.feed = feed
         # Called after a transaction that recorded an event commits (wakes the worker).
         self.on_event: Callable[[], None] = lambda: None
         self._space_heads: dict[str, dict[str, str | None]] = {}
@@ -142,6 +148,20 @@ class Service:
             first = await pager.next_page(fetch)
         return head, self._space_pages(pager, first)
 
+    async def space_head(self, space_uuid: str) -> dict[str, str | None]:
+        """A space's `{"title", "icon"}`; NotFound if there is no such space."""
+        key = canonical_uuid(space_uuid)
+        if key is None:
+            raise NotFound(_NO_SPACE)
+        head = self._space_heads.get(key)
+        if head is None:
+            async with self.db.rows() as fetch:
+                space = await queries.space_head(fetch, key)
+            if space is None:
+                raise NotFound(_NO_SPACE)
+            head = self._remember_space(key, *space)
+        return head
+
     def _remember_space(
         self, key: str, title: str | None, icon: str | None
     ) -> dict[str, str | None]:
@@ -208,6 +228,7 @@ class Service:
             await self._bump(parent_key)  # the batch may have committed all the same
             raise
         await self._bump(parent_key)
+        self._changed(space_key, task_uuid, parent_key)
         return {"uuid": task_uuid}
 
     async def _insert_tasks(
@@ -374,9 +395,30 @@ class Service:
             current = await versions.put_if_family(row.uuid, progress, row.space_uuid, version)
             if current is not None:
                 raise _FamilyChanged(current)
+        self._changed(row.space_uuid, row.uuid, row.parent_uuid)
         if children:
             return self._view(row, progress, children, found)
         return domain.view(row, progress)
+
+    def _changed(self, space_uuid: str, task_uuid: str, parent_uuid: str | None) -> None:
+        """Tell the feed a task changed (its parent's aggregate with it); never waits."""
+        if self.feed is not None:
+            self.feed.publish(Change(TASK, space_uuid, task_uuid, parent_uuid))
+
+    async def event_view(self, task_uuid: str) -> domain.TaskView | None:
+        """A task as the live stream shows it: as `get_task` answers, but with no
+        children (each child is an event of its own); None if there is no such task."""
+        try:
+            if self._versions is not None:
+                row, children = await self._read_family(task_uuid)
+            else:
+                row, children = await self._family(task_uuid)
+        except NotFound:
+            return None
+        found = await self.progress.get_many([row.uuid, *(c.uuid for c in children)])
+        if not children:
+            return domain.view(row, found[0])
+        return domain.view(row, found[0], list(zip(children, found[1:], strict=True)), [])
 
     async def _read_family(self, task_uuid: str) -> tuple[TaskRow, Sequence[TaskRow]]:
         """The family as the database holds it now, bypassing any cache."""
@@ -512,6 +554,53 @@ class Service:
             if hook is None or not await outbox.delete_webhook(conn, space_key, hook):
                 raise NotFound("No such webhook in this space.")
 
+    # --- Share links ----------------------------------------------------------------------
+
+    async def create_share(self, space_uuid: str) -> dict[str, str]:
+        """A new read-only link to the space."""
+        space_key = await self._existing_space(space_uuid)
+        share_uuid = str(uuid.uuid4())
+        cap = self.shares_per_space
+        now_us = self.clock.now_us()
+        async with self.db.write() as conn:
+            if not await shares.insert_share(conn, share_uuid, space_key, now_us, cap=cap):
+                raise Unprocessable(f"A space holds at most {cap} share links; revoke one first.")
+        return {
+            "uuid": share_uuid,
+            "url": f"/shared/{share_uuid}",
+            "created_at": domain.format_ts(now_us),
+        }
+
+    async def list_shares(self, space_uuid: str) -> list[dict[str, str]]:
+        space_key = await self._existing_space(space_uuid)
+        async with self.db.read() as conn:
+            found = await shares.list_shares(conn, space_key)
+        return [
+            {"uuid": share, "url": f"/shared/{share}", "created_at": domain.format_ts(created)}
+            for share, created in found
+        ]
+
+    async def delete_share(self, space_uuid: str, share_uuid: str) -> None:
+        """Revoke a share link; its open streams end (see progress.feed `REVOKED`)."""
+        space_key = await self._existing_space(space_uuid)
+        share_key = canonical_uuid(share_uuid)
+        async with self.db.write() as conn:
+            if share_key is None or not await shares.delete_share(conn, space_key, share_key):
+                raise NotFound("No such share link in this space.")
+        if self.feed is not None:
+            self.feed.publish(Change(REVOKED, space_key, share_key))
+
+    async def space_of_share(self, share_uuid: str) -> str:
+        """The uuid of the space a share link shows; NotFound if it was revoked or never
+        existed."""
+        key = canonical_uuid(share_uuid)
+        if key is not None:
+            async with self.db.read() as conn:
+                space = await shares.space_of_share(conn, key)
+            if space is not None:
+                return space
+        raise NotFound(_NO_SHARE)
+
     async def _existing_space(self, space_uuid: str) -> str:
         key = canonical_uuid(space_uuid)
         if key is not None:
@@ -523,6 +612,7 @@ class Service:
 
 _NO_SPACE = "No such space: check the space uuid."
 _NO_TASK = "No such task: check the task uuid."
+_NO_SHARE = "No such share link: it was revoked, or never existed."
 _NOT_A_PARENT = "parent_uuid is not a task of this space."
 
 

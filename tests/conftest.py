@@ -108,7 +108,15 @@ async def empty_backend(app: Starlette, settings: Settings) -> None:
         await client.aclose()
 
 
-TABLES = ("deliveries", "outbox", "webhooks", "worker_heartbeats", "tasks", "spaces")
+TABLES = (
+    "deliveries",
+    "outbox",
+    "webhooks",
+    "shares",
+    "worker_heartbeats",
+    "tasks",
+    "spaces",
+)
 
 
 @pytest.fixture

@@ -156,7 +156,7 @@ async def test_patch_is_405_with_allow_whether_or_not_the_task_exists(client, ma
 
 
 @pytest.mark.parametrize(
-    "path", ["/", "/nope", "/spaces/{space}/tasks/extra", "/tasks/{task}/report/x", "/task/{task}"]
+    "path", ["/nope", "/spaces/{space}/tasks/extra", "/tasks/{task}/report/x", "/task/{task}"]
 )
 async def test_unknown_path_is_404_json(client, space, make_task, path):
     task = await make_task()

@@ -12,7 +12,6 @@ import json
 import logging
 import select
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,12 +21,13 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from headway.app import create_app
 from headway.config import Settings
-from headway.server import MAX_HEAD, MAX_REQUEST_TARGET, server_config
+from headway.server import MAX_HEAD, MAX_REQUEST_TARGET
 from headway.service import Service
+
+from .servers import serving
 
 Address = tuple[str, int]
 
@@ -43,27 +43,6 @@ def limited(tmp_path: Path) -> Settings:
         body_timeout=1,
         max_connections=5,
     )
-
-
-@contextlib.contextmanager
-def serving(settings: Settings, app: Any = None) -> Iterator[Address]:
-    """The server `headway serve` runs (`server_config`), in a thread, on a free port."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    address = sock.getsockname()
-    server = uvicorn.Server(server_config(settings, app=app))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 15
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.02)
-        yield address
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
 
 
 @dataclass

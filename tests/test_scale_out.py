@@ -18,6 +18,7 @@ import pytest
 from .conftest import BACKENDS
 from .receiver import Receiver
 from .servers import free_port, wait_for_port
+from .test_events import WITHIN_S, watching
 
 pytestmark = pytest.mark.skipif(
     "postgres" not in BACKENDS, reason="HEADWAY_TEST_BACKENDS excludes postgres"
@@ -163,3 +164,32 @@ async def test_family_changes_on_one_instance_reach_the_next_report_on_another(c
     assert again["finished_at"] == finished["finished_at"]
     parent_seen = (await two.put(f"/tasks/{parent}", json={"values": {"a": 1}})).json()
     assert parent_seen["finished_at"] is not None
+
+
+async def test_a_change_on_one_instance_reaches_streams_open_on_another(clients):
+    a, b = clients
+    space = (await a.post("/spaces", json={"title": "across"})).json()["uuid"]
+    parent = (await a.post(f"/spaces/{space}/tasks", json={"title": "p"})).json()["uuid"]
+    async with watching(b, f"/spaces/{space}/events") as watcher:
+        await watcher.snapshot()
+        child = (
+            await a.post(f"/spaces/{space}/tasks", json={"title": "c", "parent_uuid": parent})
+        ).json()["uuid"]
+        created, aggregate = await watcher.task_events(2)
+        assert (created["uuid"], aggregate["uuid"]) == (child, parent)
+        started = time.monotonic()
+        await a.put(f"/tasks/{child}", json={"current": 5, "end": 5})
+        finished, parent_finished = await watcher.task_events(2)
+        assert time.monotonic() - started < WITHIN_S
+        assert finished["finished_at"] is not None
+        assert parent_finished["uuid"] == parent and parent_finished["finished_at"] is not None
+
+
+async def test_revoking_a_share_link_on_one_instance_ends_its_streams_on_another(clients):
+    a, b = clients
+    space = (await a.post("/spaces", json={"title": "shared"})).json()["uuid"]
+    share = (await a.post(f"/spaces/{space}/shares", json={})).json()
+    async with watching(b, share["url"] + "/events") as watcher:
+        await watcher.snapshot()
+        await a.delete(f"/spaces/{space}/shares/{share['uuid']}")
+        await asyncio.wait_for(watcher.ended.wait(), WITHIN_S)

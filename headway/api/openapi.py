@@ -23,6 +23,10 @@ _MODELS = [
     schemas.TaskOut,
     schemas.WebhookCreated,
     schemas.WebhookOut,
+    schemas.CreateShare,
+    schemas.ShareCreated,
+    schemas.ShareOut,
+    schemas.SharedSpaceOut,
     schemas.ErrorOut,
     schemas.HealthOut,
 ]
@@ -185,7 +189,14 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                     ),
                 ],
                 "responses": {
-                    "200": _json(_ref("SpaceOut"), "The space."),
+                    "200": {
+                        "description": "The space. A browser (an Accept preferring text/html) "
+                        "gets its live dashboard instead.",
+                        "content": {
+                            "application/json": {"schema": _ref("SpaceOut")},
+                            "text/html": {"schema": {"type": "string"}},
+                        },
+                    },
                     "400": _error(
                         "A cursor that is not a timestamp, a limit that is not a whole "
                         "number of at least 1, an unknown state, a parameter given twice, "

@@ -7,7 +7,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..domain import TaskView
-from ..errors import MethodNotAllowed
+from ..errors import MethodNotAllowed, NotFound
 from ..limits import Kind
 from ..schemas import (
     CreateSpace,
@@ -18,6 +18,8 @@ from ..schemas import (
     report_from_query,
 )
 from ..service import Service
+from ..web import pages
+from ..web.pages import wants_html
 from .responses import JSONResponse, read_body
 from .streaming import JSONStream, space_pieces, task_pieces
 
@@ -40,15 +42,23 @@ async def create_space(request: Request) -> Response:
 
 
 async def get_space(request: Request) -> Response:
+    """The space as JSON, or its dashboard for a browser (see `web.pages.wants_html`)."""
+    space_uuid = request.path_params["space_uuid"]
+    if wants_html(request):
+        try:
+            head = await _service(request).space_head(space_uuid)
+        except NotFound as exc:
+            return pages.not_found_page(exc.message)
+        return pages.space_page(space_uuid, head)
     params = query_params(request.scope["query_string"])
-    head, pages = await _service(request).read_space(
-        request.path_params["space_uuid"],
+    head, pages_ = await _service(request).read_space(
+        space_uuid,
         before=params.get("before"),
         after=params.get("after"),
         limit=params.get("limit"),
         state=params.get("state"),
     )
-    return JSONStream(space_pieces(head, pages))
+    return JSONStream(space_pieces(head, pages_), vary_accept=True)
 
 
 async def create_task(request: Request) -> Response:

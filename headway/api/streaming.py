@@ -92,7 +92,9 @@ class JSONStream(Response):
 
     media_type = "application/json"
 
-    def __init__(self, pieces: AsyncIterable[bytes] | Iterable[bytes]) -> None:
+    def __init__(
+        self, pieces: AsyncIterable[bytes] | Iterable[bytes], *, vary_accept: bool = False
+    ) -> None:
         self.status_code = 200
         self.background = None
         self._pieces = pieces
@@ -101,6 +103,8 @@ class JSONStream(Response):
             for name, value in JSONResponse(None).raw_headers
             if name != b"content-length"
         ]
+        if vary_accept:  # the same URL is a page for browsers
+            self.raw_headers.append((b"vary", b"Accept"))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         pieces = _aiter(self._pieces)

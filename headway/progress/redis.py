@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 import redis.asyncio
@@ -12,6 +13,9 @@ from .. import metrics
 from ..clock import Clock
 from ..domain import Progress
 from . import ProgressBudgetFull
+
+if TYPE_CHECKING:
+    from .redis_feed import RedisFeed
 
 # Failures that mean Redis is down or not ready: the service answers 503 for them.
 REDIS_ERRORS: tuple[type[BaseException], ...] = (
@@ -137,6 +141,12 @@ class RedisProgressStore:
             metrics.refused("redis_oom")
             raise ProgressBudgetFull("store") from None
         return None if current < 0 else int(current)
+
+    def change_feed(self) -> RedisFeed:
+        """The change feed over this store's Redis (see `progress.redis_feed`)."""
+        from .redis_feed import RedisFeed
+
+        return RedisFeed(self._redis)
 
     async def ping(self) -> None:
         await self._redis.ping()

@@ -69,6 +69,16 @@ webhooks = Table(
     Index("webhooks_space", "space_uuid"),
 )
 
+# Read-only links to a space; revoking one deletes its row.
+shares = Table(
+    "shares",
+    metadata,
+    Column("uuid", String(36), primary_key=True),
+    Column("space_uuid", String(36), ForeignKey("spaces.uuid"), nullable=False),
+    Column("created_at_us", BigInteger, nullable=False),
+    Index("shares_space", "space_uuid", "created_at_us"),
+)
+
 # One row per (event, webhook) still to be delivered; deleted once delivered or given up.
 deliveries = Table(
     "deliveries",

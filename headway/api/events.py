@@ -1,0 +1,256 @@
+"""`GET /spaces/{space_uuid}/events` and `GET /shared/{share_uuid}/events`: a space live,
+as Server-Sent Events. First `event: snapshot` (exactly what the space read answers with
+the same `limit` and `state`), then `event: task` after each create, report and finish
+(see `headway.live`), and a comment line at least every `KEEPALIVE_S` seconds. No
+history is kept: every connection, reconnections included, begins with a snapshot."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterable, AsyncIterator, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from ..errors import BadRequest, NotFound
+from ..live import KEEPALIVE_S, SHARE_CHECK_S, STALL_S, Live, Stream, StreamFilter
+from ..schemas import query_params
+from ..service import Service
+from ..shares import ShareView
+from .openapi import RETRY_AFTER, SPACE, TOO_MANY_REQUESTS, _error, _query
+from .streaming import PIECE_BYTES, space_pieces
+
+# The extension `headway serve`'s server puts in each request's scope (see
+# `headway.server`): what lets a stream close a connection whose reader stalled, and
+# end itself when the server shuts down.
+CONNECTION = "headway.connection"
+
+_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-store"),
+    (b"x-accel-buffering", b"no"),  # nginx: pass each event on at once
+]
+# A comment line: read by no client as an event (a blank line after it would make some
+# parsers dispatch an empty one).
+_KEEPALIVE = b": keep-alive\n"
+# Browsers wait this long before reconnecting a dropped stream.
+_RETRY = b"retry: 2000\n"
+
+
+async def space_events(request: Request) -> Response:
+    return await open_stream(request, request.path_params["space_uuid"], None)
+
+
+async def open_stream(request: Request, space_uuid: str, share: ShareView | None) -> Response:
+    """The stream of a space (as `share` shows it, if given). Every refusal (unknown
+    space, bad parameter, too many streams) is a JSON error before any byte of it."""
+    params = query_params(request.scope["query_string"])
+    for name in ("before", "after"):
+        if name in params:
+            raise BadRequest(
+                f"A stream follows the newest tasks and takes no {name!r}; read older "
+                "tasks with GET on the space."
+            )
+    service: Service = request.app.state.service
+    live: Live = request.app.state.live
+    limit, state = params.get("limit"), params.get("state")
+    await service.space_head(space_uuid)  # 404 before anything is held
+    limiter = request.app.state.limiter
+    stream = live.open(space_uuid, share, limiter.address_of(request.scope))
+    try:
+        ready = getattr(live.feed, "ready", None)
+        if ready is not None:  # across instances: subscribed before the snapshot is read
+            await ready(space_uuid)
+        head, pages = await service.read_space(space_uuid, limit=limit, state=state)
+    except BaseException:
+        stream.close()
+        raise
+    shown: set[str] = set()
+    oldest: list[str] = []
+    count = 0
+
+    async def noted(source: AsyncIterable[list[Any]]) -> AsyncIterator[list[Any]]:
+        """The snapshot's pages, noting the tasks it holds for the stream's filter."""
+        nonlocal count
+        async for page in source:
+            for task in page:
+                shown.add(task.uuid)
+                if not oldest or task.created_at < oldest[0]:
+                    oldest[:] = [task.created_at]
+            count += len(page)
+            yield page if share is None else [share.task(task) for task in page]
+
+    def filtered() -> StreamFilter | None:
+        if limit is None and state is None:
+            return None
+        full = limit is not None and oldest and count >= int(limit)
+        return StreamFilter(state, oldest[0] if full else None, shown)
+
+    snapshot = space_pieces(head, noted(pages))
+    recheck = None if share is None else _share_check(service, share.share_uuid, stream)
+    return EventStream(stream, snapshot, filtered, recheck)
+
+
+def _share_check(service: Service, share_uuid: str, stream: Stream) -> Callable[[], Any]:
+    """A check that the share link still exists, ending its stream if it does not."""
+
+    async def check() -> None:
+        try:
+            await service.space_of_share(share_uuid)
+        except NotFound:
+            stream.end("revoked")
+        except Exception:  # a dependency is down: the next check tells
+            return
+
+    return check
+
+
+class EventStream(Response):
+    """The answer of a stream: the snapshot a piece at a time (waiting on the reader, like
+    any big answer), then events as they come, until the reader goes, the stream is
+    ended (revoked, too far behind, shutdown), or the reader stalls for `STALL_S`."""
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        stream: Stream,
+        snapshot: AsyncIterable[bytes],
+        make_filter: Callable[[], StreamFilter | None],
+        recheck: Callable[[], Any] | None,
+    ) -> None:
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = list(_HEADERS)
+        self._stream = stream
+        self._snapshot = snapshot
+        self._make_filter = make_filter
+        self._recheck = recheck
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        stream = self._stream
+        connection = scope.get("extensions", {}).get(CONNECTION)
+        if connection is not None:
+            connection.on_shutdown = lambda: stream.end("shutdown")
+        watcher = asyncio.create_task(_until_gone(receive, stream))
+        try:
+            await self._send(scope, send, connection)
+        finally:
+            watcher.cancel()
+            stream.close()
+
+    async def _send(self, scope: Scope, send: Send, connection: Any) -> None:
+        stream = self._stream
+
+        async def body(data: bytes, more: bool = True) -> bool:
+            """Send `data`; False if the reader took nothing for STALL_S seconds."""
+            message = {"type": "http.response.body", "body": data, "more_body": more}
+            try:
+                await asyncio.wait_for(send(message), STALL_S)
+            except TimeoutError:
+                stream.end("stalled")
+                if connection is not None:
+                    connection.abort()
+                return False
+            return True
+
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        opening = _RETRY + b"id: %d\nevent: snapshot\ndata: " % stream.watch.last_id
+        held = [opening]
+        size = len(opening)
+        async for piece in self._snapshot:
+            held.append(piece)
+            size += len(piece)
+            if size >= PIECE_BYTES:
+                if not await body(b"".join(held)):
+                    return
+                held, size = [], 0
+        held.append(b"\n\n")
+        if not await body(b"".join(held)):
+            return
+        stream.filter = self._make_filter()
+        loop = asyncio.get_running_loop()
+        sent = checked = loop.time()
+        while True:
+            events = await stream.next_events(max(sent + KEEPALIVE_S - loop.time(), 0))
+            if events is None:
+                break
+            now = loop.time()
+            if self._recheck is not None and now - checked >= SHARE_CHECK_S:
+                checked = now
+                await self._recheck()
+            if not events:
+                if now - sent < KEEPALIVE_S:
+                    continue  # every event was filtered out: nothing to send yet
+                events = _KEEPALIVE
+            if not await body(events):
+                return
+            sent = loop.time()
+        if stream.ended != "gone":
+            await body(b"", more=False)
+
+
+async def _until_gone(receive: Receive, stream: Stream) -> None:
+    """Ends the stream once its reader disconnects."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            stream.end("gone")
+            return
+
+
+_SSE = {
+    "description": "Server-Sent Events: `event: snapshot` first, whose `data` is exactly what "
+    "the space read answers with the same `limit` and `state`; then `event: task` after each "
+    "create, report and finish of a task, whose `data` is the task as `GET /tasks/{uuid}` "
+    "answers it then, with `children` always `[]` (each child is its own event, followed by "
+    "its parent's). Every event has an `id`; a comment line comes at least every 15 s. Under "
+    "load intermediate states of a task may be skipped; its latest state always arrives. No "
+    "history is kept: a reconnection, with or without `Last-Event-ID`, begins again with a "
+    "snapshot. A stream whose reader falls far behind, or takes nothing for 30 s, is ended.",
+    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+}
+
+
+def stream_operation(operation_id: str, summary: str, path_parameter: dict[str, Any]) -> Any:
+    """The OpenAPI operation of a stream (the space's own, or a share link's)."""
+    return {
+        "operationId": operation_id,
+        "summary": summary,
+        "parameters": [
+            path_parameter,
+            _query("limit", {"type": "integer", "minimum": 1}, "Newest top-level tasks shown."),
+            _query(
+                "state",
+                {"type": "string", "enum": ["active", "finished"]},
+                "Only running or only finished top-level tasks (a task that finishes "
+                "under `active` sends its finish, then nothing more).",
+            ),
+        ],
+        "responses": {
+            "200": _SSE,
+            "400": _error(
+                "A bad limit or state, a parameter given twice, or `before`/`after` (a "
+                "stream follows the newest tasks)."
+            ),
+            "404": _error("No such space or share link (or not a UUID)."),
+            "429": TOO_MANY_REQUESTS,
+            "503": _error(
+                "The server holds as many live streams as it may, or a dependency is down.",
+                RETRY_AFTER,
+            ),
+        },
+    }
+
+
+openapi_paths: dict[str, Any] = {
+    "/spaces/{space_uuid}/events": {
+        "get": stream_operation("streamSpace", "Watch a space live (SSE)", SPACE)
+    }
+}
+
+
+routes = [Route("/spaces/{space_uuid}/events", space_events, methods=["GET"])]

@@ -1,0 +1,196 @@
+"""Share links: create, list and revoke them (`/spaces/{s}/shares`), and what a link
+opens (`/shared/{share_uuid}`: the space read-only, as JSON, a page, or a live stream),
+which never shows a uuid of the space or its tasks (see `headway.shares`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..errors import NotFound
+from ..schemas import CreateShare, decode_create, query_params
+from ..service import Service
+from ..shares import ShareView
+from ..web import pages
+from .events import open_stream, stream_operation
+from .openapi import (
+    SPACE,
+    TOO_LARGE,
+    TOO_MANY_REQUESTS,
+    UNAVAILABLE,
+    _error,
+    _json,
+    _link,
+    _query,
+    _ref,
+    _uuid_param,
+)
+from .responses import NO_STORE, JSONResponse, read_body
+from .rest import count
+from .streaming import JSONStream, space_pieces
+
+
+def _service(request: Request) -> Service:
+    return request.app.state.service
+
+
+async def shares(request: Request) -> Response:
+    """POST creates a share link; GET lists the space's links."""
+    space_uuid = request.path_params["space_uuid"]
+    if request.method == "POST":
+        await count(request, "shares")
+        decode_create(await read_body(request), CreateShare)
+        return JSONResponse(await _service(request).create_share(space_uuid), 201)
+    return JSONResponse(await _service(request).list_shares(space_uuid))
+
+
+async def delete_share(request: Request) -> Response:
+    params = request.path_params
+    await _service(request).delete_share(params["space_uuid"], params["share_uuid"])
+    return Response(status_code=204, headers=NO_STORE)
+
+
+async def shared(request: Request) -> Response:
+    """The space a link shows: a page for a browser, else JSON like the space read's."""
+    share_uuid = request.path_params["share_uuid"]
+    service = _service(request)
+    html = pages.wants_html(request)
+    try:
+        space_uuid = await service.space_of_share(share_uuid)
+    except NotFound as exc:
+        if html:
+            return pages.not_found_page(exc.message)
+        raise
+    view = ShareView(share_uuid)
+    if html:
+        return pages.shared_page(share_uuid, await service.space_head(space_uuid))
+    params = query_params(request.scope["query_string"])
+    head, found = await service.read_space(
+        space_uuid,
+        before=params.get("before"),
+        after=params.get("after"),
+        limit=params.get("limit"),
+        state=params.get("state"),
+    )
+    return JSONStream(space_pieces(head, view.pages(found)), vary_accept=True)
+
+
+async def shared_events(request: Request) -> Response:
+    share_uuid = request.path_params["share_uuid"]
+    space_uuid = await _service(request).space_of_share(share_uuid)
+    return await open_stream(request, space_uuid, ShareView(share_uuid))
+
+
+routes = [
+    Route("/spaces/{space_uuid}/shares", shares, methods=["GET", "POST"]),
+    Route("/spaces/{space_uuid}/shares/{share_uuid}", delete_share, methods=["DELETE"]),
+    Route("/shared/{share_uuid}", shared, methods=["GET"]),
+    Route("/shared/{share_uuid}/events", shared_events, methods=["GET"]),
+]
+
+SHARE = _uuid_param("share_uuid", "The share link's uuid.")
+NO_SPACE = _error("No such space (or not a UUID).")
+NO_SHARE = _error("No such share link: revoked, or never created (or not a UUID).")
+_SPACE_PARAMETERS = [
+    _query("limit", {"type": "integer", "minimum": 1}, "How many top-level tasks to return."),
+    _query(
+        "before",
+        {"type": "string", "format": "date-time"},
+        "Only tasks created strictly before this instant.",
+    ),
+    _query(
+        "after",
+        {"type": "string", "format": "date-time"},
+        "Only tasks created strictly after this instant.",
+    ),
+    _query("state", {"type": "string", "enum": ["active", "finished"]}, "Only this state."),
+]
+
+openapi_paths: dict[str, Any] = {
+    "/spaces/{space_uuid}/shares": {
+        "post": {
+            "operationId": "createShare",
+            "summary": "Create a share link",
+            "description": "A read-only link to the space: it opens the space's live page, "
+            "its JSON and its stream, and shows no uuid of the space or its tasks. Body: `{}`.",
+            "parameters": [SPACE],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref("CreateShare")}},
+            },
+            "responses": {
+                "201": {
+                    **_json(_ref("ShareCreated"), "The new link."),
+                    "links": {
+                        "ReadShared": _link("readShared", share_uuid="$response.body#/uuid"),
+                        "RevokeShare": _link(
+                            "revokeShare",
+                            space_uuid="$request.path.space_uuid",
+                            share_uuid="$response.body#/uuid",
+                        ),
+                    },
+                },
+                "404": NO_SPACE,
+                "413": TOO_LARGE,
+                "422": _error(
+                    "A body other than {}, malformed JSON, or a space already holding its "
+                    "most share links (100 by default)."
+                ),
+                "429": TOO_MANY_REQUESTS,
+                "503": UNAVAILABLE,
+            },
+        },
+        "get": {
+            "operationId": "listShares",
+            "summary": "List share links",
+            "parameters": [SPACE],
+            "responses": {
+                "200": _json({"type": "array", "items": _ref("ShareOut")}, "Oldest first."),
+                "404": NO_SPACE,
+                "503": UNAVAILABLE,
+            },
+        },
+    },
+    "/spaces/{space_uuid}/shares/{share_uuid}": {
+        "delete": {
+            "operationId": "revokeShare",
+            "summary": "Revoke a share link",
+            "description": "The link reads nothing from now on; its open streams end within a "
+            "second.",
+            "parameters": [SPACE, SHARE],
+            "responses": {
+                "204": {"description": "Revoked."},
+                "404": _error("No such space, or no such link in it."),
+                "503": UNAVAILABLE,
+            },
+        }
+    },
+    "/shared/{share_uuid}": {
+        "get": {
+            "operationId": "readShared",
+            "summary": "Read a space through a share link",
+            "description": "As the space read (same parameters, same order), each task with "
+            "an opaque `id` and `parent_id` in place of `uuid`, `space_uuid` and "
+            "`parent_uuid`. A browser (an Accept preferring text/html) gets the live page.",
+            "parameters": [SHARE, *_SPACE_PARAMETERS],
+            "responses": {
+                "200": {
+                    "description": "The space, read-only.",
+                    "content": {
+                        "application/json": {"schema": _ref("SharedSpaceOut")},
+                        "text/html": {"schema": {"type": "string"}},
+                    },
+                },
+                "400": _error("A bad cursor, limit or state, or a parameter given twice."),
+                "404": NO_SHARE,
+                "503": UNAVAILABLE,
+            },
+        }
+    },
+    "/shared/{share_uuid}/events": {
+        "get": stream_operation("streamShared", "Watch a space live through a share link", SHARE)
+    },
+}

@@ -1,0 +1,82 @@
+"""The change feed: who is told that a task of a space changed. It carries no state, only
+which task changed (the state is read from the stores); a watcher that misses a change
+on a dropped connection is told to start over (`RESYNC`).
+
+`LocalFeed` tells the watchers of this process, at once and in the publisher's call.
+With Redis (`progress.redis_feed`), changes also cross to every other instance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
+
+TASK = "task"  # a task was created, reported or finished
+REVOKED = "revoked"  # a share link of the space was revoked: `task_uuid` names the share
+RESYNC = "resync"  # changes may have been missed: read everything again
+
+
+class Change(NamedTuple):
+    kind: str
+    space_uuid: str
+    task_uuid: str
+    parent_uuid: str | None = None
+
+
+Listener = Callable[[Change], None]
+
+
+class ChangeFeed(Protocol):
+    """Announces changes to the listeners of a space, on every instance."""
+
+    def publish(self, change: Change) -> None:
+        """Announce `change`; never waits, never raises."""
+
+    def subscribe(self, space_uuid: str, listener: Listener) -> Callable[[], None]:
+        """Call `listener` (in the event loop, without waiting on it) for every change of
+        the space from now on; returns the function that ends this."""
+
+    async def close(self) -> None: ...
+
+
+class LocalFeed:
+    """Fan-out within one process: a publish calls each listener of the space, which only
+    notes the change (a listener must never wait)."""
+
+    def __init__(self) -> None:
+        self._listeners: dict[str, dict[int, Listener]] = {}
+        self._next = 0
+
+    def publish(self, change: Change) -> None:
+        listeners = self._listeners.get(change.space_uuid)
+        if listeners:
+            for listener in tuple(listeners.values()):
+                listener(change)
+
+    def subscribe(self, space_uuid: str, listener: Listener) -> Callable[[], None]:
+        key = self._next = self._next + 1
+        listeners = self._listeners.setdefault(space_uuid, {})
+        listeners[key] = listener
+        if len(listeners) == 1:
+            self._first_listener(space_uuid)
+
+        def unsubscribe() -> None:
+            listeners = self._listeners.get(space_uuid)
+            if listeners is not None and listeners.pop(key, None) is not None and not listeners:
+                del self._listeners[space_uuid]
+                self._last_listener_gone(space_uuid)
+
+        return unsubscribe
+
+    def watched(self) -> list[str]:
+        """The spaces with listeners in this process."""
+        return list(self._listeners)
+
+    def _first_listener(self, space_uuid: str) -> None:
+        """A space gained its first listener here (Redis subscribes to it)."""
+
+    def _last_listener_gone(self, space_uuid: str) -> None:
+        """A space lost its last listener here (Redis unsubscribes)."""
+
+    async def close(self) -> None:
+        self._listeners.clear()

@@ -1,0 +1,130 @@
+"""Pages for browsers: content negotiation, rendering and the strict headers every page
+carries. A page is only ever a shell: its script reads the same JSON and live stream any
+client reads, so user text reaches the page as data, never as markup."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.staticfiles import StaticFiles
+
+# No inline script or style, nothing from other origins, never framed; the URL of a page
+# holds a credential, so it is never sent as a referrer.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; manifest-src 'self'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
+PAGE_HEADERS = {
+    "content-security-policy": CONTENT_SECURITY_POLICY,
+    "referrer-policy": "no-referrer",
+    "x-frame-options": "DENY",
+    "cache-control": "no-store",
+    "vary": "Accept",
+}
+
+
+def wants_html(request: Request) -> bool:
+    """Whether the client prefers a page to JSON: `text/html` is named in `Accept` and
+    weighs more than `application/json`. A tie (`*/*`, as curl and HTTP libraries send)
+    is JSON."""
+    accept = request.headers.get("accept")
+    if not accept or "html" not in accept:
+        return False
+    html = _weight(accept, "text", "html")
+    return html > 0 and html > _weight(accept, "application", "json")
+
+
+def _weight(accept: str, kind: str, subtype: str) -> float:
+    """The quality `accept` gives to `kind/subtype`, from its most specific match."""
+    best, specificity = 0.0, -1
+    for entry in accept.split(","):
+        media, *params = (part.strip() for part in entry.split(";"))
+        main, _, sub = media.lower().partition("/")
+        if (main, sub) == (kind, subtype):
+            rank = 2
+        elif (main, sub) == (kind, "*"):
+            rank = 1
+        elif (main, sub) == ("*", "*"):
+            rank = 0
+        else:
+            continue
+        quality = 1.0
+        for param in params:
+            name, _, value = param.partition("=")
+            if name.strip().lower() == "q":
+                try:
+                    quality = max(0.0, min(1.0, float(value)))
+                except ValueError:
+                    quality = 0.0
+        if rank > specificity:
+            best, specificity = quality, rank
+    return best
+
+
+@cache
+def _templates() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("headway.web", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+
+
+def render(template: str, status: int = 200, **context: Any) -> Response:
+    """A page from `template`, with the headers every page carries."""
+    body = _templates().get_template(template).render(**context)
+    return Response(body, status, PAGE_HEADERS, media_type="text/html")
+
+
+class _StaticFiles(StaticFiles):
+    """Static files that browsers revalidate on every use (a cheap 304 while unchanged),
+    so a page never runs a script older than itself after an upgrade."""
+
+    def file_response(self, *args: Any, **kwargs: Any) -> Response:
+        response = super().file_response(*args, **kwargs)
+        response.headers["cache-control"] = "no-cache"
+        return response
+
+
+def static_files() -> StaticFiles:
+    """The pages' scripts, style and icon, served from the package."""
+    return _StaticFiles(packages=[("headway.web", "static")])
+
+
+def home_page() -> Response:
+    """`GET /` for a browser: create a space and land on its dashboard."""
+    return render("home.html")
+
+
+def space_page(space_uuid: str, head: dict[str, Any]) -> Response:
+    """A space's dashboard for whoever holds its uuid: live tasks, snippets, share links."""
+    return render(
+        "space.html",
+        mode="owner",
+        base=f"/spaces/{space_uuid}",
+        space_uuid=space_uuid,
+        title=head["title"],
+        icon=head["icon"],
+    )
+
+
+def shared_page(share_uuid: str, head: dict[str, Any]) -> Response:
+    """A share link's read-only view; it names no uuid of the space or its tasks."""
+    return render(
+        "space.html",
+        mode="shared",
+        base=f"/shared/{share_uuid}",
+        space_uuid=None,
+        title=head["title"],
+        icon=head["icon"],
+    )
+
+
+def not_found_page(message: str) -> Response:
+    """A 404 for a browser, saying what was not found."""
+    return render("not_found.html", 404, message=message)

@@ -1,0 +1,244 @@
+// The live dashboard of a space (for its owner) or of a share link (read-only). It reads
+// the space's stream, keeps what it holds in a SpaceState, and shows it, touching only
+// the tasks that changed; older tasks come a page at a time. Also: the filter, the tab
+// title's overall progress, a live age on every task, and finish announcements.
+
+import { el, setText } from "./dom.js";
+import { iconUrl, parseTime } from "./format.js";
+import { setUpNotifier } from "./notify.js";
+import { setUpOwner } from "./owner.js";
+import { observe } from "./rate.js";
+import { connect } from "./stream.js";
+import { TaskView } from "./task-view.js";
+import { SpaceState, keyOf, overallProgress, parentKeyOf } from "./tasks.js";
+
+const PAGE_SIZE = 50; // top-level tasks in the snapshot and in each older page
+const SHOW_STEPS_UP_TO = 8; // bigger families start collapsed
+const RUNNING_STEPS_SHOWN = 3; // steps a collapsed family still shows
+const RENDER_DELAY_MS = 50; // events arriving together are shown together
+const ANNOUNCEMENTS_KEPT = 5;
+
+const main = document.querySelector("main[data-base]");
+const base = main.dataset.base;
+const shared = main.dataset.mode === "shared";
+const page = {
+  list: document.getElementById("tasks"),
+  empty: document.getElementById("empty"),
+  older: document.getElementById("older"),
+  gone: document.getElementById("gone"),
+  connection: document.getElementById("connection"),
+  announcer: document.getElementById("announcer"),
+  title: document.getElementById("space-title"),
+  icon: document.getElementById("space-icon"),
+  favicon: document.querySelector('link[rel="icon"]'),
+  filters: [...document.querySelectorAll("button[data-filter]")],
+};
+
+const state = new SpaceState();
+const views = new Map(); // task key -> TaskView, for every task shown so far
+const estimates = new Map(); // task key -> rate estimate
+const expandedByHand = new Map(); // parent key -> whether its steps were opened by hand
+const dirty = new Set(); // keys of tasks changed since the last render
+let filter = "all";
+let renderTimer = null;
+let clockAhead = null; // how far the browser's clock runs ahead of the server's, in ms
+
+/** The server's time now, as best the browser can tell (see noteClock). */
+const now = () => Date.now() - (clockAhead ?? 0);
+
+/** A task event is sent as its task changes, so its newest timestamp is about the
+ *  server's now: the smallest gap seen bounds how far the browser's clock is ahead. */
+function noteClock(task) {
+  const stamps = [task.created_at, task.finished_at, task.progress?.updated_at];
+  const newest = Math.max(...stamps.filter((s) => s != null).map(parseTime));
+  const gap = Date.now() - newest;
+  clockAhead = clockAhead == null ? gap : Math.min(clockAhead, gap);
+}
+
+/** Announces `message` to screen readers: each one is a new node in the polite live
+ *  region, so the same words said twice are heard twice. */
+function say(message) {
+  page.announcer.append(el("p", {}, message));
+  while (page.announcer.childElementCount > ANNOUNCEMENTS_KEPT) {
+    page.announcer.firstElementChild.remove();
+  }
+}
+
+function showSpace(space) {
+  setText(page.title, space.title ?? "Untitled space");
+  setText(page.icon, space.icon ?? "");
+  if (space.icon) page.favicon.href = iconUrl(space.icon);
+}
+
+function track(task) {
+  const key = keyOf(task);
+  const { current, updated_at: updatedAt } = task.progress ?? {};
+  estimates.set(key, observe(estimates.get(key), current, parseTime(updatedAt)));
+  for (const child of task.children ?? []) track(child);
+}
+
+function onSnapshot(space) {
+  state.replace(space, PAGE_SIZE);
+  showSpace(space);
+  space.tasks.forEach(track);
+  views.clear();
+  page.list.replaceChildren();
+  page.gone.hidden = true;
+  render();
+}
+
+function onTask(task) {
+  const key = keyOf(task);
+  const before = state.get(key);
+  if (before == null && !state.accepts(task)) return;
+  noteClock(task);
+  state.put(task);
+  track(task);
+  markDirty(key);
+  const parent = parentKeyOf(task);
+  if (parent != null) markDirty(parent);
+  if (parent == null && before != null && before.finished_at == null && task.finished_at != null) {
+    finished(task);
+  }
+}
+
+function finished(task) {
+  const title = task.title ?? "Untitled task";
+  say(`${title} finished.`);
+  notify(`${title} finished`, page.title.textContent);
+}
+
+function markDirty(key) {
+  dirty.add(key);
+  renderTimer ??= setTimeout(render, RENDER_DELAY_MS);
+}
+
+/** Shows the changed tasks, then the list in order and filtered, then the counts. */
+function render() {
+  clearTimeout(renderTimer);
+  renderTimer = null;
+  for (const key of dirty) {
+    if (views.has(key)) showTask(key);
+  }
+  dirty.clear();
+  const topLevel = state.topLevel();
+  const shown = topLevel.filter(
+    (task) => filter === "all" || (task.finished_at != null) === (filter === "finished"),
+  );
+  syncList(page.list, shown.map(keyOf), false);
+  showCounts(topLevel, shown);
+}
+
+function viewFor(key, isStep) {
+  if (!views.has(key)) {
+    views.set(key, new TaskView(isStep, () => toggleSteps(key)));
+    showTask(key);
+  }
+  return views.get(key);
+}
+
+function showTask(key) {
+  const view = views.get(key);
+  view.update(state.get(key), estimates.get(key), now());
+  if (!state.families.has(key)) return;
+  const family = state.family(key);
+  const expanded = expandedByHand.get(key) ?? family.steps.length <= SHOW_STEPS_UP_TO;
+  const steps = expanded ? family.steps : family.running.slice(0, RUNNING_STEPS_SHOWN);
+  syncList(view.showFamily(family, expanded), steps.map(keyOf), true);
+}
+
+function toggleSteps(key) {
+  const family = state.family(key);
+  const expanded = expandedByHand.get(key) ?? family.steps.length <= SHOW_STEPS_UP_TO;
+  expandedByHand.set(key, !expanded);
+  showTask(key);
+}
+
+/** Makes `list` hold the views of `keys`, in that order, moving only what moved. */
+function syncList(list, keys, isStep) {
+  keys.forEach((key, index) => {
+    const node = viewFor(key, isStep).element;
+    if (list.children[index] !== node) list.insertBefore(node, list.children[index] ?? null);
+  });
+  while (list.children.length > keys.length) list.lastElementChild.remove();
+}
+
+function showCounts(topLevel, shown) {
+  const active = topLevel.filter((task) => task.finished_at == null).length;
+  const counts = { active, finished: topLevel.length - active, all: topLevel.length };
+  for (const button of page.filters) {
+    setText(button.querySelector(".count"), String(counts[button.dataset.filter]));
+  }
+  page.empty.hidden = shown.length > 0;
+  setText(page.empty, emptyText(topLevel.length));
+  page.older.hidden = !state.hasOlder;
+  document.title = `${titlePrefix(overallProgress(topLevel))}${state.title ?? "Untitled space"}`;
+}
+
+/** "(42%) " for overall progress, "✓ " when everything finished, nothing when unknown. */
+function titlePrefix(overall) {
+  if (overall === "done") return "✓ ";
+  return overall == null ? "" : `(${Math.floor(overall * 100)}%) `;
+}
+
+function emptyText(held) {
+  if (held > 0) return filter === "active" ? "No active tasks." : "No finished tasks.";
+  return shared ? "No tasks yet." : "No tasks yet: report one with a snippet from this page.";
+}
+
+function setFilter(name) {
+  filter = name;
+  for (const button of page.filters) {
+    button.setAttribute("aria-pressed", String(button.dataset.filter === name));
+  }
+  render();
+}
+
+async function loadOlder() {
+  page.older.disabled = true;
+  try {
+    const query = `limit=${PAGE_SIZE}&before=${encodeURIComponent(state.oldest)}`;
+    const response = await fetch(`${base}?${query}`, { headers: { Accept: "application/json" } });
+    if (!response.ok) throw new Error(String(response.status));
+    const space = await response.json();
+    state.addPage(space.tasks, PAGE_SIZE);
+    space.tasks.forEach(track);
+    render();
+  } catch {
+    say("Older tasks could not be loaded; try again.");
+  } finally {
+    page.older.disabled = false;
+  }
+}
+
+function showStatus(status) {
+  page.connection.classList.toggle("live", status === "live");
+  setText(page.connection, status === "live" ? "Live" : "Reconnecting…");
+}
+
+function onGone() {
+  state.replace({ title: state.title, icon: state.icon, tasks: [] }, PAGE_SIZE);
+  views.clear();
+  page.list.replaceChildren();
+  render();
+  page.empty.hidden = true;
+  page.gone.hidden = false;
+  setText(page.connection, "Offline");
+  page.connection.classList.remove("live");
+}
+
+function tick() {
+  const time = now();
+  for (const view of views.values()) {
+    if (view.element.isConnected) view.tick(time);
+  }
+}
+
+for (const button of page.filters) {
+  button.addEventListener("click", () => setFilter(button.dataset.filter));
+}
+page.older.addEventListener("click", loadOlder);
+const notify = setUpNotifier(document.getElementById("notify"), say);
+if (!shared) setUpOwner(main.dataset.space, say);
+connect(base, `limit=${PAGE_SIZE}`, { onSnapshot, onTask, onStatus: showStatus, onGone });
+setInterval(tick, 1000);

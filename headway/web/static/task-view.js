@@ -1,0 +1,193 @@
+// One task on the dashboard: title, source, state, log line, bar, numbers, rate and time
+// left, age of the last report, values and, for a parent, its steps. Built once, then
+// updated in place as reports arrive; `tick` refreshes what the passing time changes.
+
+import { el, setAttribute, setText } from "./dom.js";
+import {
+  formatAge,
+  formatClock,
+  formatCount,
+  formatDuration,
+  formatPercent,
+  formatRate,
+  parseTime,
+} from "./format.js";
+import { secondsLeft } from "./rate.js";
+
+/** A running task that has not reported for this long is marked stale. */
+const STALE_AFTER_MS = 60_000;
+
+const BADGES = {
+  finished: "Finished",
+  running: "Running",
+  stale: "Stale",
+  waiting: "Waiting for data",
+};
+
+let lastListId = 0;
+
+/** What a task is doing at `now`: finished, waiting (never reported, or its report
+ *  expired), stale (silent for STALE_AFTER_MS) or running. */
+function taskState(task, now) {
+  if (task.finished_at != null) return "finished";
+  if (task.progress == null) return "waiting";
+  const lastSign = parseTime(task.progress.updated_at ?? task.created_at);
+  return now - lastSign > STALE_AFTER_MS ? "stale" : "running";
+}
+
+/** A task's counts as shown ("3 / 10 · 30%") and as a screen reader says its bar. */
+function describeCounts(task, ratio) {
+  const progress = task.progress;
+  const finished = task.finished_at != null;
+  if (progress?.aggregated) {
+    const shown = formatPercent(ratio ?? 0);
+    return { shown, spoken: `${shown}, ${progress.current} of ${progress.end} steps done` };
+  }
+  if (progress?.current != null && progress.end != null) {
+    const counts = `${formatCount(progress.current)} of ${formatCount(progress.end)}`;
+    const shown = `${formatCount(progress.current)} / ${formatCount(progress.end)}`;
+    if (ratio == null) return { shown, spoken: counts };
+    const percent = formatPercent(ratio);
+    // A finished task's badge says it is done: its 100% would only repeat it.
+    return { shown: finished ? shown : `${shown} · ${percent}`, spoken: `${percent}, ${counts}` };
+  }
+  if (progress?.current != null) {
+    const shown = `${formatCount(progress.current)} so far`;
+    return { shown, spoken: shown };
+  }
+  return { shown: "", spoken: finished ? "finished" : "waiting for data" };
+}
+
+export class TaskView {
+  /** `isStep`: a child shown inside its parent; `onToggleSteps`: called when a parent's
+   *  "show steps" button is pressed. */
+  constructor(isStep, onToggleSteps) {
+    this.onToggleSteps = onToggleSteps;
+    this.task = null;
+    this.estimate = null;
+    this.valuesShown = null;
+    this.steps = null;
+    this.title = el(isStep ? "span" : "h3", { class: "task-title" });
+    this.source = el("span", { class: "task-source" });
+    this.badge = el("span", { class: "badge" });
+    this.log = el("p", { class: "task-log" });
+    this.fill = el("div", { class: "bar-fill" });
+    this.bar = el(
+      "div",
+      { class: "bar", role: "progressbar", "aria-valuemin": 0, "aria-valuemax": 100 },
+      this.fill,
+    );
+    this.numbers = el("span");
+    this.speed = el("span");
+    this.age = el("span", { class: "age" });
+    this.values = el("dl", { class: "task-values" });
+    this.element = el(
+      "li",
+      { class: isStep ? "task step" : "task" },
+      el("div", { class: "task-head" }, this.title, this.source, this.badge),
+      this.log,
+      this.bar,
+      el("p", { class: "task-facts" }, this.numbers, this.speed, this.age),
+      this.values,
+    );
+  }
+
+  /** Shows `task` as it now stands; `estimate` is its rate (see rate.js). */
+  update(task, estimate, now) {
+    this.task = task;
+    this.estimate = estimate;
+    const title = task.title ?? "Untitled task";
+    setText(this.title, title);
+    setText(this.source, task.source == null ? "" : `from ${task.source}`);
+    this.source.hidden = task.source == null;
+    setAttribute(this.bar, "aria-label", `Progress of ${title}`);
+    const log = task.progress?.values?.log;
+    setText(this.log, log == null ? "" : String(log));
+    this.log.hidden = log == null || log === "";
+    this.showBar(task);
+    this.showValues(task.progress?.values ?? {});
+    this.tick(now);
+  }
+
+  showBar(task) {
+    const ratio = task.finished_at != null ? 1 : task.progress?.ratio;
+    this.bar.classList.toggle("unknown", ratio == null && task.progress?.current != null);
+    this.fill.style.width = ratio == null ? "" : `${ratio * 100}%`;
+    setAttribute(this.bar, "aria-valuenow", ratio == null ? null : Math.floor(ratio * 100));
+    const { shown, spoken } = describeCounts(task, ratio);
+    setText(this.numbers, shown);
+    setAttribute(this.bar, "aria-valuetext", spoken);
+  }
+
+  showValues(values) {
+    const entries = Object.entries(values).filter(([key]) => key !== "log");
+    const shown = JSON.stringify(entries);
+    if (shown === this.valuesShown) return;
+    this.valuesShown = shown;
+    this.values.replaceChildren(
+      ...entries.map(([key, value]) =>
+        el("div", {}, el("dt", {}, key), el("dd", {}, String(value))),
+      ),
+    );
+    this.values.hidden = entries.length === 0;
+  }
+
+  /** Refreshes what time changes: state, age of the last report, time left. */
+  tick(now) {
+    const task = this.task;
+    const state = taskState(task, now);
+    for (const name of ["finished", "waiting", "stale"]) {
+      this.element.classList.toggle(name, state === name);
+    }
+    setText(this.badge, BADGES[state]);
+    this.badge.className = `badge ${state}`;
+    setText(this.age, this.ageText(task, state, now));
+    setText(this.speed, state === "running" ? this.speedText(task, now) : "");
+  }
+
+  ageText(task, state, now) {
+    if (state === "finished") {
+      const finished = parseTime(task.finished_at);
+      setAttribute(this.age, "title", new Date(finished).toLocaleString());
+      return `took ${formatDuration(task.duration ?? 0)}, finished ${formatClock(finished)}`;
+    }
+    if (state === "waiting") return `created ${formatAge(now - parseTime(task.created_at))}`;
+    const age = now - parseTime(task.progress.updated_at ?? task.created_at);
+    if (state === "stale") return `no report for ${formatDuration(age / 1000)}`;
+    return `updated ${formatAge(age)}`;
+  }
+
+  speedText(task, now) {
+    const rate = this.estimate?.rate;
+    if (rate == null || rate <= 0) return "";
+    const left = secondsLeft(this.estimate, task.progress.end, now);
+    if (left == null) return formatRate(rate);
+    const eta = left < 1 ? "almost done" : `about ${formatDuration(left)} left`;
+    return `${formatRate(rate)}, ${eta}`;
+  }
+
+  /** Shows a parent's steps summary and toggle; returns the list its steps go in. */
+  showFamily({ steps, done, running }, expanded) {
+    if (this.steps == null) this.steps = this.buildSteps();
+    const total = steps.length;
+    let summary = `${done} of ${total} ${total === 1 ? "step" : "steps"} done`;
+    if (running.length > 0) summary += `, ${running.length} running`;
+    setText(this.steps.summary, summary);
+    setText(this.steps.toggle, expanded ? "Hide steps" : `Show all ${total} steps`);
+    setAttribute(this.steps.toggle, "aria-expanded", expanded);
+    setAttribute(this.steps.list, "aria-label", `Steps of ${this.task.title ?? "Untitled task"}`);
+    return this.steps.list;
+  }
+
+  buildSteps() {
+    const id = `steps-${++lastListId}`;
+    const summary = el("p", { class: "steps-summary" });
+    const toggle = el("button", { type: "button", class: "link", "aria-controls": id });
+    toggle.addEventListener("click", () => this.onToggleSteps());
+    const list = el("ol", { class: "steps-list", id });
+    this.element.append(
+      el("div", { class: "steps" }, el("div", { class: "steps-head" }, summary, toggle), list),
+    );
+    return { summary, toggle, list };
+  }
+}

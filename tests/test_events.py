@@ -1,0 +1,407 @@
+"""The live stream, `GET /spaces/{s}/events`, on the real server of `headway serve` and
+over real sockets, on every backend: a snapshot, then an event per change."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+from httpx_sse import ServerSentEvent, aconnect_sse
+
+from headway.config import Settings
+
+from .servers import serving
+
+pytestmark = pytest.mark.usefixtures("empty_databases")
+
+# An event must arrive within this long of the change that causes it.
+WITHIN_S = 1.0
+
+
+@pytest.fixture
+async def empty_databases(settings: Settings) -> None:
+    """Shared PostgreSQL and Redis start each test empty, as with the app fixture."""
+    from headway.app import create_app
+
+    from .conftest import empty_backend, running
+
+    app = create_app(settings)
+    async with running(app):
+        await empty_backend(app, settings)
+
+
+@pytest.fixture
+def base_url(settings: Settings) -> Iterator[str]:
+    with serving(settings.with_(run_worker=False)) as (host, port):
+        yield f"http://{host}:{port}"
+
+
+@pytest.fixture
+async def http(base_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=base_url, timeout=10) as client:
+        yield client
+
+
+class Watcher:
+    """A stream being read in the background; its events land in `events`."""
+
+    def __init__(self, http: httpx.AsyncClient, path: str, **headers: str) -> None:
+        self.events: asyncio.Queue[ServerSentEvent] = asyncio.Queue()
+        self.ended = asyncio.Event()
+        self.response: httpx.Response | None = None
+        self._opened = asyncio.Event()
+        self._task = asyncio.create_task(self._read(http, path, headers))
+
+    async def _read(self, http: httpx.AsyncClient, path: str, headers: dict[str, str]) -> None:
+        try:
+            async with aconnect_sse(http, "GET", path, headers=headers) as source:
+                self.response = source.response
+                self._opened.set()
+                async for event in source.aiter_sse():
+                    await self.events.put(event)
+        finally:
+            self._opened.set()
+            self.ended.set()
+
+    async def opened(self) -> httpx.Response:
+        await asyncio.wait_for(self._opened.wait(), 10)
+        assert self.response is not None
+        return self.response
+
+    async def next(self, timeout: float = WITHIN_S) -> ServerSentEvent:
+        return await asyncio.wait_for(self.events.get(), timeout)
+
+    async def snapshot(self) -> dict[str, Any]:
+        event = await self.next(10)
+        assert event.event == "snapshot"
+        return json.loads(event.data)
+
+    async def task_events(self, count: int, timeout: float = WITHIN_S) -> list[dict[str, Any]]:
+        found = []
+        for _ in range(count):
+            event = await self.next(timeout)
+            assert event.event == "task", event
+            assert event.id
+            found.append(json.loads(event.data))
+        return found
+
+    async def until(self, check: Any, timeout: float = WITHIN_S) -> dict[str, Any]:
+        """The first task event for which `check(task)` holds."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            left = deadline - asyncio.get_running_loop().time()
+            event = await self.next(max(left, 0.001))
+            task = json.loads(event.data)
+            if event.event == "task" and check(task):
+                return task
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+            await self._task
+
+
+@contextlib.asynccontextmanager
+async def watching(http: httpx.AsyncClient, path: str, **headers: str) -> AsyncIterator[Watcher]:
+    watcher = Watcher(http, path, **headers)
+    try:
+        yield watcher
+    finally:
+        await watcher.close()
+
+
+async def new_space(http: httpx.AsyncClient, title: str = "live") -> str:
+    answer = await http.post("/spaces", json={"title": title})
+    assert answer.status_code == 201
+    return answer.json()["uuid"]
+
+
+async def new_task(http: httpx.AsyncClient, space: str, **body: Any) -> str:
+    answer = await http.post(f"/spaces/{space}/tasks", json=body)
+    assert answer.status_code == 201, answer.text
+    return answer.json()["uuid"]
+
+
+async def test_the_first_event_is_a_snapshot_equal_to_the_space_read(http):
+    space = await new_space(http)
+    parent = await new_task(http, space, title="parent")
+    await new_task(http, space, title="child", parent_uuid=parent)
+    other = await new_task(http, space, title="other")
+    await http.put(f"/tasks/{other}", json={"current": 2, "end": 5, "values": {"log": "x"}})
+    for query in ("", "?limit=1", "?state=active", "?limit=5&state=finished"):
+        async with watching(http, f"/spaces/{space}/events{query}") as watcher:
+            answer = await watcher.opened()
+            assert answer.status_code == 200
+            assert answer.headers["content-type"].startswith("text/event-stream")
+            assert answer.headers["cache-control"] == "no-store"
+            snapshot = await watcher.snapshot()
+            assert snapshot == (await http.get(f"/spaces/{space}{query}")).json()
+
+
+async def test_a_report_arrives_as_an_event_within_a_second(http):
+    space = await new_space(http)
+    task = await new_task(http, space, title="copy")
+    async with watching(http, f"/spaces/{space}/events") as watcher:
+        await watcher.snapshot()
+        started = time.monotonic()
+        body = {"current": 3, "end": 10, "values": {"log": "copying b"}}
+        answered = (await http.put(f"/tasks/{task}", json=body)).json()
+        [event] = await watcher.task_events(1)
+        assert time.monotonic() - started < WITHIN_S
+        assert event == answered  # as GET /tasks/{uuid} shows it; no children here
+        assert event == (await http.get(f"/tasks/{task}")).json()
+
+
+async def test_a_childs_event_is_followed_by_its_parents_with_the_aggregate_moved(http):
+    space = await new_space(http)
+    parent = await new_task(http, space, title="deploy")
+    first = await new_task(http, space, title="build", parent_uuid=parent)
+    await new_task(http, space, title="push", parent_uuid=parent)
+    async with watching(http, f"/spaces/{space}/events") as watcher:
+        await watcher.snapshot()
+        await http.put(f"/tasks/{first}", json={"done": True})
+        child, then = await watcher.task_events(2)
+        assert child["uuid"] == first and child["finished_at"] is not None
+        assert then["uuid"] == parent
+        assert then["progress"]["current"] == 1 and then["progress"]["end"] == 2
+        assert then["children"] == []  # each child is an event of its own
+        whole = (await http.get(f"/tasks/{parent}")).json()
+        assert then == {**whole, "children": []}
+
+
+async def test_creates_and_finishes_arrive_and_the_last_step_finishes_the_parent(http):
+    space = await new_space(http)
+    async with watching(http, f"/spaces/{space}/events") as watcher:
+        assert (await watcher.snapshot())["tasks"] == []
+        parent = await new_task(http, space, title="release")
+        [created] = await watcher.task_events(1)
+        assert created["uuid"] == parent and created["progress"] is None
+        step = await new_task(http, space, title="tag", parent_uuid=parent)
+        child, aggregate = await watcher.task_events(2)
+        assert (child["uuid"], aggregate["uuid"]) == (step, parent)
+        assert aggregate["progress"]["end"] == 1
+        await http.put(f"/tasks/{step}", json={"current": 1, "end": 1})
+        child, finished = await watcher.task_events(2)
+        assert child["finished_at"] is not None
+        assert finished["uuid"] == parent and finished["finished_at"] is not None
+
+
+async def test_under_a_burst_the_latest_state_of_each_task_always_arrives(http):
+    space = await new_space(http)
+    tasks = [await new_task(http, space, title=f"t{n}") for n in range(5)]
+    async with watching(http, f"/spaces/{space}/events") as watcher:
+        await watcher.snapshot()
+        for current in range(1, 41):
+            await asyncio.gather(
+                *(http.put(f"/tasks/{t}", json={"current": current, "end": 100}) for t in tasks)
+            )
+        latest: dict[str, float] = {}
+        while len(latest) < len(tasks) or any(v != 40 for v in latest.values()):
+            event = await watcher.next(2 * WITHIN_S)
+            task = json.loads(event.data)
+            latest[task["uuid"]] = task["progress"]["current"]
+        assert latest == dict.fromkeys(tasks, 40)
+
+
+async def test_a_reconnection_with_last_event_id_begins_again_with_a_snapshot(http):
+    space = await new_space(http)
+    task = await new_task(http, space, title="sync")
+    async with watching(http, f"/spaces/{space}/events") as watcher:
+        await watcher.snapshot()
+        await http.put(f"/tasks/{task}", json={"current": 1, "end": 4})
+        event = await watcher.next()
+    await http.put(f"/tasks/{task}", json={"current": 2, "end": 4})
+    path = f"/spaces/{space}/events"
+    async with watching(http, path, **{"last-event-id": event.id}) as again:
+        snapshot = await again.snapshot()
+        assert snapshot["tasks"][0]["progress"]["current"] == 2
+
+
+async def test_stream_refusals_are_json_errors_before_any_stream_byte(http):
+    space = await new_space(http)
+    unknown = "0b7e4b0e-5f43-4a39-9b9e-7a4c1c1e9f00"
+    cases = {
+        f"/spaces/{unknown}/events": 404,
+        "/spaces/not-a-uuid/events": 404,
+        f"/spaces/{space}/events?limit=0": 400,
+        f"/spaces/{space}/events?state=done": 400,
+        f"/spaces/{space}/events?limit=1&limit=2": 400,
+        f"/spaces/{space}/events?before=2026-11-22T01:15:09.123456Z": 400,
+    }
+    for path, status in cases.items():
+        answer = await http.get(path)
+        assert answer.status_code == status, path
+        assert answer.headers["content-type"] == "application/json"
+        assert set(answer.json()) == {"error"}
+
+
+async def test_with_state_active_a_finish_is_sent_then_nothing_more_of_that_task(http):
+    space = await new_space(http)
+    leaving = await new_task(http, space, title="leaving")
+    staying = await new_task(http, space, title="staying")
+    async with watching(http, f"/spaces/{space}/events?state=active") as watcher:
+        assert len((await watcher.snapshot())["tasks"]) == 2
+        await http.put(f"/tasks/{leaving}", json={"done": True})
+        [finish] = await watcher.task_events(1)
+        assert finish["uuid"] == leaving and finish["finished_at"] is not None
+        await http.put(f"/tasks/{leaving}", json={"values": {"log": "after"}})
+        await http.put(f"/tasks/{staying}", json={"current": 1, "end": 3})
+        [event] = await watcher.task_events(1)
+        assert event["uuid"] == staying
+
+
+async def test_with_a_limit_tasks_older_than_the_window_send_nothing(http):
+    space = await new_space(http)
+    old = await new_task(http, space, title="old")
+    recent = await new_task(http, space, title="recent")
+    async with watching(http, f"/spaces/{space}/events?limit=1") as watcher:
+        [shown] = (await watcher.snapshot())["tasks"]
+        assert shown["uuid"] == recent
+        await http.put(f"/tasks/{old}", json={"current": 1, "end": 2})
+        await http.put(f"/tasks/{recent}", json={"current": 1, "end": 2})
+        newer = await new_task(http, space, title="newer")
+        first, second = await watcher.task_events(2)
+        assert (first["uuid"], second["uuid"]) == (recent, newer)
+
+
+async def test_a_comment_line_keeps_an_idle_stream_open(http, base_url, monkeypatch):
+    monkeypatch.setattr("headway.api.events.KEEPALIVE_S", 0.2)
+    space = await new_space(http)
+    async with http.stream("GET", f"/spaces/{space}/events") as answer:
+        lines = answer.aiter_lines()
+        seen = []
+        async with asyncio.timeout(5):
+            async for line in lines:
+                seen.append(line)
+                if line == ": keep-alive":
+                    break
+        assert seen[0] == "retry: 2000"
+
+
+def raw_stream(address: tuple[str, int], path: str) -> socket.socket:
+    """A connection that asks for `path` and then never reads, with a small receive
+    buffer so that the server's writes back up quickly."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(address)
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: test\r\n\r\n".encode())
+    return sock
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_a_stream_that_never_reads_is_closed_and_holds_bounded_memory(settings, monkeypatch):
+    from headway.app import create_app
+
+    monkeypatch.setattr("headway.api.events.STALL_S", 0.5)
+    app = create_app(settings.with_(run_worker=False))
+    with serving(settings, app=app) as address:
+        base = f"http://{address[0]}:{address[1]}"
+        async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+            space = await new_space(http)
+            tasks = [await new_task(http, space, title=f"t{n}") for n in range(20)]
+            sock = raw_stream(address, f"/spaces/{space}/events")
+            live = app.state.live
+            deadline = time.monotonic() + 5
+            while live.open_streams != 1:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.02)
+            values = {f"k{n}": "v" * 1000 for n in range(50)}  # about 50 KB per event
+            deadline = time.monotonic() + 10
+            while live.open_streams:
+                assert time.monotonic() < deadline, "the stalled stream was never closed"
+                await asyncio.gather(
+                    *(http.put(f"/tasks/{t}", json={"values": values}) for t in tasks)
+                )
+                for watch in live._watches.values():
+                    for stream in watch.streams:  # at most one event per task waits
+                        assert len(stream._pending) <= len(tasks)
+            sock.close()
+            assert (await http.get(f"/spaces/{space}")).status_code == 200
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_a_stream_too_far_behind_is_ended_and_its_reader_reconnects(
+    settings, http, monkeypatch
+):
+    monkeypatch.setattr("headway.live.MAX_PENDING", 3)
+    space = await new_space(http)
+    tasks = [await new_task(http, space, title=f"t{n}") for n in range(8)]
+    async with watching(http, f"/spaces/{space}/events") as watcher:
+        await watcher.snapshot()
+        # Eight distinct tasks changing at once overflow a buffer of three before the
+        # stream's writer runs again.
+        await asyncio.gather(*(http.put(f"/tasks/{t}", json={"current": 1}) for t in tasks))
+        await asyncio.wait_for(watcher.ended.wait(), 5)
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_open_streams_are_capped_per_process_and_per_address(tmp_path):
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path}/h.db",
+        run_worker=False,
+        max_streams=3,
+        streams_per_client=2,
+    )
+    with serving(settings) as (host, port):
+        async with httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=10) as http:
+            space = await new_space(http)
+            path = f"/spaces/{space}/events"
+            async with watching(http, path) as one, watching(http, path) as two:
+                await one.snapshot()
+                await two.snapshot()
+                refused = await http.get(path)
+                assert refused.status_code == 429
+                assert refused.headers["retry-after"]
+    unlimited = settings.with_(rate_limits=False)
+    with serving(unlimited) as (host, port):
+        async with httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=10) as http:
+            space = await new_space(http)
+            path = f"/spaces/{space}/events"
+            async with (
+                watching(http, path) as one,
+                watching(http, path) as two,
+                watching(http, path) as three,
+            ):
+                for watcher in (one, two, three):
+                    await watcher.snapshot()
+                refused = await http.get(path)
+                assert refused.status_code == 503
+                assert refused.json()["error"]
+                assert refused.headers["retry-after"]
+            # Closed streams give their places back.
+            async with watching(http, path) as again:
+                await again.snapshot()
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])
+async def test_open_streams_end_cleanly_when_the_server_shuts_down(settings):
+    import threading
+
+    import uvicorn
+
+    from headway.server import server_config
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    host, port = sock.getsockname()
+    server = uvicorn.Server(server_config(settings.with_(run_worker=False)))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        await asyncio.sleep(0.02)
+    async with httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=10) as http:
+        space = await new_space(http)
+        async with watching(http, f"/spaces/{space}/events") as watcher:
+            await watcher.snapshot()
+            server.should_exit = True
+            await asyncio.wait_for(watcher.ended.wait(), 5)
+    await asyncio.to_thread(thread.join, 10)
+    assert not thread.is_alive()
+    sock.close()

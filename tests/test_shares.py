@@ -1,0 +1,159 @@
+"""Share links: read-only views of a space that reveal no uuid of the space or its tasks,
+on every backend (JSON over ASGI; the stream over a real server)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+
+import httpx
+import pytest
+
+from .servers import serving
+from .test_events import WITHIN_S, new_space, new_task, watching
+
+UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
+BROWSER = {"accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+
+
+def assert_no_uuid(text: str, *uuids: str) -> None:
+    """No UUID at all in `text`, in any spelling, and none of `uuids` even without dashes."""
+    assert not UUID.search(text), UUID.search(text)
+    for uuid in uuids:
+        assert uuid.replace("-", "").lower() not in text.replace("-", "").lower()
+
+
+async def test_share_links_are_created_listed_and_revoked(client, space):
+    created = await client.post(f"/spaces/{space}/shares", json={})
+    assert created.status_code == 201
+    share = created.json()
+    assert set(share) == {"uuid", "url", "created_at"}
+    assert share["url"] == f"/shared/{share['uuid']}"
+    assert share["uuid"] != space
+    listed = (await client.get(f"/spaces/{space}/shares")).json()
+    assert listed == [share]
+    assert (await client.get(share["url"])).status_code == 200
+    revoked = await client.delete(f"/spaces/{space}/shares/{share['uuid']}")
+    assert revoked.status_code == 204
+    gone = await client.get(share["url"])
+    assert gone.status_code == 404 and set(gone.json()) == {"error"}
+    assert (await client.get(f"/spaces/{space}/shares")).json() == []
+    again = await client.delete(f"/spaces/{space}/shares/{share['uuid']}")
+    assert again.status_code == 404
+
+
+async def test_share_refusals_are_json_errors(client, space):
+    unknown = "0b7e4b0e-5f43-4a39-9b9e-7a4c1c1e9f00"
+    assert (await client.post(f"/spaces/{unknown}/shares", json={})).status_code == 404
+    assert (await client.get(f"/spaces/{unknown}/shares")).status_code == 404
+    assert (await client.get(f"/shared/{unknown}")).status_code == 404
+    assert (await client.get("/shared/not-a-uuid")).status_code == 404
+    assert (await client.get(f"/shared/{unknown}/events")).status_code == 404
+    assert (await client.delete(f"/spaces/{space}/shares/not-a-uuid")).status_code == 404
+    for body in (b'{"title": "x"}', b"[]", b"{", b""):
+        answer = await client.post(f"/spaces/{space}/shares", content=body)
+        assert answer.status_code == 422, body
+        assert set(answer.json()) == {"error"}
+
+
+async def test_a_space_holds_at_most_its_cap_of_share_links(app, client, space):
+    app.state.service.shares_per_space = 2
+    for _ in range(2):
+        assert (await client.post(f"/spaces/{space}/shares", json={})).status_code == 201
+    refused = await client.post(f"/spaces/{space}/shares", json={})
+    assert refused.status_code == 422 and "2" in refused.json()["error"]
+
+
+async def test_a_share_link_reads_the_space_with_opaque_ids_and_no_uuid(client, space):
+    parent = (await client.post(f"/spaces/{space}/tasks", json={"title": "build"})).json()
+    child = (
+        await client.post(
+            f"/spaces/{space}/tasks", json={"title": "compile", "parent_uuid": parent["uuid"]}
+        )
+    ).json()
+    await client.put(f"/tasks/{child['uuid']}", json={"current": 1, "end": 3})
+    share = (await client.post(f"/spaces/{space}/shares", json={})).json()
+    answer = await client.get(share["url"])
+    assert answer.headers["vary"] == "Accept"
+    assert_no_uuid(answer.text, space, parent["uuid"], child["uuid"])
+    for name, value in answer.headers.items():
+        assert_no_uuid(f"{name}: {value}")
+    shared = answer.json()
+    owner = (await client.get(f"/spaces/{space}")).json()
+    [task] = shared["tasks"]
+    [owned] = owner["tasks"]
+    hidden = {"uuid", "space_uuid", "parent_uuid"}
+    assert {k: v for k, v in owned.items() if k not in hidden | {"children"}} == {
+        k: v for k, v in task.items() if k not in {"id", "parent_id", "children"}
+    }
+    assert task["parent_id"] is None
+    [step] = task["children"]
+    assert step["parent_id"] == task["id"]
+    assert step["progress"] == owned["children"][0]["progress"]
+    # Stable under one link, different under another.
+    assert (await client.get(share["url"])).json() == shared
+    other = (await client.post(f"/spaces/{space}/shares", json={})).json()
+    assert (await client.get(other["url"])).json()["tasks"][0]["id"] != task["id"]
+    # The space read's parameters work the same.
+    limited = (await client.get(share["url"], params={"limit": 1, "state": "active"})).json()
+    assert [t["id"] for t in limited["tasks"]] == [task["id"]]
+    assert (await client.get(share["url"], params={"limit": 0})).status_code == 400
+
+
+async def test_a_share_links_page_names_no_uuid(client, space):
+    await client.post(f"/spaces/{space}/tasks", json={"title": "build"})
+    share = (await client.post(f"/spaces/{space}/shares", json={})).json()
+    page = await client.get(share["url"], headers=BROWSER)
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert page.headers["referrer-policy"] == "no-referrer"
+    html = page.text.replace(share["uuid"], "")  # the link itself is the page's address
+    assert_no_uuid(html, space)
+    missing = await client.get("/shared/0b7e4b0e-5f43-4a39-9b9e-7a4c1c1e9f00", headers=BROWSER)
+    assert missing.status_code == 404 and missing.headers["content-type"].startswith("text/html")
+
+
+@pytest.fixture
+def base_url(settings):
+    with serving(settings.with_(run_worker=False)) as (host, port):
+        yield f"http://{host}:{port}"
+
+
+async def test_a_share_links_stream_shows_the_same_events_without_uuids(app, base_url):
+    async with httpx.AsyncClient(base_url=base_url, timeout=10) as http:
+        space = await new_space(http)
+        task = await new_task(http, space, title="deploy")
+        step = await new_task(http, space, title="push", parent_uuid=task)
+        share = (await http.post(f"/spaces/{space}/shares", json={})).json()
+        async with watching(http, share["url"] + "/events") as watcher:
+            snapshot = await watcher.snapshot()
+            assert snapshot == (await http.get(share["url"])).json()
+            [top] = snapshot["tasks"]
+            await http.put(f"/tasks/{step}", json={"current": 2, "end": 4, "values": {"log": "a"}})
+            child, parent = await watcher.task_events(2)
+            assert child["parent_id"] == top["id"] and child["progress"]["current"] == 2
+            assert parent["id"] == top["id"] and parent["parent_id"] is None
+            for event in (child, parent):
+                assert_no_uuid(str(event), space, task, step)
+            assert set(child) == set(top)
+
+
+async def test_revoking_a_share_link_ends_its_open_streams_within_a_second(base_url):
+    async with httpx.AsyncClient(base_url=base_url, timeout=10) as http:
+        space = await new_space(http)
+        share = (await http.post(f"/spaces/{space}/shares", json={})).json()
+        kept = (await http.post(f"/spaces/{space}/shares", json={})).json()
+        async with (
+            watching(http, share["url"] + "/events") as revoked,
+            watching(http, kept["url"] + "/events") as other,
+            watching(http, f"/spaces/{space}/events") as owner,
+        ):
+            for watcher in (revoked, other, owner):
+                await watcher.snapshot()
+            started = time.monotonic()
+            await http.delete(f"/spaces/{space}/shares/{share['uuid']}")
+            await asyncio.wait_for(revoked.ended.wait(), WITHIN_S)
+            assert time.monotonic() - started < WITHIN_S
+            assert not other.ended.is_set() and not owner.ended.is_set()
+        assert (await http.get(share["url"] + "/events")).status_code == 404
