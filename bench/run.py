@@ -15,8 +15,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -79,6 +81,14 @@ CPU_GROWTH_ALLOWED = 0.10
 CPU_IDLE_US = 20.0
 ISSUE6 = "issue 6 and abuse limits"
 READS_CREATES = "reads and creates at the cost they must have"
+# The live stream's targets (issue "Watch it live"): 1,000 streams on one space.
+LIVE = "watch it live: streams"
+STREAMS = 1000
+STREAM_TASKS = 100
+STREAM_P99_MS = 250.0
+STREAM_MEMORY_KB = 50.0
+STREAM_SHARE_OF_NONE = 0.5
+STREAM_ROWS = ["streams_none", "streams_put", "streams_latency", "streams_memory"]
 
 # The embedded and scale-out servers run without rate limits: their scenarios create
 # thousands of tasks a second from one address, which the default rates rightly refuse
@@ -110,6 +120,7 @@ class Options:
     flood_s: float
     flood_concurrency: int
     flood_spaces: int
+    streams: int
 
 
 MODES: dict[str, dict[str, Any]] = {
@@ -180,6 +191,7 @@ def parse_options(argv: list[str] | None) -> Options:
         profile=args.profile,
         scale_out=args.scale_out,
         flood_concurrency=64,
+        streams=50 if args.smoke else STREAMS,
         **values,
     )
 
@@ -210,6 +222,10 @@ def scenario_titles(o: Options) -> dict[str, str]:
             f"flood: well-behaved client on {flood.BYSTANDER_ADDRESS}, a PUT every "
             f"{flood.REPORT_EVERY_S * 1000:.0f} ms"
         ),
+        "streams_none": f"PUT over {STREAM_TASKS} tasks of one space, no stream open",
+        "streams_put": f"the same PUT with {o.streams:,} streams of the space open and read",
+        "streams_latency": f"report-to-event latency on {o.streams:,} streams, under that PUT",
+        "streams_memory": f"memory per open stream ({o.streams:,} streams, server RSS)",
         "scale_out_one": "PUT, PostgreSQL + Redis, one instance",
         "scale_out_two": "PUT, PostgreSQL + Redis, two instances",
     }
@@ -366,7 +382,14 @@ class Bench:
         wrk_binary()  # no wrk, no run: fail before starting anything
         with self.phase(["baseline"]):
             self.baseline()
-        others = ["baseline", "put_report_limited", *FLOOD_ROWS, "scale_out_one", "scale_out_two"]
+        others = [
+            "baseline",
+            "put_report_limited",
+            *FLOOD_ROWS,
+            *STREAM_ROWS,
+            "scale_out_one",
+            "scale_out_two",
+        ]
         embedded = [n for n in self.titles if n not in others]
         with self.phase(embedded):
             self.embedded()
@@ -374,6 +397,8 @@ class Bench:
             self.limited()
         with self.phase(FLOOD_ROWS):
             self.flood_scenario()
+        with self.phase(STREAM_ROWS):
+            self.streams_scenario()
         with self.phase(["scale_out_one", "scale_out_two"]):
             if not self.o.scale_out:
                 raise Skip("--no-scale-out given")
@@ -491,6 +516,126 @@ class Bench:
     async def seed_pool(self, server: ServerProcess) -> list[str]:
         async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
             return await seed.pool(client, self.o.pool)
+
+    def streams_scenario(self) -> None:
+        """PUT over the tasks of one space, without then with `streams` streams of that
+        space open (read by bench/streams.py in a process of its own), on the embedded
+        default with the rate limits off."""
+        o = self.o
+        database = self.workdir / "streams.db"
+        server = self.start(
+            start_headway, "headway-streams", self.workdir, f"sqlite:///{database}",
+            env=NO_RATE_LIMITS,
+        )  # fmt: skip
+        reader = None
+        try:
+
+            async def seed_space() -> tuple[str, list[str]]:
+                async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+                    space = await seed.space_with_tasks(client, "streams", STREAM_TASKS)
+                    await seed.report_all(client, space.tasks)
+                    return space.uuid, space.tasks
+
+            space, tasks = asyncio.run(seed_space())
+            load = Load("PUT", [f"/tasks/{t}" for t in tasks], seed.PUT_BODY)
+            none = self.measure(server, "streams_none", load)
+            rss_before = server.rss_bytes()
+            out = self.workdir / "streams.json"
+            reader = subprocess.Popen(
+                [sys.executable, "-m", "bench.streams", server.url, space,
+                 "--streams", str(o.streams), "--seconds", str(o.duration), "--out", str(out)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                cwd=Path(__file__).resolve().parent.parent,
+            )  # fmt: skip
+            assert reader.stdin is not None and reader.stdout is not None
+            ready = reader.stdout.readline().split()
+            opened = int(ready[1]) if len(ready) == 2 and ready[0] == "ready" else 0
+            rss_open = server.rss_bytes()
+            per_stream_kb = (rss_open - rss_before) / max(opened, 1) / 1024
+            self.record(
+                Row(
+                    "streams_memory",
+                    self.titles["streams_memory"],
+                    "ok" if opened == o.streams else "error",
+                    "" if opened == o.streams else f"only {opened} streams opened",
+                    extra={
+                        "kb_per_stream": round(per_stream_kb, 1),
+                        "note": f"{per_stream_kb:,.1f} KB per stream: RSS "
+                        f"{rss_before / MB:.1f} -> {rss_open / MB:.1f} MB with {opened:,} open",
+                    },
+                )
+            )
+            reader.stdin.write("go\n")
+            reader.stdin.flush()
+            put = self.measure(server, "streams_put", load)
+            reader.wait(timeout=o.duration + 60)
+            summary = json.loads(out.read_text())
+            if none.requests_per_s and put.requests_per_s:
+                put.extra["vs_none"] = round(put.requests_per_s / none.requests_per_s, 3)
+                put.extra["note"] = (
+                    f"{put.extra['vs_none']:.1%} of the req/s with no stream open; "
+                    f"{summary['ended_early']} of {opened:,} streams ended early"
+                )
+            self.record(
+                Row(
+                    "streams_latency",
+                    self.titles["streams_latency"],
+                    "ok" if summary["events"] else "error",
+                    "" if summary["events"] else "no event arrived",
+                    p50_ms=summary["p50_ms"],
+                    p99_ms=summary["p99_ms"],
+                    extra={
+                        **summary,
+                        "note": f"{summary['events']:,} events read, p50 "
+                        f"{_num(summary['p50_ms'])} ms, p99 {_num(summary['p99_ms'])} ms, "
+                        f"max {_num(summary['max_ms'])} ms",
+                    },
+                )
+            )
+        finally:
+            if reader is not None and reader.poll() is None:
+                reader.kill()
+                reader.wait()
+            self.stop(server)
+
+    def streams_targets(self) -> list[Target]:
+        """The live stream's targets, for `streams` streams of one space."""
+        rows = self.rows
+        found = []
+        put, latency, memory = (
+            rows.get("streams_put"), rows.get("streams_latency"), rows.get("streams_memory")
+        )  # fmt: skip
+        checks = [
+            (
+                "streams_latency",
+                f"report-to-event p99 ≤ {STREAM_P99_MS:g} ms",
+                latency,
+                lambda row: row.p99_ms is not None and row.p99_ms <= STREAM_P99_MS,
+                lambda row: f"p50 {_num(row.p50_ms)} ms, p99 {_num(row.p99_ms)} ms",
+            ),
+            (
+                "streams_memory",
+                f"memory per open stream ≤ {STREAM_MEMORY_KB:g} KB",
+                memory,
+                lambda row: row.extra.get("kb_per_stream", 1e9) <= STREAM_MEMORY_KB,
+                lambda row: f"{row.extra.get('kb_per_stream')} KB",
+            ),
+            (
+                "streams_put",
+                f"PUT with the streams open ≥ {STREAM_SHARE_OF_NONE:.0%} of none",
+                put,
+                lambda row: row.extra.get("vs_none", 0) >= STREAM_SHARE_OF_NONE,
+                lambda row: f"{row.extra.get('vs_none', 0):.1%}",
+            ),
+        ]
+        for name, description, row, passed, shown in checks:
+            if row is None or row.status != "ok":
+                why = (row.reason if row else "") or "not measured"
+                found.append(Target(name, description, "skipped", "–", why, LIVE))
+                continue
+            status = "pass" if passed(row) else "fail"
+            found.append(Target(name, description, status, shown(row), "", LIVE))
+        return found
 
     def flood_scenario(self) -> None:
         """A flood from one address against a server with every setting at its default,
@@ -988,7 +1133,7 @@ class Bench:
             found.append(Target("scale_out", description, "skipped", "–", reason))
         for target in found:
             target.group = ISSUE6
-        return found + self.reads_creates_targets()
+        return found + self.reads_creates_targets() + self.streams_targets()
 
     def reads_creates_targets(self) -> list[Target]:
         """The targets of the issue "Reads and creates at the cost they must have"."""

@@ -25,6 +25,7 @@ from .api import mcp as mcp_routes
 from .api import metrics as metrics_routes
 from .api import shares as share_routes
 from .api import webhooks as webhook_routes
+from .api.events import RAW_SEND
 from .api.mcp import MCPEndpoint
 from .api.responses import (
     CORS_NAMES,
@@ -209,6 +210,9 @@ class HeadwayApp(Starlette):
             await super().__call__(scope, receive, send)
 
     async def _ordinary(self, scope: Scope, receive: Receive, send: Send) -> None:
+        # The server's own `send`, for the many body messages of a live stream once its
+        # answer has started through the wrappers below (see `api.events`).
+        scope[RAW_SEND] = send
         if self._metrics is not None:
             send = self._metrics.timed_send(scope, send)
         path = scope["path"]

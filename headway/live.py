@@ -12,10 +12,10 @@ nothing for `STALL_S` seconds, is ended, and its browser reconnects to a fresh s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
+from collections.abc import Callable
 from time import perf_counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -37,12 +37,16 @@ _encode = msgspec.json.Encoder().encode
 MAX_PENDING = 2000
 # Seconds a stream's reader may take nothing before the stream is ended.
 STALL_S = 30.0
-# A comment line at least this often keeps proxies from closing an idle stream.
-KEEPALIVE_S = 15.0
-# A round of rendering waits at least this long after the previous one, and at least as
-# long as that one took: changes coming faster are coalesced, and the renderer takes at
-# most about half of the process's time however busy the space is.
-ROUND_S = 0.05
+# A comment line keeps proxies from closing an idle stream: sent once a stream has sent
+# nothing for this long (checked every second, so at least every 15 s).
+KEEPALIVE_S = 14.0
+# A round of rendering waits at least ROUND_S after the previous one, and ROUND_COST_FACTOR
+# times what that round and the sending of its events took: changes coming faster are
+# coalesced into the next round, so however busy the space and however many its streams,
+# they take a bounded share of the process's time (the sending is measured a little short
+# of its whole cost: waking each stream is not in it).
+ROUND_S = 0.1
+ROUND_COST_FACTOR = 6
 # How often a share link's streams check that the link still exists, in case its
 # revocation was announced while the feed was down.
 SHARE_CHECK_S = 15.0
@@ -83,11 +87,57 @@ class StreamFilter:
         return True
 
 
-class Stream:
-    """One open stream: its events not yet sent, latest per task, in the order of their
-    last change."""
+class Round:
+    """The tasks one round rendered, in the order of their last change, and their events
+    as each way of showing them encodes them, made once for every stream."""
 
-    __slots__ = ("_pending", "_wake", "client", "ended", "filter", "key", "share", "watch")
+    __slots__ = ("_events", "_joined", "head", "tasks")
+
+    def __init__(self, tasks: list[TaskView], first_id: int) -> None:
+        self.tasks = tasks
+        self.head = first_id
+        self._events: dict[Key, list[bytes]] = {}
+        self._joined: dict[Key, bytes] = {}
+
+    def events(self, key: Key, share: ShareView | None) -> list[bytes]:
+        found = self._events.get(key)
+        if found is None:
+            found = self._events[key] = [
+                b"id: %d\nevent: task\ndata: " % (self.head + index)
+                + _encode(task if share is None else share.task(task))
+                + b"\n\n"
+                for index, task in enumerate(self.tasks)
+            ]
+        return found
+
+    def joined(self, key: Key, share: ShareView | None) -> bytes:
+        found = self._joined.get(key)
+        if found is None:
+            found = self._joined[key] = b"".join(self.events(key, share))
+        return found
+
+
+class Stream:
+    """One open stream: the rounds it has not sent yet, sent as they were joined for every
+    stream. Rounds held past MAX_PENDING events are merged, keeping the latest event of
+    each task in the order of their last change (and so are those of a filtered stream,
+    which decides task by task)."""
+
+    __slots__ = (
+        "_held",
+        "_rounds",
+        "_waiter",
+        "abort",
+        "client",
+        "ended",
+        "filter",
+        "key",
+        "sending_since",
+        "sent_at",
+        "share",
+        "watch",
+        "woke",
+    )
 
     def __init__(self, watch: SpaceWatch, share: ShareView | None, client: str) -> None:
         self.watch = watch
@@ -95,35 +145,81 @@ class Stream:
         self.client = client
         self.key: Key = None if share is None else share.share_uuid
         self.filter: StreamFilter | None = None  # set once the snapshot is sent
-        self._pending: dict[str, tuple[TaskView, bytes]] = {}
-        self._wake = asyncio.Event()
+        self._rounds: list[Round] = []
+        self._held = 0  # events in `_rounds`
+        self._waiter: asyncio.Future[None] | None = None  # set while `next_events` waits
         self.ended: str | None = None  # why it ended: "revoked", "behind", "shutdown"...
+        self.sent_at = 0.0  # loop time of its last send: `Live` wakes it for a keep-alive
+        # When the send under way began (loop time), None between sends; a send that
+        # waits on its reader longer than STALL_S ends the stream through `abort`, which
+        # its answer sets (closing the connection).
+        self.sending_since: float | None = None
+        self.abort: Callable[[], None] = lambda: None
+        self.woke = 0.0  # when it last took its rounds (perf_counter): what sending costs
 
-    def offer(self, task: TaskView, event: bytes) -> None:
-        pending = self._pending
-        pending.pop(task.uuid, None)
-        pending[task.uuid] = (task, event)
-        if len(pending) > MAX_PENDING:
-            self.end("behind")
-        self._wake.set()
+    def offer(self, round_: Round) -> None:
+        self._rounds.append(round_)
+        self._held += len(round_.tasks)
+        if self._held > MAX_PENDING:
+            merged = self._merged()
+            if len(merged) > MAX_PENDING:
+                self.end("behind")
+        self.wake()
+
+    def _merged(self) -> dict[str, tuple[TaskView, bytes]]:
+        """The rounds held, merged into one: the latest event of each task. Kept as one
+        round so that a stream far behind holds at most one event per task."""
+        merged: dict[str, tuple[TaskView, bytes]] = {}
+        for held in self._rounds:
+            for task, event in zip(held.tasks, held.events(self.key, self.share), strict=True):
+                merged.pop(task.uuid, None)
+                merged[task.uuid] = (task, event)
+        one = Round([task for task, _ in merged.values()], 0)
+        one._events[self.key] = [event for _, event in merged.values()]
+        self._rounds, self._held = [one], len(merged)
+        return merged
+
+    @property
+    def held(self) -> int:
+        """Events held, not yet sent: at most MAX_PENDING, or one per task once merged."""
+        return self._held
 
     def end(self, reason: str) -> None:
         if self.ended is None:
             self.ended = reason
-        self._wake.set()
+        self.wake()
 
-    async def next_events(self, timeout: float) -> bytes | None:
-        """The events to send next, joined (b"" if none came within `timeout`), or None
-        once the stream has ended."""
-        if not self._pending and self.ended is None:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout)
-        self._wake.clear()
+    def wake(self) -> None:
+        """Let `next_events` return: there are rounds to send, the stream ended, or it is
+        time for a keep-alive."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def next_events(self) -> bytes | None:
+        """The events to send next, joined (b"" when woken for a keep-alive, or when none
+        passed the filter), or None once the stream has ended."""
+        if not self._rounds and self.ended is None:
+            # A bare future: cheaper than an Event and a timer per wait, for a thousand
+            # streams woken every round (keep-alives come from `Live`'s one timer).
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+            self._waiter = None
+        self.woke = perf_counter()
         if self.ended is not None:
             return None
-        pending, self._pending = self._pending, {}
-        admits = None if self.filter is None else self.filter.admits
-        return b"".join(event for task, event in pending.values() if admits is None or admits(task))
+        if not self._rounds:
+            return b""
+        if self.filter is None:
+            # Each round as joined for every stream; a task changed in several rounds
+            # sends each state (merging costs more than sending them, and `offer` merges
+            # once the rounds held pass MAX_PENDING events).
+            rounds, self._rounds, self._held = self._rounds, [], 0
+            return b"".join(held.joined(self.key, self.share) for held in rounds)
+        merged = self._merged()
+        self._rounds, self._held = [], 0
+        admits = self.filter.admits if self.filter is not None else None
+        return b"".join(event for task, event in merged.values() if admits is None or admits(task))
 
     def close(self) -> None:
         """Unsubscribe, when its answer ends."""
@@ -145,6 +241,8 @@ class SpaceWatch:
         self._dirty: dict[str, None] = {}
         self._wake = asyncio.Event()
         self._sequence = 0
+        # Seconds its streams spent sending since the last round (see `_render_loop`).
+        self.sending_s = 0.0
         self._unsubscribe = live.feed.subscribe(space_uuid, self._on_change)
         self._renderer = asyncio.create_task(self._render_loop(), name="headway-live-render")
 
@@ -183,11 +281,12 @@ class SpaceWatch:
             self._wake.clear()
             started = perf_counter()
             dirty, self._dirty = self._dirty, {}
+            rendered: list[TaskView] = []
             try:
                 for task_uuid in dirty:
                     task = await service.event_view(task_uuid)
                     if task is not None:
-                        self._deliver(task)
+                        rendered.append(task)
             except self.live.dependency_errors as exc:
                 log.warning("live: cannot read a changed task (%s)", type(exc).__name__)
                 for task_uuid in dirty:
@@ -195,18 +294,14 @@ class SpaceWatch:
                 self._wake.set()
                 await asyncio.sleep(RETRY_S)
                 continue
-            await asyncio.sleep(max(ROUND_S, perf_counter() - started))
-
-    def _deliver(self, task: TaskView) -> None:
-        self._sequence += 1
-        head = b"id: %d\nevent: task\ndata: " % self._sequence
-        events: dict[Key, bytes] = {}
-        for stream in self.streams:
-            event = events.get(stream.key)
-            if event is None:
-                shown: Any = task if stream.share is None else stream.share.task(task)
-                event = events[stream.key] = head + _encode(shown) + b"\n\n"
-            stream.offer(task, event)
+            if rendered:
+                round_ = Round(rendered, self._sequence + 1)
+                self._sequence += len(rendered)
+                for stream in self.streams:
+                    stream.offer(round_)
+            # This round's rendering and offering, and the sending of the last one.
+            spent, self.sending_s = perf_counter() - started + self.sending_s, 0.0
+            await asyncio.sleep(max(ROUND_S, ROUND_COST_FACTOR * spent))
 
 
 class Live:
@@ -228,6 +323,7 @@ class Live:
         self.per_client = per_client
         self.dependency_errors = dependency_errors
         self._watches: dict[str, SpaceWatch] = {}
+        self._watchdog: asyncio.Task[None] | None = None
         self._open = 0
         self._by_client: dict[str, int] = {}
 
@@ -250,6 +346,8 @@ class Live:
         watch = self._watches.get(space_uuid)
         if watch is None:
             watch = self._watches[space_uuid] = SpaceWatch(self, space_uuid)
+        if self._watchdog is None:
+            self._watchdog = asyncio.create_task(self._end_stalled(), name="headway-live-stall")
         stream = Stream(watch, share, client)
         watch.streams.add(stream)
         self._open += 1
@@ -274,8 +372,27 @@ class Live:
     def open_streams(self) -> int:
         return self._open
 
+    async def _end_stalled(self) -> None:
+        """Once a second, for every stream (one timer for all, rather than one per send or
+        wait): ends each whose send has waited on its reader for more than STALL_S, and
+        wakes each that has sent nothing for KEEPALIVE_S, for a keep-alive."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(1.0, STALL_S / 4, KEEPALIVE_S / 4))
+            now = loop.time()
+            for watch in tuple(self._watches.values()):
+                for stream in tuple(watch.streams):
+                    since = stream.sending_since
+                    if since is not None and now - since > STALL_S:
+                        stream.end("stalled")
+                        stream.abort()
+                    elif since is None and now - stream.sent_at >= KEEPALIVE_S:
+                        stream.wake()
+
     def end_all(self, reason: str = "shutdown") -> None:
         """End every stream (at shutdown): each finishes its answer and closes."""
+        if self._watchdog is not None:
+            self._watchdog.cancel()
         for watch in tuple(self._watches.values()):
             for stream in tuple(watch.streams):
                 stream.end(reason)

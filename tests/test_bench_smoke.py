@@ -25,7 +25,7 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
 
-    from bench.run import ISSUE6, READS_CREATES, parse_options, scenario_titles
+    from bench.run import ISSUE6, LIVE, READS_CREATES, parse_options, scenario_titles
 
     results = json.loads((tmp_path / "latest.json").read_text())
     found = {row["name"]: row for row in results["scenarios"]}
@@ -91,7 +91,14 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
             "scale_out_put_cpu",
             "scale_out_cpu",
         },
+        LIVE: {"streams_latency", "streams_memory", "streams_put"},
     }
+    # Streams of one space were opened, read, and timed.
+    assert found["streams_memory"]["extra"]["kb_per_stream"] > 0
+    assert (
+        found["streams_latency"]["extra"]["opened"] == found["streams_latency"]["extra"]["streams"]
+    )
+    assert found["streams_latency"]["p99_ms"] is not None
     # Only the scale-out targets may be skipped (no PostgreSQL or Redis here).
     for target in results["targets"]:
         if not target["name"].startswith("scale_out"):

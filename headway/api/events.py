@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterable, AsyncIterator, Callable
+from time import perf_counter
 from typing import Any
 
 from starlette.requests import Request
@@ -16,7 +17,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ..errors import BadRequest, NotFound
-from ..live import KEEPALIVE_S, SHARE_CHECK_S, STALL_S, Live, Stream, StreamFilter
+from ..live import KEEPALIVE_S, SHARE_CHECK_S, Live, Stream, StreamFilter
 from ..schemas import query_params
 from ..service import Service
 from ..shares import ShareView
@@ -27,6 +28,9 @@ from .streaming import PIECE_BYTES, space_pieces
 # `headway.server`): what lets a stream close a connection whose reader stalled, and
 # end itself when the server shuts down.
 CONNECTION = "headway.connection"
+# The server's `send` as it reached the app (see `headway.app`): a stream's events skip
+# the wrappers that only look at an answer's start and its end.
+RAW_SEND = "headway.raw_send"
 
 _HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -36,6 +40,9 @@ _HEADERS = [
 # A comment line: read by no client as an event (a blank line after it would make some
 # parsers dispatch an empty one).
 _KEEPALIVE = b": keep-alive\n"
+# A send that took longer than this waited on its reader (flow control), and is not
+# counted as the time sending costs.
+_BLOCKED_S = 0.05
 # Browsers wait this long before reconnecting a dropped stream.
 _RETRY = b"retry: 2000\n"
 
@@ -68,6 +75,7 @@ async def open_stream(request: Request, space_uuid: str, share: ShareView | None
     except BaseException:
         stream.close()
         raise
+    filtering = limit is not None or state is not None
     shown: set[str] = set()
     oldest: list[str] = []
     count = 0
@@ -76,15 +84,16 @@ async def open_stream(request: Request, space_uuid: str, share: ShareView | None
         """The snapshot's pages, noting the tasks it holds for the stream's filter."""
         nonlocal count
         async for page in source:
-            for task in page:
-                shown.add(task.uuid)
-                if not oldest or task.created_at < oldest[0]:
-                    oldest[:] = [task.created_at]
-            count += len(page)
+            if filtering:
+                for task in page:
+                    shown.add(task.uuid)
+                    if not oldest or task.created_at < oldest[0]:
+                        oldest[:] = [task.created_at]
+                count += len(page)
             yield page if share is None else [share.task(task) for task in page]
 
     def filtered() -> StreamFilter | None:
-        if limit is None and state is None:
+        if not filtering:
             return None
         full = limit is not None and oldest and count >= int(limit)
         return StreamFilter(state, oldest[0] if full else None, shown)
@@ -135,30 +144,41 @@ class EventStream(Response):
         connection = scope.get("extensions", {}).get(CONNECTION)
         if connection is not None:
             connection.on_shutdown = lambda: stream.end("shutdown")
+            stream.abort = connection.abort
+        else:  # another server: a stalled send is cancelled instead
+            stream.abort = _canceller(asyncio.current_task())
         watcher = asyncio.create_task(_until_gone(receive, stream))
         try:
-            await self._send(scope, send, connection)
+            await self._send(send, scope.get(RAW_SEND, send))
+        except asyncio.CancelledError:
+            if stream.ended != "stalled":
+                raise
         finally:
             watcher.cancel()
             stream.close()
 
-    async def _send(self, scope: Scope, send: Send, connection: Any) -> None:
+    async def _send(self, send: Send, raw_send: Send) -> None:
+        """`send` carries the start and the end of the answer, `raw_send` the rest."""
         stream = self._stream
+        watch = stream.watch
+        loop = asyncio.get_running_loop()
 
         async def body(data: bytes, more: bool = True) -> bool:
-            """Send `data`; False if the reader took nothing for STALL_S seconds."""
+            """Send `data`; False once the stream has ended as stalled (see `Live`)."""
+            stream.sending_since = loop.time()
+            started = perf_counter()  # not the loop's time: uvloop's is the iteration's
             message = {"type": "http.response.body", "body": data, "more_body": more}
-            try:
-                await asyncio.wait_for(send(message), STALL_S)
-            except TimeoutError:
-                stream.end("stalled")
-                if connection is not None:
-                    connection.abort()
-                return False
-            return True
+            await (raw_send if more else send)(message)
+            stream.sending_since = None
+            now = perf_counter()
+            # Not waiting on its reader: the time since the stream woke is CPU (before its
+            # first wake, only the send's own).
+            if now - started < _BLOCKED_S:
+                watch.sending_s += min(now - (stream.woke or started), _BLOCKED_S)
+            return stream.ended != "stalled"
 
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        opening = _RETRY + b"id: %d\nevent: snapshot\ndata: " % stream.watch.last_id
+        opening = _RETRY + b"id: %d\nevent: snapshot\ndata: " % watch.last_id
         held = [opening]
         size = len(opening)
         async for piece in self._snapshot:
@@ -171,11 +191,12 @@ class EventStream(Response):
         held.append(b"\n\n")
         if not await body(b"".join(held)):
             return
+        held = []
         stream.filter = self._make_filter()
-        loop = asyncio.get_running_loop()
-        sent = checked = loop.time()
+        self._snapshot = self._make_filter = None  # type: ignore[assignment]
+        stream.sent_at = checked = loop.time()
         while True:
-            events = await stream.next_events(max(sent + KEEPALIVE_S - loop.time(), 0))
+            events = await stream.next_events()
             if events is None:
                 break
             now = loop.time()
@@ -183,14 +204,22 @@ class EventStream(Response):
                 checked = now
                 await self._recheck()
             if not events:
-                if now - sent < KEEPALIVE_S:
+                if now - stream.sent_at < KEEPALIVE_S:
                     continue  # every event was filtered out: nothing to send yet
                 events = _KEEPALIVE
             if not await body(events):
                 return
-            sent = loop.time()
-        if stream.ended != "gone":
+            stream.sent_at = loop.time()
+        if stream.ended not in ("gone", "stalled"):
             await body(b"", more=False)
+
+
+def _canceller(task: asyncio.Task[Any] | None) -> Callable[[], None]:
+    def cancel() -> None:
+        if task is not None:
+            task.cancel()
+
+    return cancel
 
 
 async def _until_gone(receive: Receive, stream: Stream) -> None:
