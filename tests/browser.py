@@ -1,0 +1,122 @@
+"""A real browser for the page tests: Debian's chromium driven by Playwright, a real
+`headway serve` for it to open, and what the tests watch in a page (console errors,
+dialogs, notifications)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page, Playwright
+
+from .test_server import STARTUP_SECONDS, free_port, start_serve, wait_until_up
+
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
+
+# Wraps the page's Notification API to record what the page asks for, while still
+# calling the real one: it observes the page, it does not replace the server.
+RECORD_NOTIFICATIONS = """(() => {
+  const Real = window.Notification;
+  const shown = (window.__notifications = []);
+  window.__permissionRequests = 0;
+  class Recorded extends Real {
+    constructor(title, options) {
+      shown.push({ title, body: options?.body ?? null });
+      super(title, options);
+    }
+    static requestPermission(...args) {
+      window.__permissionRequests += 1;
+      return Real.requestPermission(...args);
+    }
+    static get permission() {
+      return Real.permission;
+    }
+  }
+  window.Notification = Recorded;
+})();"""
+
+
+def chromium_path() -> str:
+    """Debian's chromium; missing, it fails the tests in CI and skips them elsewhere."""
+    found = shutil.which("chromium")
+    if found is None:
+        message = "chromium is not installed (scripts/system-packages installs it)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return found
+
+
+def launch(playwright: Playwright) -> Browser:
+    """Headless chromium, always: the tests run without a display."""
+    return playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
+
+
+@contextlib.contextmanager
+def headway_serve(directory: Path) -> Iterator[str]:
+    """A real `headway serve` on a free port, rate limits off; yields its base URL."""
+    port = free_port()
+    base_url = f"http://127.0.0.1:{port}"
+    proc = start_serve(
+        directory, subprocess.DEVNULL, subprocess.DEVNULL, PORT=str(port), RATE_LIMITS="false"
+    )
+    try:
+        assert wait_until_up(proc, base_url).status_code == 200
+        yield base_url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=STARTUP_SECONDS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@dataclass
+class Watch:
+    """What went wrong in a page: console errors (CSP violations among them), uncaught
+    exceptions and dialogs (an `alert` would mean user text ran as code)."""
+
+    errors: list[str] = field(default_factory=list)
+    dialogs: list[str] = field(default_factory=list)
+    expected: list[re.Pattern[str]] = field(default_factory=list)
+
+    def attach(self, page: Page) -> Page:
+        page.on("console", self._console)
+        page.on("pageerror", lambda error: self.errors.append(f"uncaught: {error}"))
+        page.on("dialog", self._dialog)
+        return page
+
+    def expect_error(self, pattern: str) -> None:
+        """A console error matching `pattern` is expected (say, a revoked link's 404)."""
+        self.expected.append(re.compile(pattern))
+
+    def unexpected(self) -> list[str]:
+        return [e for e in self.errors if not any(p.search(e) for p in self.expected)]
+
+    def _console(self, message: ConsoleMessage) -> None:
+        if message.type == "error":
+            self.errors.append(f"{message.text} ({message.location.get('url')})")
+
+    def _dialog(self, dialog: Dialog) -> None:
+        self.dialogs.append(f"{dialog.type}: {dialog.message}")
+        dialog.dismiss()

@@ -1,0 +1,687 @@
+"""The browser pages: a space's live dashboard, a share link's read-only view and the home
+page, driven in a real headless chromium against a real `headway serve`, plus their plain
+HTTP behaviour (content negotiation, headers, static files) and static checks of the
+script, the templates and the palette."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Locator, Page, Response, expect, sync_playwright
+
+from headway.web.pages import CONTENT_SECURITY_POLICY
+
+from .browser import RECORD_NOTIFICATIONS, UUID, Watch, chromium_path, headway_serve, launch
+
+ROOT = Path(__file__).resolve().parent.parent
+WEB = ROOT / "headway" / "web"
+DESKTOP = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}
+XSS = "<img src=x onerror=alert(1)>"
+
+
+class Api:
+    """The JSON API, as a script reporting progress uses it."""
+
+    def __init__(self, client: httpx.Client) -> None:
+        self.client = client
+
+    def space(self, title: str | None = None, icon: str | None = None) -> str:
+        response = self.client.post("/spaces", json={"title": title, "icon": icon})
+        assert response.status_code == 201, response.text
+        return response.json()["uuid"]
+
+    def task(self, space: str, title: str, **body: Any) -> str:
+        response = self.client.post(f"/spaces/{space}/tasks", json={"title": title, **body})
+        assert response.status_code == 201, response.text
+        return response.json()["uuid"]
+
+    def report(self, task: str, **body: Any) -> dict[str, Any]:
+        response = self.client.put(f"/tasks/{task}", json=body)
+        assert response.status_code == 200, response.text
+        return response.json()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with headway_serve(tmp_path_factory.mktemp("serve")) as base_url:
+        yield base_url
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    chromium_path()
+    with sync_playwright() as playwright:
+        browser = launch(playwright)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the tests' screenshots go."""
+    return tmp_path_factory.mktemp("screenshots")
+
+
+@pytest.fixture
+def api(server: str) -> Iterator[Api]:
+    with httpx.Client(base_url=server, timeout=10) as client:
+        yield Api(client)
+
+
+@pytest.fixture
+def watch() -> Watch:
+    return Watch()
+
+
+@pytest.fixture
+def new_page(browser: Browser, server: str, watch: Watch) -> Iterator[Callable[..., Page]]:
+    """Opens pages in fresh browser contexts; afterwards, fails on any console error (a
+    CSP violation is one), uncaught exception or dialog any of them saw."""
+    contexts = []
+
+    def new(viewport: dict[str, int] = DESKTOP, permissions: tuple[str, ...] = ()) -> Page:
+        context = browser.new_context(base_url=server, viewport=viewport)
+        context.grant_permissions(list(permissions), origin=server)
+        if "notifications" in permissions:
+            context.add_init_script(RECORD_NOTIFICATIONS)
+        contexts.append(context)
+        return watch.attach(context.new_page())
+
+    yield new
+    for context in contexts:
+        context.close()
+    assert watch.dialogs == [], "a dialog opened: user text ran as code"
+    assert watch.unexpected() == [], "the page logged errors"
+
+
+def task_card(page: Page, title: str) -> Locator:
+    """A top-level task on the dashboard, by its title."""
+    return page.locator("#tasks > li").filter(
+        has=page.get_by_role("heading", name=title, exact=True)
+    )
+
+
+def step_card(page: Page, title: str) -> Locator:
+    """A step shown inside its parent, by its title."""
+    return page.locator("li.step").filter(has=page.get_by_text(title, exact=True))
+
+
+def bar(card: Locator, title: str) -> Locator:
+    return card.get_by_role("progressbar", name=f"Progress of {title}", exact=True)
+
+
+def uuids_in(text: str) -> set[str]:
+    return {match.lower() for match in UUID.findall(text)}
+
+
+# Live dashboard
+
+
+def test_a_space_page_shows_reports_live_without_reload(new_page, api, shots):
+    space = api.space("Live space", "📦")
+    task = api.task(space, "Backup", source="backup.sh")
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    card = task_card(page, "Backup")
+    expect(card.locator(".badge")).to_have_text("Waiting for data")
+    expect(page.locator("#connection")).to_have_text("Live")
+    page.evaluate("window.sameDocument = true")
+
+    api.report(task, current=3, end=10, values={"log": "copying", "host": "db-1"})
+    expect(bar(card, "Backup")).to_have_attribute("aria-valuenow", "30")
+    expect(card.locator(".task-log")).to_have_text("copying")
+    expect(card.locator(".task-facts")).to_contain_text("3 / 10 · 30%")
+    expect(card.locator(".task-values dt")).to_have_text("host")
+    expect(card.locator(".task-values dd")).to_have_text("db-1")
+    expect(page).to_have_title("(30%) Live space")
+
+    api.report(task, current=7, end=10, values={"log": "migrating"})
+    expect(bar(card, "Backup")).to_have_attribute("aria-valuenow", "70")
+    expect(card.locator(".task-log")).to_have_text("migrating")
+    expect(card.locator(".task-values")).to_be_hidden()
+    expect(card.locator(".task-facts")).to_contain_text(
+        re.compile(r"/(s|min|h), (about .+ left|almost done)")
+    )
+    expect(card.locator(".task-facts")).to_contain_text(re.compile(r"updated (just now|\d+ s ago)"))
+    expect(page).to_have_title("(70%) Live space")
+    page.screenshot(path=shots / "live-running.png", full_page=True)
+
+    api.report(task, done=True)
+    expect(card.locator(".badge")).to_have_text("Finished")
+    expect(card.locator(".task-facts")).to_contain_text(re.compile(r"took (under a second|\d+ s)"))
+    expect(page).to_have_title("✓ Live space")
+    assert page.evaluate("window.sameDocument") is True, "the page reloaded"
+
+
+def test_a_new_task_appears_first_without_reload(new_page, api):
+    space = api.space("Arrivals")
+    api.task(space, "First")
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    expect(page.locator("#tasks > li")).to_have_count(1)
+    api.task(space, "Second")
+    expect(page.locator("#tasks > li h3")).to_have_text(["Second", "First"])
+
+
+def test_a_step_finishing_moves_its_parent(new_page, api):
+    space = api.space("Families")
+    parent = api.task(space, "Deploy")
+    steps = [api.task(space, f"Step {n}", parent_uuid=parent) for n in (1, 2, 3)]
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    card = task_card(page, "Deploy")
+    expect(card.locator(".steps-summary")).to_have_text("0 of 3 steps done")
+    expect(bar(card, "Deploy")).to_have_attribute("aria-valuenow", "0")
+
+    api.report(steps[0], current=5, end=5)
+    expect(bar(card, "Deploy")).to_have_attribute("aria-valuenow", "33")
+    expect(card.locator(".steps-summary")).to_have_text("1 of 3 steps done")
+    expect(step_card(page, "Step 1").locator(".badge")).to_have_text("Finished")
+
+    api.report(steps[1], current=1, end=4, values={"log": "half way there"})
+    expect(card.locator(".steps-summary")).to_have_text("1 of 3 steps done, 1 running")
+    expect(step_card(page, "Step 2").locator(".task-log")).to_have_text("half way there")
+
+    for step in steps[1:]:
+        api.report(step, done=True)
+    expect(card.locator(".badge").first).to_have_text("Finished")
+    expect(bar(card, "Deploy")).to_have_attribute("aria-valuenow", "100")
+
+
+def test_a_big_family_starts_collapsed_with_its_counts(new_page, api):
+    space = api.space("Big family")
+    parent = api.task(space, "Thumbnails")
+    steps = [api.task(space, f"Image {n}", parent_uuid=parent) for n in range(12)]
+    for step in steps[:2]:
+        api.report(step, done=True)
+    api.report(steps[2], current=40, end=100)
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    card = task_card(page, "Thumbnails")
+    expect(card.locator(".steps-summary")).to_have_text("2 of 12 steps done, 1 running")
+    expect(card.locator("li.step")).to_have_count(1)  # only the running one
+    toggle = card.get_by_role("button", name="Show all 12 steps")
+    expect(toggle).to_have_attribute("aria-expanded", "false")
+    toggle.click()
+    expect(card.locator("li.step")).to_have_count(12)
+    expect(card.get_by_role("button", name="Hide steps")).to_have_attribute("aria-expanded", "true")
+
+    api.report(steps[3], done=True)  # expanded stays expanded as steps finish
+    expect(card.locator(".steps-summary")).to_have_text("3 of 12 steps done, 1 running")
+    expect(card.locator("li.step")).to_have_count(12)
+
+
+def test_the_filter_shows_active_or_finished_tasks(new_page, api):
+    space = api.space("Filtered")
+    done = api.task(space, "Done already")
+    api.report(done, done=True)
+    api.task(space, "Still running")
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    titles = page.locator("#tasks > li h3")
+    expect(titles).to_have_text(["Still running", "Done already"])
+    page.get_by_role("button", name="Active 1").click()
+    expect(titles).to_have_text(["Still running"])
+    page.get_by_role("button", name="Finished 1").click()
+    expect(titles).to_have_text(["Done already"])
+    expect(page.get_by_role("button", name="Finished 1")).to_have_attribute("aria-pressed", "true")
+    page.get_by_role("button", name="All 2").click()
+    expect(titles).to_have_count(2)
+
+
+def test_the_older_button_pages_back_through_a_big_space(new_page, api):
+    space = api.space("Big space")
+    for n in range(55):
+        api.task(space, f"Task {n:02}")
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    titles = page.locator("#tasks > li h3")
+    expect(titles).to_have_count(50)
+    expect(titles.first).to_have_text("Task 54")
+    older = page.get_by_role("button", name="Show older tasks")
+    older.click()
+    expect(titles).to_have_count(55)
+    expect(titles.last).to_have_text("Task 00")
+    expect(older).to_be_hidden()
+
+
+def test_age_goes_on_live_and_a_silent_task_is_marked_stale(new_page, api):
+    space = api.space("Clock")
+    task = api.task(space, "Quiet")
+    api.report(task, current=1, end=10)
+    page = new_page()
+    page.clock.install()
+    page.goto(f"/spaces/{space}")
+    card = task_card(page, "Quiet")
+    expect(card.locator(".age")).to_have_text(re.compile(r"updated (just now|\d s ago)"))
+    page.clock.fast_forward(12_000)
+    expect(card.locator(".age")).to_have_text(re.compile(r"updated 1[2-4] s ago"))
+    expect(card.locator(".badge")).to_have_text("Running")
+    page.clock.fast_forward(60_000)
+    expect(card.locator(".badge")).to_have_text("Stale")
+    expect(card.locator(".age")).to_have_text(re.compile(r"no report for 1 min \d+ s"))
+    api.report(task, current=2, end=10)
+    expect(card.locator(".badge")).to_have_text("Running")
+
+
+def test_a_finish_raises_a_browser_notification_once_asked(new_page, api):
+    space = api.space("Notified", "🔔")
+    old = api.task(space, "Finished before")
+    api.report(old, done=True)
+    task = api.task(space, "Backup")
+    page = new_page(permissions=("notifications",))
+    page.goto(f"/spaces/{space}")
+    expect(task_card(page, "Backup")).to_be_visible()
+    assert page.evaluate("window.__permissionRequests") == 0, "permission asked on load"
+
+    notify = page.get_by_role("button", name="Notify me")
+    notify.click()
+    expect(notify).to_have_attribute("aria-pressed", "true")
+    assert page.evaluate("window.__permissionRequests") == 1
+
+    api.report(task, current=10, end=10)
+    expect(page.locator("#announcer p").last).to_have_text("Backup finished.")
+    shown = page.evaluate("window.__notifications")
+    assert shown == [{"title": "Backup finished", "body": "Notified"}]
+
+
+def test_the_dashboard_of_a_busy_space_as_the_readme_shows_it(new_page, api, shots):
+    space = api.space("Nightly builds", "🌙")
+    suite = api.task(space, "Run test suite", source="ci/test.sh")
+    api.report(suite, current=1482, end=1482, values={"log": "1482 passed in 61 s", "failed": 0})
+    deploy = api.task(space, "Deploy web", source="deploy.sh")
+    steps = [
+        api.task(space, title, parent_uuid=deploy)
+        for title in ("Build image", "Push image", "Migrate", "Switch traffic")
+    ]
+    api.report(steps[0], done=True)
+    api.task(space, "Sync mirrors", source="cron@mirror-2")
+    thumbnails = api.task(space, "Render thumbnails", source="thumbs.py")
+    backup = api.task(space, "Back up database", source="backup.sh")
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    expect(page.locator("#connection")).to_have_text("Live")
+    for n in range(3):  # successive reports give each task a rate and a time left
+        api.report(
+            backup,
+            current=612 + 4 * n,
+            end=1000,
+            values={"log": "copying table orders", "host": "db-1"},
+        )
+        api.report(thumbnails, current=1200 + 9 * n, values={"log": f"IMG_{2041 + 9 * n}.jpg"})
+        api.report(steps[1], current=2 + n, end=6, values={"log": f"pushing layer {2 + n} of 6"})
+        expect(task_card(page, "Back up database").locator(".task-facts")).to_contain_text(
+            f"{612 + 4 * n} / 1,000"
+        )
+    page.get_by_role("button", name="Create a read-only link").click()
+    expect(page.get_by_role("textbox", name="Read-only link")).to_be_visible()
+    expect(page).to_have_title("(43%) Nightly builds")  # the mean of 62% and 1 step in 4
+    # Saved with the others; `HEADWAY_UPDATE_DOCS=1` also refreshes the README's picture.
+    page.screenshot(path=shots / "dashboard.png", full_page=True, animations="disabled")
+    if os.environ.get("HEADWAY_UPDATE_DOCS") == "1":
+        page.screenshot(path=ROOT / "docs" / "dashboard.png", full_page=True, animations="disabled")
+    page.emulate_media(color_scheme="dark")
+    page.screenshot(path=shots / "dashboard-dark.png", full_page=True, animations="disabled")
+
+
+def test_rate_time_left_and_ages_come_out_as_people_read_them(new_page):
+    page = new_page()
+    page.goto("/")
+    rate = page.evaluate(
+        """async () => {
+          const { observe, secondsLeft } = await import("/static/rate.js");
+          const first = observe(null, 0, 0);
+          const second = observe(first, 10, 1000); // 10 a second
+          const burst = observe(second, 40, 2000); // then 30 in one second
+          return {
+            first: first.rate,
+            second: second.rate,
+            seenAgain: observe(second, 10, 1000) === second, // a snapshot after a reconnect
+            smoothed: burst.rate,
+            left: secondsLeft(burst, 100, 2000),
+            leftLater: secondsLeft(burst, 100, 4000),
+            restarted: observe(burst, 5, 3000).rate,
+          };
+        }"""
+    )
+    assert rate["first"] is None and rate["second"] == 10 and rate["seenAgain"]
+    assert 11 < rate["smoothed"] < 13  # a tenth of the way to 30 after one second
+    assert rate["left"] == pytest.approx(60 / rate["smoothed"])
+    assert rate["leftLater"] == pytest.approx(rate["left"] - 2)
+    assert rate["restarted"] is None
+    words = page.evaluate(
+        """async () => {
+          const f = await import("/static/format.js");
+          return [f.formatAge(400), f.formatAge(12_400), f.formatDuration(190),
+                  f.formatDuration(7_500), f.formatRate(2.5), f.formatRate(0.5),
+                  f.formatPercent(0.999), f.parseTime("2026-11-22T01:15:09.123456Z")];
+        }"""
+    )
+    assert words == [
+        "just now",
+        "12 s ago",
+        "3 min 10 s",
+        "2 h 5 min",
+        "2.5/s",
+        "30/min",
+        "99%",
+        1795310109123,
+    ]
+
+
+# Share links
+
+
+def test_a_share_link_shows_the_same_live_and_reveals_no_uuid(new_page, api, server, watch, shots):
+    space = api.space("Shared space", "🛰")
+    parent = api.task(space, "Deploy", source="deploy.sh")
+    step = api.task(space, "Push image", parent_uuid=parent)
+    api.report(step, current=2, end=5, values={"log": "pushing layer 2"})
+    secret = {space, parent, step}
+
+    owner = new_page(permissions=("clipboard-read", "clipboard-write"))
+    owner.goto(f"/spaces/{space}")
+    owner.get_by_role("button", name="Create a read-only link").click()
+    link = owner.get_by_role("textbox", name="Read-only link")
+    expect(link).to_have_value(re.compile(rf"^{re.escape(server)}/shared/"))
+    url = link.input_value()
+    copy = owner.get_by_role("button", name="Copy the link")
+    copy.click()
+    expect(copy).to_have_text("Copied")
+    assert owner.evaluate("navigator.clipboard.readText()") == url
+    share = url.rsplit("/", 1)[1]
+
+    viewer = new_page()
+    responses: list[Response] = []
+    viewer.on("response", lambda response: responses.append(response))
+    viewer.goto(url)
+    expect(viewer.locator("#connection")).to_have_text("Live")
+    expect(viewer.get_by_text("Read-only", exact=True)).to_be_visible()
+    expect(viewer.get_by_role("button", name="Create a read-only link")).to_have_count(0)
+    card = task_card(viewer, "Deploy")
+    expect(step_card(viewer, "Push image").locator(".task-log")).to_have_text("pushing layer 2")
+
+    api.report(step, current=5, end=5)
+    expect(card.locator(".steps-summary")).to_have_text("1 of 1 step done")
+    expect(bar(card, "Deploy")).to_have_attribute("aria-valuenow", "100")
+    viewer.screenshot(path=shots / "shared.png", full_page=True)
+
+    assert uuids_in(viewer.content()) <= {share}
+    for response in responses:
+        assert uuids_in(response.url) <= {share}, response.url
+        assert uuids_in(json.dumps(response.headers)) <= {share}, response.url
+        if "text/event-stream" not in response.headers.get("content-type", ""):
+            assert uuids_in(response.text()) <= {share}, response.url
+    with httpx.Client(base_url=server, timeout=10) as client:
+        read = client.get(f"/shared/{share}", params={"limit": 50})
+        assert read.status_code == 200
+        assert uuids_in(read.text) == set()
+        stream = read_stream(client, f"/shared/{share}/events", lambda: api.report(step, done=True))
+    assert "event: snapshot" in stream and "event: task" in stream
+    assert uuids_in(stream) == set()
+    assert not any(uuid in viewer.content() + stream for uuid in secret)
+
+    watch.expect_error(r"404|MIME type")  # the revoked link's stream and read are refused
+    owner.get_by_role("button", name="Revoke").click()
+    expect(viewer.get_by_role("alert")).to_have_text(
+        "This link was revoked or never existed.", timeout=10_000
+    )
+    expect(viewer.locator("#tasks > li")).to_have_count(0)
+    expect(owner.get_by_role("textbox", name="Read-only link")).to_have_count(0)
+
+
+def read_stream(client: httpx.Client, path: str, then: Callable[[], Any]) -> str:
+    """The text of a stream up to its first `task` event, calling `then` once the snapshot
+    has arrived."""
+    seen: list[str] = []
+    with client.stream("GET", path, params={"limit": 50}) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            seen.append(line)
+            if line.startswith("data:") and seen[-2] == "event: snapshot":
+                then()
+            elif line.startswith("data:") and seen[-2] == "event: task":
+                break
+    return "\n".join(seen)
+
+
+# Safety, layout, access
+
+
+def test_user_text_renders_as_text_never_as_markup(new_page, api):
+    space = api.space(XSS, "<")
+    task = api.task(space, XSS, source=XSS)
+    api.report(task, current=1, end=2, values={"log": XSS, XSS: XSS})
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    card = task_card(page, XSS)
+    expect(card.locator(".task-log")).to_have_text(XSS)
+    expect(card.locator(".task-source")).to_have_text(f"from {XSS}")
+    expect(card.locator(".task-values dt")).to_have_text(XSS)
+    expect(card.locator(".task-values dd")).to_have_text(XSS)
+    expect(page.locator("#space-title")).to_have_text(XSS)
+    expect(page.locator("#space-icon")).to_have_text("<")
+    expect(page).to_have_title(f"(50%) {XSS}")
+    assert page.locator("main img").count() == 0
+    assert page.evaluate("document.querySelector('link[rel=icon]').href").startswith(
+        "data:image/svg+xml,"
+    )
+
+
+def test_a_phone_never_scrolls_sideways(new_page, api, shots):
+    long_word = "x" * 200
+    space = api.space(long_word, "📱")
+    task = api.task(space, long_word, source="s" * 200)
+    values = {"log": "y" * 1024, "k" * 64: "v" * 1024, "host": "db-1"}
+    api.report(task, current=123456789, end=987654321, values=values)
+    parent = api.task(space, "Family")
+    api.task(space, "z" * 200, parent_uuid=parent)
+    page = new_page(viewport=PHONE)
+    page.goto(f"/spaces/{space}")
+    expect(task_card(page, long_word).locator(".task-log")).to_be_visible()
+    page.get_by_role("button", name="Create a read-only link").click()
+    expect(page.get_by_role("textbox", name="Read-only link")).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    page.screenshot(path=shots / "phone-dashboard.png", full_page=True)
+
+    page.goto(page.get_by_role("textbox", name="Read-only link").input_value())
+    expect(task_card(page, long_word)).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    page.goto("/")
+    expect(page.get_by_role("heading", level=1)).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    page.screenshot(path=shots / "phone-home.png", full_page=True)
+
+
+def test_keyboard_reaches_the_filter_and_every_button(new_page, api):
+    space = api.space("Keyboard")
+    parent = api.task(space, "Parent")
+    api.task(space, "Child", parent_uuid=parent)
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    expect(task_card(page, "Parent")).to_be_visible()
+    focused = "document.activeElement.textContent.trim()"
+    reached = []
+    while "Create a read-only link" not in reached and len(reached) < 30:
+        page.keyboard.press("Tab")
+        reached.append(page.evaluate(focused))
+    for name in ("Notify me", "Active 1", "Finished 0", "All 1", "Hide steps", "Copy", "OpenAPI"):
+        assert name in reached, f"{name!r} is not reachable with Tab: {reached}"
+    for _ in range(30):
+        if page.evaluate(focused) == "Finished 0":
+            break
+        page.keyboard.press("Shift+Tab")
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("button", name="Finished 0")).to_have_attribute("aria-pressed", "true")
+    expect(page.locator("#empty")).to_have_text("No finished tasks.")
+
+
+# Home page
+
+
+def test_the_home_page_creates_a_space_and_lands_on_its_dashboard(new_page, server, watch):
+    page = new_page()
+    response = page.goto("/")
+    assert response is not None
+    assert response.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+    assert response.headers["referrer-policy"] == "no-referrer"
+    watch.expect_error(r"status of 422")  # the refused icon, shown on the page below
+    page.get_by_role("textbox", name="Icon", exact=True).fill("ab")
+    page.get_by_role("button", name="Create space").click()
+    expect(page.get_by_role("alert")).to_contain_text("icon")
+
+    page.get_by_role("textbox", name="Title", exact=True).fill("Nightly builds")
+    page.get_by_role("button", name="Rocket").click()
+    page.get_by_role("button", name="Create space").click()
+    page.wait_for_url(re.compile(r"/spaces/[0-9a-f-]{36}$"))
+    space = page.url.rsplit("/", 1)[1]
+    expect(page.get_by_role("heading", level=1)).to_have_text("🚀Nightly builds")
+    expect(page.locator("#snippet-curl")).to_contain_text(f"{server}/spaces/{space}/tasks")
+    expect(page.locator("#snippet-cli")).to_contain_text(f"HEADWAY_SPACE={space}")
+    expect(page.get_by_text("This page's address is the key to this space")).to_be_visible()
+    assert page.evaluate("document.querySelector('link[rel=icon]').href").startswith("data:")
+
+
+def test_the_snippets_report_to_the_space_as_pasted(new_page, api, server):
+    space = api.space("Snippets")
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    snippet = {
+        name: page.locator(f"#snippet-{name}").inner_text() for name in ("curl", "url", "python")
+    }
+    shell = subprocess.run(
+        ["bash", "-c", f"set -e\n{snippet['curl']}\n{snippet['url']}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert shell.returncode == 0, shell.stderr
+    script = snippet["python"].replace("time.sleep(1)", "time.sleep(0)")
+    python = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30
+    )
+    assert python.returncode == 0, python.stderr
+    titles = page.locator("#tasks > li h3")
+    expect(titles).to_have_text(["backup", "backup"])
+    logs = page.locator("#tasks > li .task-log")
+    expect(logs).to_have_text(["copied events.csv", "copying"])
+    expect(page.locator("#tasks > li .badge")).to_have_text(["Finished", "Finished"])
+
+
+# Plain HTTP: negotiation, headers, files
+
+
+def test_browsers_get_pages_and_other_clients_get_json(api):
+    space = api.space("Negotiated")
+    html = {"accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+    for path in ("/", f"/spaces/{space}"):
+        page = api.client.get(path, headers=html)
+        assert page.status_code == 200
+        assert page.headers["content-type"].startswith("text/html")
+        assert page.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+        assert page.headers["referrer-policy"] == "no-referrer"
+        assert "accept" in page.headers["vary"].lower()
+        data = api.client.get(path)
+        assert data.headers["content-type"].startswith("application/json")
+        assert "accept" in data.headers["vary"].lower()
+    assert api.client.get("/").json()["links"]["openapi"] == "/openapi.json"
+    assert api.client.get(f"/spaces/{space}").json()["title"] == "Negotiated"
+    missing = "00000000-0000-4000-8000-000000000000"
+    for path in (f"/spaces/{missing}", f"/shared/{missing}"):
+        page = api.client.get(path, headers=html)
+        assert page.status_code == 404
+        assert page.headers["content-type"].startswith("text/html")
+        assert page.headers["content-security-policy"] == CONTENT_SECURITY_POLICY
+        assert api.client.get(path).json()["error"]
+
+
+def test_static_files_are_served_and_shipped_with_the_package(api):
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"
+    ]["headway"]
+    files = [*(WEB / "static").iterdir(), *(WEB / "templates").iterdir()]
+    for path in files:
+        relative = path.relative_to(ROOT / "headway").as_posix()
+        assert any(
+            fnmatch.fnmatch(relative, p) and "/" not in relative[len(p) - 1 :] for p in patterns
+        ), relative
+    kinds = {".css": "text/css", ".js": "javascript", ".svg": "image/svg+xml"}
+    for path in (WEB / "static").iterdir():
+        response = api.client.get(f"/static/{path.name}")
+        assert response.status_code == 200, path.name
+        assert kinds[path.suffix] in response.headers["content-type"]
+        assert response.headers["cache-control"] == "no-cache"
+
+
+def test_scripts_and_templates_never_turn_text_into_markup():
+    markup = re.compile(
+        r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(|new Function"
+    )
+    for script in (WEB / "static").glob("*.js"):
+        assert not markup.search(script.read_text()), script.name
+    for template in (WEB / "templates").glob("*.html"):
+        text = template.read_text()
+        assert not re.search(r"<script(?![^>]*\bsrc=)", text), f"inline script in {template.name}"
+        assert not re.search(r"\sstyle=|\son[a-z]+=|<style", text), (
+            f"inline style or handler in {template.name}"
+        )
+        assert "|safe" not in text and "autoescape false" not in text, template.name
+
+
+def test_the_palette_passes_wcag_aa_in_light_and_dark():
+    css = (WEB / "static" / "headway.css").read_text()
+    light = dict(
+        re.findall(
+            r"(--[\w-]+):\s*(#[0-9a-f]{6})", css.split("@media (prefers-color-scheme: dark)")[0]
+        )
+    )
+    dark = {
+        **light,
+        **dict(
+            re.findall(
+                r"(--[\w-]+):\s*(#[0-9a-f]{6})",
+                css.split("@media (prefers-color-scheme: dark)")[1].split("\n}\n")[0],
+            )
+        ),
+    }
+    text_pairs = [
+        (fg, bg)
+        for fg in ("--text", "--muted", "--accent", "--ok", "--danger")
+        for bg in ("--bg", "--surface", "--code")
+    ] + [
+        ("--warn", "--bg"),
+        ("--warn", "--surface"),
+        ("--warn", "--warn-bg"),
+        ("--text", "--warn-bg"),
+        ("--on-accent", "--accent"),
+    ]
+    for name, palette in (("light", light), ("dark", dark)):
+        for fg, bg in text_pairs:
+            ratio = contrast(palette[fg], palette[bg])
+            assert ratio >= 4.5, f"{name}: {fg} on {bg} is {ratio:.2f}:1"
+        for fg in ("--accent", "--ok"):  # a bar's fill against its track
+            assert contrast(palette[fg], palette["--track"]) >= 3, f"{name}: {fg} on --track"
+
+
+def contrast(first: str, second: str) -> float:
+    """The WCAG contrast ratio of two #rrggbb colours."""
+
+    def luminance(colour: str) -> float:
+        channels = [int(colour[i : i + 2], 16) / 255 for i in (1, 3, 5)]
+        r, g, b = (c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4 for c in channels)
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+    high, low = sorted((luminance(first), luminance(second)), reverse=True)
+    return (high + 0.05) / (low + 0.05)
