@@ -1,4 +1,5 @@
-"""The `headway` command: `headway serve`, `headway migrate`."""
+"""The server's commands: `headway serve`, `headway worker`, `headway migrate`. Server
+modules are imported only when one of them runs, and a missing server extra is said so."""
 
 from __future__ import annotations
 
@@ -8,16 +9,25 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 
-from .config import ConfigError, Settings
+from ..config import ConfigError, Settings
+from .parsers import command_parser
+
+SERVER_EXTRA = "pip install 'headway[server]'"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="headway", description="Headway progress reporting service."
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    serve = command_parser(
+        commands,
+        "serve",
+        "run the HTTP service",
+        "Run the HTTP service: create or upgrade the database, then listen. With nothing "
+        "configured: a SQLite file in the current directory, progress in memory, and the "
+        "webhook worker in the same process.",
+        "headway serve --port 9000\n  HEADWAY_REDIS_URL=redis://127.0.0.1:6379/0 "
+        "headway serve --workers 2",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="run the HTTP service")
     serve.add_argument("--host", help="address to listen on (HEADWAY_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (HEADWAY_PORT, default 8000)")
     serve.add_argument(
@@ -26,10 +36,49 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="server processes (more than 1 needs HEADWAY_REDIS_URL)",
     )
-    commands.add_parser("worker", help="run only the background worker (webhook delivery)")
-    commands.add_parser("migrate", help="create or upgrade the database schema, then exit")
-    args = parser.parse_args(argv)
+    serve.set_defaults(handler=_server_command(_serve_command))
+    worker = command_parser(
+        commands,
+        "worker",
+        "run only the background worker (webhook delivery)",
+        "Run only the background worker, which delivers webhooks, for servers started with "
+        "HEADWAY_RUN_WORKER=false.",
+        "HEADWAY_DATABASE_URL=postgresql://headway@127.0.0.1/headway headway worker",
+    )
+    worker.set_defaults(handler=_server_command(_worker_command))
+    migrate = command_parser(
+        commands,
+        "migrate",
+        "create or upgrade the database schema, then exit",
+        "Create or upgrade the database schema, then exit (`headway serve` does it too).",
+        "HEADWAY_DATABASE_URL=postgresql://headway@127.0.0.1/headway headway migrate",
+    )
+    migrate.set_defaults(handler=_server_command(_migrate_command))
 
+
+def _server_command(
+    run: Callable[[argparse.Namespace], int],
+) -> Callable[[argparse.Namespace], int]:
+    """`run`, or a message saying how to install the server when a package is missing."""
+
+    def handler(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except ModuleNotFoundError as exc:
+            if (exc.name or "headway").partition(".")[0] == "headway":
+                raise
+            print(
+                f"headway {args.command}: the server is not installed (no module {exc.name!r}); "
+                f"install it with: {SERVER_EXTRA}",
+                file=sys.stderr,
+            )
+            return 1
+
+    return handler
+
+
+def _settings(args: argparse.Namespace) -> Settings | None:
+    """The settings from the environment and the flags, or None after printing why not."""
     try:
         settings = Settings.from_env()
         if args.command == "serve":
@@ -48,17 +97,27 @@ def main(argv: list[str] | None = None) -> int:
                 )
     except ConfigError as exc:
         print(f"headway: {exc}", file=sys.stderr)
-        return 2
+        return None
+    return settings
 
-    if args.command == "migrate":
-        return _migrate(settings)
-    if args.command == "worker":
-        return _worker(settings)
-    return _serve(settings, args.workers)
+
+def _serve_command(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    return 2 if settings is None else _serve(settings, args.workers)
+
+
+def _worker_command(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    return 2 if settings is None else _worker(settings)
+
+
+def _migrate_command(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    return 2 if settings is None else _migrate(settings)
 
 
 def _migrate(settings: Settings) -> int:
-    from .storage.database import Database
+    from ..storage.database import Database
 
     async def run() -> None:
         db = Database(settings.database_url)
@@ -75,9 +134,9 @@ def _migrate(settings: Settings) -> int:
 def _worker(settings: Settings) -> int:
     import signal
 
-    from .clock import SystemClock
-    from .storage.database import Database
-    from .worker import Worker
+    from ..clock import SystemClock
+    from ..storage.database import Database
+    from ..worker import Worker
 
     async def run() -> None:
         db = Database(settings.database_url)
@@ -105,7 +164,7 @@ def _worker(settings: Settings) -> int:
 def _serve(settings: Settings, workers: int) -> int:
     import subprocess
 
-    from .server import serve
+    from ..server import serve
 
     # Migrate in a child process: the server then finds its schema current and never
     # loads the migration machinery.
@@ -145,7 +204,7 @@ def _prepare_metrics(settings: Settings, workers: int = 1) -> str | None:
         directory = tempfile.mkdtemp(prefix="headway-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
     if settings.metrics_port is not None:
-        from .metrics import serve_port
+        from ..metrics import serve_port
 
         try:
             serve_port(settings)
@@ -166,7 +225,3 @@ def _redact(url: str) -> str:
         user = credentials.split(":", 1)[0]
         return f"{scheme}{sep}{user}:***@{host}"
     return url
-
-
-if __name__ == "__main__":
-    sys.exit(main())

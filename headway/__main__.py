@@ -1,0 +1,7 @@
+"""`python -m headway`, as the `headway` command."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,46 @@
+"""The `headway` command: the server's commands (`serve`, `worker`, `migrate`), the
+client's (`space create`, `task create`, `report`, `run`) and `watch`. Each group lives in
+its own module; server modules are imported only when a server command runs."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import __version__
+from . import client, run, server, watch
+
+DESCRIPTION = """\
+Headway: progress reporting for scripts, jobs, devices and agents, over plain HTTP.
+Client commands talk to HEADWAY_URL (default http://127.0.0.1:8000) or --url, in the
+space HEADWAY_SPACE or --space. `headway COMMAND --help` shows each command's options."""
+
+EXAMPLES = """\
+examples:
+  headway serve
+  export HEADWAY_SPACE=$(headway space create --title Nightly --json | jq -r .uuid)
+  headway run --title 'Backup' -- ./backup.sh
+  headway watch"""
+
+
+def parser() -> argparse.ArgumentParser:
+    """The whole command line."""
+    root = argparse.ArgumentParser(
+        prog="headway",
+        description=DESCRIPTION,
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    root.add_argument("--version", action="version", version=f"headway {__version__}")
+    commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    server.add_commands(commands)
+    client.add_commands(commands)
+    run.add_commands(commands)
+    watch.add_commands(commands)
+    return root
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    args = parser().parse_args(argv)
+    status: int = args.handler(args)
+    return status

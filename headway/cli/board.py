@@ -1,0 +1,188 @@
+"""What `headway watch` shows: a space's tasks as its live stream tells them (`Board`), and
+the board drawn for a terminal (`render`), a pure function of the board and the time."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from rich.console import RenderableType
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from ..client.events import RECONNECTING, Event
+from ..client.models import Space, Task
+
+# A rate is measured over the counts of this many seconds (unless the task reports one).
+RATE_WINDOW = 30.0
+BAR_WIDTH = 24
+
+
+@dataclass
+class Row:
+    """One task and the counts it reported, as (updated_at in POSIX seconds, current)."""
+
+    task: Task
+    samples: deque[tuple[float, float]] = field(default_factory=deque)
+
+    def record(self) -> None:
+        progress = self.task.progress
+        if progress is None or progress.current is None or progress.updated_at is None:
+            return
+        at, current = progress.updated_at.timestamp(), float(progress.current)
+        if self.samples and self.samples[-1][0] == at:
+            return
+        if self.samples and current < self.samples[-1][1]:
+            self.samples.clear()  # counted again from lower: a new run of the count
+        self.samples.append((at, current))
+        while len(self.samples) > 2 and self.samples[0][0] < at - RATE_WINDOW:
+            self.samples.popleft()
+
+    @property
+    def rate(self) -> float | None:
+        """Per second: what the task reports as `values.rate`, else measured."""
+        progress = self.task.progress
+        reported = progress.values.get("rate") if progress else None
+        if isinstance(reported, int | float) and not isinstance(reported, bool):
+            return float(reported)
+        if len(self.samples) < 2:
+            return None
+        (first_at, first), (last_at, last) = self.samples[0], self.samples[-1]
+        return (last - first) / (last_at - first_at) if last_at > first_at else None
+
+
+class Board:
+    """The space as the stream tells it: a snapshot, then one task at a time. Steps are
+    kept under their parent (a parent's own event carries no children). `apply` and
+    `render` may run in different threads: both hold `lock`."""
+
+    def __init__(self) -> None:
+        self.title: str | None = None
+        self.icon: str | None = None
+        self.rows: dict[str, Row] = {}
+        self.top: list[str] = []
+        self.steps: dict[str, list[str]] = {}
+        self.status = "connecting"
+        self.lock = threading.Lock()
+
+    def apply(self, event: Event) -> None:
+        with self.lock:
+            if event.event == "snapshot":
+                self._snapshot(Space.from_json(json.loads(event.data)))
+            elif event.event == "task":
+                task = Task.from_json(json.loads(event.data))
+                self._put(task, task.parent_key, {})
+            elif event.event == RECONNECTING:
+                self.status = f"reconnecting: {event.data}"
+
+    def _snapshot(self, space: Space) -> None:
+        """Start over from the snapshot, keeping the counts seen of tasks still there."""
+        previous = self.rows
+        self.title, self.icon = space.title, space.icon
+        self.rows, self.top, self.steps = {}, [], {}
+        for task in space.tasks:
+            self._put(task, None, previous)
+            for child in task.children:
+                self._put(child, task.key, previous)
+        self.status = "live"
+
+    def _put(self, task: Task, parent: str | None, previous: dict[str, Row]) -> None:
+        row = self.rows.get(task.key)
+        if row is None:
+            row = previous.get(task.key) or Row(task)
+            self.rows[task.key] = row
+            (self.steps.setdefault(parent, []) if parent else self.top).append(task.key)
+        row.task = task
+        row.record()
+
+
+def render(board: Board, now: datetime) -> RenderableType:
+    """The board as a table: one bar per task, steps indented under their task, with
+    ratio, count, rate, time left, age of the last report, and the latest log line."""
+    with board.lock:
+        heading = " ".join(part for part in (board.icon, board.title or "Untitled space") if part)
+        table = Table(
+            title=Text(heading, style="bold"),
+            caption=f"{board.status} · {len(board.rows)} tasks · Ctrl-C to quit",
+            box=None,
+            pad_edge=False,
+            header_style="bold dim",
+        )
+        table.add_column("", width=1)
+        table.add_column("task", max_width=40, overflow="ellipsis", no_wrap=True)
+        table.add_column("progress", width=BAR_WIDTH)
+        for name in ("", "count", "rate", "left", "updated"):
+            table.add_column(name, justify="right", no_wrap=True)
+        table.add_column("log", overflow="ellipsis", no_wrap=True, max_width=60)
+        for key in board.top:
+            _add_row(table, board.rows[key], now, step=False)
+            for child in board.steps.get(key, ()):
+                _add_row(table, board.rows[child], now, step=True)
+        return table
+
+
+def _add_row(table: Table, row: Row, now: datetime, *, step: bool) -> None:
+    task, progress = row.task, row.task.progress
+    values = progress.values if progress else {}
+    current = progress.current if progress else None
+    end = progress.end if progress else None
+    failed = values.get("error_type") is not None or values.get("exit_code") not in (None, 0)
+    if task.finished:
+        mark = Text("✗", "bold red") if failed else Text("✓", "bold green")
+    else:
+        mark = Text("•", "cyan") if progress is not None else Text("·", "dim")
+    rate = row.rate
+    unit = values.get("unit")
+    left = ""
+    if task.finished:
+        left = f"took {_duration(task.duration or 0)}"
+    elif rate and end and current is not None and current < end:
+        left = _duration((end - current) / rate)
+    updated = ""
+    if progress is not None and progress.updated_at is not None:
+        updated = f"{_duration((now - progress.updated_at).total_seconds())} ago"
+    count = (
+        "" if current is None else _number(current) + ("" if end is None else f"/{_number(end)}")
+    )
+    table.add_row(
+        mark,
+        Text(("  " if step else "") + (task.title or "untitled"), style="" if step else "bold"),
+        _bar(row, now),
+        "" if progress is None or progress.ratio is None else f"{progress.ratio:.0%}",
+        count,
+        f"{_number(rate)} {unit if isinstance(unit, str) else ''}/s" if rate else "",
+        left,
+        updated,
+        Text(str(values.get("log", "")), style="dim"),
+    )
+
+
+def _bar(row: Row, now: datetime) -> ProgressBar:
+    task, progress = row.task, row.task.progress
+    if task.finished:
+        return ProgressBar(total=1, completed=1, width=BAR_WIDTH)
+    if progress is not None and progress.ratio is not None:
+        return ProgressBar(total=1, completed=progress.ratio, width=BAR_WIDTH)
+    if progress is not None and progress.current is not None:  # a count with no total
+        return ProgressBar(total=None, width=BAR_WIDTH, animation_time=now.timestamp())
+    return ProgressBar(total=1, completed=0, width=BAR_WIDTH)
+
+
+def _number(number: float) -> str:
+    if float(number).is_integer():
+        return str(int(number))
+    return f"{number:.2f}".rstrip("0").rstrip(".")
+
+
+def _duration(seconds: float) -> str:
+    """`12s`, `3m05s`, `2h03m`."""
+    whole = max(int(seconds), 0)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"

@@ -1,0 +1,223 @@
+"""`headway run -- COMMAND`: run a command under a new task. Its output passes through
+unchanged while its latest line (and the count it shows) is reported; its exit code is
+reported and becomes `headway run`'s own."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import re
+import selectors
+import shlex
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from .output import OutputReader
+from .parsers import add_space, add_url, command_parser
+
+if TYPE_CHECKING:
+    from ..client import Reporter
+
+# Signals sent to `headway run` that are passed on to the command.
+FORWARDED = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
+# What the keyboard sends to a terminal's whole foreground process group, command included.
+KEYBOARD = (signal.SIGINT, signal.SIGQUIT)
+CHUNK = 65_536
+
+DESCRIPTION = """\
+Run COMMAND under a new task. Its standard output and error pass through byte for byte;
+its latest line is reported as `log` (at most every --interval seconds), with a count when
+the line shows one: --pattern's named groups `current` and `end`, or tqdm's or pip's bar,
+`N/M`, `NN%`. While the command runs, a count at its end is reported just below it, so that
+the task finishes when the command does. Then the task is finished, whatever the exit
+code, with `exit_code` (and `signal`, if a signal ended the command) in its values, and
+`headway run` exits with that code. Signals sent to `headway run` are passed on to the
+command; Ctrl-C in a terminal reaches the command directly. Reporting never holds the
+command up: a server that does not answer gets --wait seconds at the end, then is given up.
+Python commands run with PYTHONUNBUFFERED=1 (unless set) so that their lines arrive live."""
+
+
+def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = command_parser(
+        commands,
+        "run",
+        "run a command under a new task",
+        DESCRIPTION,
+        "headway run --title 'Nightly backup' -- rsync -a --info=progress2 /data backup:/data",
+    )
+    run.add_argument("--title", help="the task's title (default: the command line)")
+    run.add_argument("--source", help="what is reporting, e.g. a host or a job's name")
+    run.add_argument("--parent", help="make the task a step of this task (its uuid)")
+    run.add_argument(
+        "--pattern",
+        type=_pattern,
+        help="a regular expression with named groups `current` and `end` to read counts",
+    )
+    add_space(run)
+    add_url(run)
+    run.add_argument(
+        "--interval",
+        type=float,
+        default=0.5,
+        metavar="SECONDS",
+        help="at most one report every SECONDS (default 0.5)",
+    )
+    run.add_argument(
+        "--wait",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="how long to wait at the end for reports to reach the server (default 5)",
+    )
+    run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    run.set_defaults(handler=run_command)
+
+
+def _pattern(text: str) -> re.Pattern[str]:
+    try:
+        pattern = re.compile(text)
+    except re.error as exc:
+        raise argparse.ArgumentTypeError(f"not a regular expression: {exc}") from None
+    if "current" not in pattern.groupindex:
+        raise argparse.ArgumentTypeError("the pattern needs a named group: (?P<current>...)")
+    return pattern
+
+
+def run_command(args: argparse.Namespace) -> int:
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        print("headway run: no command given: headway run [options] -- COMMAND", file=sys.stderr)
+        return 2
+    from ..client import Client
+
+    client = Client(args.url, space=args.space, min_interval=args.interval, exit_timeout=args.wait)
+    reporter = None
+    if client.space or args.parent:
+        reporter = client.reporter(
+            title=args.title or shlex.join(command), source=args.source, parent=args.parent
+        )
+        reporter.report()
+    else:
+        print("headway run: no space (--space or HEADWAY_SPACE): not reported", file=sys.stderr)
+    env = {**os.environ, "PYTHONUNBUFFERED": os.environ.get("PYTHONUNBUFFERED", "1")}
+    try:
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    except OSError as exc:
+        code = 127 if isinstance(exc, FileNotFoundError) else 126
+        message = f"cannot run {command[0]}: {exc.strerror}"
+        print(f"headway run: {message}", file=sys.stderr)
+        if reporter is not None:
+            reporter.finish(values={"exit_code": code}, log=message)
+        client.close()
+        return code
+    with _forwarding_signals(child):
+        relay = Relay(reporter, args.pattern)
+        relay.pass_through(child)
+        returncode = child.wait()
+    code = returncode if returncode >= 0 else 128 - returncode
+    if reporter is not None:
+        relay.report(final=True)
+        values: dict[str, str | int] = {"exit_code": code}
+        if returncode < 0:
+            values["signal"] = signal.Signals(-returncode).name
+        reporter.finish(values=values)
+    client.close()
+    return code
+
+
+class Relay:
+    """Passes a command's output through and reports what it shows."""
+
+    def __init__(self, reporter: Reporter | None, pattern: re.Pattern[str] | None) -> None:
+        self.reporter = reporter
+        self.readers = {1: OutputReader(pattern), 2: OutputReader(pattern)}
+        self.line: str | None = None
+        self.count: tuple[float, float | None] | None = None
+
+    def pass_through(self, child: subprocess.Popen[bytes]) -> None:
+        """Copy the child's stdout and stderr to ours until both end."""
+        assert child.stdout is not None and child.stderr is not None
+        pipes = {child.stdout.fileno(): (child.stdout, 1), child.stderr.fileno(): (child.stderr, 2)}
+        with selectors.DefaultSelector() as selector:
+            for fd in pipes:
+                selector.register(fd, selectors.EVENT_READ)
+            while pipes:
+                for key, _ in selector.select():
+                    pipe, target = pipes[key.fd]
+                    data = os.read(key.fd, CHUNK)
+                    if data:
+                        try:
+                            _write_all(target, data)
+                        except BrokenPipeError:
+                            data = b""  # our reader left: let the command find out too
+                    if not data:
+                        selector.unregister(key.fd)
+                        pipe.close()
+                        del pipes[key.fd]
+                        continue
+                    self.read(target, data)
+
+    def read(self, target: int, data: bytes) -> None:
+        reading = self.readers[target].feed(data)
+        if reading.line is not None:
+            self.line = reading.line
+        if reading.current is not None:
+            self.count = (reading.current, reading.end)
+        self.report()
+
+    def report(self, *, final: bool = False) -> None:
+        if self.reporter is None:
+            return
+        current, end = self.count or (None, None)
+        if not final and current is not None and end and current >= end > 0:
+            current = math.nextafter(end, 0)  # reaching `end` would finish the task
+        self.reporter.report(current, end, log=self.line)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+@contextlib.contextmanager
+def _forwarding_signals(child: subprocess.Popen[bytes]) -> Iterator[None]:
+    """Pass FORWARDED signals on to `child` while in the block. When the keyboard's signals
+    reach the child directly (it shares our terminal's foreground group), they are not
+    sent a second time; `headway run` goes on waiting for the child."""
+    keyboard = _in_terminal_foreground()
+
+    def forward(signum: int, frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
+
+    def ignore(signum: int, frame: object) -> None:
+        pass
+
+    previous = {}
+    for sig in FORWARDED:
+        previous[sig] = signal.signal(sig, ignore if keyboard and sig in KEYBOARD else forward)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _in_terminal_foreground() -> bool:
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (OSError, ValueError):
+        return False

@@ -1,0 +1,399 @@
+"""`headway watch`: the live stream read and followed across drops, the board drawn from
+it (rich's recording console), and the command itself on a real server's stream, for a
+space and for a share link, as the README shows it."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import re
+import select
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from rich.console import Console
+
+from headway import Client
+from headway.cli.board import Board, render
+from headway.cli.watch import stream_url
+from headway.client import APIError
+from headway.client.events import RECONNECTING, Event, follow, parse_events
+
+from .live_server import LiveServer, environment, shared_server
+from .test_client import readme_blocks
+from .test_server import free_port
+
+NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
+
+
+def stamp(seconds_ago: float) -> str:
+    return (NOW - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def task_json(
+    key: str,
+    title: str,
+    *,
+    parent: str | None = None,
+    current: float | None = None,
+    end: float | None = None,
+    values: dict | None = None,
+    updated: float = 1.0,
+    finished: bool = False,
+    duration: int | None = None,
+    share: bool = False,
+) -> dict:
+    """A task as the stream sends it (`share`: as a share link's stream does)."""
+    progress = None
+    if current is not None or finished:
+        ratio = 1 if finished else (min(current / end, 1) if current is not None and end else None)
+        progress = {
+            "current": current,
+            "end": end,
+            "ratio": ratio,
+            "values": values or {},
+            "updated_at": stamp(updated),
+            "aggregated": False,
+        }
+    names = {"id": key, "parent_id": parent} if share else {
+        "uuid": key,
+        "space_uuid": "s",
+        "parent_uuid": parent,
+    }  # fmt: skip
+    return {
+        **names,
+        "title": title,
+        "source": None,
+        "created_at": stamp(600),
+        "finished_at": stamp(0) if finished else None,
+        "duration": duration if finished else None,
+        "progress": progress,
+        "children": [],
+    }
+
+
+def snapshot(*tasks: dict, title: str = "Nightly", icon: str | None = "🌙") -> Event:
+    return Event("snapshot", json.dumps({"title": title, "icon": icon, "tasks": list(tasks)}))
+
+
+def drawn(board: Board, now: datetime = NOW) -> list[str]:
+    console = Console(record=True, width=150, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(render(board, now))
+    console.file.close()
+    return [line.rstrip() for line in console.export_text().splitlines()]
+
+
+def row(lines: list[str], title: str) -> str:
+    [line] = [line for line in lines if re.search(rf"\s{re.escape(title)}(\s|$)", line)]
+    return line
+
+
+def test_parse_events_reads_fields_joins_data_and_skips_comments() -> None:
+    lines = [
+        "retry: 2000",
+        "id: 0",
+        "event: snapshot",
+        'data: {"a":',
+        "data:1}",
+        "",
+        ": keep-alive",
+        "",
+        "id: 1",
+        "event: task",
+        "data: {}",
+        "",
+        "data: no event name",
+        "",
+    ]
+    assert list(parse_events(lines)) == [
+        Event("snapshot", '{"a":\n1}', "0"),
+        Event("task", "{}", "1"),
+        Event("message", "no event name", "1"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("target", "url"),
+    [
+        ("ab12", "http://h:1/spaces/ab12/events"),
+        ("http://other/spaces/ab12", "http://other/spaces/ab12/events"),
+        ("https://other/prefix/spaces/ab12/", "https://other/prefix/spaces/ab12/events"),
+        ("http://other/shared/Xy_9", "http://other/shared/Xy_9/events"),
+    ],
+)
+def test_a_space_an_address_or_a_share_link_names_its_stream(target: str, url: str) -> None:
+    assert stream_url(target, "http://h:1/") == url
+
+
+def test_stream_options_go_in_the_query_and_other_addresses_are_refused() -> None:
+    assert stream_url("ab", "http://h", limit=5, state="active") == (
+        "http://h/spaces/ab/events?limit=5&state=active"
+    )
+    with pytest.raises(ValueError, match="neither"):
+        stream_url("http://other/tasks/ab12", "http://h")
+
+
+def test_the_board_draws_bars_steps_counts_rates_ages_and_marks() -> None:
+    board = Board()
+    parent = task_json("p", "Deploy", current=1, end=2)
+    parent["progress"]["aggregated"] = True
+    parent["children"] = [
+        task_json("c1", "Build", parent="p", finished=True, current=5, end=5, duration=75),
+        task_json("c2", "Upload", parent="p", current=45, end=100, updated=2,
+                  values={"rate": 5.0, "unit": "files", "log": "sending chunk 45"}),
+    ]  # fmt: skip
+    board.apply(
+        snapshot(
+            parent,
+            task_json(
+                "f",
+                "Backup",
+                finished=True,
+                current=3,
+                end=10,
+                duration=4000,
+                values={"exit_code": 2},
+            ),
+            task_json("n", "Counting", current=12, updated=30),
+            task_json("w", "Waiting"),
+        )
+    )
+    lines = drawn(board)
+    assert lines[0].strip() == "🌙 Nightly"
+    assert "live · 6 tasks" in lines[-1]
+    titles = ("Deploy", "Build", "Upload", "Backup", "Counting", "Waiting")
+    assert [lines.index(row(lines, title)) for title in titles] == list(range(2, 8))
+    assert re.search(r"^•\s+Deploy\s.*50%\s+1/2", row(lines, "Deploy"))
+    assert re.search(r"^✓\s{4}Build\s.*100%\s+5/5\s+took 1m15s", row(lines, "Build"))
+    upload = row(lines, "Upload")
+    assert re.search(r"^•\s{4}Upload\s.*45%\s+45/100\s+5 files/s\s+11s\s+2s ago\s+sending", upload)
+    assert re.search(r"^✗\s+Backup\s.*100%\s+3/10\s+took 1h06m", row(lines, "Backup"))
+    assert re.search(r"^•\s+Counting\s.*\s12\s+30s ago$", row(lines, "Counting"))
+    assert re.search(r"^·\s+Waiting$", row(lines, "Waiting"))  # nothing reported yet
+
+
+def test_task_events_update_rows_add_tasks_and_steps_and_measure_rates() -> None:
+    board = Board()
+    board.apply(snapshot(task_json("t", "Copy", current=10, end=100, updated=10)))
+    board.apply(Event("task", json.dumps(task_json("t", "Copy", current=30, end=100, updated=0))))
+    board.apply(Event("task", json.dumps(task_json("u", "Later"))))
+    board.apply(Event("task", json.dumps(task_json("s", "Its step", parent="u", current=1))))
+    lines = drawn(board)
+    # 20 more in 10 s: 2 a second, 35 s to go for the 70 left.
+    assert re.search(r"Copy\s.*30%\s+30/100\s+2 /s\s+35s\s+0s ago", row(lines, "Copy"))
+    assert lines.index(row(lines, "Its step")) == lines.index(row(lines, "Later")) + 1
+    assert "3 tasks" in lines[-1]
+
+    board.apply(Event(RECONNECTING, "the stream ended"))
+    assert "reconnecting: the stream ended" in drawn(board)[-1]
+    board.apply(snapshot(task_json("t", "Copy", current=40, end=100, updated=0), title="Again"))
+    again = drawn(board)
+    assert again[0].strip() == "🌙 Again" and "live · 1 tasks" in again[-1]
+
+
+def test_the_board_draws_a_share_links_tasks() -> None:
+    board = Board()
+    parent = task_json("Xy", "Shared job", share=True, current=0, end=1)
+    parent["children"] = [task_json("Zz", "Shared step", parent="Xy", share=True, current=2, end=4)]
+    board.apply(snapshot(parent, icon=None))
+    board.apply(
+        Event("task", json.dumps(task_json("Zz", "Shared step", parent="Xy", share=True,
+                                           finished=True, current=4, end=4, duration=3)))
+    )  # fmt: skip
+    lines = drawn(board)
+    assert lines[0].strip() == "Nightly"
+    assert re.search(r"^✓\s{4}Shared step\s.*100%\s+4/4", row(lines, "Shared step"))
+
+
+class StreamServer:
+    """A stand-in for the live stream on `port`: each connection gets the next script of
+    events (then the connection ends), or a 404 once none is left."""
+
+    def __init__(self, scripts: list[list[bytes]], port: int | None = None) -> None:
+        self.scripts = scripts
+        self.connections = 0
+        self.port = port or free_port()
+        owner = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                owner.connections += 1
+                if not owner.scripts:
+                    body = b'{"error":"No such space."}'
+                    self.send_response(404)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                for chunk in owner.scripts.pop(0):
+                    self.wfile.write(chunk)
+                    self.wfile.flush()
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+
+    def __enter__(self) -> StreamServer:
+        threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_follow_reconnects_when_the_stream_drops_and_stops_on_a_404() -> None:
+    first = [b"retry: 2000\n", b"id: 0\nevent: snapshot\n", b'data: {"title":"one"}\n\n']
+    second = [b": keep-alive\n", b'id: 0\nevent: snapshot\ndata: {"title":"two"}\n\n']
+    with StreamServer([first, second]) as server:
+        events = follow(f"http://127.0.0.1:{server.port}/spaces/s/events", backoff=(0.01, 0.05))
+        assert next(events) == Event("snapshot", '{"title":"one"}', "0")
+        assert next(events) == Event(RECONNECTING, "the stream ended")
+        assert next(events) == Event("snapshot", '{"title":"two"}', "0")
+        assert next(events).event == RECONNECTING
+        with pytest.raises(APIError) as gone:
+            next(events)
+        assert (gone.value.status, gone.value.message) == (404, "No such space.")
+        assert server.connections == 3
+
+
+def test_follow_waits_out_a_server_that_is_down() -> None:
+    port = free_port()
+    events = follow(f"http://127.0.0.1:{port}/spaces/s/events", backoff=(0.01, 0.05))
+    assert next(events).event == RECONNECTING
+    assert next(events).event == RECONNECTING
+    with StreamServer([[b'event: snapshot\ndata: {"title":"up"}\n\n']], port=port):
+        found = next(event for event in events if event.event != RECONNECTING)
+    assert found == Event("snapshot", '{"title":"up"}')
+
+
+@pytest.fixture(scope="module")
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LiveServer:
+    return shared_server(request.config, tmp_path_factory)
+
+
+ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]")
+
+
+class Terminal:
+    """A command whose output rich takes for a terminal's (it redraws in place), and the
+    text it drew."""
+
+    def __init__(self, command: str, env: dict[str, str]) -> None:
+        terminal = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "COLUMNS": "150"}
+        self.process = subprocess.Popen(
+            ["bash", "-c", command],
+            env={**env, **terminal},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        self.output = b""
+
+    def wait_for(self, pattern: str, timeout: float = 10.0) -> None:
+        """Read until the text drawn so far matches `pattern` (a regular expression)."""
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + timeout
+        while not re.search(pattern, self.text, flags=re.MULTILINE):
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"never drawn: {pattern!r} in:\n{self.text[-3000:]}"
+            ready, _, _ = select.select([self.process.stdout], [], [], remaining)
+            if ready:
+                chunk = os.read(self.process.stdout.fileno(), 65536)
+                assert chunk, f"exited with {self.process.wait()}:\n{self.text[-3000:]}"
+                self.output += chunk
+
+    @property
+    def text(self) -> str:
+        return ESCAPE.sub("", self.output.decode("utf-8", "replace"))
+
+    def interrupt(self) -> int:
+        """Ctrl-C; the exit status."""
+        self.process.send_signal(signal.SIGINT)
+        assert self.process.stdout is not None
+        self.output += self.process.stdout.read()
+        return self.process.wait(timeout=10)
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+@pytest.fixture
+def terminals() -> Iterator[list[Terminal]]:
+    opened: list[Terminal] = []
+    yield opened
+    for terminal in opened:
+        terminal.close()
+
+
+def test_readme_watch_examples_show_a_space_and_a_share_link_live(
+    server: LiveServer, terminals: list[Terminal]
+) -> None:
+    space = server.new_space("Nightly jobs")
+    share = httpx.post(f"{server.url}/spaces/{space}/shares", json={}, timeout=10).json()
+    env = environment(
+        HEADWAY_URL=server.url, HEADWAY_SPACE=space, SHARE_LINK=f"{server.url}{share['url']}"
+    )
+    [example] = [block for block in readme_blocks("sh") if "headway watch" in block]
+    lines = example.strip().splitlines()
+    assert len(lines) == 2
+    with Client(server.url, space=space) as client:
+        deploy = client.create_task("Deploy")
+        build = client.create_task("Build", parent=deploy)
+        client.report(build, 3, 10, log="compiling")
+        for round_, line in enumerate(lines):
+            terminal = Terminal(line, env)
+            terminals.append(terminal)
+            terminal.wait_for(r"Nightly jobs")
+            terminal.wait_for(r"^•\s+Deploy\s")
+            terminal.wait_for(rf"^•\s+Build\s.*{3 + round_}0%\s+{3 + round_}/10\s.*compiling")
+            client.report(build, 4 + round_, 10, log="compiling")
+            terminal.wait_for(rf"{4 + round_}/10")
+        client.report(build, 10, 10, log="linked")  # the last step: Deploy finishes too
+        terminal.wait_for(r"^✓\s+Deploy\s.*100%")
+        terminal.wait_for(r"^✓\s+Build\s.*100%\s+10/10.*linked")
+        assert [terminal.interrupt() for terminal in terminals] == [0, 0]
+
+
+def test_watch_follows_reports_as_they_come(server: LiveServer, terminals: list[Terminal]) -> None:
+    space = server.new_space("Live")
+    terminal = Terminal(f"headway watch {server.url}/spaces/{space}", environment())
+    terminals.append(terminal)
+    terminal.wait_for(r"live · 0 tasks")
+    with Client(server.url, space=space, min_interval=0.05) as client:
+        with client.task("Upload") as task:
+            task.report(1, 4, log="first part")
+            terminal.wait_for(r"^•\s+Upload\s.*25%\s+1/4.*first part")
+            task.report(3, 4, log="third part")
+            terminal.wait_for(r"^•\s+Upload\s.*75%\s+3/4.*third part")
+        terminal.wait_for(r"^✓\s+Upload\s.*100%")
+    assert terminal.interrupt() == 0
+
+
+def test_watch_of_an_unknown_space_prints_the_servers_message(server: LiveServer) -> None:
+    result = subprocess.run(
+        ["headway", "watch", "00000000-0000-4000-8000-000000000000", "--url", server.url],
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("headway watch: No such space")
