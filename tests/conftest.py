@@ -19,6 +19,7 @@ from headway.app import create_app
 from headway.clock import ManualClock
 from headway.config import Settings
 
+from .live_server import LiveServer, shared_server
 from .servers import PostgresServer, RedisServer, postgres_and_redis
 
 
@@ -155,3 +156,9 @@ def sql(app: Starlette) -> Callable[[str], Awaitable[list[Any]]]:
             return list(await conn.execute(text(query), params))
 
     return run
+
+
+@pytest.fixture(scope="module")
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LiveServer:
+    """The real `headway serve` the client and command-line tests share (one per run)."""
+    return shared_server(request.config, tmp_path_factory)

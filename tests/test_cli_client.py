@@ -17,14 +17,9 @@ import pytest
 
 from headway.cli import main, parser
 
-from .live_server import LiveServer, environment, shared_server
+from .live_server import LiveServer, environment
 from .test_client import readme_blocks
 from .test_server import free_port
-
-
-@pytest.fixture(scope="module")
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LiveServer:
-    return shared_server(request.config, tmp_path_factory)
 
 
 @pytest.fixture

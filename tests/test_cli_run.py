@@ -17,16 +17,11 @@ import pytest
 from headway.cli import main
 from headway.cli.output import OutputReader, find_count
 
-from .live_server import LiveServer, environment, shared_server, wait_for
+from .live_server import LiveServer, environment, wait_for
 from .test_client import readme_blocks
 from .test_server import free_port
 
 PYTHON = sys.executable
-
-
-@pytest.fixture(scope="module")
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LiveServer:
-    return shared_server(request.config, tmp_path_factory)
 
 
 @pytest.fixture

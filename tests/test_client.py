@@ -17,15 +17,10 @@ import pytest
 import headway
 from headway import APIError, AsyncClient, Client, NetworkError, NoSpaceError, Space, Task
 
-from .live_server import LiveServer, environment, shared_server
+from .live_server import LiveServer, environment
 from .test_server import free_port
 
 README = Path(__file__).resolve().parent.parent / "README.md"
-
-
-@pytest.fixture(scope="module")
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LiveServer:
-    return shared_server(request.config, tmp_path_factory)
 
 
 @pytest.fixture

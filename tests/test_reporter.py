@@ -20,14 +20,9 @@ import pytest
 import headway
 from headway import Client
 
-from .live_server import Gate, LiveServer, environment, shared_server
+from .live_server import Gate, LiveServer, environment
 
 FAST = {"min_interval": 0.05, "backoff": (0.05, 0.2), "exit_timeout": 5.0}
-
-
-@pytest.fixture(scope="module")
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LiveServer:
-    return shared_server(request.config, tmp_path_factory)
 
 
 @pytest.fixture

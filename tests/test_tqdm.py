@@ -19,15 +19,10 @@ import headway.tqdm.auto
 from headway import Client
 from headway.tqdm import attach, tqdm, trange
 
-from .live_server import LiveServer, environment, shared_server
+from .live_server import LiveServer, environment
 from .test_client import readme_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LiveServer:
-    return shared_server(request.config, tmp_path_factory)
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from headway.cli.watch import stream_url
 from headway.client import APIError
 from headway.client.events import RECONNECTING, Event, follow, parse_events
 
-from .live_server import LiveServer, environment, shared_server
+from .live_server import LiveServer, environment
 from .test_client import readme_blocks
 from .test_server import free_port
 
@@ -279,11 +279,6 @@ def test_follow_waits_out_a_server_that_is_down() -> None:
     with StreamServer([[b'event: snapshot\ndata: {"title":"up"}\n\n']], port=port):
         found = next(event for event in events if event.event != RECONNECTING)
     assert found == Event("snapshot", '{"title":"up"}')
-
-
-@pytest.fixture(scope="module")
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LiveServer:
-    return shared_server(request.config, tmp_path_factory)
 
 
 ESCAPE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[@-_]")
