@@ -24,6 +24,7 @@ from .storage import outbox, queries, shares
 from .storage.batch import GroupCommit
 from .storage.database import Database
 from .storage.families import FamilyCache, FamilyVersions
+from .storage.small_spaces import SmallSpace, SmallSpaces
 
 Family = list[tuple[TaskRow, Progress | None]]
 
@@ -65,6 +66,8 @@ class Service:
         self._versions: FamilyVersions | None = None
         if families is not None and families.versioned:
             self._versions = cast(FamilyVersions, progress)
+        # Small spaces held whole, where this process is the only writer (as `families`).
+        self._small = SmallSpaces() if families is not None and not families.versioned else None
         self.allow_private_webhooks = allow_private_webhooks
         self.webhooks_per_space = webhooks_per_space
         self.shares_per_space = shares_per_space
@@ -120,8 +123,9 @@ class Service:
         after: str | None = None,
         limit: int | str | None = None,
         state: str | None = None,
-    ) -> tuple[dict[str, Any], AsyncIterator[list[domain.TaskView]]]:
-        """A space read as its `{"title", "icon"}` and its tasks, a page at a time.
+    ) -> tuple[dict[str, Any], AsyncIterator[list[domain.TaskView | msgspec.Raw]]]:
+        """A space read as its `{"title", "icon"}` and its tasks, a page at a time (each
+        task as its answer's struct, or as its JSON already made: `msgspec.Raw`).
 
         Every bad parameter and an unknown space raise here, and the first page is read
         here too, so a database that is down fails the read before any byte is sent.
@@ -138,15 +142,51 @@ class Service:
             raise NotFound(_NO_SPACE)
         window = queries.Window(key, before_us, after_us, count, cast(queries.State | None, state))
         head = self._space_heads.get(key)
+        small = None if self._small is None else self._small.get(key)
+        if head is not None and isinstance(small, SmallSpace):
+            return head, self._small_space_page(small, window)
         async with self.db.rows() as fetch:
             if head is None:
                 space = await queries.space_head(fetch, key)
                 if space is None:
                     raise NotFound(_NO_SPACE)
                 head = self._remember_space(key, *space)
+            if self._small is not None and small is None:
+                small = await self._small.load(fetch, key)
+            if isinstance(small, SmallSpace):
+                return head, self._small_space_page(small, window)
             pager = await queries.TopLevelPager.start(fetch, window, SPACE_PAGE, MAX_SPACE_PAGE)
             first = await pager.next_page(fetch)
         return head, self._space_pages(pager, first)
+
+    async def _small_space_page(
+        self, small: SmallSpace, window: queries.Window
+    ) -> AsyncIterator[list[domain.TaskView | msgspec.Raw]]:
+        """A read of a space held whole: one page, each childless task's JSON reused
+        while its progress is unchanged (see `storage.small_spaces`)."""
+        top = small.window(window)
+        if not top:
+            return
+        uuids = [row.uuid for row in top]
+        families = small.children
+        for row in top:
+            family = families.get(row.uuid)
+            if family:
+                uuids.extend(child.uuid for child in family)
+        found = await self.progress.get_many(uuids)
+        page: list[domain.TaskView | msgspec.Raw] = []
+        at = len(top)  # where the next family's progress begins in `found`
+        for index, row in enumerate(top):
+            family = families.get(row.uuid)
+            if not family:
+                page.append(small.json(row, found[index]))
+                continue
+            held = found[at : at + len(family)]
+            at += len(family)
+            pairs = list(zip(family, held, strict=True))
+            shown = [small.json(child, progress) for child, progress in pairs]
+            page.append(domain.view(row, found[index], pairs, shown))
+        yield page
 
     async def space_head(self, space_uuid: str) -> dict[str, str | None]:
         """A space's `{"title", "icon"}`; NotFound if there is no such space."""
@@ -284,10 +324,12 @@ class Service:
 
     def _forget_parents(self, batch: Sequence[_NewTask]) -> None:
         # After the batch's commit or its failure (it may have committed all the same):
-        # a cached parent must not stay without its new child.
+        # a cached parent must not stay without its new child, nor a space without it.
         parents = {new.parent_uuid for new in batch if new.parent_uuid is not None}
         if parents:
             self._forget(*parents)
+        if self._small is not None:
+            self._small.forget(*{new.space_uuid for new in batch})
 
     async def get_task(self, task_uuid: str) -> domain.TaskView:
         if self._versions is not None:  # a read checks no version: read the database
@@ -467,9 +509,13 @@ class Service:
             finished = await self._record_finish(row, progress, family, now_us, duration)
         except BaseException:
             self._forget(row.uuid, row.parent_uuid)
+            if self._small is not None:
+                self._small.forget(row.space_uuid)
             await self._bump(row.uuid, row.parent_uuid)  # it may have committed
             raise
         self._forget(row.uuid, row.parent_uuid)
+        if self._small is not None:
+            self._small.forget(row.space_uuid)
         # The parent's too: its cached children rows changed, and it may have finished.
         await self._bump(row.uuid, row.parent_uuid)
         return finished

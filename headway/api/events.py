@@ -11,11 +11,13 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable
 from time import perf_counter
 from typing import Any
 
+import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from ..domain import TaskView
 from ..errors import BadRequest, NotFound
 from ..live import KEEPALIVE_S, SHARE_CHECK_S, Live, Stream, StreamFilter
 from ..schemas import query_params
@@ -39,6 +41,7 @@ _HEADERS = [
 ]
 # A comment line: read by no client as an event (a blank line after it would make some
 # parsers dispatch an empty one).
+_decode_task = msgspec.json.Decoder(TaskView).decode
 _KEEPALIVE = b": keep-alive\n"
 # A send that took longer than this waited on its reader (flow control), and is not
 # counted as the time sending costs.
@@ -86,6 +89,8 @@ async def open_stream(request: Request, space_uuid: str, share: ShareView | None
         async for page in source:
             if filtering:
                 for task in page:
+                    if isinstance(task, msgspec.Raw):  # a task's JSON, made already
+                        task = _decode_task(task)
                     shown.add(task.uuid)
                     if not oldest or task.created_at < oldest[0]:
                         oldest[:] = [task.created_at]

@@ -1,0 +1,132 @@
+"""Small spaces held whole in memory, for a process that is the only one writing (the
+embedded default): a read of a space of at most `SMALL_SPACE` tasks takes no query.
+
+A space's rows change only when a task is created in it or one of its tasks finishes;
+the service calls `forget` after each such commit (or failure, which may have committed),
+and a load that raced with one is not kept (`generation`, as in `storage.families`).
+With each row the entry keeps the JSON of its answer while the task's progress stays the
+same object (the memory store replaces it on every write), so a read of an unchanged
+task costs a lookup.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import msgspec
+
+from ..domain import Progress, TaskRow, view_json
+from .database import Fetch
+from .queries import _COLUMNS, Window
+
+# Spaces of at most this many tasks are held whole; bigger ones are read page by page.
+SMALL_SPACE = 1000
+# Rows held in all: the least recently read spaces go first.
+ROWS_HELD = 50_000
+
+
+@dataclass
+class SmallSpace:
+    """A space's top-level tasks (oldest first), their children (oldest first) by
+    parent, and the JSON of the answers last made for childless tasks."""
+
+    top: list[TaskRow]
+    children: dict[str, list[TaskRow]]
+    rows: int
+    shown: dict[str, tuple[Progress | None, msgspec.Raw]] = field(default_factory=dict)
+
+    def window(self, window: Window) -> list[TaskRow]:
+        """The top-level tasks a read of `window` answers, in its order (see
+        `queries.TopLevelPager`, whose order this is)."""
+        state, before, after, limit = window.state, window.before_us, window.after_us, window.limit
+        rows = [
+            row
+            for row in self.top
+            if (state is None or (row.finished_at_us is not None) == (state == "finished"))
+            and (after is None or row.created_at_us > after)
+            and (before is None or row.created_at_us < before)
+        ]
+        if limit is not None and before is None and after is None:
+            return rows[-limit:] if limit < len(rows) else rows
+        if before is not None and after is None:
+            rows.reverse()
+        return rows if limit is None else rows[:limit]
+
+    def json(self, row: TaskRow, progress: Progress | None) -> msgspec.Raw:
+        """The JSON of a childless task's answer, made again only if its progress moved."""
+        made = self.shown.get(row.uuid)
+        if made is None or made[0] is not progress:
+            made = self.shown[row.uuid] = (progress, view_json(row, progress))
+        return made[1]
+
+
+class SmallSpaces:
+    """Small spaces by uuid, least recently read first; `BIG` marks a space known to be
+    larger than SMALL_SPACE (spaces never shrink)."""
+
+    BIG = object()
+
+    def __init__(self, small: int = SMALL_SPACE, held: int = ROWS_HELD) -> None:
+        self._small = small
+        self._held = held
+        self._entries: OrderedDict[str, SmallSpace | object] = OrderedDict()
+        self._rows = 0
+        self.generation = 0
+
+    def get(self, space_uuid: str) -> SmallSpace | object | None:
+        entry = self._entries.get(space_uuid)
+        if entry is not None:
+            self._entries.move_to_end(space_uuid)
+        return entry
+
+    async def load(self, fetch: Fetch, space_uuid: str) -> SmallSpace | object:
+        """Read the space's rows, and keep them if it is small and nothing changed
+        meanwhile; returns the entry, or `BIG`."""
+        generation = self.generation
+        found = await fetch(
+            f"SELECT {_COLUMNS} FROM tasks WHERE space_uuid = ? LIMIT ?",
+            (space_uuid, self._small + 1),
+        )
+        if len(found) > self._small:
+            self._entries[space_uuid] = self.BIG
+            return self.BIG
+        entry = _small_space(space_uuid, found)
+        if generation == self.generation:
+            self._entries[space_uuid] = entry
+            self._rows += entry.rows
+            while self._rows > self._held and self._entries:
+                _, evicted = self._entries.popitem(last=False)
+                if isinstance(evicted, SmallSpace):
+                    self._rows -= evicted.rows
+        return entry
+
+    def forget(self, *space_uuids: str) -> None:
+        """After a create or a finish in these spaces committed (or may have)."""
+        self.generation += 1
+        for space_uuid in space_uuids:
+            entry = self._entries.pop(space_uuid, None)
+            if isinstance(entry, SmallSpace):
+                self._rows -= entry.rows
+            elif entry is self.BIG:
+                self._entries[space_uuid] = entry  # still big
+
+
+def _small_space(space_uuid: str, found: Sequence[tuple]) -> SmallSpace:
+    top: list[TaskRow] = []
+    children: dict[str, list[TaskRow]] = defaultdict(list)
+    for uuid, parent, title, source, created, finished, duration in found:
+        row = TaskRow(uuid, space_uuid, parent, title, source, created, finished, duration)
+        if parent is None:
+            top.append(row)
+        else:
+            children[parent].append(row)
+    top.sort(key=_created)
+    for family in children.values():
+        family.sort(key=_created)
+    return SmallSpace(top, dict(children), len(found))
+
+
+def _created(row: TaskRow) -> int:
+    return row.created_at_us

@@ -1,0 +1,99 @@
+"""Small spaces held whole in memory (embedded default): every read answers exactly what
+the paged SQL read answers, and the next read after a create, a report or a finish sees
+it."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from headway.storage.small_spaces import SmallSpace, SmallSpaces
+
+pytestmark = pytest.mark.parametrize("backend", ["sqlite"])
+
+
+async def read(client, service, space, params, *, held: bool) -> bytes:
+    """The space read's body, from the small space held in memory or from SQL."""
+    kept = service._small
+    if not held:
+        service._small = None
+    try:
+        answer = await client.get(f"/spaces/{space}", params=params)
+    finally:
+        service._small = kept
+    assert answer.status_code == 200, answer.text
+    return answer.content
+
+
+async def test_every_window_of_a_small_space_reads_as_the_paged_read(app, client, space):
+    service = app.state.service
+    tasks = []
+    for n in range(8):
+        body = {"title": f"t{n}"}
+        tasks.append((await client.post(f"/spaces/{space}/tasks", json=body)).json()["uuid"])
+    for n in range(3):  # steps of t1, one finished
+        body = {"title": f"s{n}", "parent_uuid": tasks[1]}
+        step = (await client.post(f"/spaces/{space}/tasks", json=body)).json()["uuid"]
+        if n == 0:
+            await client.put(f"/tasks/{step}", json={"done": True})
+    await client.put(f"/tasks/{tasks[2]}", json={"current": 5, "end": 5})
+    await client.put(f"/tasks/{tasks[3]}", json={"current": 1, "end": 4, "values": {"log": "a"}})
+    stamps = [task["created_at"] for task in (await client.get(f"/spaces/{space}")).json()["tasks"]]
+    cursors = [None, stamps[0], stamps[3], stamps[-1]]
+    for before, after, limit, state in itertools.product(
+        cursors, cursors, [None, 1, 3, 100], [None, "active", "finished"]
+    ):
+        params = {
+            name: value
+            for name, value in (("before", before), ("after", after), ("limit", limit))
+            if value is not None
+        }
+        if state:
+            params["state"] = state
+        held = await read(client, service, space, params, held=True)
+        assert held == await read(client, service, space, params, held=False), params
+    assert isinstance(service._small.get(space), SmallSpace)
+
+
+async def test_the_next_read_sees_each_create_report_and_finish(app, client, space):
+    async def titles_and_states():
+        body = (await client.get(f"/spaces/{space}")).json()
+        return [(t["title"], t["finished_at"] is not None, t["progress"]) for t in body["tasks"]]
+
+    assert await titles_and_states() == []
+    first = (await client.post(f"/spaces/{space}/tasks", json={"title": "a"})).json()["uuid"]
+    assert await titles_and_states() == [("a", False, None)]
+    await client.put(f"/tasks/{first}", json={"current": 1, "end": 2})
+    [(_, _, progress)] = await titles_and_states()
+    assert progress["current"] == 1
+    await client.put(f"/tasks/{first}", json={"current": 2, "end": 2})
+    [(_, finished, progress)] = await titles_and_states()
+    assert finished and progress["ratio"] == 1
+    await client.post(f"/spaces/{space}/tasks", json={"title": "b", "parent_uuid": first})
+    body = (await client.get(f"/spaces/{space}")).json()
+    assert [child["title"] for child in body["tasks"][0]["children"]] == ["b"]
+
+
+async def test_a_space_larger_than_small_is_read_page_by_page(app, client, space):
+    service = app.state.service
+    service._small = SmallSpaces(small=3)
+    for n in range(4):
+        await client.post(f"/spaces/{space}/tasks", json={"title": f"t{n}"})
+    body = (await client.get(f"/spaces/{space}")).json()
+    assert [task["title"] for task in body["tasks"]] == ["t0", "t1", "t2", "t3"]
+    assert service._small.get(space) is SmallSpaces.BIG
+
+
+async def test_held_spaces_stay_within_their_row_budget(app, client):
+    service = app.state.service
+    service._small = small = SmallSpaces(small=10, held=5)
+    spaces = []
+    for _ in range(3):
+        space = (await client.post("/spaces", json={})).json()["uuid"]
+        for n in range(2):
+            await client.post(f"/spaces/{space}/tasks", json={"title": f"t{n}"})
+        spaces.append(space)
+        assert (await client.get(f"/spaces/{space}")).status_code == 200
+    assert small.get(spaces[0]) is None  # the least recently read went first
+    assert all(isinstance(small.get(space), SmallSpace) for space in spaces[1:])
