@@ -433,11 +433,29 @@ class Service:
         elif version is None:
             await self.progress.put(row.uuid, progress, row.space_uuid)
         else:
+            # The change is announced to the other instances by the write itself.
+            change = Change(TASK, row.space_uuid, row.uuid, row.parent_uuid)
+            note = None if self.feed is None else self.feed.announcement(change)
             versions = cast(FamilyVersions, self._versions)
-            current = await versions.put_if_family(row.uuid, progress, row.space_uuid, version)
+            current = await versions.put_if_family(
+                row.uuid, progress, row.space_uuid, version, note
+            )
             if current is not None:
                 raise _FamilyChanged(current)
+            if self.feed is not None:
+                self.feed.publish(change, announced=note is not None)
+            return self._answer(row, progress, children, found)
         self._changed(row.space_uuid, row.uuid, row.parent_uuid)
+        return self._answer(row, progress, children, found)
+
+    def _answer(
+        self,
+        row: TaskRow,
+        progress: Progress,
+        children: Sequence[TaskRow],
+        found: Sequence[Progress | None],
+    ) -> domain.TaskView:
+        """The answer to a report: the task as it now stands."""
         if children:
             return self._view(row, progress, children, found)
         return domain.view(row, progress)

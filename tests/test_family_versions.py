@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 import redis.asyncio as redis
 from sqlalchemy import text
@@ -202,3 +203,31 @@ async def test_a_lost_bump_is_seen_once_the_cached_family_is_too_old(
     clock.advance(us=VERSIONED_MAX_AGE_US)
     answer = await b.put(parent, current=3, end=9)
     assert answer["progress"]["aggregated"] is True and answer["progress"]["end"] == 1
+
+
+async def test_a_write_at_its_version_announces_the_change_in_the_same_call(shared_servers):
+    from headway.clock import SystemClock
+    from headway.domain import Progress
+    from headway.progress.redis import RedisProgressStore
+
+    _, redis_server = shared_servers
+    store = RedisProgressStore(redis_server.url, 60, SystemClock())
+    listener = redis.Redis.from_url(redis_server.url)
+    pubsub = listener.pubsub()
+    try:
+        await pubsub.subscribe("headway:changes:test")
+        await pubsub.get_message(timeout=1)  # the subscription's confirmation
+        progress = Progress(1, 2, msgspec.Raw(b"{}"), SystemClock().now_us())
+        announce = ("headway:changes:test", "instance|task|t|")
+        task = "7d7b1f0e-0000-4000-8000-000000000001"
+        assert await store.put_if_family(task, progress, "space", 0, announce) is None
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=2)
+        assert message is not None and message["data"] == b"instance|task|t|"
+        # A write refused for a stale version announces nothing.
+        await store.bump_families(task)
+        assert await store.put_if_family(task, progress, "space", 0, announce) == 1
+        assert await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.3) is None
+    finally:
+        await pubsub.aclose()
+        await listener.aclose()
+        await store.close()

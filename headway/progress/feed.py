@@ -29,8 +29,13 @@ Listener = Callable[[Change], None]
 class ChangeFeed(Protocol):
     """Announces changes to the listeners of a space, on every instance."""
 
-    def publish(self, change: Change) -> None:
-        """Announce `change`; never waits, never raises."""
+    def publish(self, change: Change, *, announced: bool = False) -> None:
+        """Announce `change`; never waits, never raises. `announced`: the other instances
+        were told already (the store published `announcement(change)` with its write)."""
+
+    def announcement(self, change: Change) -> tuple[str, str] | None:
+        """What a store that writes to the other instances' feed may publish with its
+        write, as (channel, message); None where there are no other instances."""
 
     def subscribe(self, space_uuid: str, listener: Listener) -> Callable[[], None]:
         """Call `listener` (in the event loop, without waiting on it) for every change of
@@ -47,11 +52,14 @@ class LocalFeed:
         self._listeners: dict[str, dict[int, Listener]] = {}
         self._next = 0
 
-    def publish(self, change: Change) -> None:
+    def publish(self, change: Change, *, announced: bool = False) -> None:
         listeners = self._listeners.get(change.space_uuid)
         if listeners:
             for listener in tuple(listeners.values()):
                 listener(change)
+
+    def announcement(self, change: Change) -> tuple[str, str] | None:
+        return None
 
     def subscribe(self, space_uuid: str, listener: Listener) -> Callable[[], None]:
         key = self._next = self._next + 1

@@ -35,13 +35,18 @@ _decode = msgspec.json.Decoder(Progress).decode
 FAMILY_VERSION_TTL_S = 30 * 86_400
 
 # KEYS: the family's version key, the progress key. ARGV: the version the caller's
-# family was read at, the progress JSON, its TTL. Writes only if the family is unchanged.
+# family was read at, the progress JSON, its TTL, and optionally a channel and a message
+# to publish once written (the change feed's, in the same round trip). Writes only if the
+# family is unchanged.
 _PUT_IF_FAMILY = """
 local current = tonumber(redis.call('GET', KEYS[1]) or '0')
 if current ~= tonumber(ARGV[1]) then
   return current
 end
 redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
+if ARGV[4] then
+  redis.call('PUBLISH', ARGV[4], ARGV[5])
+end
 return -1
 """
 
@@ -128,15 +133,22 @@ class RedisProgressStore:
             await pipe.execute()
 
     async def put_if_family(
-        self, task_uuid: str, progress: Progress, space_uuid: str, version: int
+        self,
+        task_uuid: str,
+        progress: Progress,
+        space_uuid: str,
+        version: int,
+        announce: tuple[str, str] | None = None,
     ) -> int | None:
         """`put`, atomically only if the task's family is still at `version`: returns
-        None once written, or the family's current version, having written nothing."""
+        None once written, or the family's current version, having written nothing.
+        `announce`: a (channel, message) published once written, in the same call."""
         keys = [self.FAMILY_PREFIX + task_uuid, self.PREFIX + task_uuid]
+        args: list[object] = [version, _encode(progress), self._ttl_s]
+        if announce is not None:
+            args.extend(announce)
         try:
-            current = await self._put_if_family(
-                keys=keys, args=[version, _encode(progress), self._ttl_s]
-            )
+            current = await self._put_if_family(keys=keys, args=args)
         except redis.exceptions.OutOfMemoryError:
             metrics.refused("redis_oom")
             raise ProgressBudgetFull("store") from None

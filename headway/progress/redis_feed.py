@@ -49,8 +49,10 @@ class RedisFeed(LocalFeed):
         self._down = False
         self._closed = False
 
-    def publish(self, change: Change) -> None:
+    def publish(self, change: Change, *, announced: bool = False) -> None:
         super().publish(change)
+        if announced:
+            return
         if len(self._waiting) >= MAX_WAITING:
             del self._waiting[: MAX_WAITING // 2]
         self._waiting.append(change)
@@ -92,6 +94,9 @@ class RedisFeed(LocalFeed):
             except REDIS_ERRORS as exc:
                 self._went_down(exc)
                 await asyncio.sleep(RETRY_S)
+
+    def announcement(self, change: Change) -> tuple[str, str]:
+        return CHANNEL_PREFIX + change.space_uuid, self._message(change)
 
     def _message(self, change: Change) -> str:
         kind, _, task, parent = change

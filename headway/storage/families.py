@@ -47,7 +47,12 @@ class FamilyVersions(Protocol):
     async def bump_families(self, *task_uuids: str | None) -> None: ...
 
     async def put_if_family(
-        self, task_uuid: str, progress: Progress, space_uuid: str, version: int
+        self,
+        task_uuid: str,
+        progress: Progress,
+        space_uuid: str,
+        version: int,
+        announce: tuple[str, str] | None = None,
     ) -> int | None: ...
 
 
