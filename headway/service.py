@@ -134,7 +134,7 @@ class Service:
         """
         before_us = _cursor("before", before)
         after_us = _cursor("after", after)
-        count = _limit(limit)
+        count = parse_limit(limit)
         if state is not None and state not in ("active", "finished"):
             raise BadRequest(f"state must be active or finished, not {state!r}.")
         key = canonical_uuid(space_uuid)
@@ -716,7 +716,9 @@ _WHOLE_NUMBER = re.compile(r"\+?[0-9]+")  # ASCII digits only: int() also reads 
 _MAX_LIMIT = 10**18
 
 
-def _limit(value: int | str | None) -> int | None:
+def parse_limit(value: int | str | None) -> int | None:
+    """A read's `limit`, from a number or a query parameter's text; 400 unless a whole
+    number of at least 1. Beyond any space's size, it means all."""
     if value is None:
         return None
     text = str(value).strip()

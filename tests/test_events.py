@@ -407,3 +407,13 @@ async def test_open_streams_end_cleanly_when_the_server_shuts_down(settings):
     await asyncio.to_thread(thread.join, 10)
     assert not thread.is_alive()
     sock.close()
+
+
+async def test_a_limit_of_thousands_of_digits_streams_the_whole_space(http):
+    space = await new_space(http)
+    task = await new_task(http, space, title="only")
+    async with watching(http, f"/spaces/{space}/events?limit={'9' * 5000}") as watcher:
+        assert [t["uuid"] for t in (await watcher.snapshot())["tasks"]] == [task]
+        await http.put(f"/tasks/{task}", json={"current": 1})
+        [event] = await watcher.task_events(1)
+        assert event["uuid"] == task

@@ -157,3 +157,17 @@ async def test_revoking_a_share_link_ends_its_open_streams_within_a_second(base_
             assert time.monotonic() - started < WITHIN_S
             assert not other.ended.is_set() and not owner.ended.is_set()
         assert (await http.get(share["url"] + "/events")).status_code == 404
+
+
+async def test_a_link_spelled_in_capitals_shows_the_same_and_is_revoked_all_the_same(base_url):
+    async with httpx.AsyncClient(base_url=base_url, timeout=10) as http:
+        space = await new_space(http)
+        await new_task(http, space, title="x")
+        share = (await http.post(f"/spaces/{space}/shares", json={})).json()
+        shouted = f"/shared/{share['uuid'].upper()}"
+        assert (await http.get(shouted)).json() == (await http.get(share["url"])).json()
+        async with watching(http, shouted + "/events") as watcher:
+            snapshot = await watcher.snapshot()
+            assert snapshot == (await http.get(share["url"])).json()
+            await http.delete(f"/spaces/{space}/shares/{share['uuid']}")
+            await asyncio.wait_for(watcher.ended.wait(), WITHIN_S)

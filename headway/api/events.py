@@ -21,7 +21,7 @@ from ..domain import TaskView
 from ..errors import BadRequest, NotFound
 from ..live import KEEPALIVE_S, SHARE_CHECK_S, Live, Stream, StreamFilter
 from ..schemas import query_params
-from ..service import Service
+from ..service import Service, parse_limit
 from ..shares import ShareView
 from .openapi import RETRY_AFTER, SPACE, TOO_MANY_REQUESTS, _error, _query
 from .streaming import PIECE_BYTES, space_pieces
@@ -97,10 +97,12 @@ async def open_stream(request: Request, space_uuid: str, share: ShareView | None
                 count += len(page)
             yield page if share is None else [share.task(task) for task in page]
 
+    window = parse_limit(limit)  # checked by the read above
+
     def filtered() -> StreamFilter | None:
         if not filtering:
             return None
-        full = limit is not None and oldest and count >= int(limit)
+        full = window is not None and oldest and count >= window
         return StreamFilter(state, oldest[0] if full else None, shown)
 
     snapshot = space_pieces(head, noted(pages))

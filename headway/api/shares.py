@@ -4,12 +4,13 @@ which never shows a uuid of the space or its tasks (see `headway.shares`)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..domain import canonical_uuid
 from ..errors import NotFound
 from ..schemas import CreateShare, decode_create, query_params
 from ..service import Service
@@ -64,7 +65,7 @@ async def shared(request: Request) -> Response:
         if html:
             return pages.not_found_page(exc.message)
         raise
-    view = ShareView(share_uuid)
+    view = ShareView(cast(str, canonical_uuid(share_uuid)))  # a uuid: the link was found
     if html:
         return pages.shared_page(share_uuid, await service.space_head(space_uuid))
     params = query_params(request.scope["query_string"])
@@ -81,7 +82,9 @@ async def shared(request: Request) -> Response:
 async def shared_events(request: Request) -> Response:
     share_uuid = request.path_params["share_uuid"]
     space_uuid = await _service(request).space_of_share(share_uuid)
-    return await open_stream(request, space_uuid, ShareView(share_uuid))
+    # Keyed by the link's canonical uuid, which its revocation names, however it was spelled.
+    share = ShareView(cast(str, canonical_uuid(share_uuid)))
+    return await open_stream(request, space_uuid, share)
 
 
 routes = [
