@@ -10,7 +10,8 @@ from urllib.parse import urlsplit
 from sqlalchemy import delete, exists, func, insert, literal, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .tables import deliveries, outbox, spaces, webhooks, worker_heartbeats
+from .queries import space_holds_fewer
+from .tables import deliveries, outbox, webhooks, worker_heartbeats
 
 # --- Webhooks ---------------------------------------------------------------------------
 
@@ -27,16 +28,9 @@ async def insert_webhook(
 ) -> bool:
     """Register a webhook unless the space already has `cap`. False: it has, nothing stored.
 
-    The count is exact under concurrent registrations: on PostgreSQL the space's row is
-    locked first (FOR NO KEY UPDATE: registrations in one space queue for the length of
-    their transaction, while task inserts, which only take a key-share lock on the space
-    for their foreign key, do not); SQLite runs one write transaction at a time anyway.
+    The count is exact under concurrent registrations (see `queries.space_holds_fewer`).
     """
-    await conn.execute(
-        select(spaces.c.uuid).where(spaces.c.uuid == space_uuid).with_for_update(key_share=True)
-    )
-    count = select(func.count()).select_from(webhooks).where(webhooks.c.space_uuid == space_uuid)
-    if (await conn.execute(count)).scalar_one() >= cap:
+    if not await space_holds_fewer(conn, webhooks, space_uuid, cap):
         return False
     await conn.execute(
         insert(webhooks).values(

@@ -8,7 +8,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import BigInteger, bindparam, case, insert, select, update
+from sqlalchemy import BigInteger, Table, bindparam, case, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..domain import TaskRow
@@ -236,18 +236,9 @@ class TopLevelPager:
             f"SELECT {_COLUMNS} FROM tasks WHERE parent_uuid IN (SELECT uuid FROM top)",
             (*params, size),
         )
-        space = self._window.space_uuid
-        rows: list[TaskRow] = []
-        children: dict[str, list[TaskRow]] = defaultdict(list)
-        for uuid, parent, title, source, created, finished, duration in found:
-            row = TaskRow(uuid, space, parent, title, source, created, finished, duration)
-            if parent is None:
-                rows.append(row)
-            else:
-                children[parent].append(row)
-        rows.sort(key=_created, reverse=self._newest_first)
-        for family in children.values():
-            family.sort(key=_created)
+        rows, children = families_of(self._window.space_uuid, found)
+        if self._newest_first:
+            rows.reverse()
         if rows:
             if self._newest_first:
                 self._upper_us = rows[-1].created_at_us
@@ -273,6 +264,41 @@ def _top_level(window: Window) -> tuple[str, list[Any]]:
     elif window.state == "finished":
         where += " AND finished_at_us IS NOT NULL"
     return where, [window.space_uuid]
+
+
+def families_of(
+    space_uuid: str, found: Sequence[tuple[Any, ...]]
+) -> tuple[list[TaskRow], dict[str, list[TaskRow]]]:
+    """Rows of `_COLUMNS` as the space's top-level tasks and their children by parent,
+    each oldest first."""
+    top: list[TaskRow] = []
+    children: dict[str, list[TaskRow]] = defaultdict(list)
+    for uuid, parent, title, source, created, finished, duration in found:
+        row = TaskRow(uuid, space_uuid, parent, title, source, created, finished, duration)
+        if parent is None:
+            top.append(row)
+        else:
+            children[parent].append(row)
+    top.sort(key=_created)
+    for family in children.values():
+        family.sort(key=_created)
+    return top, dict(children)
+
+
+async def space_holds_fewer(conn: AsyncConnection, table: Table, space_uuid: str, cap: int) -> bool:
+    """Whether the space has fewer than `cap` rows in `table` (webhooks, share links).
+
+    Exact under concurrent inserts when called first in their transaction: on PostgreSQL
+    the space's row is locked first (FOR NO KEY UPDATE: inserts of this kind in one space
+    queue for the length of their transaction, while task inserts, which only take a
+    key-share lock on the space for their foreign key, do not); SQLite runs one write
+    transaction at a time anyway.
+    """
+    await conn.execute(
+        select(spaces.c.uuid).where(spaces.c.uuid == space_uuid).with_for_update(key_share=True)
+    )
+    count = select(func.count()).select_from(table).where(table.c.space_uuid == space_uuid)
+    return (await conn.execute(count)).scalar_one() < cap
 
 
 def _created(row: TaskRow) -> int:

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .tables import shares, spaces
+from .queries import space_holds_fewer
+from .tables import shares
 
 
 async def insert_share(
     conn: AsyncConnection, uuid: str, space_uuid: str, now_us: int, *, cap: int
 ) -> bool:
     """Record a share link unless the space already has `cap`. False: it has, nothing
-    stored. Exact under concurrent creates, as `outbox.insert_webhook` explains."""
-    await conn.execute(
-        select(spaces.c.uuid).where(spaces.c.uuid == space_uuid).with_for_update(key_share=True)
-    )
-    count = select(func.count()).select_from(shares).where(shares.c.space_uuid == space_uuid)
-    if (await conn.execute(count)).scalar_one() >= cap:
+    stored. Exact under concurrent creates (see `queries.space_holds_fewer`)."""
+    if not await space_holds_fewer(conn, shares, space_uuid, cap):
         return False
     await conn.execute(
         insert(shares).values(uuid=uuid, space_uuid=space_uuid, created_at_us=now_us)

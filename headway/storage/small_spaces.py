@@ -11,15 +11,16 @@ task costs a lookup.
 
 from __future__ import annotations
 
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
 from ..domain import Progress, TaskRow, view_json
 from .database import Fetch
-from .queries import _COLUMNS, Window
+from .queries import _COLUMNS, Window, families_of
 
 # Spaces of at most this many tasks are held whole; bigger ones are read page by page.
 SMALL_SPACE = 1000
@@ -113,20 +114,6 @@ class SmallSpaces:
                 self._entries[space_uuid] = entry  # still big
 
 
-def _small_space(space_uuid: str, found: Sequence[tuple]) -> SmallSpace:
-    top: list[TaskRow] = []
-    children: dict[str, list[TaskRow]] = defaultdict(list)
-    for uuid, parent, title, source, created, finished, duration in found:
-        row = TaskRow(uuid, space_uuid, parent, title, source, created, finished, duration)
-        if parent is None:
-            top.append(row)
-        else:
-            children[parent].append(row)
-    top.sort(key=_created)
-    for family in children.values():
-        family.sort(key=_created)
-    return SmallSpace(top, dict(children), len(found))
-
-
-def _created(row: TaskRow) -> int:
-    return row.created_at_us
+def _small_space(space_uuid: str, found: Sequence[tuple[Any, ...]]) -> SmallSpace:
+    top, children = families_of(space_uuid, found)
+    return SmallSpace(top, children, len(found))
