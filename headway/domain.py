@@ -122,15 +122,16 @@ def ratio(current: Number | None, end: Number | None, *, finished: bool) -> floa
     """
     if finished:
         return 1
-    if end is None or end == 0 or current is None:
+    if not end or current is None:  # None or 0
         return None
     try:
         quotient = current / end
     except (ArithmeticError, TypeError):
         return None
-    if quotient != quotient:  # NaN
-        return None
-    return min(max(quotient, 0.0), 1.0)
+    # Comparisons rather than min/max: a space read computes one ratio per task.
+    if quotient > 0.0:
+        return quotient if quotient < 1.0 else 1.0
+    return None if quotient != quotient else 0.0  # NaN: unknown
 
 
 def progress_view(
@@ -233,22 +234,31 @@ def view(
     progress: Progress | None,
     children: Sequence[tuple[TaskRow, Progress | None]] = (),
     children_json: list[msgspec.Raw] | None = None,
+    aggregate: tuple[int, int | None] | None = None,
 ) -> TaskView:
     """The answer for a task (`task_view`, as a struct). `children_json`, when given,
-    holds the JSON of each of `children`, already encoded."""
+    holds the JSON of each child, already encoded; `aggregate`, when given with it, the
+    children's (finished count, newest `updated_at_us`), and `children` is then unused."""
     finished = row.finished_at_us
-    if children:
+    if aggregate is not None and children_json is not None:
+        count = len(children_json)
+        done, latest = aggregate
+    else:
+        count = len(children)
         done = 0
-        latest = None if progress is None else progress.updated_at_us
+        latest = None
         for child, found in children:
             if child.finished_at_us is not None:
                 done += 1
             if found is not None and (latest is None or found.updated_at_us > latest):
                 latest = found.updated_at_us
+    if count:
+        if progress is not None and (latest is None or progress.updated_at_us > latest):
+            latest = progress.updated_at_us
         shown: ProgressView | None = ProgressView(
             done,
-            len(children),
-            ratio(done, len(children), finished=finished is not None),
+            count,
+            ratio(done, count, finished=finished is not None),
             EMPTY_VALUES if progress is None else progress.values,
             None if latest is None else format_ts(latest),
             True,

@@ -336,9 +336,13 @@ class Service:
             row, children = await self._read_family(task_uuid)
         else:
             row, children = await self._family(task_uuid)
-        found = await self.progress.get_many([row.uuid, *(c.uuid for c in children)])
         if not children:
-            return domain.view(row, found[0])
+            return domain.view(row, await self.progress.get(row.uuid))
+        if self.families is not None:
+            uuids = self.families.uuids(row, children)
+        else:
+            uuids = [row.uuid, *(child.uuid for child in children)]
+        found = await self.progress.get_many(uuids)
         return self._view(row, found[0], children, found[1:])
 
     def _view(
@@ -348,13 +352,13 @@ class Service:
         children: Sequence[TaskRow],
         found: Sequence[Progress | None],
     ) -> domain.TaskView:
-        """The answer for a parent, its children's JSON reused from the family cache
-        where it holds them (see `storage.families`)."""
-        family = list(zip(children, found, strict=True))
-        shown = None
+        """The answer for a parent, its children's JSON and aggregate reused from the
+        family cache where it holds them (see `storage.families`)."""
         if self.families is not None:
-            shown = self.families.children_json(row.uuid, children, found)
-        return domain.view(row, progress, family, shown)
+            made = self.families.children_answer(row.uuid, children, found)
+            if made is not None:
+                return domain.view(row, progress, (), made.shown, (made.done, made.latest_us))
+        return domain.view(row, progress, list(zip(children, found, strict=True)))
 
     async def report(self, task_uuid: str, report: Report) -> domain.TaskView:
         """Replace a task's live state with `report`; finish the task if the report says so.
@@ -485,7 +489,7 @@ class Service:
         key = canonical_uuid(task_uuid)
         if key is None:
             raise NotFound(_NO_TASK)
-        row, children = await self.db.read_once_more(lambda conn: queries.get_family(conn, key))
+        row, children = await queries.read_family(self.db.fetch, key)
         if row is None:
             raise NotFound(_NO_TASK)
         return row, children
@@ -506,7 +510,7 @@ class Service:
             if cached is not None:
                 return cached
             generation = cache.generation
-        row, children = await self.db.read_once_more(lambda conn: queries.get_family(conn, key))
+        row, children = await queries.read_family(self.db.fetch, key)
         if row is None:
             raise NotFound(_NO_TASK)
         if cache is not None:

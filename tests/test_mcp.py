@@ -429,6 +429,7 @@ async def test_a_dependency_down_answers_the_rest_503_message(
         async def down(*_args: Any) -> None:
             raise ConnectionError("progress store unreachable")
 
+        monkeypatch.setattr(app.state.service.progress, "get", down)
         monkeypatch.setattr(app.state.service.progress, "get_many", down)
         space = await call(client, "create_space")
         task = (await call(client, "create_task", space_uuid=space["uuid"]))["uuid"]

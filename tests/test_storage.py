@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
 import uuid
 
 import pytest
 import sqlalchemy.exc
 
 from headway.storage import queries
+from headway.storage.database import DatabaseUnavailable, _InLoopReads
 
 
 async def test_database_errors_never_show_statement_parameters(app):
@@ -21,3 +24,36 @@ async def test_database_errors_never_show_statement_parameters(app):
         async with db.write() as conn:
             await queries.insert_space(conn, space, None, None, 0)
     assert space not in str(failure.value)
+
+
+
+def test_in_loop_reads_never_wait_for_a_lock(tmp_path):
+    """Reads of a SQLite file run on the event loop's thread, so they must never wait
+    there: where SQLite answers busy (a lock that stops readers, as another process's
+    exclusive transaction on a database not in WAL mode holds), `fetch` answers None at
+    once and `Database.rows` reads on a pooled connection's thread instead."""
+    path = str(tmp_path / "locked.db")
+    setup = sqlite3.connect(path, isolation_level=None)
+    setup.execute("CREATE TABLE t (x INTEGER)")
+    setup.execute("INSERT INTO t VALUES (1)")
+    setup.close()
+    reads = _InLoopReads(path)
+    holder = sqlite3.connect(path, isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        started = time.monotonic()
+        assert reads.fetch("SELECT x FROM t", ()) is None
+        assert time.monotonic() - started < 0.1
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert reads.fetch("SELECT x FROM t", ()) == [(1,)]
+    reads.close()
+
+
+def test_in_loop_reads_of_a_file_that_is_gone_are_unavailable(tmp_path):
+    """A database file that is missing is an error, never a new empty database."""
+    reads = _InLoopReads(str(tmp_path / "missing.db"))
+    with pytest.raises(DatabaseUnavailable):
+        reads.fetch("SELECT 1", ())
+    assert not (tmp_path / "missing.db").exists()

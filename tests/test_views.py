@@ -173,19 +173,27 @@ def test_the_family_cache_reuses_a_childs_json_until_its_progress_changes():
     cache.put((parent, children), cache.generation)
     _, cached = cache.get(PARENT)
     found = [None, progress(1, 2), None, progress(3, 4)]
-    first = cache.children_json(PARENT, cached, found)
-    again = cache.children_json(PARENT, cached, found)
-    assert all(a is b for a, b in zip(first, again, strict=True))
+    first = cache.children_answer(PARENT, cached, found)
+    again = cache.children_answer(PARENT, cached, list(found))
+    assert again is first  # nothing moved: the whole answer again
     moved = [None, progress(2, 2), None, found[3]]
-    third = cache.children_json(PARENT, cached, moved)
-    assert third[1] is not first[1] and third[3] is first[3]
-    assert [bytes(j) for j in third] == [
+    third = cache.children_answer(PARENT, cached, moved)
+    assert third is not first
+    assert third.shown[1] is not first.shown[1] and third.shown[3] is first.shown[3]
+    assert [bytes(j) for j in third.shown] == [
         msgspec.json.encode(task_view(c, p)) for c, p in zip(cached, moved, strict=True)
     ]
+    assert third.done == sum(1 for c in cached if c.finished_at_us is not None)
+    assert third.latest_us == max(p.updated_at_us for p in moved if p is not None)
+    # The answer the reused parts make is the reference answer, byte for byte.
+    made = view(parent, None, (), third.shown, (third.done, third.latest_us))
+    assert msgspec.json.encode(made) == msgspec.json.encode(
+        task_view(parent, None, list(zip(cached, moved, strict=True)))
+    )
     # Not the cached family (read from the database meanwhile): nothing to reuse.
-    assert cache.children_json(PARENT, list(cached), found) is None
+    assert cache.children_answer(PARENT, list(cached), found) is None
     cache.forget(PARENT)
-    assert cache.children_json(PARENT, cached, found) is None
+    assert cache.children_answer(PARENT, cached, found) is None
 
 
 async def test_a_finished_child_shows_in_the_next_read_of_its_parent(client, make_task, clock):

@@ -38,6 +38,13 @@ def task_pieces(task: TaskView) -> Iterator[bytes]:
         return
     head = _encode(msgspec.structs.replace(task, children=[]))
     yield head[:-2]  # `children` is last: everything up to its `[`
+    joined = getattr(task.children, "joined", None)
+    if joined is not None:  # the family cache's, made once (`storage.families.ChildrenJSON`)
+        whole = memoryview(joined)  # slices of it are sent, never copies of the whole
+        for start in range(0, len(whole), PIECE_BYTES):
+            yield whole[start : start + PIECE_BYTES]
+        yield b"]}"
+        return
     first = True
     held: list[Any] = []
     size = 0

@@ -77,6 +77,8 @@ class Database:
             event.listen(self.engine.sync_engine, "connect", _sqlite_connect)
             event.listen(self.engine.sync_engine, "begin", _sqlite_begin)
         self._write_lock = asyncio.Lock() if self.is_sqlite else None
+        path = _sqlite_path(self.url) if self.is_sqlite else None
+        self._in_loop = None if path is None else _InLoopReads(path)
         # SQLite reads already run without a transaction (see `_sqlite_begin`).
         self._reads = (
             self.engine
@@ -111,9 +113,10 @@ class Database:
         `read`: each call is one round trip and answers plain tuples; `sql` uses `?`
         placeholders.
 
-        On SQLite it runs on aiosqlite itself: SQLAlchemy's cursor takes four trips to
-        aiosqlite's thread per statement and its connection wrapper costs as much again,
-        each more CPU than a page of rows. PostgreSQL has no thread: SQLAlchemy runs it.
+        On a SQLite file it runs on the event loop's thread (see `_InLoopReads`); on an
+        in-memory SQLite database, on aiosqlite itself: SQLAlchemy's cursor takes four
+        trips to aiosqlite's thread per statement and its connection wrapper costs as much
+        again. PostgreSQL has no thread: SQLAlchemy runs it.
         """
         if not self.is_sqlite:
             async with self.read() as conn:
@@ -123,6 +126,22 @@ class Database:
 
                 yield fetch_pg
             return
+        if self._in_loop is not None:
+            yield self._in_loop_fetch
+            return
+        async with self._threaded_rows() as fetch:
+            yield fetch
+
+    async def _in_loop_fetch(self, sql: str, params: Sequence[Any]) -> Sequence[Any]:
+        assert self._in_loop is not None
+        found = self._in_loop.fetch(sql, params)
+        if found is not None:
+            return found
+        async with self._threaded_rows() as fetch:  # busy: wait on a thread instead
+            return await fetch(sql, params)
+
+    @asynccontextmanager
+    async def _threaded_rows(self) -> AsyncIterator[Fetch]:
         try:
             pooled = await self.engine.raw_connection()
         except sqlite3.OperationalError as exc:  # the file is gone, unreadable...
@@ -141,6 +160,19 @@ class Database:
         finally:
             # Back to the pool; closing a connection beyond the pool's size awaits.
             await greenlet_spawn(pooled.close)
+
+    async def fetch(self, sql: str, params: Sequence[Any]) -> Sequence[Any]:
+        """One read of rows as `rows` makes it, tried once more if its pooled connection
+        turned out dead (see `read_once_more`)."""
+        if self._in_loop is not None:
+            return await self._in_loop_fetch(sql, params)
+        try:
+            async with self.rows() as fetch:
+                return await fetch(sql, params)
+        except DatabaseUnavailable:
+            pass
+        async with self.rows() as fetch:
+            return await fetch(sql, params)
 
     async def read_once_more(self, query: Callable[[AsyncConnection], Awaitable[T]]) -> T:
         """Run a read, and once more if its pooled connection turned out dead.
@@ -197,6 +229,8 @@ class Database:
         await asyncio.to_thread(_take_write_lock, path, timeout_s)
 
     async def close(self) -> None:
+        if self._in_loop is not None:
+            self._in_loop.close()
         await self.engine.dispose()
 
 
@@ -211,6 +245,48 @@ def _sqlite_path(url: str) -> str | None:
     path = url.split(":///", 1)[1] if ":///" in url else ""
     path = path.split("?", 1)[0]
     return None if not path or path == ":memory:" else str(Path(path).expanduser())
+
+
+class _InLoopReads:
+    """Reads of a SQLite file run right on the event loop's thread, on a connection of
+    their own.
+
+    A read of a page of a space costs about 200 µs in SQLite itself, and several times
+    that once it hops to a driver thread and back under load (see PERF-NOTES). Readers
+    never wait for SQLite's writer (WAL), and this connection never waits for anything
+    (no busy timeout): in the rare case SQLite answers busy, `fetch` answers None and the
+    caller reads on a pooled connection's thread instead, where waiting blocks nothing.
+    """
+
+    def __init__(self, path: str) -> None:
+        self._path = path
+        self._connection: sqlite3.Connection | None = None
+
+    def fetch(self, sql: str, params: Sequence[Any]) -> list[Any] | None:
+        try:
+            connection = self._connection
+            if connection is None:
+                connection = self._connection = _open_for_reads(self._path)
+            return connection.execute(sql, params).fetchall()
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+                return None
+            self.close()  # opened again by the next read
+            raise DatabaseUnavailable(str(exc)) from exc
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+
+def _open_for_reads(path: str) -> sqlite3.Connection:
+    # `mode=rw`: a file that is gone is an error here, not a new empty database.
+    uri = f"{Path(path).absolute().as_uri()}?mode=rw"
+    connection = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    connection.execute("PRAGMA busy_timeout=0")
+    connection.execute("PRAGMA query_only=ON")
+    return connection
 
 
 def _take_write_lock(path: str, timeout_s: float) -> None:

@@ -19,7 +19,8 @@ matching a key that expired and reads 0 again.
 A parent's entry also keeps the JSON of each child's answer, made when the family is
 read and reused while that child's progress is the same object (the memory store hands
 out the object a write stored until the next write replaces it): reading a parent of a
-thousand children then encodes only the children that reported since the last read.
+thousand children then encodes only the children that reported since the last read, and
+while none did, reuses the last answer's children whole.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from __future__ import annotations
 import sys
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import msgspec
 
@@ -56,16 +57,39 @@ class FamilyVersions(Protocol):
     ) -> int | None: ...
 
 
+class ChildrenJSON(list[msgspec.Raw]):
+    """Each child's JSON, in order, and `joined`: all of them joined by commas, so that
+    an answer is sent without a loop over its children (see `api.streaming`)."""
+
+    __slots__ = ("joined",)
+
+    def __init__(self, shown: list[msgspec.Raw]) -> None:
+        super().__init__(shown)
+        self.joined = b",".join(shown)
+
+
+class ChildrenAnswer(NamedTuple):
+    """What a parent's answer shows of its children: each child's JSON, how many have
+    finished, and the newest of their progress's `updated_at_us` (None: none reported)."""
+
+    shown: ChildrenJSON
+    done: int
+    latest_us: int | None
+
+
 class _Parent:
     """A cached family with children, and the JSON shown for each child (with the
-    progress it was made from), filled in as the family is read."""
+    progress it was made from), filled in as the family is read; `answer` is the last
+    `ChildrenAnswer` made, with the progress it was made from."""
 
-    __slots__ = ("children", "row", "shown")
+    __slots__ = ("answer", "children", "row", "shown", "uuids")
 
     def __init__(self, row: TaskRow, children: tuple[TaskRow, ...]) -> None:
         self.row = row
         self.children = children
+        self.uuids = [row.uuid, *(child.uuid for child in children)]
         self.shown: list[tuple[Progress | None, msgspec.Raw] | None] | None = None
+        self.answer: tuple[list[Progress | None], ChildrenAnswer] | None = None
 
 
 class FamilyCache:
@@ -112,24 +136,43 @@ class FamilyCache:
         self.put(family, self.generation)
         self._stamps[family[0].uuid] = (version, now_us)
 
-    def children_json(
+    def uuids(self, row: TaskRow, children: Sequence[TaskRow]) -> list[str]:
+        """The family's uuids, the parent's first (kept with a cached family: not to be
+        changed)."""
+        entry = self._entries.get(row.uuid)
+        if isinstance(entry, _Parent) and entry.children is children:
+            return entry.uuids
+        return [row.uuid, *(child.uuid for child in children)]
+
+    def children_answer(
         self, parent_uuid: str, children: Sequence[TaskRow], found: Sequence[Progress | None]
-    ) -> list[msgspec.Raw] | None:
-        """The JSON of each child's answer, given the progress `found` for each; None
-        unless `children` is the cached family of `parent_uuid` (as `get` returned it)."""
+    ) -> ChildrenAnswer | None:
+        """What the parent's answer shows of its children, given the progress `found` for
+        each; None unless `children` is the cached family of `parent_uuid` (as `get`
+        returned it). While no child's progress changed, the last answer is reused
+        whole: a parent of a thousand children is then read without a loop over them."""
         entry = self._entries.get(parent_uuid)
         if not isinstance(entry, _Parent) or entry.children is not children:
             return None
+        found = list(found)
+        if entry.answer is not None and entry.answer[0] == found:  # identity first: C speed
+            return entry.answer[1]
         shown = entry.shown
         if shown is None:
             shown = entry.shown = [None] * len(children)
         answers = []
+        latest = None
         for index, progress in enumerate(found):
             made = shown[index]
             if made is None or made[0] is not progress:
                 made = shown[index] = (progress, view_json(children[index], progress))
             answers.append(made[1])
-        return answers
+            if progress is not None and (latest is None or progress.updated_at_us > latest):
+                latest = progress.updated_at_us
+        done = sum(1 for child in children if child.finished_at_us is not None)
+        answer = ChildrenAnswer(ChildrenJSON(answers), done, latest)
+        entry.answer = (found, answer)
+        return answer
 
     def put(self, family: Family, generation: int) -> None:
         if generation != self.generation:

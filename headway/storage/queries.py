@@ -4,7 +4,7 @@ which run together in one transaction."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -135,11 +135,25 @@ async def get_tasks(conn: AsyncConnection, uuids: Collection[str]) -> dict[str, 
 
 
 async def get_family(conn: AsyncConnection, uuid: str) -> tuple[TaskRow | None, list[TaskRow]]:
-    """A task and its children (oldest first), in one query."""
+    """A task and its children (oldest first), in one query, within a transaction."""
+    return _family(uuid, await conn.execute(_FAMILY, {"uuid": uuid}))
+
+
+async def read_family(fetch: Fetch, uuid: str) -> tuple[TaskRow | None, list[TaskRow]]:
+    """A task and its children (oldest first), in one query, outside any transaction."""
+    return _family(uuid, await fetch(_FAMILY_SQL, (uuid, uuid)))
+
+
+_FAMILY_SQL = (
+    "SELECT uuid, space_uuid, parent_uuid, title, source, created_at_us, finished_at_us, "
+    "duration FROM tasks WHERE uuid = ? OR parent_uuid = ?"
+)
+
+
+def _family(uuid: str, found: Iterable[Sequence[Any]]) -> tuple[TaskRow | None, list[TaskRow]]:
     # Sorted here rather than in SQL: an ORDER BY can steer the planner off the indexes.
-    result = await conn.execute(_FAMILY, {"uuid": uuid})
     task, children = None, []
-    for raw in result:
+    for raw in found:
         row = TaskRow(*raw)
         if row.uuid == uuid:
             task = row
