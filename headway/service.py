@@ -22,7 +22,7 @@ from .progress.feed import REVOKED, TASK, Change, ChangeFeed
 from .schemas import MAX_ICON, CreateSpace, CreateTask, CreateWebhook
 from .storage import outbox, queries, shares
 from .storage.batch import GroupCommit
-from .storage.database import Database
+from .storage.database import Database, Statements
 from .storage.families import FamilyCache, FamilyVersions
 from .storage.small_spaces import SmallSpace, SmallSpaces
 
@@ -92,9 +92,9 @@ class Service:
         return {"uuid": space_uuid, "title": body.title, "icon": body.icon}
 
     async def _insert_spaces(
-        self, conn: Any, new: Sequence[queries.NewSpace]
+        self, st: Statements, new: Sequence[queries.NewSpace]
     ) -> list[Exception | None]:
-        await queries.insert_spaces(conn, new, self.clock.now_us())
+        await queries.insert_spaces(st, new, self.clock.now_us())
         return [None] * len(new)
 
     async def get_space(
@@ -272,13 +272,13 @@ class Service:
         return {"uuid": task_uuid}
 
     async def _insert_tasks(
-        self, conn: Any, batch: Sequence[_NewTask]
+        self, st: Statements, batch: Sequence[_NewTask]
     ) -> list[TaskRow | HeadwayError]:
         """Write a batch of creates in one transaction. A create refused for its own reason
         (unknown space 404, bad parent 422) is refused alone, before anything is written
         for it; the others of a space get its next instants, in the order they arrived."""
         wanted = {new.parent_uuid for new in batch if new.parent_uuid is not None}
-        parents = await queries.get_tasks(conn, wanted)
+        parents = await queries.tasks_by_uuid(st, wanted)
         refused: dict[int, HeadwayError] = {}
         by_space: dict[str, list[int]] = defaultdict(list)
         for index, new in enumerate(batch):
@@ -296,9 +296,9 @@ class Service:
             members = by_space[space_key]
             accepted = [index for index in members if index not in refused]
             if accepted:
-                first_us = await queries.claim_created_at(conn, space_key, now_us, len(accepted))
+                first_us = await queries.claim_created_at(st, space_key, now_us, len(accepted))
             else:  # only refusals: which one depends on whether the space exists
-                first_us = None if await queries.get_space(conn, space_key) is None else 0
+                first_us = 0 if await queries.space_exists(st, space_key) else None
             if first_us is None:
                 for index in members:
                     outcomes[index] = NotFound(_NO_SPACE)  # before any parent's refusal
@@ -319,7 +319,7 @@ class Service:
                 outcomes[index] = row
                 rows.append(row)
         if rows:
-            await queries.insert_tasks(conn, rows)
+            await queries.insert_tasks(st, rows)
         return [outcomes[index] for index in range(len(batch))]
 
     def _forget_parents(self, batch: Sequence[_NewTask]) -> None:

@@ -26,7 +26,6 @@ async def test_database_errors_never_show_statement_parameters(app):
     assert space not in str(failure.value)
 
 
-
 def test_in_loop_reads_never_wait_for_a_lock(tmp_path):
     """Reads of a SQLite file run on the event loop's thread, so they must never wait
     there: where SQLite answers busy (a lock that stops readers, as another process's

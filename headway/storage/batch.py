@@ -9,19 +9,19 @@ its write: a batch never answers before it is durable.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy.exc import DataError, IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .database import Database, DatabaseUnavailable
+from .database import Database, DatabaseUnavailable, Statements
 
 Item = TypeVar("Item")
 Outcome = TypeVar("Outcome")
 
-WriteBatch = Callable[[AsyncConnection, Sequence[Item]], Awaitable[Sequence[Outcome | Exception]]]
+WriteBatch = Callable[[Statements, Sequence[Item]], Awaitable[Sequence[Outcome | Exception]]]
 
 # Most writes taken into one transaction: bounds the statements' parameter lists and the
 # time one batch holds the write lock.
@@ -29,13 +29,13 @@ BATCH_CAP = 256
 
 # Errors that one item's data may cause on its own (a constraint, a value the database
 # refuses): the batch is written again one item at a time, so that only that item fails.
-_ONE_ITEMS_FAULT = (IntegrityError, DataError)
+_ONE_ITEMS_FAULT = (IntegrityError, DataError, sqlite3.IntegrityError, sqlite3.DataError)
 
 
 class GroupCommit(Generic[Item, Outcome]):
-    """Writes `Item`s in batches, each batch one `Database.write` transaction.
+    """Writes `Item`s in batches, each batch one `Database.written` transaction.
 
-    `write_batch(conn, items)` writes a batch and returns one outcome per item, in order:
+    `write_batch(statements, items)` writes a batch and returns one outcome per item, in order:
     a value for its caller, or an exception that fails that item alone (it must then have
     written nothing for it). An exception raised by `write_batch` or by the commit fails
     every item of the batch with it (the transaction rolled back).
@@ -106,8 +106,8 @@ class GroupCommit(Generic[Item, Outcome]):
     async def _write(self, batch: list[tuple[Item, asyncio.Future[Outcome]]]) -> None:
         items = [item for item, _ in batch]
         try:
-            async with self._db.write() as conn:
-                outcomes = await self._write_batch(conn, items)
+            async with self._db.written() as st:
+                outcomes = await self._write_batch(st, items)
         except _ONE_ITEMS_FAULT as exc:
             if len(batch) == 1:
                 _fail(batch, exc)

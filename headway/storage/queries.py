@@ -8,11 +8,11 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import BigInteger, Table, bindparam, case, func, insert, select, update
+from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ..domain import TaskRow
-from .database import Fetch
+from .database import Fetch, Statements
 from .tables import outbox, spaces, tasks
 
 State = Literal["active", "finished"]
@@ -34,21 +34,6 @@ _FAMILY = _select_tasks.where(
     (tasks.c.uuid == bindparam("uuid")) | (tasks.c.parent_uuid == bindparam("uuid"))
 )
 
-# Reserves `count` creation instants (see `claim_created_at`); returns the last one.
-_claim_now = bindparam("now_us", type_=BigInteger)
-_claim_count = bindparam("count", type_=BigInteger)
-_CLAIM = (
-    update(spaces)
-    .where(spaces.c.uuid == bindparam("space_uuid"))
-    .values(
-        last_task_at_us=case(
-            (spaces.c.last_task_at_us < _claim_now, _claim_now + _claim_count - 1),
-            else_=spaces.c.last_task_at_us + _claim_count,
-        )
-    )
-    .returning(spaces.c.last_task_at_us)
-)
-
 
 async def insert_space(
     conn: AsyncConnection, uuid: str, title: str | None, icon: str | None, now_us: int
@@ -65,11 +50,11 @@ class NewSpace:
     icon: str | None
 
 
-async def insert_spaces(conn: AsyncConnection, new: Sequence[NewSpace], now_us: int) -> None:
+async def insert_spaces(st: Statements, new: Sequence[NewSpace], now_us: int) -> None:
     """Insert several spaces in one statement (executemany)."""
-    await conn.execute(
-        insert(spaces),
-        [{"uuid": s.uuid, "title": s.title, "icon": s.icon, "created_at_us": now_us} for s in new],
+    await st.many(
+        "INSERT INTO spaces (uuid, title, icon, created_at_us) VALUES (?, ?, ?, ?)",
+        [(space.uuid, space.title, space.icon, now_us) for space in new],
     )
 
 
@@ -87,8 +72,20 @@ async def get_space(conn: AsyncConnection, uuid: str) -> tuple[str | None, str |
     return None if row is None else (row.title, row.icon)
 
 
+async def space_exists(st: Statements, uuid: str) -> bool:
+    return bool(await st.rows("SELECT 1 FROM spaces WHERE uuid = ?", (uuid,)))
+
+
+# Typed parameters: PostgreSQL cannot add two parameters of unknown type.
+_CLAIM = (
+    "UPDATE spaces SET last_task_at_us = CASE WHEN last_task_at_us < CAST(? AS BIGINT) "
+    "THEN CAST(? AS BIGINT) + CAST(? AS BIGINT) - 1 ELSE last_task_at_us + CAST(? AS BIGINT) "
+    "END WHERE uuid = ? RETURNING last_task_at_us"
+)
+
+
 async def claim_created_at(
-    conn: AsyncConnection, space_uuid: str, now_us: int, count: int = 1
+    st: Statements, space_uuid: str, now_us: int, count: int = 1
 ) -> int | None:
     """Reserve the next `count` creation instants of a space and return the first: now,
     or 1 µs after the newest task; the others follow it 1 µs apart.
@@ -96,42 +93,37 @@ async def claim_created_at(
     One conditional UPDATE, so concurrent creates (even on several instances) queue on
     the space's row and each gets a distinct, increasing instant. None: no such space.
     """
-    result = await conn.execute(
-        _CLAIM, {"space_uuid": space_uuid, "now_us": now_us, "count": count}
-    )
-    row = result.first()
-    return None if row is None else row[0] - count + 1
+    found = await st.rows(_CLAIM, (now_us, now_us, count, count, space_uuid))
+    return found[0][0] - count + 1 if found else None
 
 
-async def insert_tasks(conn: AsyncConnection, rows: Sequence[TaskRow]) -> None:
+async def insert_tasks(st: Statements, rows: Sequence[TaskRow]) -> None:
     """Insert new tasks in one statement (executemany)."""
-    await conn.execute(
-        insert(tasks),
+    await st.many(
+        "INSERT INTO tasks (uuid, space_uuid, parent_uuid, title, source, created_at_us) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
         [
-            {
-                "uuid": row.uuid,
-                "space_uuid": row.space_uuid,
-                "parent_uuid": row.parent_uuid,
-                "title": row.title,
-                "source": row.source,
-                "created_at_us": row.created_at_us,
-            }
+            (row.uuid, row.space_uuid, row.parent_uuid, row.title, row.source, row.created_at_us)
             for row in rows
         ],
     )
 
 
-async def get_task(conn: AsyncConnection, uuid: str) -> TaskRow | None:
-    row = (await conn.execute(_select_tasks.where(tasks.c.uuid == uuid))).first()
-    return None if row is None else TaskRow(*row)
-
-
-async def get_tasks(conn: AsyncConnection, uuids: Collection[str]) -> dict[str, TaskRow]:
+async def tasks_by_uuid(st: Statements, uuids: Collection[str]) -> dict[str, TaskRow]:
     """The tasks of these uuids that exist, by uuid."""
     if not uuids:
         return {}
-    found = await conn.execute(_select_tasks.where(tasks.c.uuid.in_(list(uuids))))
+    found = await st.rows(
+        f"SELECT uuid, space_uuid, parent_uuid, title, source, created_at_us, finished_at_us, "
+        f"duration FROM tasks WHERE uuid IN ({', '.join('?' * len(uuids))})",
+        list(uuids),
+    )
     return {row.uuid: row for row in (TaskRow(*raw) for raw in found)}
+
+
+async def get_task(conn: AsyncConnection, uuid: str) -> TaskRow | None:
+    row = (await conn.execute(_select_tasks.where(tasks.c.uuid == uuid))).first()
+    return None if row is None else TaskRow(*row)
 
 
 async def get_family(conn: AsyncConnection, uuid: str) -> tuple[TaskRow | None, list[TaskRow]]:
