@@ -9,11 +9,14 @@ import re
 import secrets
 import socket
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-import httpx
 from standardwebhooks import Webhook
 
 from .errors import Unprocessable
+
+if TYPE_CHECKING:
+    import httpx
 
 SECRET_PREFIX = "whsec_"
 
@@ -42,6 +45,8 @@ class RefusedAddress(Exception):
 def check_url_syntax(url: str) -> httpx.URL:
     """The parsed URL, or Unprocessable if it is not an absolute http(s) URL whose host is
     an IP address or a valid host name."""
+    import httpx  # here: only webhooks need it, and it costs several MB of memory
+
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, TypeError, ValueError):  # an IDNA error is a ValueError

@@ -23,14 +23,16 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-
-import httpx
+from typing import TYPE_CHECKING
 
 from . import metrics, webhooks
 from .clock import Clock
 from .storage import outbox
 from .storage.database import Database
 from .storage.outbox import Claim
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger("headway.worker")
 
@@ -80,9 +82,9 @@ class Worker:
         self.clock = clock
         self.allow_private = allow_private
         self.id = f"worker-{uuid.uuid4().hex[:12]}"
-        self._http = http or httpx.AsyncClient(
-            timeout=ATTEMPT_TIMEOUT_S, follow_redirects=False, trust_env=False
-        )
+        # Made at the first delivery: a service whose spaces have no webhook never loads
+        # an HTTP client (several MB of memory).
+        self._http = http
         self._owns_http = http is None
         self._jitter = jitter or (lambda: random.uniform(0.8, 1.2))
         self._batch = batch
@@ -166,6 +168,12 @@ class Worker:
 
     async def attempt(self, claim: Claim) -> Outcome:
         """POST one event to one webhook, signed. A 2xx is delivered; anything else is not."""
+        import httpx
+
+        if self._http is None:
+            self._http = httpx.AsyncClient(
+                timeout=ATTEMPT_TIMEOUT_S, follow_redirects=False, trust_env=False
+            )
         url = httpx.URL(claim.url)
         try:
             address = await webhooks.check_destination(url, allow_private=self.allow_private)
@@ -266,7 +274,7 @@ class Worker:
 
     async def close(self) -> None:
         await self._cancel_attempts()
-        if self._owns_http:
+        if self._owns_http and self._http is not None:
             await self._http.aclose()
 
 

@@ -263,3 +263,14 @@ async def test_reads_over_http_are_the_reference(app, client, space, make_task, 
     assert whole == msgspec.json.encode(expected_space)
     paged = await client.get(f"/spaces/{space}", params={"limit": "2"})
     assert paged.content == msgspec.json.encode({**expected_space, "tasks": answers[2:]})
+
+
+def test_the_family_cache_holds_at_most_its_bound_dropping_the_longest_held():
+    cache = FamilyCache(max_entries=80)
+    rows = [row(n) for n in range(200)]
+    for held in rows:
+        cache.put((held, []), cache.generation)
+        assert len(cache) <= 80
+    assert cache.get(rows[-1].uuid) == (rows[-1], ())  # the newest are all there
+    assert all(cache.get(held.uuid) is not None for held in rows[-70:])
+    assert cache.get(rows[0].uuid) is None  # the oldest went first

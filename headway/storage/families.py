@@ -26,8 +26,8 @@ while none did, reuses the last answer's children whole.
 from __future__ import annotations
 
 import sys
-from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import islice
 from typing import NamedTuple, Protocol
 
 import msgspec
@@ -93,7 +93,9 @@ class _Parent:
 
 
 class FamilyCache:
-    """Least-recently-used families, at most `max_entries` of them.
+    """Families, at most `max_entries` of them: past that, the eighth held longest are
+    dropped at once (a plain dict in insertion order costs about 60 bytes less per entry
+    than keeping recency in an OrderedDict, and every reporting task has an entry).
 
     `generation` guards against a race: a reader that fetched a family from the database
     before a concurrent change was committed and forgotten must not store its stale copy.
@@ -104,7 +106,7 @@ class FamilyCache:
     """
 
     def __init__(self, max_entries: int = 100_000, *, versioned: bool = False) -> None:
-        self._entries: OrderedDict[str, TaskRow | _Parent] = OrderedDict()
+        self._entries: dict[str, TaskRow | _Parent] = {}
         self._max = max_entries
         self.generation = 0
         # Versioned only: each entry's (family version, when it was read, in µs).
@@ -118,7 +120,6 @@ class FamilyCache:
         entry = self._entries.get(task_uuid)
         if entry is None:
             return None
-        self._entries.move_to_end(task_uuid)
         return (entry, ()) if isinstance(entry, TaskRow) else (entry.row, entry.children)
 
     def get_versioned(
@@ -182,10 +183,11 @@ class FamilyCache:
         if shared_space is not row.space_uuid:
             row = msgspec.structs.replace(row, space_uuid=shared_space)
         self._entries[row.uuid] = _Parent(row, tuple(children)) if children else row
-        self._entries.move_to_end(row.uuid)
         if len(self._entries) > self._max:
-            evicted, _ = self._entries.popitem(last=False)
-            self._stamps.pop(evicted, None)
+            # An eighth at a time: each drop walks past what the last one left behind.
+            for evicted in list(islice(self._entries, max(1, self._max // 8))):
+                del self._entries[evicted]
+                self._stamps.pop(evicted, None)
 
     def forget(self, *task_uuids: str | None) -> None:
         """Drop these families after a change to them was committed."""
