@@ -24,7 +24,7 @@ from .storage import outbox, queries, shares
 from .storage.batch import GroupCommit
 from .storage.database import Database, Statements
 from .storage.families import FamilyCache, FamilyVersions
-from .storage.small_spaces import SmallSpace, SmallSpaces
+from .storage.small_spaces import BigSpace, SmallSpace, SmallSpaces
 
 Family = list[tuple[TaskRow, Progress | None]]
 
@@ -155,7 +155,10 @@ class Service:
                 small = await self._small.load(fetch, key)
             if isinstance(small, SmallSpace):
                 return head, self._small_space_page(small, window)
-            pager = await queries.TopLevelPager.start(fetch, window, SPACE_PAGE, MAX_SPACE_PAGE)
+            childless = isinstance(small, BigSpace) and small.childless
+            pager = await queries.TopLevelPager.start(
+                fetch, window, SPACE_PAGE, MAX_SPACE_PAGE, childless=childless
+            )
             first = await pager.next_page(fetch)
         return head, self._space_pages(pager, first)
 
@@ -329,7 +332,10 @@ class Service:
         if parents:
             self._forget(*parents)
         if self._small is not None:
-            self._small.forget(*{new.space_uuid for new in batch})
+            self._small.forget(*{new.space_uuid for new in batch if new.parent_uuid is None})
+            self._small.forget(
+                *{new.space_uuid for new in batch if new.parent_uuid is not None}, children=True
+            )
 
     async def get_task(self, task_uuid: str) -> domain.TaskView:
         if self._versions is not None:  # a read checks no version: read the database

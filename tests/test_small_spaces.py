@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from headway.storage.small_spaces import SmallSpace, SmallSpaces
+from headway.storage.small_spaces import BigSpace, SmallSpace, SmallSpaces
 
 pytestmark = pytest.mark.parametrize("backend", ["sqlite"])
 
@@ -82,7 +82,31 @@ async def test_a_space_larger_than_small_is_read_page_by_page(app, client, space
         await client.post(f"/spaces/{space}/tasks", json={"title": f"t{n}"})
     body = (await client.get(f"/spaces/{space}")).json()
     assert [task["title"] for task in body["tasks"]] == ["t0", "t1", "t2", "t3"]
-    assert service._small.get(space) is SmallSpaces.BIG
+    big = service._small.get(space)
+    assert isinstance(big, BigSpace) and big.childless
+
+
+async def test_a_big_space_known_childless_shows_the_first_child_created_in_it(app, client, space):
+    """Pages of a big space known to hold no child skip the query for children, until a
+    child is created there."""
+    service = app.state.service
+    service._small = SmallSpaces(small=3)
+    tops = [
+        (await client.post(f"/spaces/{space}/tasks", json={"title": f"t{n}"})).json()["uuid"]
+        for n in range(4)
+    ]
+    assert all(not t["children"] for t in (await client.get(f"/spaces/{space}")).json()["tasks"])
+    assert service._small.get(space).childless
+    await client.post(f"/spaces/{space}/tasks", json={"title": "child", "parent_uuid": tops[1]})
+    assert not service._small.get(space).childless
+    for params in (
+        {},
+        {"limit": "3", "before": "9999-01-01T00:00:00Z"},
+        {"after": "2000-01-01T00:00:00Z"},
+    ):
+        tasks = (await client.get(f"/spaces/{space}", params=params)).json()["tasks"]
+        shown = {t["title"]: [c["title"] for c in t["children"]] for t in tasks}
+        assert shown["t1"] == ["child"], params
 
 
 async def test_held_spaces_stay_within_their_row_budget(app, client):

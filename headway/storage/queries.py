@@ -184,8 +184,10 @@ class TopLevelPager:
         lower_us: int | None,
         page: int,
         max_page: int,
+        childless: bool = False,
     ) -> None:
         self._window = window
+        self._childless = childless
         self._newest_first = newest_first
         self._lower_us = lower_us  # exclusive bounds, moved as pages are read
         self._upper_us = window.before_us
@@ -195,8 +197,16 @@ class TopLevelPager:
 
     @classmethod
     async def start(
-        cls, fetch: Fetch, window: Window, page: int, max_page: int = 0
+        cls,
+        fetch: Fetch,
+        window: Window,
+        page: int,
+        max_page: int = 0,
+        *,
+        childless: bool = False,
     ) -> TopLevelPager:
+        """The pager, its first query run. `childless`: the space is known to hold no
+        child task, so pages need not look for children."""
         lower_us = window.after_us
         if window.limit is not None and window.before_us is None and window.after_us is None:
             # The newest `limit`, oldest first: start at the limit-th newest.
@@ -210,7 +220,12 @@ class TopLevelPager:
                 lower_us = found[0][0] - 1
         newest_first = window.after_us is None and window.before_us is not None
         return cls(
-            window, newest_first=newest_first, lower_us=lower_us, page=page, max_page=max_page
+            window,
+            newest_first=newest_first,
+            lower_us=lower_us,
+            page=page,
+            max_page=max_page,
+            childless=childless,
         )
 
     @property
@@ -233,15 +248,17 @@ class TopLevelPager:
             where += " AND created_at_us < ?"
             params.append(self._upper_us)
         order = "DESC" if self._newest_first else "ASC"
-        # The children come in the same query: one round trip per page. Both parts are
-        # sorted here rather than in SQL (see `get_family`).
-        found = await fetch(
-            f"WITH top AS (SELECT {_COLUMNS} FROM tasks WHERE {where} "
-            f"ORDER BY created_at_us {order} LIMIT ?) "
-            f"SELECT {_COLUMNS} FROM top UNION ALL "
-            f"SELECT {_COLUMNS} FROM tasks WHERE parent_uuid IN (SELECT uuid FROM top)",
-            (*params, size),
-        )
+        top = f"SELECT {_COLUMNS} FROM tasks WHERE {where} ORDER BY created_at_us {order} LIMIT ?"
+        if self._childless:
+            found = await fetch(top, (*params, size))
+        else:
+            # The children come in the same query: one round trip per page. Both parts
+            # are sorted here rather than in SQL (see `get_family`).
+            found = await fetch(
+                f"WITH top AS ({top}) SELECT {_COLUMNS} FROM top UNION ALL "
+                f"SELECT {_COLUMNS} FROM tasks WHERE parent_uuid IN (SELECT uuid FROM top)",
+                (*params, size),
+            )
         rows, children = families_of(self._window.space_uuid, found)
         if self._newest_first:
             rows.reverse()

@@ -63,36 +63,49 @@ class SmallSpace:
         return made[1]
 
 
-class SmallSpaces:
-    """Small spaces by uuid, least recently read first; `BIG` marks a space known to be
-    larger than SMALL_SPACE (spaces never shrink)."""
+class BigSpace:
+    """A space known to be larger than SMALL_SPACE (spaces never shrink), and whether it
+    is known to hold no child task: its pages then need no query for children."""
 
-    BIG = object()
+    __slots__ = ("childless",)
+
+    def __init__(self, childless: bool) -> None:
+        self.childless = childless
+
+
+class SmallSpaces:
+    """Small spaces by uuid, least recently read first, and big ones (`BigSpace`)."""
 
     def __init__(self, small: int = SMALL_SPACE, held: int = ROWS_HELD) -> None:
         self._small = small
         self._held = held
-        self._entries: OrderedDict[str, SmallSpace | object] = OrderedDict()
+        self._entries: OrderedDict[str, SmallSpace | BigSpace] = OrderedDict()
         self._rows = 0
         self.generation = 0
 
-    def get(self, space_uuid: str) -> SmallSpace | object | None:
+    def get(self, space_uuid: str) -> SmallSpace | BigSpace | None:
         entry = self._entries.get(space_uuid)
         if entry is not None:
             self._entries.move_to_end(space_uuid)
         return entry
 
-    async def load(self, fetch: Fetch, space_uuid: str) -> SmallSpace | object:
+    async def load(self, fetch: Fetch, space_uuid: str) -> SmallSpace | BigSpace:
         """Read the space's rows, and keep them if it is small and nothing changed
-        meanwhile; returns the entry, or `BIG`."""
+        meanwhile; returns the entry, a `BigSpace` if it is big."""
         generation = self.generation
         found = await fetch(
             f"SELECT {_COLUMNS} FROM tasks WHERE space_uuid = ? LIMIT ?",
             (space_uuid, self._small + 1),
         )
         if len(found) > self._small:
-            self._entries[space_uuid] = self.BIG
-            return self.BIG
+            child = await fetch(
+                "SELECT 1 FROM tasks WHERE space_uuid = ? AND parent_uuid IS NOT NULL LIMIT 1",
+                (space_uuid,),
+            )
+            # A child created meanwhile may not be in what was read: not known childless.
+            big = BigSpace(childless=not child and generation == self.generation)
+            self._entries[space_uuid] = big
+            return big
         entry = _small_space(space_uuid, found)
         if generation == self.generation:
             self._entries[space_uuid] = entry
@@ -103,15 +116,18 @@ class SmallSpaces:
                     self._rows -= evicted.rows
         return entry
 
-    def forget(self, *space_uuids: str) -> None:
-        """After a create or a finish in these spaces committed (or may have)."""
+    def forget(self, *space_uuids: str, children: bool = False) -> None:
+        """After a create or a finish in these spaces committed (or may have); `children`:
+        the creates may have made child tasks."""
         self.generation += 1
         for space_uuid in space_uuids:
             entry = self._entries.pop(space_uuid, None)
             if isinstance(entry, SmallSpace):
                 self._rows -= entry.rows
-            elif entry is self.BIG:
-                self._entries[space_uuid] = entry  # still big
+            elif entry is not None:  # still big
+                if children:
+                    entry.childless = False
+                self._entries[space_uuid] = entry
 
 
 def _small_space(space_uuid: str, found: Sequence[tuple[Any, ...]]) -> SmallSpace:
