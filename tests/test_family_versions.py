@@ -3,6 +3,7 @@ versions in Redis: a change made on one is seen by the next report on the other.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,7 +16,7 @@ from sqlalchemy import text
 from headway.app import create_app
 from headway.clock import ManualClock
 from headway.config import Settings
-from headway.progress.redis import FAMILY_VERSION_TTL_S
+from headway.progress.redis import FAMILY_VERSION_TTL_S, Coalesced
 from headway.storage.families import VERSIONED_MAX_AGE_US
 
 from .conftest import BACKENDS, empty_backend, running
@@ -231,3 +232,35 @@ async def test_a_write_at_its_version_announces_the_change_in_the_same_call(shar
         await pubsub.aclose()
         await listener.aclose()
         await store.close()
+
+
+_ECHO_OR_FAIL = """
+if KEYS[1] == 'bad' then
+  return redis.error_reply('refused for this key alone')
+end
+return tonumber(ARGV[1]) * 2
+"""
+
+
+async def test_script_calls_of_one_turn_share_a_pipeline_each_with_its_own_result(
+    redis_client,
+):
+    """Reports on Redis send their script calls together (see `progress.redis.Coalesced`):
+    every caller still gets its own answer, and one call's error stays its own."""
+    calls = Coalesced(redis_client, _ECHO_OR_FAIL)
+    keys = [["bad"] if n == 7 else [f"k{n}"] for n in range(20)]
+    answers = await asyncio.gather(
+        *(calls(keys=k, args=[n]) for n, k in enumerate(keys)), return_exceptions=True
+    )
+    for n, answer in enumerate(answers):
+        if n == 7:
+            assert isinstance(answer, redis.ResponseError)
+            assert "refused for this key alone" in str(answer)
+        else:
+            assert answer == n * 2
+    # Twenty calls at once took one connection: one pipeline, where calls of their own
+    # would each have taken a connection of the (fresh) pool.
+    pool = redis_client.connection_pool
+    assert len(pool._available_connections) + len(pool._in_use_connections) == 1
+    # A call after the others is a pipeline of its own, and gets its answer too.
+    assert await calls(keys=["later"], args=[21]) == 42
