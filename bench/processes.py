@@ -129,11 +129,12 @@ def _clean_env() -> dict[str, str]:
     return env
 
 
-def start_baseline(workdir: Path) -> ServerProcess:
+def start_baseline(workdir: Path, env: Mapping[str, str] | None = None) -> ServerProcess:
     """The bare-ASGI app under uvicorn with Headway's server settings: uvloop, httptools,
-    one worker, no access log (see `headway.cli._serve`)."""
+    one worker, no access log (see `headway.cli._serve`). `env`: the calibration's
+    `BENCH_BODY_BYTES` and `BENCH_BURN_US` (see `bench.baseline`)."""
     port = free_port()
-    env = {**_clean_env(), "BENCH_PORT": str(port)}
+    env = {**_clean_env(), "BENCH_PORT": str(port), **(env or {})}
     command = [
         sys.executable,
         "-m",

@@ -211,6 +211,10 @@ def scenario_titles(o: Options) -> dict[str, str]:
         "get_space_big_page": f"GET /spaces/{{s}}?limit={PAGE}&before=…, {o.big:,} tasks",
         "get_space_big": f"GET /spaces/{{s}}, {o.big:,} tasks, no parameters (1 connection)",
         "get_parent": f"GET /tasks/{{t}}, parent of {o.children:,} children",
+        "baseline_parent": (
+            "bare ASGI baseline sending a fixed body the size of that parent's answer, "
+            "after spending its CPU per request"
+        ),
         "memory": f"memory: RSS with {o.big:,} tasks holding progress",
         "flood_create": (
             f"flood from {flood.FLOOD_ADDRESS}, defaults: {o.flood_concurrency} at once create "
@@ -384,6 +388,7 @@ class Bench:
             self.baseline()
         others = [
             "baseline",
+            "baseline_parent",
             "put_report_limited",
             *FLOOD_ROWS,
             *STREAM_ROWS,
@@ -393,6 +398,8 @@ class Bench:
         embedded = [n for n in self.titles if n not in others]
         with self.phase(embedded):
             self.embedded()
+        with self.phase(["baseline_parent"]):
+            self.baseline_parent()
         with self.phase(["put_report_limited"]):
             self.limited()
         with self.phase(FLOOD_ROWS):
@@ -450,7 +457,9 @@ class Bench:
                 "post_task",
                 Load("POST", [f"/spaces/{data['post_space']}/tasks"], post_body),
             )
-            self.measure(server, "get_parent", Load("GET", [f"/tasks/{data['parent']}"]))
+            parent = self.measure(server, "get_parent", Load("GET", [f"/tasks/{data['parent']}"]))
+            answer = httpx.get(f"{server.url}/tasks/{data['parent']}", timeout=30)
+            parent.extra["answer_bytes"] = len(answer.content)
 
             self.memory(server, big, rss_at_start)
 
@@ -483,6 +492,27 @@ class Bench:
                     f"(+{whole.extra['rss_growth_mb']:,.1f} MB)"
                 )
                 self.say(f"get_space_big: {whole.extra['note']}")
+        finally:
+            self.stop(server)
+
+    def baseline_parent(self) -> None:
+        """The bare server sending what the parent scenario sends, at the CPU it costs:
+        how much of that scenario's tail is the machine's, whatever the code."""
+        parent = self.rows.get("get_parent")
+        size = (parent.extra.get("answer_bytes") if parent else None) or 0
+        if not parent or parent.status != "ok" or not size or not parent.cpu_us_per_request:
+            raise Skip("the parent scenario was not measured")
+        env = {
+            "BENCH_BODY_BYTES": str(size),
+            "BENCH_BURN_US": str(round(parent.cpu_us_per_request)),
+        }
+        server = self.start(start_baseline, self.workdir, env)
+        try:
+            row = self.measure(server, "baseline_parent", Load("GET", ["/"]))
+            row.extra["note"] = (
+                f"{size:,}-byte body after {parent.cpu_us_per_request:,.0f} µs of CPU: "
+                f"p99 {_num(row.p99_ms)} ms vs {_num(parent.p99_ms)} ms for the parent"
+            )
         finally:
             self.stop(server)
 
@@ -1204,12 +1234,24 @@ class Bench:
             f"{PARENT_CPU_US:,} µs CPU/req, p99 ≤ {PARENT_P99_MS:g} ms"
         )
         if row and row.cpu_us_per_request is not None and row.p99_ms is not None:
+            bare = ok("baseline_parent")
+            calibration = (
+                f"the bare server sending the same {row.extra.get('answer_bytes', 0):,} bytes "
+                f"after the same CPU: p99 {bare.p99_ms:,.1f} ms"
+                if bare and bare.p99_ms is not None
+                else ""
+            )
             add(
                 "parent_cpu",
                 description,
                 row.cpu_us_per_request <= PARENT_CPU_US and row.p99_ms <= PARENT_P99_MS,
                 f"{_num(row.cpu_us_per_request)} µs/req, p99 {row.p99_ms:,.1f} ms",
-                "; ".join(filter(None, [scaled(1000, o.children, "children"), fewer_connections])),
+                "; ".join(
+                    filter(
+                        None,
+                        [calibration, scaled(1000, o.children, "children"), fewer_connections],
+                    )
+                ),
             )
         else:
             add("parent_cpu", description, None, "")
