@@ -341,6 +341,7 @@ class Bench:
         if self.o.profile and server.name != "baseline":
             out = self.workdir / f"profile-{name}.txt"
             profiler = profile.start(server.pid, duration, out)
+        settle()
         others = others or {}
         others_before = {k: read() for k, read in others.items()}
         machine_before = machine_cpu()
@@ -1377,6 +1378,19 @@ def others_extra(cpu: float, spent: dict[str, float], requests: int) -> dict[str
     per = {"headway": round(cpu * 1e6 / requests, 1)}
     per.update({k: round(v * 1e6 / requests, 1) for k, v in spent.items()})
     return {"cpu_us_per_request_of": per}
+
+
+def settle(quiet: float = 0.15, window_s: float = 0.25, limit_s: float = 5.0) -> None:
+    """Before a measurement: write back what earlier phases left to write (a stopped
+    server's database pages), then wait, up to `limit_s`, until the machine is at most
+    `quiet` busy over `window_s`, so that one scenario does not pay for the last."""
+    os.sync()
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        before = machine_cpu()
+        time.sleep(window_s)
+        if machine_busy(before) <= quiet:
+            return
 
 
 def machine_busy(before: tuple[float, float]) -> float:

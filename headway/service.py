@@ -24,7 +24,7 @@ from .storage import outbox, queries, shares
 from .storage.batch import GroupCommit
 from .storage.database import Database, Statements
 from .storage.families import FamilyCache, FamilyVersions
-from .storage.small_spaces import BigSpace, SmallSpace, SmallSpaces
+from .storage.small_spaces import BigSpace, ShownTasks, SmallSpace, SmallSpaces
 
 Family = list[tuple[TaskRow, Progress | None]]
 
@@ -32,6 +32,9 @@ Family = list[tuple[TaskRow, Progress | None]]
 # first page, then twice as many each page up to MAX_SPACE_PAGE, so that a small read is
 # one small query and a whole big space takes few round trips.
 SPACE_PAGE = 200
+# Pages of at most this many top-level tasks (a read with a `limit`, as a dashboard
+# polls) reuse their tasks' answers; a read of a whole big space would only churn them.
+SHOWN_PAGE = 100
 MAX_SPACE_PAGE = 3200
 # Spaces whose `{"title", "icon"}` are kept: a space never changes them and is never
 # deleted, so a read of a space seen before needs no query for them.
@@ -68,6 +71,7 @@ class Service:
             self._versions = cast(FamilyVersions, progress)
         # Small spaces held whole, where this process is the only writer (as `families`).
         self._small = SmallSpaces() if families is not None and not families.versioned else None
+        self._shown = ShownTasks() if self._small is not None else None
         self.allow_private_webhooks = allow_private_webhooks
         self.webhooks_per_space = webhooks_per_space
         self.shares_per_space = shares_per_space
@@ -216,7 +220,7 @@ class Service:
 
     async def _space_pages(
         self, pager: queries.TopLevelPager, page: tuple[list[TaskRow], dict[str, list[TaskRow]]]
-    ) -> AsyncIterator[list[domain.TaskView]]:
+    ) -> AsyncIterator[list[domain.TaskView | msgspec.Raw]]:
         while True:
             top, children = page
             if not top:
@@ -229,14 +233,18 @@ class Service:
 
     async def _page_views(
         self, top: list[TaskRow], children: dict[str, list[TaskRow]]
-    ) -> list[domain.TaskView]:
-        """The answers for a page of top-level tasks and their children."""
+    ) -> list[domain.TaskView | msgspec.Raw]:
+        """The answers for a page of top-level tasks and their children (a childless
+        task's as its JSON, where a small page reuses it: see `ShownTasks`)."""
         uuids = [row.uuid for row in top]
         for family in children.values():
             uuids.extend(child.uuid for child in family)
         found = await self.progress.get_many(uuids)
         view = domain.view
         if not children:
+            if self._shown is not None and len(top) <= SHOWN_PAGE:
+                shown = self._shown.json
+                return [shown(row, progress) for row, progress in zip(top, found, strict=True)]
             return [view(row, progress) for row, progress in zip(top, found, strict=True)]
         progress_of = dict(zip(uuids, found, strict=True))
         return [

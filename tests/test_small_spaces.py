@@ -8,7 +8,8 @@ import itertools
 
 import pytest
 
-from headway.storage.small_spaces import BigSpace, SmallSpace, SmallSpaces
+from headway.domain import TaskRow
+from headway.storage.small_spaces import BigSpace, ShownTasks, SmallSpace, SmallSpaces
 
 pytestmark = pytest.mark.parametrize("backend", ["sqlite"])
 
@@ -121,3 +122,49 @@ async def test_held_spaces_stay_within_their_row_budget(app, client):
         assert (await client.get(f"/spaces/{space}")).status_code == 200
     assert small.get(spaces[0]) is None  # the least recently read went first
     assert all(isinstance(small.get(space), SmallSpace) for space in spaces[1:])
+
+
+async def test_pages_of_a_big_space_reuse_answers_only_while_their_task_is_unchanged(
+    app, client, space, clock
+):
+    """A page of a big space shows each task's JSON as last made while its progress and
+    row are unchanged, and made again after a report, a finish or an expiry."""
+    service = app.state.service
+    service._small = SmallSpaces(small=3)
+    tasks = [
+        (await client.post(f"/spaces/{space}/tasks", json={"title": f"t{n}"})).json()["uuid"]
+        for n in range(5)
+    ]
+    for task in tasks:
+        await client.put(f"/tasks/{task}", json={"current": 1, "end": 4})
+
+    async def page() -> dict[str, dict]:
+        body = (await client.get(f"/spaces/{space}", params={"limit": "5"})).json()
+        return {t["uuid"]: t for t in body["tasks"]}
+
+    first = await page()
+    assert len(service._shown) >= 5
+    assert await page() == first
+    await client.put(f"/tasks/{tasks[1]}", json={"current": 3, "end": 4})
+    await client.put(f"/tasks/{tasks[2]}", json={"done": True})
+    again = await page()
+    assert again[tasks[1]]["progress"]["current"] == 3
+    assert again[tasks[2]]["finished_at"] is not None and again[tasks[2]]["progress"]["ratio"] == 1
+    assert again[tasks[0]] == first[tasks[0]]
+    clock.advance(61)  # past the progress TTL of 60 s
+    expired = await page()
+    assert expired[tasks[0]]["progress"] is None
+    # The same, byte for byte, as the answer made afresh.
+    for task in tasks:
+        alone = (await client.get(f"/tasks/{task}")).json()
+        assert expired[task] == alone
+
+
+def test_shown_tasks_hold_at_most_their_bound(backend):
+    shown = ShownTasks(held=16)
+    rows = [
+        TaskRow(f"00000000-0000-4000-8000-{n:012d}", "s", None, f"t{n}", None, n) for n in range(40)
+    ]
+    made = [shown.json(row, None) for row in rows]
+    assert len(shown) <= 16
+    assert shown.json(rows[-1], None) is made[-1]  # the newest still held

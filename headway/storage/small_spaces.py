@@ -6,7 +6,8 @@ the service calls `forget` after each such commit (or failure, which may have co
 and a load that raced with one is not kept (`generation`, as in `storage.families`).
 With each row the entry keeps the JSON of its answer while the task's progress stays the
 same object (the memory store replaces it on every write), so a read of an unchanged
-task costs a lookup.
+task costs a lookup. Pages of bigger spaces, read from the database, reuse the answers
+of their childless tasks the same way, for a bounded number of tasks (`ShownTasks`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import msgspec
@@ -26,6 +28,8 @@ from .queries import _COLUMNS, Window, families_of
 SMALL_SPACE = 1000
 # Rows held in all: the least recently read spaces go first.
 ROWS_HELD = 50_000
+# Answers of tasks of big spaces held (`ShownTasks`): about 0.5 KB each.
+TASKS_SHOWN = 16_384
 
 
 @dataclass
@@ -61,6 +65,34 @@ class SmallSpace:
         if made is None or made[0] is not progress:
             made = self.shown[row.uuid] = (progress, view_json(row, progress))
         return made[1]
+
+
+class ShownTasks:
+    """The JSON of childless tasks' answers as last made in pages of big spaces, by
+    uuid: reused while the task's progress is the same object (the memory store replaces
+    it on every write) and its row has not finished since, so a page read again costs a
+    lookup per unchanged task. At most `held` of them: past that, the eighth made
+    longest ago are dropped."""
+
+    def __init__(self, held: int = TASKS_SHOWN) -> None:
+        self._held = held
+        self._entries: dict[str, tuple[Progress | None, int | None, msgspec.Raw]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def json(self, row: TaskRow, progress: Progress | None) -> msgspec.Raw:
+        made = self._entries.get(row.uuid)
+        if made is not None and made[0] is progress and made[1] == row.finished_at_us:
+            return made[2]
+        shown = view_json(row, progress)
+        entries = self._entries
+        entries.pop(row.uuid, None)  # re-made: now the newest
+        entries[row.uuid] = (progress, row.finished_at_us, shown)
+        if len(entries) > self._held:
+            for dropped in list(islice(entries, max(1, self._held // 8))):
+                del entries[dropped]
+        return shown
 
 
 class BigSpace:
