@@ -32,10 +32,10 @@ Family = list[tuple[TaskRow, Progress | None]]
 # first page, then twice as many each page up to MAX_SPACE_PAGE, so that a small read is
 # one small query and a whole big space takes few round trips.
 SPACE_PAGE = 200
+MAX_SPACE_PAGE = 3200
 # Pages of at most this many top-level tasks (a read with a `limit`, as a dashboard
 # polls) reuse their tasks' answers; a read of a whole big space would only churn them.
 SHOWN_PAGE = 100
-MAX_SPACE_PAGE = 3200
 # Spaces whose `{"title", "icon"}` are kept: a space never changes them and is never
 # deleted, so a read of a space seen before needs no query for them.
 SPACE_HEADS = 10_000

@@ -20,6 +20,9 @@ T = TypeVar("T")
 # Runs a read with `?` placeholders and answers its rows (see `Database.rows`).
 Fetch = Callable[[str, Sequence[Any]], Awaitable[Sequence[Any]]]
 MIGRATIONS = Path(__file__).parent / "migrations"
+# The newest migration. Starting on a database already there needs no Alembic at all
+# (a test checks this matches the migrations directory).
+HEAD_REVISION = "0005"
 
 
 class Statements(Protocol):
@@ -33,11 +36,6 @@ class Statements(Protocol):
     async def many(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
         """Run one statement for each parameter list (executemany)."""
         ...
-
-
-# The newest migration. Starting on a database already there needs no Alembic at all
-# (a test checks this matches the migrations directory).
-HEAD_REVISION = "0005"
 
 
 def async_url(url: str) -> str:
