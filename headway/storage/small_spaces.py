@@ -32,47 +32,12 @@ ROWS_HELD = 50_000
 TASKS_SHOWN = 16_384
 
 
-@dataclass
-class SmallSpace:
-    """A space's top-level tasks (oldest first), their children (oldest first) by
-    parent, and the JSON of the answers last made for childless tasks."""
-
-    top: list[TaskRow]
-    children: dict[str, list[TaskRow]]
-    rows: int
-    shown: dict[str, tuple[Progress | None, msgspec.Raw]] = field(default_factory=dict)
-
-    def window(self, window: Window) -> list[TaskRow]:
-        """The top-level tasks a read of `window` answers, in its order (see
-        `queries.TopLevelPager`, whose order this is)."""
-        state, before, after, limit = window.state, window.before_us, window.after_us, window.limit
-        rows = [
-            row
-            for row in self.top
-            if (state is None or (row.finished_at_us is not None) == (state == "finished"))
-            and (after is None or row.created_at_us > after)
-            and (before is None or row.created_at_us < before)
-        ]
-        if limit is not None and before is None and after is None:
-            return rows[-limit:] if limit < len(rows) else rows
-        if before is not None and after is None:
-            rows.reverse()
-        return rows if limit is None else rows[:limit]
-
-    def json(self, row: TaskRow, progress: Progress | None) -> msgspec.Raw:
-        """The JSON of a childless task's answer, made again only if its progress moved."""
-        made = self.shown.get(row.uuid)
-        if made is None or made[0] is not progress:
-            made = self.shown[row.uuid] = (progress, view_json(row, progress))
-        return made[1]
-
-
 class ShownTasks:
-    """The JSON of childless tasks' answers as last made in pages of big spaces, by
-    uuid: reused while the task's progress is the same object (the memory store replaces
-    it on every write) and its row has not finished since, so a page read again costs a
-    lookup per unchanged task. At most `held` of them: past that, the eighth made
-    longest ago are dropped."""
+    """The JSON of childless tasks' answers as last made, by uuid (a small space's, or
+    those shown in pages of big spaces): reused while the task's progress is the same
+    object (the memory store replaces it on every write) and its row has not finished
+    since, so a page read again costs a lookup per unchanged task. At most `held` of
+    them: past that, the eighth made longest ago are dropped."""
 
     def __init__(self, held: int = TASKS_SHOWN) -> None:
         self._held = held
@@ -93,6 +58,38 @@ class ShownTasks:
             for dropped in list(islice(entries, max(1, self._held // 8))):
                 del entries[dropped]
         return shown
+
+
+@dataclass
+class SmallSpace:
+    """A space's top-level tasks (oldest first), their children (oldest first) by
+    parent, and the JSON of the answers last made for childless tasks."""
+
+    top: list[TaskRow]
+    children: dict[str, list[TaskRow]]
+    rows: int
+    shown: ShownTasks = field(default_factory=lambda: ShownTasks(SMALL_SPACE))
+
+    def window(self, window: Window) -> list[TaskRow]:
+        """The top-level tasks a read of `window` answers, in its order (see
+        `queries.TopLevelPager`, whose order this is)."""
+        state, before, after, limit = window.state, window.before_us, window.after_us, window.limit
+        rows = [
+            row
+            for row in self.top
+            if (state is None or (row.finished_at_us is not None) == (state == "finished"))
+            and (after is None or row.created_at_us > after)
+            and (before is None or row.created_at_us < before)
+        ]
+        if limit is not None and before is None and after is None:
+            return rows[-limit:] if limit < len(rows) else rows
+        if before is not None and after is None:
+            rows.reverse()
+        return rows if limit is None else rows[:limit]
+
+    def json(self, row: TaskRow, progress: Progress | None) -> msgspec.Raw:
+        """The JSON of a childless task's answer, made again only if its progress moved."""
+        return self.shown.json(row, progress)
 
 
 class BigSpace:
