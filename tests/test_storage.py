@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 import uuid
@@ -56,3 +57,37 @@ def test_in_loop_reads_of_a_file_that_is_gone_are_unavailable(tmp_path):
     with pytest.raises(DatabaseUnavailable):
         reads.fetch("SELECT 1", ())
     assert not (tmp_path / "missing.db").exists()
+
+
+async def test_a_write_cancelled_while_it_waits_for_the_lock_leaves_no_transaction(
+    backend, app, settings
+):
+    """A write cancelled while its BEGIN IMMEDIATE waits on SQLite's lock (a request
+    whose client left, a worker at shutdown) must not keep the lock once it gets it:
+    the next write goes through at once, not after the 30 s busy timeout."""
+    if backend != "sqlite":
+        pytest.skip("the write lock is SQLite's")
+    db = app.state.service.db
+    path = settings.database_url.split(":///", 1)[1]
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+
+    async def write() -> None:
+        async with db.write() as conn:
+            await queries.insert_space(conn, str(uuid.uuid4()), "cancelled", None, 0)
+
+    try:
+        blocked = asyncio.create_task(write())
+        await asyncio.sleep(0.3)  # its BEGIN IMMEDIATE now waits in the driver's thread
+        blocked.cancel()
+        await asyncio.sleep(0.1)
+    finally:
+        holder.execute("ROLLBACK")  # the lock is free: the cancelled BEGIN takes it
+        holder.close()
+    started = time.monotonic()
+    with pytest.raises(asyncio.CancelledError):
+        await blocked
+    async with asyncio.timeout(10):
+        async with db.write() as conn:
+            await queries.insert_space(conn, str(uuid.uuid4()), "after", None, 0)
+    assert time.monotonic() - started < 5

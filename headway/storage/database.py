@@ -392,6 +392,12 @@ def _sqlite_begin(conn: Connection) -> None:
             await_(conn.connection.driver_connection.execute("BEGIN IMMEDIATE"))
         except sqlite3.OperationalError as exc:  # locked past the busy timeout, I/O
             raise DatabaseUnavailable(str(exc)) from exc
+        except BaseException:
+            # Cancelled while the BEGIN waited on the lock in the driver's thread, where it
+            # may still take it: drop the connection (closing it ends that transaction)
+            # rather than pool it with a transaction nobody will end.
+            conn.invalidate()
+            raise
 
 
 def _make_parent_dir(url: str) -> None:
