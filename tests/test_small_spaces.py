@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import itertools
 
+import msgspec
 import pytest
 
-from headway.domain import TaskRow
+from headway.domain import Progress, TaskRow
+from headway.storage.families import KEPT_JSON_BYTES
 from headway.storage.small_spaces import BigSpace, ShownTasks, SmallSpace, SmallSpaces
 
 pytestmark = pytest.mark.parametrize("backend", ["sqlite"])
@@ -168,3 +170,17 @@ def test_shown_tasks_hold_at_most_their_bound(backend):
     made = [shown.json(row, None) for row in rows]
     assert len(shown) <= 16
     assert shown.json(rows[-1], None) is made[-1]  # the newest still held
+
+
+def test_shown_tasks_do_not_keep_answers_holding_large_values(backend):
+    """An answer with large values (up to 64 KiB each) is made again at each read rather
+    than copied into the cache, outside the live-progress budget."""
+    shown = ShownTasks()
+    row = TaskRow("00000000-0000-4000-8000-000000000001", "s", None, "big", None, 1)
+    small = Progress(1, 2, msgspec.Raw(b'{"log":"x"}'), 5)
+    large = Progress(1, 2, msgspec.Raw(msgspec.json.encode({"log": "x" * 60_000})), 6)
+    first = shown.json(row, large)
+    assert len(first) > KEPT_JSON_BYTES and len(shown) == 0
+    assert shown.json(row, large) == first
+    assert shown.json(row, small) is shown.json(row, small)
+    assert len(shown) == 1

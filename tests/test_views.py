@@ -11,7 +11,7 @@ import pytest
 from headway import domain
 from headway.api.streaming import PIECE_BYTES, space_pieces, task_pieces
 from headway.domain import Progress, TaskRow, format_ts, task_view, view
-from headway.storage.families import FamilyCache
+from headway.storage.families import KEPT_JOINED_BYTES, FamilyCache
 
 T0 = 1_790_000_000_123_456
 SPACE = "5f0c6f43-1d7e-4b6e-9a43-2a5b8f3f1c11"
@@ -274,3 +274,20 @@ def test_the_family_cache_holds_at_most_its_bound_dropping_the_longest_held():
     assert cache.get(rows[-1].uuid) == (rows[-1], ())  # the newest are all there
     assert all(cache.get(held.uuid) is not None for held in rows[-70:])
     assert cache.get(rows[0].uuid) is None  # the oldest went first
+
+
+def test_the_family_cache_keeps_no_copy_of_large_children():
+    """A child whose answer holds large values is encoded again at each read, and a
+    family whose children together pass KEPT_JOINED_BYTES keeps no joined answer: no
+    cache copies large values outside the live-progress budget."""
+    cache = FamilyCache()
+    parent, children = row(0, uuid=PARENT), [child for child, _ in family(40)]
+    cache.put((parent, children), cache.generation)
+    _, cached = cache.get(PARENT)
+    large = [progress(1, 2, {"log": "x" * 60_000}) for _ in cached]
+    first = cache.children_answer(PARENT, cached, large)
+    assert len(first.shown.joined) > KEPT_JOINED_BYTES
+    again = cache.children_answer(PARENT, cached, large)
+    assert again is not first  # made again, not held
+    assert bytes(again.shown.joined) == bytes(first.shown.joined)
+    assert all(a is not b for a, b in zip(again.shown, first.shown, strict=True))

@@ -38,6 +38,12 @@ Family = tuple[TaskRow, Sequence[TaskRow]]
 
 # How long a versioned entry is trusted before it is read again (see the module docstring).
 VERSIONED_MAX_AGE_US = 3600 * 1_000_000
+# Answers made for reads are kept for reuse only up to this size; a longer one (a task
+# holding up to 64 KiB of values) is made again at each read, so that no cache holds
+# copies of large values outside the live-progress budget. A parent's children joined
+# (`ChildrenJSON.joined`) are kept up to KEPT_JOINED_BYTES.
+KEPT_JSON_BYTES = 2048
+KEPT_JOINED_BYTES = 1024 * 1024
 
 
 class FamilyVersions(Protocol):
@@ -166,13 +172,14 @@ class FamilyCache:
         for index, progress in enumerate(found):
             made = shown[index]
             if made is None or made[0] is not progress:
-                made = shown[index] = (progress, view_json(children[index], progress))
+                made = (progress, view_json(children[index], progress))
+                shown[index] = made if len(made[1]) <= KEPT_JSON_BYTES else None
             answers.append(made[1])
             if progress is not None and (latest is None or progress.updated_at_us > latest):
                 latest = progress.updated_at_us
         done = sum(1 for child in children if child.finished_at_us is not None)
         answer = ChildrenAnswer(ChildrenJSON(answers), done, latest)
-        entry.answer = (found, answer)
+        entry.answer = (found, answer) if len(answer.shown.joined) <= KEPT_JOINED_BYTES else None
         return answer
 
     def put(self, family: Family, generation: int) -> None:

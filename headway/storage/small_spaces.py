@@ -22,6 +22,7 @@ import msgspec
 
 from ..domain import Progress, TaskRow, view_json
 from .database import Fetch
+from .families import KEPT_JSON_BYTES
 from .queries import _COLUMNS, Window, families_of
 
 # Spaces of at most this many tasks are held whole; bigger ones are read page by page.
@@ -37,7 +38,8 @@ class ShownTasks:
     those shown in pages of big spaces): reused while the task's progress is the same
     object (the memory store replaces it on every write) and its row has not finished
     since, so a page read again costs a lookup per unchanged task. At most `held` of
-    them: past that, the eighth made longest ago are dropped."""
+    them: past that, the eighth made longest ago are dropped. Answers longer than
+    KEPT_JSON_BYTES are not kept (see `storage.families`)."""
 
     def __init__(self, held: int = TASKS_SHOWN) -> None:
         self._held = held
@@ -53,6 +55,8 @@ class ShownTasks:
         shown = view_json(row, progress)
         entries = self._entries
         entries.pop(row.uuid, None)  # re-made: now the newest
+        if len(shown) > KEPT_JSON_BYTES:
+            return shown  # large values: not copied into a cache
         entries[row.uuid] = (progress, row.finished_at_us, shown)
         if len(entries) > self._held:
             for dropped in list(islice(entries, max(1, self._held // 8))):
