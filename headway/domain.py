@@ -233,7 +233,7 @@ def view(
     row: TaskRow,
     progress: Progress | None,
     children: Sequence[tuple[TaskRow, Progress | None]] = (),
-    children_json: list[msgspec.Raw] | None = None,
+    children_json: list[msgspec.Raw | TaskView] | None = None,
     aggregate: tuple[int, int | None] | None = None,
 ) -> TaskView:
     """The answer for a task (`task_view`, as a struct). `children_json`, when given,

@@ -277,17 +277,19 @@ def test_the_family_cache_holds_at_most_its_bound_dropping_the_longest_held():
 
 
 def test_the_family_cache_keeps_no_copy_of_large_children():
-    """A child whose answer holds large values is encoded again at each read, and a
-    family whose children together pass KEPT_JOINED_BYTES keeps no joined answer: no
-    cache copies large values outside the live-progress budget."""
+    """Children holding large values, or a family whose answers together pass
+    KEPT_JOINED_BYTES, are not answered from the cache (the answer is then made of
+    structs, encoded as it is sent): no cache copies large values outside the
+    live-progress budget."""
     cache = FamilyCache()
-    parent, children = row(0, uuid=PARENT), [child for child, _ in family(40)]
+    parent, children = row(0, uuid=PARENT), [child for child, _ in family(600)]
     cache.put((parent, children), cache.generation)
     _, cached = cache.get(PARENT)
     large = [progress(1, 2, {"log": "x" * 60_000}) for _ in cached]
-    first = cache.children_answer(PARENT, cached, large)
-    assert len(first.shown.joined) > KEPT_JOINED_BYTES
-    again = cache.children_answer(PARENT, cached, large)
-    assert again is not first  # made again, not held
-    assert bytes(again.shown.joined) == bytes(first.shown.joined)
-    assert all(a is not b for a, b in zip(again.shown, first.shown, strict=True))
+    assert cache.children_answer(PARENT, cached, large) is None
+    middling = [progress(1, 2, {"log": "x" * 1_900}) for _ in cached]  # ~1.4 MB in all
+    assert cache.children_answer(PARENT, cached, middling) is None
+    small = [progress(1, 2, {"log": "x"}) for _ in cached]
+    kept = cache.children_answer(PARENT, cached, small)
+    assert kept is not None and len(kept.shown.joined) <= KEPT_JOINED_BYTES
+    assert cache.children_answer(PARENT, cached, small) is kept

@@ -38,10 +38,11 @@ Family = tuple[TaskRow, Sequence[TaskRow]]
 
 # How long a versioned entry is trusted before it is read again (see the module docstring).
 VERSIONED_MAX_AGE_US = 3600 * 1_000_000
-# Answers made for reads are kept for reuse only up to this size; a longer one (a task
-# holding up to 64 KiB of values) is made again at each read, so that no cache holds
-# copies of large values outside the live-progress budget. A parent's children joined
-# (`ChildrenJSON.joined`) are kept up to KEPT_JOINED_BYTES.
+# Answers are kept as JSON for reuse only for tasks whose values take at most this
+# much, and a parent's children joined (`ChildrenJSON.joined`) only up to
+# KEPT_JOINED_BYTES: no cache holds copies of large values (up to 64 KiB a task) outside
+# the live-progress budget. Others are answered as structs, encoded as they are sent
+# (`api.streaming`), so that a client that does not read holds a piece, not a copy.
 KEPT_JSON_BYTES = 2048
 KEPT_JOINED_BYTES = 1024 * 1024
 
@@ -164,22 +165,28 @@ class FamilyCache:
         found = list(found)
         if entry.answer is not None and entry.answer[0] == found:  # identity first: C speed
             return entry.answer[1]
+        if any(p is not None and len(p.values) > KEPT_JSON_BYTES for p in found):
+            return None  # large values: see KEPT_JSON_BYTES
         shown = entry.shown
         if shown is None:
             shown = entry.shown = [None] * len(children)
         answers = []
         latest = None
+        size = 0
         for index, progress in enumerate(found):
             made = shown[index]
             if made is None or made[0] is not progress:
-                made = (progress, view_json(children[index], progress))
-                shown[index] = made if len(made[1]) <= KEPT_JSON_BYTES else None
+                made = shown[index] = (progress, view_json(children[index], progress))
             answers.append(made[1])
+            size += len(made[1]) + 1
             if progress is not None and (latest is None or progress.updated_at_us > latest):
                 latest = progress.updated_at_us
+        if size > KEPT_JOINED_BYTES:
+            entry.answer = None
+            return None
         done = sum(1 for child in children if child.finished_at_us is not None)
         answer = ChildrenAnswer(ChildrenJSON(answers), done, latest)
-        entry.answer = (found, answer) if len(answer.shown.joined) <= KEPT_JOINED_BYTES else None
+        entry.answer = (found, answer)
         return answer
 
     def put(self, family: Family, generation: int) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import msgspec
 
-from ..domain import Progress, TaskRow, view_json
+from ..domain import Progress, TaskRow, TaskView, view, view_json
 from .database import Fetch
 from .families import KEPT_JSON_BYTES
 from .queries import _COLUMNS, Window, families_of
@@ -38,8 +38,8 @@ class ShownTasks:
     those shown in pages of big spaces): reused while the task's progress is the same
     object (the memory store replaces it on every write) and its row has not finished
     since, so a page read again costs a lookup per unchanged task. At most `held` of
-    them: past that, the eighth made longest ago are dropped. Answers longer than
-    KEPT_JSON_BYTES are not kept (see `storage.families`)."""
+    them: past that, the eighth made longest ago are dropped. Tasks holding large
+    values are not kept (see `storage.families.KEPT_JSON_BYTES`)."""
 
     def __init__(self, held: int = TASKS_SHOWN) -> None:
         self._held = held
@@ -48,15 +48,17 @@ class ShownTasks:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def json(self, row: TaskRow, progress: Progress | None) -> msgspec.Raw:
+    def json(self, row: TaskRow, progress: Progress | None) -> msgspec.Raw | TaskView:
+        """The task's answer: its JSON, kept, or for large values its struct (see
+        `storage.families.KEPT_JSON_BYTES`)."""
         made = self._entries.get(row.uuid)
         if made is not None and made[0] is progress and made[1] == row.finished_at_us:
             return made[2]
-        shown = view_json(row, progress)
         entries = self._entries
         entries.pop(row.uuid, None)  # re-made: now the newest
-        if len(shown) > KEPT_JSON_BYTES:
-            return shown  # large values: not copied into a cache
+        if progress is not None and len(progress.values) > KEPT_JSON_BYTES:
+            return view(row, progress)
+        shown = view_json(row, progress)
         entries[row.uuid] = (progress, row.finished_at_us, shown)
         if len(entries) > self._held:
             for dropped in list(islice(entries, max(1, self._held // 8))):
@@ -91,8 +93,8 @@ class SmallSpace:
             rows.reverse()
         return rows if limit is None else rows[:limit]
 
-    def json(self, row: TaskRow, progress: Progress | None) -> msgspec.Raw:
-        """The JSON of a childless task's answer, made again only if its progress moved."""
+    def json(self, row: TaskRow, progress: Progress | None) -> msgspec.Raw | TaskView:
+        """A childless task's answer (see `ShownTasks.json`)."""
         return self.shown.json(row, progress)
 
 
