@@ -255,9 +255,14 @@ class Worker:
                     if claims:
                         continue
                 except Exception:  # a dependency may be down: keep trying, never die
+                    if _being_cancelled():
+                        raise  # a library turned the cancellation into an error
                     log.exception("worker step failed; retrying")
+                # asyncio.timeout, not wait_for: in 3.11, wait_for loses a cancellation
+                # that arrives as the wake-up does, and the worker would never stop.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self._poll_s)
+                    async with asyncio.timeout(self._poll_s):
+                        await self._wake.wait()
         finally:
             await self._cancel_attempts()
             try:
@@ -276,6 +281,11 @@ class Worker:
         await self._cancel_attempts()
         if self._owns_http and self._http is not None:
             await self._http.aclose()
+
+
+def _being_cancelled() -> bool:
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 async def worker_status(db: Database, clock: Clock) -> dict[str, object]:

@@ -252,3 +252,18 @@ async def test_a_slow_receiver_does_not_hold_up_a_fast_one(
         with pytest.raises(asyncio.CancelledError):
             await loop
         await worker.close()
+
+
+async def test_a_worker_cancelled_as_it_is_woken_stops(app, clock):
+    """A cancellation that arrives in the same turn as a wake-up (a new event at
+    shutdown) still stops the worker."""
+    worker = Worker(app.state.service.db, clock, allow_private=True, jitter=lambda: 1.0)
+    for _ in range(5):
+        loop = asyncio.create_task(worker.run())
+        await asyncio.sleep(0.2)  # idle: waiting to be woken or to poll
+        worker.wake()
+        loop.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            async with asyncio.timeout(5):
+                await loop
+    await worker.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -396,7 +397,8 @@ def _sqlite_begin(conn: Connection) -> None:
             # Cancelled while the BEGIN waited on the lock in the driver's thread, where it
             # may still take it: drop the connection (closing it ends that transaction)
             # rather than pool it with a transaction nobody will end.
-            conn.invalidate()
+            with contextlib.suppress(Exception):  # the cancellation is what goes on
+                conn.invalidate()
             raise
 
 
