@@ -165,6 +165,20 @@ async def test_unknown_path_is_404_json(client, space, make_task, path):
 
 
 @pytest.mark.parametrize(
+    "path",
+    ["/spaces//tasks", "/spaces/{space}/tasks/", "/spaces/{space}/x/tasks", "/spaces/tasks"],
+)
+async def test_creates_only_at_their_own_path(client, sql, space, path):
+    """Creates skip the router (`HeadwayApp`): a path its template would not match is
+    still a 404, or the 405 of the route it does match, and creates nothing."""
+    before = await stored_counts(sql)
+    response = await client.post(path.format(space=space), json={})
+    assert response.status_code in (404, 405)
+    assert_error(response, response.status_code)
+    assert await stored_counts(sql) == before
+
+
+@pytest.mark.parametrize(
     ("method", "path", "allowed"),
     [
         ("DELETE", "/spaces", {"POST"}),

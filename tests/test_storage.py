@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy.exc
 
 from headway.storage import queries
-from headway.storage.database import DatabaseUnavailable, _InLoopReads
+from headway.storage.database import Database, DatabaseUnavailable, _InLoopReads
 
 
 async def test_database_errors_never_show_statement_parameters(app):
@@ -59,25 +59,40 @@ def test_in_loop_reads_of_a_file_that_is_gone_are_unavailable(tmp_path):
     assert not (tmp_path / "missing.db").exists()
 
 
+async def _through_sqlalchemy(db: Database, title: str) -> None:
+    async with db.write() as conn:
+        await queries.insert_space(conn, str(uuid.uuid4()), title, None, 0)
+
+
+async def _read_then_written(db: Database, title: str) -> None:
+    # A read first: BEGIN goes with it, and the transaction is open once it returns.
+    async with db.written() as st:
+        await st.rows("SELECT count(*) FROM spaces", ())
+        await queries.insert_spaces(st, [queries.NewSpace(str(uuid.uuid4()), title, None)], 0)
+
+
+async def _only_written(db: Database, title: str) -> None:
+    # Nothing but an insert: BEGIN, the insert and COMMIT go in one trip.
+    async with db.written() as st:
+        await queries.insert_spaces(st, [queries.NewSpace(str(uuid.uuid4()), title, None)], 0)
+
+
+@pytest.mark.parametrize("write", [_through_sqlalchemy, _read_then_written, _only_written])
 async def test_a_write_cancelled_while_it_waits_for_the_lock_leaves_no_transaction(
-    backend, app, settings
+    backend, app, settings, write
 ):
     """A write cancelled while its BEGIN IMMEDIATE waits on SQLite's lock (a request
     whose client left, a worker at shutdown) must not keep the lock once it gets it:
-    the next write goes through at once, not after the 30 s busy timeout."""
+    the next write goes through at once, not after the 30 s busy timeout. So for each
+    way of writing: a pooled connection, and the writer's connection (`db.written`)."""
     if backend != "sqlite":
         pytest.skip("the write lock is SQLite's")
     db = app.state.service.db
     path = settings.database_url.split(":///", 1)[1]
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
-
-    async def write() -> None:
-        async with db.write() as conn:
-            await queries.insert_space(conn, str(uuid.uuid4()), "cancelled", None, 0)
-
     try:
-        blocked = asyncio.create_task(write())
+        blocked = asyncio.create_task(write(db, "cancelled"))
         await asyncio.sleep(0.3)  # its BEGIN IMMEDIATE now waits in the driver's thread
         blocked.cancel()
         await asyncio.sleep(0.1)
@@ -88,6 +103,8 @@ async def test_a_write_cancelled_while_it_waits_for_the_lock_leaves_no_transacti
     with pytest.raises(asyncio.CancelledError):
         await blocked
     async with asyncio.timeout(10):
-        async with db.write() as conn:
-            await queries.insert_space(conn, str(uuid.uuid4()), "after", None, 0)
+        for after in (_through_sqlalchemy, _only_written, _read_then_written):
+            await after(db, "after")
     assert time.monotonic() - started < 5
+    # Nobody holds SQLite's write lock now: another connection takes it at once.
+    await db.check_writable(timeout_s=1.0)

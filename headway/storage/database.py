@@ -6,7 +6,9 @@ import asyncio
 import contextlib
 import functools
 import sqlite3
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -28,7 +30,8 @@ HEAD_REVISION = "0005"
 
 class Statements(Protocol):
     """Statements with `?` placeholders run within a transaction (see
-    `Database.written`), each in one round trip."""
+    `Database.written`). A statement's errors may come only with a later statement or
+    with the commit (see `_WriterStatements`)."""
 
     async def rows(self, sql: str, params: Sequence[Any]) -> Sequence[Any]:
         """Run one statement; its rows, if it returns any."""
@@ -93,6 +96,10 @@ class Database:
         self._write_lock = asyncio.Lock() if self.is_sqlite else None
         path = _sqlite_path(self.url) if self.is_sqlite else None
         self._in_loop = None if path is None else _InLoopReads(path)
+        self._writer = None if path is None else _SqliteWriter(path, self._committed)
+        # Transactions committed so far, whichever way they were written.
+        self.commits = 0
+        event.listen(self.engine.sync_engine, "commit", self._committed)
         # SQLite reads already run without a transaction (see `_sqlite_begin`).
         self._reads = (
             self.engine
@@ -114,11 +121,28 @@ class Database:
             async with conn.begin():
                 yield conn
 
+    def _committed(self, *_args: Any) -> None:
+        self.commits += 1
+
     @asynccontextmanager
     async def written(self) -> AsyncIterator[Statements]:
-        """A transaction as `write` makes it, for statements in SQL text: on SQLite each
-        is one trip to the connection's thread, where SQLAlchemy's cursor takes four
-        (what a batch of creates waits for, under load, is those trips)."""
+        """A transaction as `write` makes it, for statements in SQL text.
+
+        On a SQLite file, on a connection and thread of its own (`_SqliteWriter`), in as
+        few trips to that thread as the statements allow: under load, what a batch of
+        creates waits for is those trips, each behind a busy event loop.
+        """
+        if self._writer is not None:
+            assert self._write_lock is not None
+            async with self._write_lock:
+                statements = _WriterStatements(self._writer)
+                try:
+                    yield statements
+                except BaseException:
+                    statements.roll_back()
+                    raise
+                await statements.commit()
+            return
         async with self.write() as conn:
             if self.is_sqlite:
                 driver = (await conn.get_raw_connection()).driver_connection
@@ -257,6 +281,8 @@ class Database:
     async def close(self) -> None:
         if self._in_loop is not None:
             self._in_loop.close()
+        if self._writer is not None:
+            await self._writer.close()
         await self.engine.dispose()
 
 
@@ -293,6 +319,125 @@ class _SqliteStatements:
             await self._driver.executemany(sql, params)
         except sqlite3.OperationalError as exc:
             raise DatabaseUnavailable(str(exc)) from exc
+
+
+class _SqliteWriter:
+    """A SQLite connection for `Database.written`, used only on a thread of its own.
+
+    Each trip runs a list of statements there, and may end the transaction: a batch of
+    creates takes two trips (BEGIN and the claim; the insert and COMMIT) where a pooled
+    connection took a trip for each statement and more for SQLAlchemy's own. Trips run
+    one after another, in the order they were sent. A trip that fails rolls its
+    transaction back before it answers.
+    """
+
+    def __init__(self, path: str, committed: Callable[[], None]) -> None:
+        self._path = path
+        self._committed = committed
+        # Started by the first trip, and again after `close` (as the engine's pool is).
+        self._executor: ThreadPoolExecutor | None = None
+        self._local = threading.local()  # `connection`: each thread's own, opened there
+
+    @property
+    def _thread(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="headway-sqlite-writer")
+        return self._executor
+
+    async def trip(
+        self, statements: list[tuple[str, Sequence[Any], bool]], *, commit: bool = False
+    ) -> list[Any]:
+        """Run `statements` (sql, parameters, whether executemany), then COMMIT if asked;
+        the rows of the last one."""
+        loop = asyncio.get_running_loop()
+        try:
+            rows = await loop.run_in_executor(self._thread, self._run, statements, commit)
+        except sqlite3.OperationalError as exc:  # locked past the busy timeout, I/O
+            raise DatabaseUnavailable(str(exc)) from exc
+        if commit:
+            self._committed()
+        return rows
+
+    def roll_back(self) -> None:
+        """End the transaction under way, if any, once the trips sent before have run;
+        never waits (a cancelled write calls this)."""
+        self._thread.submit(self._roll_back)
+
+    async def close(self) -> None:
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            await asyncio.get_running_loop().run_in_executor(executor, self._close)
+            executor.shutdown(wait=False)
+
+    def _run(self, statements: list[tuple[str, Sequence[Any], bool]], commit: bool) -> list[Any]:
+        connection = getattr(self._local, "connection", None)
+        if connection is None:
+            connection = self._local.connection = _open_for_writes(self._path)
+        rows: list[Any] = []
+        try:
+            for sql, params, many in statements:
+                if many:
+                    connection.executemany(sql, params)
+                    rows = []
+                else:
+                    rows = connection.execute(sql, params).fetchall()
+            if commit:
+                connection.execute("COMMIT")
+        except BaseException:
+            self._roll_back()
+            raise
+        return rows
+
+    def _roll_back(self) -> None:
+        connection = getattr(self._local, "connection", None)
+        if connection is not None and connection.in_transaction:
+            try:
+                connection.execute("ROLLBACK")
+            except sqlite3.Error:  # rolled back already, or the file is gone: start over
+                self._close()
+
+    def _close(self) -> None:
+        connection = getattr(self._local, "connection", None)
+        if connection is not None:
+            self._local.connection = None
+            connection.close()
+
+
+class _WriterStatements:
+    """`Statements` on the `_SqliteWriter`. BEGIN IMMEDIATE goes with the first statement
+    whose rows are wanted; statements run for their effect (`many`) wait and go with the
+    next one, or with the COMMIT: their errors come there."""
+
+    __slots__ = ("_begun", "_waiting", "_writer")
+
+    def __init__(self, writer: _SqliteWriter) -> None:
+        self._writer = writer
+        self._waiting: list[tuple[str, Sequence[Any], bool]] = [("BEGIN IMMEDIATE", (), False)]
+        self._begun = False
+
+    async def rows(self, sql: str, params: Sequence[Any]) -> Sequence[Any]:
+        return await self._send((sql, params, False))
+
+    async def many(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
+        self._waiting.append((sql, params, True))
+
+    async def commit(self) -> None:
+        if self._begun or len(self._waiting) > 1:  # nothing written: nothing to commit
+            await self._send(None, commit=True)
+
+    def roll_back(self) -> None:
+        if self._begun:
+            self._writer.roll_back()
+
+    async def _send(
+        self, last: tuple[str, Sequence[Any], bool] | None, *, commit: bool = False
+    ) -> list[Any]:
+        statements = self._waiting
+        if last is not None:
+            statements.append(last)
+        self._waiting = []
+        self._begun = True
+        return await self._writer.trip(statements, commit=commit)
 
 
 class _AlchemyStatements:
@@ -350,6 +495,12 @@ def _open_for_reads(path: str) -> sqlite3.Connection:
     connection = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
     connection.execute("PRAGMA busy_timeout=0")
     connection.execute("PRAGMA query_only=ON")
+    return connection
+
+
+def _open_for_writes(path: str) -> sqlite3.Connection:
+    connection = sqlite3.connect(path, isolation_level=None)
+    _sqlite_connect(connection, None)
     return connection
 
 
