@@ -176,11 +176,11 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
 class HeadwayApp(Starlette):
     """Starlette, with a short way in for task reads, reports and creates.
 
-    `GET` and `PUT /tasks/{uuid}` and `POST /spaces/{uuid}/tasks` are most of the
-    traffic. They go straight to their endpoint (`_short_way`), skipping the router and
-    the two exception middlewares (together about a tenth of a report's cost, and more
-    for a create, whose route comes later in the list); their errors are rendered by the
-    same handlers. Every other request takes the ordinary way (`_ordinary`). Both ways
+    `GET` and `PUT /tasks/{uuid}`, `POST /spaces/{uuid}/tasks` and `GET /spaces/{uuid}`
+    are most of the traffic. They go straight to their endpoint (`_short_way`), skipping
+    the router and the two exception middlewares (together about a tenth of a report's
+    cost, and more for routes later in the list); their errors are rendered by the same
+    handlers. Every other request takes the ordinary way (`_ordinary`). Both ways
     count each request (headway.metrics) under its route's template as its answer starts.
 
     Every answer says `X-Content-Type-Options: nosniff`; every answer but those of /mcp
@@ -250,7 +250,10 @@ class HeadwayApp(Starlette):
         endpoint: Callable[[Request], Awaitable[Response]],
         template: str,
         params: dict[str, str],
+        pages: bool,
     ) -> None:
+        if pages:  # a browser's page, built by templates, lacks REST's headers
+            send = SendWithHeaders(send, REST_ANSWER)
         started = perf_counter()
         scope["app"] = self
         scope["path_params"] = params
@@ -271,17 +274,26 @@ class HeadwayApp(Starlette):
 
 def _short_way(
     method: str, path: str
-) -> tuple[Callable[[Request], Awaitable[Response]], str, dict[str, str]] | None:
+) -> tuple[Callable[[Request], Awaitable[Response]], str, dict[str, str], bool] | None:
     """The endpoint, route template and path parameters of a request that may skip the
-    router (see `HeadwayApp`); None for every other. Each matches exactly what its
-    route's template would (a parameter is one non-empty path segment)."""
+    router (see `HeadwayApp`), and whether it may answer a page; None for every other.
+    Each matches exactly what its route's template would (a parameter is one non-empty
+    path segment)."""
     if method == "GET" or method == "PUT":
-        if path.startswith("/tasks/") and path.count("/") == 2 and len(path) > 7:
-            return rest.task, "/tasks/{task_uuid}", {"task_uuid": path[7:]}
+        slashes = path.count("/")
+        if slashes == 2 and path.startswith("/tasks/") and len(path) > 7:
+            return rest.task, "/tasks/{task_uuid}", {"task_uuid": path[7:]}, False
+        if slashes == 2 and method == "GET" and path.startswith("/spaces/") and len(path) > 8:
+            return rest.get_space, "/spaces/{space_uuid}", {"space_uuid": path[8:]}, True
         return None
     creates = path.startswith("/spaces/") and path.endswith("/tasks") and len(path) > 14
     if method == "POST" and creates and path.count("/") == 3:
-        return rest.create_task, "/spaces/{space_uuid}/tasks", {"space_uuid": path[8:-6]}
+        return (
+            rest.create_task,
+            "/spaces/{space_uuid}/tasks",
+            {"space_uuid": path[8:-6]},
+            False,
+        )
     return None
 
 

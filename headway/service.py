@@ -149,6 +149,11 @@ class Service:
         small = None if self._small is None else self._small.get(key)
         if head is not None and isinstance(small, SmallSpace):
             return head, self._small_space_page(small, window)
+        if head is not None and isinstance(small, BigSpace):
+            assert self._small is not None
+            held = self._small.page(small, window)
+            if held is not None:
+                return head, self._held_page(held)
         async with self.db.rows() as fetch:
             if head is None:
                 space = await queries.space_head(fetch, key)
@@ -159,12 +164,27 @@ class Service:
                 small = await self._small.load(fetch, key)
             if isinstance(small, SmallSpace):
                 return head, self._small_space_page(small, window)
-            childless = isinstance(small, BigSpace) and small.childless
+            big = small if isinstance(small, BigSpace) else None
+            version = None if big is None else big.version
             pager = await queries.TopLevelPager.start(
-                fetch, window, SPACE_PAGE, MAX_SPACE_PAGE, childless=childless
+                fetch,
+                window,
+                SPACE_PAGE,
+                MAX_SPACE_PAGE,
+                childless=big is not None and big.childless,
             )
             first = await pager.next_page(fetch)
+        if big is not None and version is not None and pager.exhausted:
+            assert self._small is not None
+            self._small.keep_page(big, version, window, first)  # the whole answer
         return head, self._space_pages(pager, first)
+
+    async def _held_page(
+        self, page: tuple[list[TaskRow], dict[str, list[TaskRow]]]
+    ) -> AsyncIterator[list[domain.TaskView | msgspec.Raw]]:
+        """A read of a big space answered by a page held (see `SmallSpaces.page`)."""
+        if page[0]:
+            yield await self._page_views(*page)
 
     async def _small_space_page(
         self, small: SmallSpace, window: queries.Window

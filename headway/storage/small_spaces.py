@@ -100,23 +100,70 @@ class SmallSpace:
 
 class BigSpace:
     """A space known to be larger than SMALL_SPACE (spaces never shrink), and whether it
-    is known to hold no child task: its pages then need no query for children."""
+    is known to hold no child task: its pages then need no query for children.
+    `version` moves with each create or finish in it: pages read before are stale."""
 
-    __slots__ = ("childless",)
+    __slots__ = ("childless", "version")
 
     def __init__(self, childless: bool) -> None:
         self.childless = childless
+        self.version = 0
+
+
+# Rows of big spaces' pages held (`SmallSpaces.page`): about 0.25 KB each.
+PAGE_ROWS_HELD = 16_384
+# A page holding more rows than this (its tasks' children count) is not held.
+PAGE_ROWS_MOST = 1_000
+Page = tuple[list[TaskRow], dict[str, list[TaskRow]]]
 
 
 class SmallSpaces:
     """Small spaces by uuid, least recently read first, and big ones (`BigSpace`)."""
 
-    def __init__(self, small: int = SMALL_SPACE, held: int = ROWS_HELD) -> None:
+    def __init__(
+        self, small: int = SMALL_SPACE, held: int = ROWS_HELD, page_rows: int = PAGE_ROWS_HELD
+    ) -> None:
         self._small = small
         self._held = held
         self._entries: OrderedDict[str, SmallSpace | BigSpace] = OrderedDict()
         self._rows = 0
         self.generation = 0
+        # Whole answers of big spaces' windows, oldest first: (space, its version, page).
+        self._pages: dict[Window, tuple[BigSpace, int, Page, int]] = {}
+        self._page_rows = 0
+        self._page_rows_held = page_rows
+
+    def page(self, big: BigSpace, window: Window) -> Page | None:
+        """The rows a read of `window` in the big space answers (its top-level tasks and
+        their children, as `queries.TopLevelPager` pages them), if held and still
+        current; else None."""
+        held = self._pages.get(window)
+        if held is None:
+            return None
+        if held[0] is big and held[1] == big.version:
+            return held[2]
+        self._drop_page(window)
+        return None
+
+    def keep_page(self, big: BigSpace, version: int, window: Window, page: Page) -> None:
+        """Hold `page`, the whole answer to `window`, read while the big space was at
+        `version` (kept only if nothing was created or finished there since)."""
+        if big.version != version or self._entries.get(window.space_uuid) is not big:
+            return
+        # An empty page counts as one row: the bound holds however many are read.
+        rows = max(1, len(page[0]) + sum(map(len, page[1].values())))
+        if rows > PAGE_ROWS_MOST:
+            return
+        self._drop_page(window)
+        self._pages[window] = (big, version, page, rows)
+        self._page_rows += rows
+        while self._page_rows > self._page_rows_held:
+            self._drop_page(next(iter(self._pages)))
+
+    def _drop_page(self, window: Window) -> None:
+        held = self._pages.pop(window, None)
+        if held is not None:
+            self._page_rows -= held[3]
 
     def get(self, space_uuid: str) -> SmallSpace | BigSpace | None:
         entry = self._entries.get(space_uuid)
@@ -162,6 +209,7 @@ class SmallSpaces:
             elif entry is not None:  # still big
                 if children:
                     entry.childless = False
+                entry.version += 1  # its pages held are stale
                 self._entries[space_uuid] = entry
 
 
