@@ -24,7 +24,7 @@ from .storage import outbox, queries, shares
 from .storage.batch import GroupCommit
 from .storage.database import Database, Statements
 from .storage.families import FamilyCache, FamilyVersions
-from .storage.small_spaces import BigSpace, ShownTasks, SmallSpace, SmallSpaces
+from .storage.small_spaces import BigSpace, Page, ShownTasks, SmallSpace, SmallSpaces
 
 Family = list[tuple[TaskRow, Progress | None]]
 
@@ -179,9 +179,7 @@ class Service:
             self._small.keep_page(big, version, window, first)  # the whole answer
         return head, self._space_pages(pager, first)
 
-    async def _held_page(
-        self, page: tuple[list[TaskRow], dict[str, list[TaskRow]]]
-    ) -> AsyncIterator[list[domain.TaskView | msgspec.Raw]]:
+    async def _held_page(self, page: Page) -> AsyncIterator[list[domain.TaskView | msgspec.Raw]]:
         """A read of a big space answered by a page held (see `SmallSpaces.page`)."""
         if page[0]:
             yield await self._page_views(*page)
