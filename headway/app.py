@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
@@ -174,14 +175,15 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
 
 
 class HeadwayApp(Starlette):
-    """Starlette, with a short way in for task reads, reports and creates.
+    """Starlette, with a short way in for the most used routes.
 
-    `GET` and `PUT /tasks/{uuid}`, `POST /spaces/{uuid}/tasks` and `GET /spaces/{uuid}`
-    are most of the traffic. They go straight to their endpoint (`_short_way`), skipping
-    the router and the two exception middlewares (together about a tenth of a report's
-    cost, and more for routes later in the list); their errors are rendered by the same
-    handlers. Every other request takes the ordinary way (`_ordinary`). Both ways
-    count each request (headway.metrics) under its route's template as its answer starts.
+    Task reads and reports (`GET`, `PUT /tasks/{uuid}`, `GET /tasks/{uuid}/report`),
+    creates of tasks and space reads are most of the traffic. They go straight to their
+    endpoint (`_WAYS`), skipping the router and the two exception middlewares (together
+    about a tenth of a report's cost, and more for routes later in the list); their
+    errors are rendered by the same handlers. Every other request takes the ordinary way
+    (`_ordinary`). Both ways count each request (headway.metrics) under its route's
+    template as its answer starts.
 
     Every answer says `X-Content-Type-Options: nosniff`; every answer but those of /mcp
     (which checks Host and Origin itself) says `Access-Control-Allow-Origin: *`. An
@@ -243,23 +245,16 @@ class HeadwayApp(Starlette):
         return methods
 
     async def _straight(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        endpoint: Callable[[Request], Awaitable[Response]],
-        template: str,
-        params: dict[str, str],
-        pages: bool,
+        self, scope: Scope, receive: Receive, send: Send, way: _Way, params: dict[str, str]
     ) -> None:
-        if pages:  # a browser's page, built by templates, lacks REST's headers
+        if way.pages:  # a browser's page, built by templates, lacks REST's headers
             send = SendWithHeaders(send, REST_ANSWER)
         started = perf_counter()
         scope["app"] = self
         scope["path_params"] = params
         request = Request(scope, receive, send)
         try:
-            response = await endpoint(request)
+            response = await way.endpoint(request)
         except HeadwayError as exc:
             response = error_response(exc)
         except self._dependency_errors as exc:
@@ -268,32 +263,72 @@ class HeadwayApp(Starlette):
             response = await _unexpected_error(request, exc)
         if self._metrics is not None:
             elapsed = perf_counter() - started
-            self._metrics.observe(template, scope["method"], response.status_code, elapsed)
+            self._metrics.observe(way.template, scope["method"], response.status_code, elapsed)
         await response(scope, receive, send)
 
 
-def _short_way(
-    method: str, path: str
-) -> tuple[Callable[[Request], Awaitable[Response]], str, dict[str, str], bool] | None:
-    """The endpoint, route template and path parameters of a request that may skip the
-    router (see `HeadwayApp`), and whether it may answer a page; None for every other.
-    Each matches exactly what its route's template would (a parameter is one non-empty
-    path segment)."""
-    if method == "GET" or method == "PUT":
-        slashes = path.count("/")
-        if slashes == 2 and path.startswith("/tasks/") and len(path) > 7:
-            return rest.task, "/tasks/{task_uuid}", {"task_uuid": path[7:]}, False
-        if slashes == 2 and method == "GET" and path.startswith("/spaces/") and len(path) > 8:
-            return rest.get_space, "/spaces/{space_uuid}", {"space_uuid": path[8:]}, True
-        return None
-    creates = path.startswith("/spaces/") and path.endswith("/tasks") and len(path) > 14
-    if method == "POST" and creates and path.count("/") == 3:
-        return (
-            rest.create_task,
-            "/spaces/{space_uuid}/tasks",
-            {"space_uuid": path[8:-6]},
-            False,
-        )
+@dataclass(frozen=True, slots=True)
+class _Way:
+    """A route that may skip the router: `prefix{param}suffix`, for `methods`."""
+
+    methods: frozenset[str]
+    prefix: str
+    suffix: str
+    endpoint: Callable[[Request], Awaitable[Response]]
+    template: str
+    param: str
+    pages: bool = False  # may answer a browser's page (built without REST's headers)
+
+    def params(self, method: str, path: str) -> dict[str, str] | None:
+        """The path parameter if this is the way of `method` and `path`, else None. It
+        matches exactly what the route's template does: one non-empty path segment."""
+        if method not in self.methods or not path.startswith(self.prefix):
+            return None
+        end = len(path) - len(self.suffix)
+        if end <= len(self.prefix) or not path.endswith(self.suffix):
+            return None
+        value = path[len(self.prefix) : end]
+        return None if "/" in value else {self.param: value}
+
+
+# The short ways, the most used first (see `HeadwayApp`).
+_WAYS = (
+    _Way(frozenset({"GET", "PUT"}), "/tasks/", "", rest.task, "/tasks/{task_uuid}", "task_uuid"),
+    _Way(
+        frozenset({"POST"}),
+        "/spaces/",
+        "/tasks",
+        rest.create_task,
+        "/spaces/{space_uuid}/tasks",
+        "space_uuid",
+    ),
+    _Way(
+        frozenset({"GET"}),
+        "/spaces/",
+        "",
+        rest.get_space,
+        "/spaces/{space_uuid}",
+        "space_uuid",
+        pages=True,
+    ),
+    _Way(
+        frozenset({"GET"}),
+        "/tasks/",
+        "/report",
+        rest.report_by_url,
+        "/tasks/{task_uuid}/report",
+        "task_uuid",
+    ),
+)
+
+
+def _short_way(method: str, path: str) -> tuple[_Way, dict[str, str]] | None:
+    """The way of a request that may skip the router, with its path parameter; None for
+    every other."""
+    for way in _WAYS:
+        params = way.params(method, path)
+        if params is not None:
+            return way, params
     return None
 
 

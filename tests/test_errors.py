@@ -165,17 +165,40 @@ async def test_unknown_path_is_404_json(client, space, make_task, path):
 
 
 @pytest.mark.parametrize(
-    "path",
-    ["/spaces//tasks", "/spaces/{space}/tasks/", "/spaces/{space}/x/tasks", "/spaces/tasks"],
+    ("method", "path"),
+    [
+        ("POST", "/spaces//tasks"),
+        ("POST", "/spaces/{space}/tasks/"),
+        ("POST", "/spaces/{space}/x/tasks"),
+        ("POST", "/spaces/tasks"),
+        ("GET", "/spaces/"),
+        ("GET", "/spaces/{space}/"),
+        ("GET", "/tasks/"),
+        ("GET", "/tasks//report"),
+        ("GET", "/tasks/{task}/x/report"),
+        ("PUT", "/tasks/{task}/"),
+        ("HEAD", "/tasks/{task}/report"),
+    ],
 )
-async def test_creates_only_at_their_own_path(client, sql, space, path):
-    """Creates skip the router (`HeadwayApp`): a path its template would not match is
-    still a 404, or the 405 of the route it does match, and creates nothing."""
+async def test_the_short_ways_take_only_their_own_paths(
+    client, sql, space, make_task, method, path
+):
+    """The most used routes skip the router (`HeadwayApp`): a path their template would
+    not match is still a 404, or the 405 of the route it does match, and stores nothing."""
+    task = await make_task()
+    await client.put(f"/tasks/{task}", json={"current": 1, "end": 3})
     before = await stored_counts(sql)
-    response = await client.post(path.format(space=space), json={})
+    progress = (await client.get(f"/tasks/{task}")).json()["progress"]
+    response = await client.request(
+        method,
+        path.format(space=space, task=task),
+        json={} if method in ("POST", "PUT") else None,
+    )
     assert response.status_code in (404, 405)
-    assert_error(response, response.status_code)
+    if method != "HEAD":
+        assert_error(response, response.status_code)
     assert await stored_counts(sql) == before
+    assert (await client.get(f"/tasks/{task}")).json()["progress"] == progress
 
 
 @pytest.mark.parametrize(
