@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from headway.app import create_app
+from headway.api import rest
+from headway.app import _WAYS, create_app
 from headway.config import Settings
 from tests.support import stored_counts
 
@@ -162,6 +163,14 @@ async def test_unknown_path_is_404_json(client, space, make_task, path):
     task = await make_task()
     response = await client.get(path.format(space=space, task=task))
     assert "openapi" in assert_error(response, 404)
+
+
+def test_each_short_way_is_a_route_of_the_same_endpoint_and_methods():
+    """The short ways (`HeadwayApp`) repeat their routes' templates: they must not drift."""
+    for way in _WAYS:
+        assert f"{way.prefix}{{{way.param}}}{way.suffix}" == way.template
+        [route] = [r for r in rest.routes if r.path == way.template and r.endpoint is way.endpoint]
+        assert way.methods <= route.methods, way.template
 
 
 @pytest.mark.parametrize(
