@@ -215,6 +215,10 @@ def scenario_titles(o: Options) -> dict[str, str]:
             "bare ASGI baseline sending a fixed body the size of that parent's answer, "
             "after spending its CPU per request"
         ),
+        "baseline_put": (
+            "bare ASGI baseline (fixed 325-byte JSON) after spending the CPU of one PUT "
+            "(spread over 1,000 tasks) per request"
+        ),
         "memory": f"memory: RSS with {o.big:,} tasks holding progress",
         "flood_create": (
             f"flood from {flood.FLOOD_ADDRESS}, defaults: {o.flood_concurrency} at once create "
@@ -390,6 +394,7 @@ class Bench:
         others = [
             "baseline",
             "baseline_parent",
+            "baseline_put",
             "put_report_limited",
             *FLOOD_ROWS,
             *STREAM_ROWS,
@@ -401,6 +406,8 @@ class Bench:
             self.embedded()
         with self.phase(["baseline_parent"]):
             self.baseline_parent()
+        with self.phase(["baseline_put"]):
+            self.baseline_put()
         with self.phase(["put_report_limited"]):
             self.limited()
         with self.phase(FLOOD_ROWS):
@@ -513,6 +520,23 @@ class Bench:
             row.extra["note"] = (
                 f"{size:,}-byte body after {parent.cpu_us_per_request:,.0f} µs of CPU: "
                 f"p99 {_num(row.p99_ms)} ms vs {_num(parent.p99_ms)} ms for the parent"
+            )
+        finally:
+            self.stop(server)
+
+    def baseline_put(self) -> None:
+        """The bare server answering as it always does, after spending what a PUT costs:
+        how much of the PUT scenarios' tail is the machine's at that cost per request."""
+        put = self.rows.get("put_report")
+        if not put or put.status != "ok" or not put.cpu_us_per_request:
+            raise Skip("the PUT scenario was not measured")
+        env = {"BENCH_BURN_US": str(round(put.cpu_us_per_request))}
+        server = self.start(start_baseline, self.workdir, env)
+        try:
+            row = self.measure(server, "baseline_put", Load("GET", ["/"]))
+            row.extra["note"] = (
+                f"after {put.cpu_us_per_request:,.0f} µs of CPU: p99 {_num(row.p99_ms)} ms "
+                f"vs {_num(put.p99_ms)} ms for the PUT"
             )
         finally:
             self.stop(server)
@@ -1024,10 +1048,16 @@ class Bench:
         )
         if base and put and put.ratio_to_baseline is not None and put.p99_ms is not None:
             passed = put.ratio_to_baseline >= PUT_SHARE_OF_BASELINE and put.p99_ms < PUT_P99_MS
-            note = (
-                ""
-                if put.connections == PUT_CONNECTIONS
-                else f"measured at {put.connections} connections, not {PUT_CONNECTIONS}"
+            note = "; ".join(
+                filter(
+                    None,
+                    [
+                        _bare_put(ok("baseline_put")),
+                        ""
+                        if put.connections == PUT_CONNECTIONS
+                        else f"measured at {put.connections} connections, not {PUT_CONNECTIONS}",
+                    ],
+                )
             )
             found.append(
                 Target(
@@ -1296,7 +1326,7 @@ class Bench:
                 hot.p99_ms < HOT_P99_MS,
                 f"p99 {hot.p99_ms:,.2f} ms"
                 + (f" (spread over {o.pool:,} tasks: {put.p99_ms:,.2f} ms)" if put else ""),
-                fewer_connections,
+                "; ".join(filter(None, [_bare_put(ok("baseline_put")), fewer_connections])),
             )
         else:
             add("put_hot", description, None, "")
@@ -1345,6 +1375,13 @@ class Bench:
             reason = (self.rows.get("scale_out_two") or Row("", "")).reason or "not measured"
             add("scale_out_cpu", description, None, "", why=reason)
         return found
+
+
+def _bare_put(bare: Row | None) -> str:
+    """The `baseline_put` calibration, as a target's note ("" if it was not measured)."""
+    if bare is None or bare.p99_ms is None:
+        return ""
+    return f"the bare server after the same CPU per request: p99 {bare.p99_ms:,.2f} ms"
 
 
 def backend_cpu_readers(
