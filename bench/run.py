@@ -510,19 +510,7 @@ class Bench:
         size = (parent.extra.get("answer_bytes") if parent else None) or 0
         if not parent or parent.status != "ok" or not size or not parent.cpu_us_per_request:
             raise Skip("the parent scenario was not measured")
-        env = {
-            "BENCH_BODY_BYTES": str(size),
-            "BENCH_BURN_US": str(round(parent.cpu_us_per_request)),
-        }
-        server = self.start(start_baseline, self.workdir, env)
-        try:
-            row = self.measure(server, "baseline_parent", Load("GET", ["/"]))
-            row.extra["note"] = (
-                f"{size:,}-byte body after {parent.cpu_us_per_request:,.0f} µs of CPU: "
-                f"p99 {_num(row.p99_ms)} ms vs {_num(parent.p99_ms)} ms for the parent"
-            )
-        finally:
-            self.stop(server)
+        self.calibrate("baseline_parent", parent, "the parent", {"BENCH_BODY_BYTES": str(size)})
 
     def baseline_put(self) -> None:
         """The bare server answering as it always does, after spending what a PUT costs:
@@ -530,13 +518,26 @@ class Bench:
         put = self.rows.get("put_report")
         if not put or put.status != "ok" or not put.cpu_us_per_request:
             raise Skip("the PUT scenario was not measured")
-        env = {"BENCH_BURN_US": str(round(put.cpu_us_per_request))}
-        server = self.start(start_baseline, self.workdir, env)
+        self.calibrate("baseline_put", put, "the PUT")
+
+    def calibrate(
+        self, name: str, scenario: Row, what: str, env: dict[str, str] | None = None
+    ) -> None:
+        """Measure the bare server as row `name`, spending `scenario`'s CPU per request
+        before each answer (and sending the body `env` sets): its p99 beside the
+        scenario's."""
+        assert scenario.cpu_us_per_request is not None
+        burn = scenario.cpu_us_per_request
+        server = self.start(
+            start_baseline, self.workdir, {**(env or {}), "BENCH_BURN_US": str(round(burn))}
+        )
         try:
-            row = self.measure(server, "baseline_put", Load("GET", ["/"]))
+            row = self.measure(server, name, Load("GET", ["/"]))
+            body = env.get("BENCH_BODY_BYTES") if env else None
             row.extra["note"] = (
-                f"after {put.cpu_us_per_request:,.0f} µs of CPU: p99 {_num(row.p99_ms)} ms "
-                f"vs {_num(put.p99_ms)} ms for the PUT"
+                (f"{int(body):,}-byte body after " if body else "after ")
+                + f"{burn:,.0f} µs of CPU: p99 {_num(row.p99_ms)} ms vs "
+                + f"{_num(scenario.p99_ms)} ms for {what}"
             )
         finally:
             self.stop(server)
