@@ -113,6 +113,11 @@ class Settings:
             raise ConfigError(
                 f"HEADWAY_DATABASE_URL must start with sqlite:/// or postgresql://, not {scheme}:"
             )
+        if scheme == "sqlite":
+            try:
+                sqlite_file(self.database_url)
+            except ValueError as exc:
+                raise ConfigError(f"HEADWAY_DATABASE_URL: {exc}") from None
         if self.redis_url is not None and not self.redis_url.startswith(
             ("redis://", "rediss://", "unix://")
         ):
@@ -292,3 +297,14 @@ def _check_host_patterns(patterns: tuple[str, ...]) -> None:
 
 
 _HOST_PATTERN = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:(?P<port>\*|[0-9]{1,5}))?")
+
+
+def sqlite_file(url: str) -> str:
+    """The file a SQLite URL names; ValueError if it names none (`:memory:`, no path):
+    Headway's connections to it (pooled, the writer's, the event loop's reader) must all
+    open the same database."""
+    path = url.split(":///", 1)[1] if ":///" in url else ""
+    path = path.split("?", 1)[0]
+    if not path or path == ":memory:" or path.startswith("file::memory:"):
+        raise ValueError("a SQLite database must be a file, as in sqlite:///path/to/headway.db")
+    return os.path.expanduser(path)

@@ -165,7 +165,7 @@ class Service:
             if isinstance(small, SmallSpace):
                 return head, self._small_space_page(small, window)
             big = small if isinstance(small, BigSpace) else None
-            version = None if big is None else big.version
+            version = 0 if big is None else big.version  # as the rows are read
             pager = await queries.TopLevelPager.start(
                 fetch,
                 window,
@@ -174,7 +174,7 @@ class Service:
                 childless=big is not None and big.childless,
             )
             first = await pager.next_page(fetch)
-        if big is not None and version is not None and pager.exhausted:
+        if big is not None and pager.exhausted:
             assert self._small is not None
             self._small.keep_page(big, version, window, first)  # the whole answer
         return head, self._space_pages(pager, first)

@@ -102,6 +102,8 @@ def test_from_env_reads_the_process_environment(bare_env):
         ("WEBHOOK_ALLOW_PRIVATE", "on"),
         ("DATABASE_URL", "mysql://x"),
         ("DATABASE_URL", "headway.db"),
+        ("DATABASE_URL", "sqlite:///:memory:"),
+        ("DATABASE_URL", "sqlite://"),
         ("REDIS_URL", "http://localhost:6379"),
         ("TRUSTED_PROXIES", "10.0.0.0/33"),
         ("TRUSTED_PROXIES", "nginx"),

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from headway.api import rest
-from headway.app import _WAYS, create_app
+from headway.app import _WAYS, _short_way, create_app
 from headway.config import Settings
 from tests.support import stored_counts
 
@@ -193,8 +193,10 @@ async def test_the_short_ways_take_only_their_own_paths(
     client, sql, space, make_task, method, path
 ):
     """The most used routes skip the router (`HeadwayApp`): a path their template would
-    not match is still a 404, or the 405 of the route it does match, and stores nothing."""
+    not match takes the ordinary way, and is still a 404, or the 405 of the route it does
+    match, and stores nothing."""
     task = await make_task()
+    assert _short_way(method, path.format(space=space, task=task)) is None
     await client.put(f"/tasks/{task}", json={"current": 1, "end": 3})
     before = await stored_counts(sql)
     progress = (await client.get(f"/tasks/{task}")).json()["progress"]

@@ -19,6 +19,8 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.util import await_, greenlet_spawn
 
+from ..config import sqlite_file
+
 T = TypeVar("T")
 # Runs a read with `?` placeholders and answers its rows (see `Database.rows`).
 Fetch = Callable[[str, Sequence[Any]], Awaitable[Sequence[Any]]]
@@ -80,8 +82,9 @@ class Database:
         # Statement parameters hold space uuids, which are credentials: keep them out of
         # error messages and so out of logs.
         options: dict[str, Any] = {"hide_parameters": True}
-        if self.is_sqlite:
-            _make_parent_dir(self.url)
+        self._path = sqlite_file(self.url) if self.is_sqlite else None
+        if self._path is not None:
+            Path(self._path).parent.mkdir(parents=True, exist_ok=True)
             options["connect_args"] = {"timeout": 30}
             # Each connection is a thread and a page cache; SQLite serves one writer anyway.
             # Transactions end explicitly (see `write`): no rollback round trip on return.
@@ -94,9 +97,8 @@ class Database:
             event.listen(self.engine.sync_engine, "connect", _sqlite_connect)
             event.listen(self.engine.sync_engine, "begin", _sqlite_begin)
         self._write_lock = asyncio.Lock() if self.is_sqlite else None
-        path = _sqlite_path(self.url) if self.is_sqlite else None
-        self._in_loop = None if path is None else _InLoopReads(path)
-        self._writer = None if path is None else _SqliteWriter(path, self._committed)
+        self._in_loop = None if self._path is None else _InLoopReads(self._path)
+        self._writer = None if self._path is None else _SqliteWriter(self._path, self._committed)
         # Transactions committed so far, whichever way they were written.
         self.commits = 0
         event.listen(self.engine.sync_engine, "commit", self._committed)
@@ -128,9 +130,9 @@ class Database:
     async def written(self) -> AsyncIterator[Statements]:
         """A transaction as `write` makes it, for statements in SQL text.
 
-        On a SQLite file, on a connection and thread of its own (`_SqliteWriter`), in as
-        few trips to that thread as the statements allow: under load, what a batch of
-        creates waits for is those trips, each behind a busy event loop.
+        On SQLite, on a connection and thread of its own (`_SqliteWriter`), in as few
+        trips to that thread as the statements allow: under load, what a batch of creates
+        waits for is those trips, each behind a busy event loop.
         """
         if self._writer is not None:
             assert self._write_lock is not None
@@ -144,11 +146,7 @@ class Database:
                 await statements.commit()
             return
         async with self.write() as conn:
-            if self.is_sqlite:
-                driver = (await conn.get_raw_connection()).driver_connection
-                yield _SqliteStatements(driver)
-            else:
-                yield _AlchemyStatements(conn)
+            yield _AlchemyStatements(conn)
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncConnection]:
@@ -163,24 +161,18 @@ class Database:
         `read`: each call is one round trip and answers plain tuples; `sql` uses `?`
         placeholders.
 
-        On a SQLite file it runs on the event loop's thread (see `_InLoopReads`); on an
-        in-memory SQLite database, on aiosqlite itself: SQLAlchemy's cursor takes four
-        trips to aiosqlite's thread per statement and its connection wrapper costs as much
-        again. PostgreSQL has no thread: SQLAlchemy runs it.
+        On SQLite it runs on the event loop's thread (see `_InLoopReads`). PostgreSQL has
+        no thread: SQLAlchemy runs it.
         """
-        if not self.is_sqlite:
-            async with self.read() as conn:
-
-                async def fetch_pg(sql: str, params: Sequence[Any]) -> Sequence[Any]:
-                    return (await conn.exec_driver_sql(_numbered(sql), tuple(params))).all()
-
-                yield fetch_pg
-            return
         if self._in_loop is not None:
             yield self._in_loop_fetch
             return
-        async with self._threaded_rows() as fetch:
-            yield fetch
+        async with self.read() as conn:
+
+            async def fetch_pg(sql: str, params: Sequence[Any]) -> Sequence[Any]:
+                return (await conn.exec_driver_sql(_numbered(sql), tuple(params))).all()
+
+            yield fetch_pg
 
     async def _in_loop_fetch(self, sql: str, params: Sequence[Any]) -> Sequence[Any]:
         assert self._in_loop is not None
@@ -192,6 +184,8 @@ class Database:
 
     @asynccontextmanager
     async def _threaded_rows(self) -> AsyncIterator[Fetch]:
+        """SQLite reads on a pooled connection's thread, for when the event loop's reader
+        found the database busy."""
         try:
             pooled = await self.engine.raw_connection()
         except sqlite3.OperationalError as exc:  # the file is gone, unreadable...
@@ -271,12 +265,8 @@ class Database:
         takes the write lock (BEGIN IMMEDIATE) and gives it straight back. PostgreSQL
         takes writes concurrently: its read check stands for both.
         """
-        if not self.is_sqlite:
-            return
-        path = _sqlite_path(self.url)
-        if path is None:
-            return
-        await asyncio.to_thread(_take_write_lock, path, timeout_s)
+        if self._path is not None:
+            await asyncio.to_thread(_take_write_lock, self._path, timeout_s)
 
     async def close(self) -> None:
         if self._in_loop is not None:
@@ -291,34 +281,6 @@ def _numbered(sql: str) -> str:
     """`sql` with PostgreSQL's placeholders: `$1`, `$2`... for each `?`."""
     parts = sql.split("?")
     return parts[0] + "".join(f"${n}{part}" for n, part in enumerate(parts[1:], 1))
-
-
-def _sqlite_path(url: str) -> str | None:
-    path = url.split(":///", 1)[1] if ":///" in url else ""
-    path = path.split("?", 1)[0]
-    return None if not path or path == ":memory:" else str(Path(path).expanduser())
-
-
-class _SqliteStatements:
-    """`Statements` on aiosqlite's connection itself. SQLite's own errors come as they
-    are, but for those of the database as a whole (locked, I/O): DatabaseUnavailable."""
-
-    __slots__ = ("_driver",)
-
-    def __init__(self, driver: Any) -> None:
-        self._driver = driver
-
-    async def rows(self, sql: str, params: Sequence[Any]) -> Sequence[Any]:
-        try:
-            return list(await self._driver.execute_fetchall(sql, params))
-        except sqlite3.OperationalError as exc:
-            raise DatabaseUnavailable(str(exc)) from exc
-
-    async def many(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
-        try:
-            await self._driver.executemany(sql, params)
-        except sqlite3.OperationalError as exc:
-            raise DatabaseUnavailable(str(exc)) from exc
 
 
 class _SqliteWriter:
@@ -551,9 +513,3 @@ def _sqlite_begin(conn: Connection) -> None:
             with contextlib.suppress(Exception):  # the cancellation is what goes on
                 conn.invalidate()
             raise
-
-
-def _make_parent_dir(url: str) -> None:
-    path = _sqlite_path(url)
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
