@@ -9,7 +9,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy.exc
 from starlette.applications import Starlette
@@ -47,7 +47,7 @@ from .progress.feed import ChangeFeed, LocalFeed
 from .progress.memory import MemoryProgressStore
 from .service import Service
 from .storage.database import Database, DatabaseUnavailable
-from .storage.families import FamilyCache
+from .storage.families import FamilyVersions
 from .web import routes as web_routes
 from .worker import Worker
 
@@ -98,11 +98,11 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 db,
                 progress,
                 clock,
+                feed,
+                # Progress in Redis: other instances change families too (see storage.families).
+                versions=cast(FamilyVersions, progress) if settings.shares_progress else None,
                 allow_private_webhooks=settings.webhook_allow_private,
                 webhooks_per_space=settings.webhooks_per_space,
-                # Progress in Redis: other instances change families too (see storage.families).
-                families=FamilyCache(versioned=settings.shares_progress),
-                feed=feed,
                 shares_per_space=settings.shares_per_space,
             )
             app.state.service = service

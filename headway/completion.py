@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from .domain import EMPTY_VALUES, format_ts
+from .domain import EMPTY_VALUES, TaskView, format_ts
 
 # The most bytes one event's JSON may take. A task's own values are at most about as
 # much (a report body is at most 64 KiB), so a leaf task's event is almost never reduced;
@@ -17,8 +17,8 @@ MAX_EVENT_BYTES = 65_536
 _encode = msgspec.json.Encoder().encode
 
 
-def completion_event(task: dict[str, Any], now_us: int) -> str:
-    """The JSON of the `task.completed` event for `task` (as `task_view` shows it).
+def completion_event(task: TaskView, now_us: int) -> str:
+    """The JSON of the `task.completed` event for `task` (as `GET /tasks/{uuid}` shows it).
 
     The event is `{"type": "task.completed", "timestamp", "data": task}` unchanged when
     its JSON takes at most MAX_EVENT_BYTES (64 KiB): every ordinary task. A larger one is
@@ -38,13 +38,14 @@ def completion_event(task: dict[str, Any], now_us: int) -> str:
     payload = _encode(event)
     if len(payload) <= MAX_EVENT_BYTES:
         return payload.decode()
-    children = [_without_values(child) for child in task["children"]]
-    data = {**task, "children": []}
+    whole: dict[str, Any] = msgspec.json.decode(_encode(task))  # members to take out
+    children = [_without_values(child) for child in whole["children"]]
+    data = {**whole, "children": []}
     if children:
         data["children_omitted"] = len(children)  # the most digits it can take
     event["data"] = data
     if len(_encode(event)) > MAX_EVENT_BYTES:
-        data.update(_without_values(task), children=[], values_omitted=True)
+        data.update(_without_values(whole), children=[], values_omitted=True)
     room = MAX_EVENT_BYTES - len(_encode(event))
     kept = 0
     for child in children:

@@ -7,6 +7,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 import msgspec
@@ -20,6 +21,15 @@ EMPTY_VALUES = msgspec.Raw(b"{}")
 _encode_values = msgspec.json.Encoder().encode
 
 Number = int | float
+
+
+class Changed(StrEnum):
+    """What a write did, as every cache hears it (see `service.changes`)."""
+
+    CREATE = "create"  # a task was created (a child: its parent's family changed too)
+    REPORT = "report"  # a task's live progress was replaced; no row changed
+    FINISH = "finish"  # a task finished (and maybe its parent with it)
+    REVOKE = "revoke"  # a share link of the space was revoked (`task_uuid` names it)
 
 
 class TaskRow(msgspec.Struct, frozen=True, gc=False):
@@ -134,70 +144,8 @@ def ratio(current: Number | None, end: Number | None, *, finished: bool) -> floa
     return None if quotient != quotient else 0.0  # NaN: unknown
 
 
-def progress_view(
-    row: TaskRow,
-    progress: Progress | None,
-    children: list[tuple[TaskRow, Progress | None]] | None = None,
-) -> dict[str, Any] | None:
-    """The `progress` member of a task as clients read it (None: waiting for data)."""
-    finished = row.finished_at_us is not None
-    if children:
-        done = sum(1 for child, _ in children if child.finished_at_us is not None)
-        stamps = [p.updated_at_us for _, p in children if p is not None]
-        if progress is not None:
-            stamps.append(progress.updated_at_us)
-        return {
-            "current": done,
-            "end": len(children),
-            "ratio": ratio(done, len(children), finished=finished),
-            "values": progress.values if progress is not None else EMPTY_VALUES,
-            "updated_at": format_ts(max(stamps)) if stamps else None,
-            "aggregated": True,
-        }
-    if progress is None:
-        if not finished:
-            return None
-        return {
-            "current": None,
-            "end": None,
-            "ratio": 1,
-            "values": EMPTY_VALUES,
-            "updated_at": None,
-            "aggregated": False,
-        }
-    return {
-        "current": progress.current,
-        "end": progress.end,
-        "ratio": ratio(progress.current, progress.end, finished=finished),
-        "values": progress.values,
-        "updated_at": format_ts(progress.updated_at_us),
-        "aggregated": False,
-    }
-
-
-def task_view(
-    row: TaskRow,
-    progress: Progress | None,
-    children: list[tuple[TaskRow, Progress | None]] | None = None,
-) -> dict[str, Any]:
-    """A task as every read and report returns it, with its children nested."""
-    return {
-        "uuid": row.uuid,
-        "space_uuid": row.space_uuid,
-        "parent_uuid": row.parent_uuid,
-        "title": row.title,
-        "source": row.source,
-        "created_at": format_ts(row.created_at_us),
-        "finished_at": None if row.finished_at_us is None else format_ts(row.finished_at_us),
-        "duration": row.duration,
-        "progress": progress_view(row, progress, children),
-        "children": [task_view(child, p) for child, p in children] if children else [],
-    }
-
-
 class ProgressView(msgspec.Struct, frozen=True, gc=False):
-    """The `progress` member of a task as every answer shows it: encodes to exactly the
-    JSON of the dict `progress_view` builds (same members in the same order)."""
+    """The `progress` member of a task as every answer shows it."""
 
     current: Any
     end: Any
@@ -208,10 +156,10 @@ class ProgressView(msgspec.Struct, frozen=True, gc=False):
 
 
 class TaskView(msgspec.Struct, gc=False):
-    """A task as every read and report answers it: encodes, in one call, to exactly the
-    JSON of the dict `task_view` builds, which stays the reference (and the shape of the
-    completion event). `children` holds each child's `TaskView`, or its JSON already
-    encoded (`msgspec.Raw`, see `storage.families`)."""
+    """A task as every read and report answers it (and as the completion event holds it),
+    encoded in one call. `children` holds each child's `TaskView`, or its JSON already
+    encoded (`msgspec.Raw`, see `storage.families`). `tests/reference.py` builds the
+    same answer as plain dicts: the views are checked byte for byte against it."""
 
     uuid: str
     space_uuid: str
@@ -236,7 +184,7 @@ def view(
     children_json: list[msgspec.Raw | TaskView] | None = None,
     aggregate: tuple[int, int | None] | None = None,
 ) -> TaskView:
-    """The answer for a task (`task_view`, as a struct). `children_json`, when given,
+    """The answer for a task. `children_json`, when given,
     holds the JSON of each child, already encoded; `aggregate`, when given with it, the
     children's (finished count, newest `updated_at_us`), and `children` is then unused."""
     finished = row.finished_at_us

@@ -146,9 +146,9 @@ def test_ratio_and_aggregation_never_raise_whatever_is_stored(current, end):
     parent = TaskRow("p", "s", None, None, None, 1)
     child = TaskRow("c", "s", "p", None, None, 2)
     stored = Progress(current, end, msgspec.Raw(b"{}"), 3)
-    view = domain.task_view(parent, None, [(child, stored)])
-    assert view["progress"]["aggregated"] is True
-    assert view["children"][0]["progress"]["ratio"] == ratio
+    view = domain.view(parent, None, [(child, stored)])
+    assert view.progress is not None and view.progress.aggregated is True
+    assert view.children[0].progress.ratio == ratio
     domain.apply_report(None, domain.Report(current=current, end=end), 4, is_parent=False)
 
 

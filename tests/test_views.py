@@ -10,8 +10,10 @@ import pytest
 
 from headway import domain
 from headway.api.streaming import PIECE_BYTES, space_pieces, task_pieces
-from headway.domain import Progress, TaskRow, format_ts, task_view, view
+from headway.domain import Progress, TaskRow, format_ts, view
 from headway.storage.families import KEPT_JOINED_BYTES, FamilyCache
+
+from .reference import task_view
 
 T0 = 1_790_000_000_123_456
 SPACE = "5f0c6f43-1d7e-4b6e-9a43-2a5b8f3f1c11"

@@ -28,11 +28,11 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from itertools import islice
-from typing import NamedTuple, Protocol
+from typing import ClassVar, NamedTuple, Protocol
 
 import msgspec
 
-from ..domain import Progress, TaskRow, view_json
+from ..domain import Changed, Progress, TaskRow, view_json
 
 Family = tuple[TaskRow, Sequence[TaskRow]]
 
@@ -111,6 +111,9 @@ class FamilyCache:
     Kept lean, since every reporting task has an entry: a childless task is stored as its
     bare row, and the space uuid it shares with its space's other tasks is stored once.
     """
+
+    # A family changes when a child is added to it or one of its members finishes.
+    hears: ClassVar[frozenset[Changed]] = frozenset({Changed.CREATE, Changed.FINISH})
 
     def __init__(self, max_entries: int = 100_000, *, versioned: bool = False) -> None:
         self._entries: dict[str, TaskRow | _Parent] = {}
@@ -202,6 +205,17 @@ class FamilyCache:
             for evicted in list(islice(self._entries, max(1, self._max // 8))):
                 del self._entries[evicted]
                 self._stamps.pop(evicted, None)
+
+    def on_change(
+        self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
+    ) -> None:
+        """After a create or a finish committed (or may have): a new task's parent's
+        family changed; a finished task's, and its parent's (its children and maybe its
+        own finish)."""
+        if kind is Changed.FINISH:
+            self.forget(task_uuid, parent_uuid)
+        elif parent_uuid is not None:
+            self.forget(parent_uuid)
 
     def forget(self, *task_uuids: str | None) -> None:
         """Drop these families after a change to them was committed."""

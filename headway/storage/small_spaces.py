@@ -2,7 +2,7 @@
 embedded default): a read of a space of at most `SMALL_SPACE` tasks takes no query.
 
 A space's rows change only when a task is created in it or one of its tasks finishes;
-the service calls `forget` after each such commit (or failure, which may have committed),
+`Changes` tells it after each such commit (or failure, which may have committed),
 and a load that raced with one is not kept (`generation`, as in `storage.families`).
 With each row the entry keeps the JSON of its answer while the task's progress stays the
 same object (the memory store replaces it on every write), so a read of an unchanged
@@ -16,11 +16,11 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any
+from typing import Any, ClassVar
 
 import msgspec
 
-from ..domain import Progress, TaskRow, TaskView, view, view_json
+from ..domain import Changed, Progress, TaskRow, TaskView, view, view_json
 from .database import Fetch
 from .families import KEPT_JSON_BYTES
 from .queries import _COLUMNS, Window, families_of
@@ -41,9 +41,17 @@ class ShownTasks:
     them: past that, the eighth made longest ago are dropped. Tasks holding large
     values are not kept (see `storage.families.KEPT_JSON_BYTES`)."""
 
+    # An entry checks its progress and finish on every use: no change makes it stale.
+    hears: ClassVar[frozenset[Changed]] = frozenset()
+
     def __init__(self, held: int = TASKS_SHOWN) -> None:
         self._held = held
         self._entries: dict[str, tuple[Progress | None, int | None, msgspec.Raw]] = {}
+
+    def on_change(
+        self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
+    ) -> None:
+        """Nothing to drop (see `hears`)."""
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -93,9 +101,9 @@ class SmallSpace:
             rows.reverse()
         return rows if limit is None else rows[:limit]
 
-    def json(self, row: TaskRow, progress: Progress | None) -> msgspec.Raw | TaskView:
-        """A childless task's answer (see `ShownTasks.json`)."""
-        return self.shown.json(row, progress)
+    def rows_of(self, window: Window) -> tuple[list[TaskRow], dict[str, list[TaskRow]]]:
+        """The top-level tasks a read of `window` answers, and the children by parent."""
+        return self.window(window), self.children
 
 
 class BigSpace:
@@ -119,6 +127,9 @@ Page = tuple[list[TaskRow], dict[str, list[TaskRow]]]
 
 class SmallSpaces:
     """Small spaces by uuid, least recently read first, and big ones (`BigSpace`)."""
+
+    # A space's rows change when a task is created in it or finishes.
+    hears: ClassVar[frozenset[Changed]] = frozenset({Changed.CREATE, Changed.FINISH})
 
     def __init__(
         self, small: int = SMALL_SPACE, held: int = ROWS_HELD, page_rows: int = PAGE_ROWS_HELD
@@ -197,6 +208,12 @@ class SmallSpaces:
                 if isinstance(evicted, SmallSpace):
                     self._rows -= evicted.rows
         return entry
+
+    def on_change(
+        self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
+    ) -> None:
+        """After a create or a finish in the space committed (or may have)."""
+        self.forget(space_uuid, children=kind is Changed.CREATE and parent_uuid is not None)
 
     def forget(self, *space_uuids: str, children: bool = False) -> None:
         """After a create or a finish in these spaces committed (or may have); `children`:

@@ -1,0 +1,182 @@
+"""The use cases of Headway, each one transaction, behind one façade that REST, the live
+stream and `/mcp` call and nothing else.
+
+- `spaces`: creating a space, knowing one exists;
+- `reads`: space reads, and the one renderer of every answer that shows tasks;
+- `tasks`: creating and reading tasks, and reports (the hot path);
+- `families`: a task with its children, and the record of a finish;
+- `webhooks`, `shares`: a space's webhooks and share links;
+- `changes`: the one point every write calls once it is stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from ..clock import Clock
+from ..domain import Report, TaskRow, TaskView
+from ..progress import ProgressStore
+from ..progress.feed import ChangeFeed
+from ..schemas import CreateSpace, CreateTask, CreateWebhook
+from ..storage.database import Database
+from ..storage.families import FamilyCache, FamilyVersions
+from ..storage.small_spaces import ShownTasks, SmallSpaces
+from .changes import Cache, Changes
+from .context import Stores
+from .families import Families
+from .reads import SPACE_PAGE, Shown, SpaceReads, parse_limit
+from .shares import Shares
+from .spaces import Head, Spaces
+from .tasks import Tasks
+from .webhooks import Webhooks
+
+__all__ = ["SPACE_PAGE", "Cache", "Changes", "Service", "parse_limit"]
+
+
+class Service:
+    """Headway's rules applied to storage: the database holds spaces and tasks, the
+    progress store holds live state, and the outbox holds completion events.
+
+    With `versions` (progress in Redis, shared by several instances), families are cached
+    only as a report's write can check them, and spaces are not held in memory (see
+    `storage.families`); without, this process is the only writer and caches freely.
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        progress: ProgressStore,
+        clock: Clock,
+        feed: ChangeFeed,
+        *,
+        versions: FamilyVersions | None = None,
+        allow_private_webhooks: bool = False,
+        webhooks_per_space: int = 20,
+        shares_per_space: int = 100,
+    ) -> None:
+        self.changes = Changes(feed, versions)
+        self.stores = stores = Stores(db, progress, clock, self.changes)
+        self.db, self.progress, self.clock, self.feed = db, progress, clock, feed
+        self.spaces = Spaces(stores)
+        self.reads = SpaceReads(stores, self.spaces, hold_spaces=versions is None)
+        self.families = Families(stores, FamilyCache(versioned=versions is not None))
+        self.tasks = Tasks(stores, self.families)
+        self.webhooks = Webhooks(
+            stores,
+            self.spaces,
+            allow_private=allow_private_webhooks,
+            per_space=webhooks_per_space,
+        )
+        self.shares = Shares(stores, self.spaces, per_space=shares_per_space)
+
+    @property
+    def on_event(self) -> Callable[[], None]:
+        """Called after a transaction that recorded an event commits (wakes the worker)."""
+        return self.families.on_event
+
+    @on_event.setter
+    def on_event(self, wake: Callable[[], None]) -> None:
+        self.families.on_event = wake
+
+    @property
+    def shares_per_space(self) -> int:
+        return self.shares.per_space
+
+    @shares_per_space.setter
+    def shares_per_space(self, cap: int) -> None:
+        self.shares.per_space = cap
+
+    # The caches, as tests reach them.
+    @property
+    def _small(self) -> SmallSpaces | None:
+        return self.reads.small
+
+    @_small.setter
+    def _small(self, small: SmallSpaces | None) -> None:
+        self.reads.hold(small)
+
+    @property
+    def _shown(self) -> ShownTasks | None:
+        return self.reads.shown
+
+    @property
+    def _task_creates(self) -> Any:
+        return self.tasks.creates
+
+    async def _family(self, task_uuid: str) -> tuple[TaskRow, Any]:
+        return await self.families.get(task_uuid)
+
+    # --- Spaces and their reads ------------------------------------------------------------
+
+    async def create_space(self, body: CreateSpace) -> dict[str, Any]:
+        return await self.spaces.create(body)
+
+    async def space_head(self, space_uuid: str) -> Head:
+        """A space's `{"title", "icon"}`; NotFound if there is no such space."""
+        return await self.spaces.head(space_uuid)
+
+    async def get_space(
+        self,
+        space_uuid: str,
+        *,
+        before: str | None = None,
+        after: str | None = None,
+        limit: int | str | None = None,
+        state: str | None = None,
+    ) -> dict[str, Any]:
+        """A space with its top-level tasks (see `SpaceReads.read`)."""
+        return await self.reads.get(
+            space_uuid, before=before, after=after, limit=limit, state=state
+        )
+
+    async def read_space(
+        self,
+        space_uuid: str,
+        *,
+        before: str | None = None,
+        after: str | None = None,
+        limit: int | str | None = None,
+        state: str | None = None,
+    ) -> tuple[Head, AsyncIterator[list[Shown]]]:
+        """A space's head and its tasks a page at a time (see `SpaceReads.read`)."""
+        return await self.reads.read(
+            space_uuid, before=before, after=after, limit=limit, state=state
+        )
+
+    # --- Tasks and reports ----------------------------------------------------------------
+
+    async def create_task(self, space_uuid: str, body: CreateTask) -> dict[str, Any]:
+        return await self.tasks.create(space_uuid, body)
+
+    async def get_task(self, task_uuid: str) -> TaskView:
+        return await self.tasks.get(task_uuid)
+
+    async def report(self, task_uuid: str, report: Report) -> TaskView:
+        return await self.tasks.report(task_uuid, report)
+
+    async def event_view(self, task_uuid: str) -> TaskView | None:
+        return await self.tasks.event_view(task_uuid)
+
+    # --- Webhooks and share links ---------------------------------------------------------
+
+    async def create_webhook(self, space_uuid: str, body: CreateWebhook) -> dict[str, Any]:
+        return await self.webhooks.create(space_uuid, body)
+
+    async def list_webhooks(self, space_uuid: str) -> list[dict[str, str]]:
+        return await self.webhooks.list(space_uuid)
+
+    async def delete_webhook(self, space_uuid: str, webhook_uuid: str) -> None:
+        await self.webhooks.delete(space_uuid, webhook_uuid)
+
+    async def create_share(self, space_uuid: str) -> dict[str, str]:
+        return await self.shares.create(space_uuid)
+
+    async def list_shares(self, space_uuid: str) -> list[dict[str, str]]:
+        return await self.shares.list(space_uuid)
+
+    async def delete_share(self, space_uuid: str, share_uuid: str) -> None:
+        await self.shares.delete(space_uuid, share_uuid)
+
+    async def space_of_share(self, share_uuid: str) -> str:
+        return await self.shares.space_of(share_uuid)

@@ -1,0 +1,100 @@
+"""The one point every write calls once it is stored: `Changes.changed`.
+
+It tells every registered cache what changed (each decides what to drop), then, with
+progress in Redis, bumps the families' versions that other instances' caches check
+(see `storage.families`), then tells the change feed, which wakes the live streams of
+every instance. Nothing else in the service drops a cache entry, bumps a version or
+publishes to the feed.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Protocol
+
+from ..domain import Changed
+from ..progress.feed import REVOKED, TASK, Change, ChangeFeed
+from ..storage.families import FamilyVersions
+
+# The changes after which other instances' cached families are stale.
+_BUMPED = frozenset({Changed.CREATE, Changed.FINISH})
+
+
+class Cache(Protocol):
+    """Anything the service keeps that a write can make stale."""
+
+    # The kinds of change after which it may hold something stale; told of no other.
+    hears: ClassVar[frozenset[Changed]]
+
+    def on_change(
+        self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
+    ) -> None:
+        """Drop what the change made stale; never waits, never raises."""
+
+
+class Changes:
+    """Where every write says what it changed.
+
+    Invariant: every write that changed (or may have changed: a failed commit may have
+    committed all the same) a space's tasks calls `changed` exactly once, after its
+    commit and before it answers, and every cache of spaces or tasks is registered here.
+    So once a write has answered, no cache of any instance serves what it replaced: this
+    instance's caches dropped it, the others' see a new family version, and the live
+    streams were told.
+    """
+
+    def __init__(self, feed: ChangeFeed, versions: FamilyVersions | None = None) -> None:
+        self.feed = feed
+        self.versions = versions  # None: no other instance caches families
+        self.caches: list[Cache] = []
+        self._hearing: dict[Changed, tuple[Cache, ...]] = {kind: () for kind in Changed}
+
+    def register(self, cache: Cache) -> None:
+        """From now on, tell `cache` of every change of a kind it hears."""
+        self.caches.append(cache)
+        self._sort()
+
+    def replace(self, old: Cache | None, new: Cache | None) -> None:
+        """Tell `new` instead of `old` (either may be None)."""
+        self.caches = [cache for cache in self.caches if cache is not old]
+        if new is not None:
+            self.caches.append(new)
+        self._sort()
+
+    def _sort(self) -> None:
+        self._hearing = {
+            kind: tuple(cache for cache in self.caches if kind in cache.hears) for kind in Changed
+        }
+
+    async def changed(
+        self,
+        kind: Changed,
+        space_uuid: str,
+        task_uuid: str,
+        parent_uuid: str | None = None,
+        *,
+        announced: bool = False,
+    ) -> None:
+        """`task_uuid` of the space (a child of `parent_uuid`) changed as `kind` says.
+
+        `announced`: the progress store already told the other instances' feeds, in the
+        same round trip as the write (see `RedisProgressStore.put_if_family`).
+        """
+        for cache in self._hearing[kind]:
+            cache.on_change(kind, space_uuid, task_uuid, parent_uuid)
+        if kind in _BUMPED and self.versions is not None:
+            # A new task is in no cache yet: only its parent's family changed.
+            await self.versions.bump_families(
+                *((parent_uuid,) if kind is Changed.CREATE else (task_uuid, parent_uuid))
+            )
+        self.feed.publish(
+            self.change(kind, space_uuid, task_uuid, parent_uuid), announced=announced
+        )
+
+    @staticmethod
+    def change(
+        kind: Changed, space_uuid: str, task_uuid: str, parent_uuid: str | None = None
+    ) -> Change:
+        """The change feed's message for a change."""
+        if kind is Changed.REVOKE:
+            return Change(REVOKED, space_uuid, task_uuid)
+        return Change(TASK, space_uuid, task_uuid, parent_uuid)

@@ -1,0 +1,27 @@
+"""What every use case works with: the stores, the clock, the change point, and the
+messages of the errors they share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..clock import Clock
+from ..progress import ProgressStore
+from ..storage.database import Database
+from .changes import Changes
+
+NO_SPACE = "No such space: check the space uuid."
+NO_TASK = "No such task: check the task uuid."
+NO_SHARE = "No such share link: it was revoked, or never existed."
+NOT_A_PARENT = "parent_uuid is not a task of this space."
+
+
+@dataclass(frozen=True, slots=True)
+class Stores:
+    """The database (spaces, tasks, the outbox), the progress store (live state), the
+    clock, and `changes`, which every write tells what it changed."""
+
+    db: Database
+    progress: ProgressStore
+    clock: Clock
+    changes: Changes

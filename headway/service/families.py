@@ -1,0 +1,142 @@
+"""Families and finishing: a task's row with its children (cached where that is safe),
+a parent's answer, and the record of a finish with its completion events."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgspec
+
+from .. import domain
+from ..completion import completion_event
+from ..domain import Changed, Progress, TaskRow, canonical_uuid
+from ..errors import NotFound
+from ..storage import outbox, queries
+from ..storage.families import FamilyCache
+from .context import NO_TASK, Stores
+
+Family = list[tuple[TaskRow, Progress | None]]
+
+
+class Families:
+    """Task families, read through `cache`: trusted as they are where this process is
+    the only writer; with other instances writing (`cache.versioned`), only by a report,
+    whose write checks the family's version (see `storage.families`)."""
+
+    def __init__(self, stores: Stores, cache: FamilyCache) -> None:
+        self._stores = stores
+        self.cache = cache
+        stores.changes.register(cache)
+        # Called after a transaction that recorded an event commits (wakes the worker).
+        self.on_event: Callable[[], None] = lambda: None
+
+    async def get(self, task_uuid: str) -> tuple[TaskRow, Sequence[TaskRow]]:
+        """The family as a read shows it: from the cache where it is trusted as it is,
+        else from the database (a read checks no version)."""
+        if self.cache.versioned:
+            return await self.read(task_uuid)
+        return await self.cached(task_uuid)
+
+    async def cached(self, task_uuid: str) -> tuple[TaskRow, Sequence[TaskRow]]:
+        """The family from the cache, read into it if absent (never versioned)."""
+        key = canonical_uuid(task_uuid)
+        if key is None:
+            raise NotFound(NO_TASK)
+        cache = self.cache
+        held = cache.get(key)
+        if held is not None:
+            return held
+        generation = cache.generation
+        row, children = await queries.read_family(self._stores.db.fetch, key)
+        if row is None:
+            raise NotFound(NO_TASK)
+        cache.put((row, children), generation)
+        return row, children
+
+    async def read(self, task_uuid: str) -> tuple[TaskRow, Sequence[TaskRow]]:
+        """The family as the database holds it now, bypassing the cache."""
+        key = canonical_uuid(task_uuid)
+        if key is None:
+            raise NotFound(NO_TASK)
+        row, children = await queries.read_family(self._stores.db.fetch, key)
+        if row is None:
+            raise NotFound(NO_TASK)
+        return row, children
+
+    def view(
+        self,
+        row: TaskRow,
+        progress: Progress | None,
+        children: Sequence[TaskRow],
+        found: Sequence[Progress | None],
+    ) -> domain.TaskView:
+        """The answer for a parent, its children's JSON and aggregate reused from the
+        family cache where it holds them (see `storage.families`)."""
+        made = self.cache.children_answer(row.uuid, children, found)
+        if made is not None:
+            return domain.view(row, progress, (), made.shown, (made.done, made.latest_us))
+        return domain.view(row, progress, list(zip(children, found, strict=True)))
+
+    async def finish(
+        self, row: TaskRow, progress: Progress, family: Family, now_us: int
+    ) -> TaskRow:
+        """Record the completion of `row` (and of its parent, if it was the last open
+        child), with one outbox event each. Returns the row as it now stands.
+
+        The caller tells `changes` of the finish once its progress is stored; if this
+        raises, the finish may have committed all the same, and it is told here."""
+        duration = domain.duration_seconds(row.created_at_us, now_us)
+        try:
+            return await self._record(row, progress, family, now_us, duration)
+        except BaseException:
+            await self._stores.changes.changed(
+                Changed.FINISH, row.space_uuid, row.uuid, row.parent_uuid
+            )
+            raise
+
+    async def _record(
+        self, row: TaskRow, progress: Progress, family: Family, now_us: int, duration: int
+    ) -> TaskRow:
+        async with self._stores.db.write() as conn:
+            if row.parent_uuid is not None:
+                await queries.lock_task(conn, row.parent_uuid)
+            if not await queries.finish_task(conn, row.uuid, now_us, duration):
+                # Another report finished it first; its finish time stands.
+                return await queries.get_task(conn, row.uuid) or row
+            row = msgspec.structs.replace(row, finished_at_us=now_us, duration=duration)
+            await _record_event(conn, domain.view(row, progress, family), now_us)
+            if row.parent_uuid is not None:
+                await self._finish_parent_if_done(conn, row, progress, now_us)
+        self.on_event()
+        return row
+
+    async def _finish_parent_if_done(
+        self, conn: Any, child: TaskRow, child_progress: Progress, now_us: int
+    ) -> None:
+        parent_uuid = child.parent_uuid
+        assert parent_uuid is not None
+        # Read after this child's finish, under the parent's row lock (see `_record`).
+        parent, siblings = await queries.get_family(conn, parent_uuid)
+        if parent is None or any(not sibling.finished for sibling in siblings):
+            return
+        duration = domain.duration_seconds(parent.created_at_us, now_us)
+        if not await queries.finish_task(conn, parent.uuid, now_us, duration):
+            return
+        parent = msgspec.structs.replace(parent, finished_at_us=now_us, duration=duration)
+        found = await self._stores.progress.get_many([parent.uuid, *(s.uuid for s in siblings)])
+        family = [
+            (s, child_progress if s.uuid == child.uuid else p)
+            for s, p in zip(siblings, found[1:], strict=True)
+        ]
+        await _record_event(conn, domain.view(parent, found[0], family), now_us)
+
+
+async def _record_event(conn: Any, task: domain.TaskView, now_us: int) -> None:
+    """Write the completion event (bounded in size: see `completion_event`) and queue it
+    for every webhook of the space."""
+    event_id = f"msg_{uuid.uuid4().hex}"
+    payload = completion_event(task, now_us)
+    await queries.insert_event(conn, event_id, task.space_uuid, task.uuid, payload, now_us)
+    await outbox.fan_out(conn, event_id, task.space_uuid, now_us)

@@ -1,0 +1,66 @@
+"""Share links: read-only links to a space, made and revoked by its owner."""
+
+from __future__ import annotations
+
+import uuid
+
+from .. import domain
+from ..domain import Changed, canonical_uuid
+from ..errors import NotFound, Unprocessable
+from ..storage import shares
+from .context import NO_SHARE, Stores
+from .spaces import Spaces
+
+
+class Shares:
+    """Makes, lists and revokes a space's share links (at most `per_space` each), and
+    finds the space a link shows."""
+
+    def __init__(self, stores: Stores, spaces: Spaces, *, per_space: int) -> None:
+        self._stores = stores
+        self._spaces = spaces
+        self.per_space = per_space
+
+    async def create(self, space_uuid: str) -> dict[str, str]:
+        """A new read-only link to the space."""
+        space_key = await self._spaces.existing(space_uuid)
+        share_uuid = str(uuid.uuid4())
+        cap = self.per_space
+        now_us = self._stores.clock.now_us()
+        async with self._stores.db.write() as conn:
+            if not await shares.insert_share(conn, share_uuid, space_key, now_us, cap=cap):
+                raise Unprocessable(f"A space holds at most {cap} share links; revoke one first.")
+        return {
+            "uuid": share_uuid,
+            "url": f"/shared/{share_uuid}",
+            "created_at": domain.format_ts(now_us),
+        }
+
+    async def list(self, space_uuid: str) -> list[dict[str, str]]:
+        space_key = await self._spaces.existing(space_uuid)
+        async with self._stores.db.read() as conn:
+            found = await shares.list_shares(conn, space_key)
+        return [
+            {"uuid": share, "url": f"/shared/{share}", "created_at": domain.format_ts(created)}
+            for share, created in found
+        ]
+
+    async def delete(self, space_uuid: str, share_uuid: str) -> None:
+        """Revoke a share link; its open streams end (see progress.feed `REVOKED`)."""
+        space_key = await self._spaces.existing(space_uuid)
+        share_key = canonical_uuid(share_uuid)
+        async with self._stores.db.write() as conn:
+            if share_key is None or not await shares.delete_share(conn, space_key, share_key):
+                raise NotFound("No such share link in this space.")
+        await self._stores.changes.changed(Changed.REVOKE, space_key, share_key)
+
+    async def space_of(self, share_uuid: str) -> str:
+        """The uuid of the space a share link shows; NotFound if it was revoked or never
+        existed."""
+        key = canonical_uuid(share_uuid)
+        if key is not None:
+            async with self._stores.db.read() as conn:
+                space = await shares.space_of_share(conn, key)
+            if space is not None:
+                return space
+        raise NotFound(NO_SHARE)

@@ -1,0 +1,96 @@
+"""Spaces: creating one, and knowing one exists with its title and icon."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from .. import domain
+from ..domain import Changed, canonical_uuid
+from ..errors import NotFound, Unprocessable
+from ..schemas import MAX_ICON, CreateSpace
+from ..storage import queries
+from ..storage.batch import GroupCommit
+from ..storage.database import Statements
+from .context import NO_SPACE, Stores
+
+# Spaces whose `{"title", "icon"}` are kept: a space never changes them, so a read of a
+# space seen before needs no query for them.
+SPACE_HEADS = 10_000
+
+Head = dict[str, str | None]
+
+
+class SpaceHeads:
+    """The `{"title", "icon"}` of the spaces last read, at most SPACE_HEADS of them (past
+    that, the one held longest goes). No write changes them: it hears no change."""
+
+    hears: ClassVar[frozenset[Changed]] = frozenset()
+
+    def __init__(self, held: int = SPACE_HEADS) -> None:
+        self._held = held
+        self._heads: dict[str, Head] = {}
+
+    def get(self, space_uuid: str) -> Head | None:
+        return self._heads.get(space_uuid)
+
+    def keep(self, space_uuid: str, title: str | None, icon: str | None) -> Head:
+        heads = self._heads
+        if len(heads) >= self._held:
+            del heads[next(iter(heads))]  # the longest held
+        head = heads[space_uuid] = {"title": title, "icon": icon}
+        return head
+
+    def on_change(
+        self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
+    ) -> None:
+        """Nothing to drop: no change of tasks changes a space's title or icon."""
+
+
+class Spaces:
+    """Creates spaces (concurrent creates share one commit) and finds them."""
+
+    def __init__(self, stores: Stores) -> None:
+        self._stores = stores
+        self.heads = SpaceHeads()
+        stores.changes.register(self.heads)
+        self.creates = GroupCommit(stores.db, self._insert)
+
+    async def create(self, body: CreateSpace) -> dict[str, Any]:
+        if body.icon is not None and (
+            len(body.icon) > MAX_ICON or domain.grapheme_count(body.icon) != 1
+        ):
+            raise Unprocessable("icon must be exactly one character (one emoji or letter).")
+        space_uuid = str(uuid.uuid4())
+        await self.creates.submit(queries.NewSpace(space_uuid, body.title, body.icon))
+        return {"uuid": space_uuid, "title": body.title, "icon": body.icon}
+
+    async def _insert(
+        self, st: Statements, new: Sequence[queries.NewSpace]
+    ) -> list[Exception | None]:
+        await queries.insert_spaces(st, new, self._stores.clock.now_us())
+        return [None] * len(new)
+
+    async def head(self, space_uuid: str) -> Head:
+        """A space's `{"title", "icon"}`; NotFound if there is no such space."""
+        key = canonical_uuid(space_uuid)
+        if key is None:
+            raise NotFound(NO_SPACE)
+        head = self.heads.get(key)
+        if head is None:
+            async with self._stores.db.rows() as fetch:
+                space = await queries.space_head(fetch, key)
+            if space is None:
+                raise NotFound(NO_SPACE)
+            head = self.heads.keep(key, *space)
+        return head
+
+    async def existing(self, space_uuid: str) -> str:
+        """The space's canonical uuid; NotFound if there is no such space."""
+        key = canonical_uuid(space_uuid)
+        if key is not None:
+            async with self._stores.db.read() as conn:
+                if await queries.get_space(conn, key) is not None:
+                    return key
+        raise NotFound(NO_SPACE)

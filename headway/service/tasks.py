@@ -1,0 +1,259 @@
+"""Tasks and reports, the hot path: creating a task, reading one, and applying a report
+(which finishes the task when it says so)."""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .. import domain
+from ..domain import Changed, Progress, Report, TaskRow, canonical_uuid
+from ..errors import HeadwayError, NotFound, Unprocessable
+from ..schemas import CreateTask
+from ..storage import queries
+from ..storage.batch import GroupCommit
+from ..storage.database import Statements
+from ..storage.families import FamilyVersions
+from .context import NO_SPACE, NO_TASK, NOT_A_PARENT, Stores
+from .families import Families, Family
+
+# A report whose cached family keeps changing under it reloads it this many times, then
+# writes without the version check (as without a cache: read the family, then write).
+FAMILY_RELOADS = 3
+
+
+class Tasks:
+    """Creates (concurrent ones share a commit), reads and reports of tasks."""
+
+    def __init__(self, stores: Stores, families: Families) -> None:
+        self._stores = stores
+        self._families = families
+        self.creates = GroupCommit(stores.db, self._insert)
+
+    async def create(self, space_uuid: str, body: CreateTask) -> dict[str, Any]:
+        """Create a task; answered once the commit holding it is durable."""
+        space_key = canonical_uuid(space_uuid)
+        if space_key is None:
+            raise NotFound(NO_SPACE)
+        parent_key = None
+        if body.parent_uuid is not None:
+            parent_key = canonical_uuid(body.parent_uuid)
+            if parent_key is None:
+                raise Unprocessable(NOT_A_PARENT)
+        task_uuid = str(uuid.uuid4())
+        new = _NewTask(task_uuid, space_key, parent_key, body.title, body.source)
+        try:
+            await self.creates.submit(new)
+        except HeadwayError:
+            raise  # refused: nothing was written
+        except BaseException:
+            # The batch may have committed all the same.
+            await self._stores.changes.changed(Changed.CREATE, space_key, task_uuid, parent_key)
+            raise
+        await self._stores.changes.changed(Changed.CREATE, space_key, task_uuid, parent_key)
+        return {"uuid": task_uuid}
+
+    async def _insert(
+        self, st: Statements, batch: Sequence[_NewTask]
+    ) -> list[TaskRow | HeadwayError]:
+        """Write a batch of creates in one transaction. A create refused for its own reason
+        (unknown space 404, bad parent 422) is refused alone, before anything is written
+        for it; the others of a space get its next instants, in the order they arrived."""
+        wanted = {new.parent_uuid for new in batch if new.parent_uuid is not None}
+        parents = await queries.tasks_by_uuid(st, wanted)
+        refused: dict[int, HeadwayError] = {}
+        by_space: dict[str, list[int]] = defaultdict(list)
+        for index, new in enumerate(batch):
+            by_space[new.space_uuid].append(index)
+            if new.parent_uuid is not None:
+                refusal = _parent_refusal(parents.get(new.parent_uuid), new.space_uuid)
+                if refusal is not None:
+                    refused[index] = refusal
+        now_us = self._stores.clock.now_us()
+        outcomes: dict[int, TaskRow | HeadwayError] = {}
+        rows: list[TaskRow] = []
+        # Spaces in one fixed order: on PostgreSQL, batches on several instances take
+        # their spaces' row locks (the claims) in the same order, so never deadlock.
+        for space_key in sorted(by_space):
+            members = by_space[space_key]
+            accepted = [index for index in members if index not in refused]
+            if accepted:
+                first_us = await queries.claim_created_at(st, space_key, now_us, len(accepted))
+            else:  # only refusals: which one depends on whether the space exists
+                first_us = 0 if await queries.space_exists(st, space_key) else None
+            if first_us is None:
+                for index in members:
+                    outcomes[index] = NotFound(NO_SPACE)  # before any parent's refusal
+                continue
+            for index in members:
+                if index in refused:
+                    outcomes[index] = refused[index]
+            for offset, index in enumerate(accepted):
+                new = batch[index]
+                row = TaskRow(
+                    new.uuid, space_key, new.parent_uuid, new.title, new.source, first_us + offset
+                )
+                outcomes[index] = row
+                rows.append(row)
+        if rows:
+            await queries.insert_tasks(st, rows)
+        return [outcomes[index] for index in range(len(batch))]
+
+    async def get(self, task_uuid: str) -> domain.TaskView:
+        row, children = await self._families.get(task_uuid)
+        progress = self._stores.progress
+        if not children:
+            return domain.view(row, await progress.get(row.uuid))
+        found = await progress.get_many(self._families.cache.uuids(row, children))
+        return self._families.view(row, found[0], children, found[1:])
+
+    async def event_view(self, task_uuid: str) -> domain.TaskView | None:
+        """A task as the live stream shows it: as `get` answers, but with no children
+        (each child is an event of its own); None if there is no such task."""
+        try:
+            row, children = await self._families.get(task_uuid)
+        except NotFound:
+            return None
+        found = await self._stores.progress.get_many([row.uuid, *(c.uuid for c in children)])
+        if not children:
+            return domain.view(row, found[0])
+        return domain.view(row, found[0], list(zip(children, found[1:], strict=True)), [])
+
+    async def report(self, task_uuid: str, report: Report) -> domain.TaskView:
+        """Replace a task's live state with `report`; finish the task if the report says so.
+
+        Finishing is decided by a conditional update in the database, so of several
+        concurrent finishing reports exactly one records the completion and its event.
+        A report that does not finish its task writes nothing to the database.
+        """
+        families = self._families
+        versions = self._stores.changes.versions
+        if versions is None:
+            row, children = await families.cached(task_uuid)
+            return await self._report(row, children, report)
+        # Versioned cache (several instances): the write of a report that finishes nothing
+        # checks, in the same round trip, that the family it was decided on is current.
+        key = canonical_uuid(task_uuid)
+        if key is None:
+            raise NotFound(NO_TASK)
+        cache, clock = families.cache, self._stores.clock
+        cached = cache.get_versioned(key, clock.now_us())
+        seen: int | None = None  # a version the failed write saw, read before any SQL
+        for _ in range(FAMILY_RELOADS):
+            if cached is None:
+                version = await versions.family_version(key) if seen is None else seen
+                row, children = await families.read(key)
+                cache.put_versioned((row, children), version, clock.now_us())
+                fresh = True
+            else:
+                row, children, version = cached
+                fresh = False
+            try:
+                return await self._report(row, children, report, versions, version, fresh=fresh)
+            except _FamilyChanged as changed:
+                seen, cached = changed.version, None
+        row, children = await families.read(key)
+        return await self._report(row, children, report)
+
+    async def _report(
+        self,
+        row: TaskRow,
+        children: Sequence[TaskRow],
+        report: Report,
+        versions: FamilyVersions | None = None,
+        version: int | None = None,
+        *,
+        fresh: bool = True,
+    ) -> domain.TaskView:
+        """`report` applied to the family `row`, `children`. With a `version` (the family
+        as cached at that version), raises `_FamilyChanged` having written nothing if the
+        family is no longer at it, or if the report finishes the task and the family did
+        not come `fresh` from the database (a finish is decided on the database's rows)."""
+        store, changes = self._stores.progress, self._stores.changes
+        # Only `{"done": true}` keeps anything of the last report; others replace it all.
+        previous = await store.get(row.uuid) if report.is_done_only else None
+        now_us = self._stores.clock.now_us()
+        progress, finishing = domain.apply_report(
+            previous, report, now_us, is_parent=bool(children)
+        )
+        family: Family = []
+        found: list[Progress | None] = []
+        if children:
+            found = await store.get_many([c.uuid for c in children])
+            family = list(zip(children, found, strict=True))
+        # Refused before anything is written, a finish included.
+        store.admit(row.uuid, row.space_uuid, progress)
+        if finishing and not row.finished:
+            if not fresh:
+                raise _FamilyChanged(None)
+            row = await self._families.finish(row, progress, family, now_us)
+            try:
+                if report.is_done_only:
+                    # Finishing waited on the database; a report that landed meanwhile
+                    # holds the last numbers now, and `{"done": true}` keeps them.
+                    latest = await store.get(row.uuid)
+                    if latest is not previous:
+                        progress, _ = domain.apply_report(
+                            latest, report, now_us, is_parent=bool(children)
+                        )
+                await store.put(row.uuid, progress, row.space_uuid)
+            finally:
+                await changes.changed(Changed.FINISH, row.space_uuid, row.uuid, row.parent_uuid)
+        elif version is None:
+            await store.put(row.uuid, progress, row.space_uuid)
+            await changes.changed(Changed.REPORT, row.space_uuid, row.uuid, row.parent_uuid)
+        else:
+            # The change is announced to the other instances by the write itself.
+            assert versions is not None
+            note = changes.feed.announcement(
+                changes.change(Changed.REPORT, row.space_uuid, row.uuid, row.parent_uuid)
+            )
+            current = await versions.put_if_family(
+                row.uuid, progress, row.space_uuid, version, note
+            )
+            if current is not None:
+                raise _FamilyChanged(current)
+            await changes.changed(
+                Changed.REPORT,
+                row.space_uuid,
+                row.uuid,
+                row.parent_uuid,
+                announced=note is not None,
+            )
+        if children:
+            return self._families.view(row, progress, children, found)
+        return domain.view(row, progress)
+
+
+class _FamilyChanged(Exception):
+    """A report's family changed since it was cached (`version`: its version now, if
+    known); nothing was written, and the report is decided again on a fresh family."""
+
+    def __init__(self, version: int | None) -> None:
+        super().__init__(version)
+        self.version = version
+
+
+@dataclass(frozen=True, slots=True)
+class _NewTask:
+    """A create waiting for its batch: everything but its instant, which the batch claims."""
+
+    uuid: str
+    space_uuid: str
+    parent_uuid: str | None
+    title: str | None
+    source: str | None
+
+
+def _parent_refusal(parent: TaskRow | None, space_uuid: str) -> HeadwayError | None:
+    """Why `parent` cannot take a child in the space, or None if it can."""
+    if parent is None or parent.space_uuid != space_uuid:
+        return Unprocessable(NOT_A_PARENT)
+    if parent.parent_uuid is not None:
+        return Unprocessable(
+            "parent_uuid is already a step of another task: tasks nest one level only."
+        )
+    return None

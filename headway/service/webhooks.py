@@ -1,0 +1,58 @@
+"""Webhooks: the signed HTTP endpoints a space's completion events are delivered to."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from .. import webhooks
+from ..domain import canonical_uuid
+from ..errors import NotFound, Unprocessable
+from ..schemas import CreateWebhook
+from ..storage import outbox
+from .context import Stores
+from .spaces import Spaces
+
+
+class Webhooks:
+    """Registers, lists and deletes a space's webhooks (at most `per_space` each)."""
+
+    def __init__(
+        self, stores: Stores, spaces: Spaces, *, allow_private: bool, per_space: int
+    ) -> None:
+        self._stores = stores
+        self._spaces = spaces
+        self.allow_private = allow_private
+        self.per_space = per_space
+
+    async def create(self, space_uuid: str, body: CreateWebhook) -> dict[str, Any]:
+        """Register a webhook; the answer holds its signing secret, shown only here."""
+        space_key = await self._spaces.existing(space_uuid)
+        url = webhooks.check_url_syntax(body.url)
+        try:
+            await webhooks.check_destination(url, allow_private=self.allow_private)
+        except webhooks.RefusedAddress as exc:
+            raise Unprocessable(
+                f"url is refused: {exc}. Webhooks must reach a public address."
+            ) from None
+        webhook_uuid, secret = str(uuid.uuid4()), webhooks.new_secret()
+        cap, now_us = self.per_space, self._stores.clock.now_us()
+        async with self._stores.db.write() as conn:  # spaces are never deleted: it still exists
+            if not await outbox.insert_webhook(
+                conn, webhook_uuid, space_key, body.url, secret, now_us, cap=cap
+            ):
+                raise Unprocessable(f"A space holds at most {cap} webhooks; delete one first.")
+        return {"uuid": webhook_uuid, "url": body.url, "secret": secret}
+
+    async def list(self, space_uuid: str) -> list[dict[str, str]]:
+        space_key = await self._spaces.existing(space_uuid)
+        async with self._stores.db.read() as conn:
+            found = await outbox.list_webhooks(conn, space_key)
+        return [{"uuid": hook, "url": url} for hook, url in found]
+
+    async def delete(self, space_uuid: str, webhook_uuid: str) -> None:
+        space_key = await self._spaces.existing(space_uuid)
+        hook = canonical_uuid(webhook_uuid)
+        async with self._stores.db.write() as conn:
+            if hook is None or not await outbox.delete_webhook(conn, space_key, hook):
+                raise NotFound("No such webhook in this space.")
