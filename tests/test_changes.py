@@ -1,0 +1,124 @@
+"""The one change point: every cache the service holds hears it, and every write calls
+it exactly once."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from headway.domain import Changed
+from headway.service import Changes
+
+# Objects of the service that hold entries but are no cache of spaces or tasks, and why.
+NOT_CACHES = {
+    "Changes": "the change point itself: the caches it tells",
+    "LocalFeed": "the change feed: Changes publishes every change to it",
+    "RedisFeed": "the change feed: Changes publishes every change to it",
+    "Live": "the open streams: each space's watch hears changes through the feed",
+    "MemoryProgressStore": "the progress store: the live state itself, not a copy of it",
+    "Coalesced": "script calls of the Redis store waiting to share one round trip",
+}
+CONTAINERS = (dict, set, list)
+
+
+def _attributes(obj: Any) -> Iterator[tuple[str, Any]]:
+    yield from getattr(obj, "__dict__", {}).items()
+    for cls in type(obj).__mro__:
+        for slot in getattr(cls, "__slots__", ()):
+            if hasattr(obj, slot):
+                yield slot, getattr(obj, slot)
+
+
+def holders(*roots: Any) -> list[Any]:
+    """Every object of Headway's own classes reachable from `roots` through attributes
+    (and lists of them) that holds a container: what could keep stale entries."""
+    found, seen, stack = [], set(), list(roots)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or not type(obj).__module__.startswith("headway"):
+            continue
+        seen.add(id(obj))
+        holds = False
+        for _name, value in _attributes(obj):
+            if isinstance(value, CONTAINERS):
+                holds = True
+            if isinstance(value, list | tuple):
+                stack.extend(value)
+            else:
+                stack.append(value)
+        if holds:
+            found.append(obj)
+    return found
+
+
+def unregistered(app: Any) -> list[str]:
+    """The classes of the objects reachable from the service and the streams that hold
+    entries and are neither registered with the change point nor known not to be caches."""
+    changes: Changes = app.state.service.changes
+    return [
+        type(obj).__qualname__
+        for obj in holders(app.state.service, app.state.live)
+        if type(obj).__qualname__ not in NOT_CACHES
+        and not any(obj is cache for cache in changes.caches)
+    ]
+
+
+async def test_every_cache_the_service_holds_is_registered_with_the_change_point(app):
+    assert unregistered(app) == []
+    assert {type(cache).__qualname__ for cache in app.state.service.changes.caches} >= {
+        "FamilyCache",
+        "SpaceHeads",
+    }
+
+
+async def test_a_cache_added_without_registering_it_is_found(app):
+    class Answers:
+        def __init__(self) -> None:
+            self.held: dict[str, bytes] = {}
+
+    Answers.__module__ = "headway.service.tasks"
+    app.state.service.tasks.answers = Answers()
+    assert unregistered(app) == [
+        "test_a_cache_added_without_registering_it_is_found.<locals>.Answers"
+    ]
+
+
+@pytest.fixture
+def heard(app, monkeypatch) -> Counter:
+    """The kinds of change the service's change point is told of, counted."""
+    changes: Changes = app.state.service.changes
+    told: Counter = Counter()
+    tell = changes.changed
+
+    async def counted(kind: Changed, *args: Any, **options: Any) -> None:
+        told[kind] += 1
+        await tell(kind, *args, **options)
+
+    monkeypatch.setattr(changes, "changed", counted)
+    return told
+
+
+async def test_each_write_tells_the_change_point_once(client, space, heard):
+    parent = (await client.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
+    child = (await client.post(f"/spaces/{space}/tasks", json={"parent_uuid": parent})).json()
+    assert heard == {Changed.CREATE: 2}
+    await client.put(f"/tasks/{child['uuid']}", json={"current": 1, "end": 2})
+    assert heard == {Changed.CREATE: 2, Changed.REPORT: 1}
+    await client.put(f"/tasks/{child['uuid']}", json={"done": True})  # the parent finishes too
+    assert heard == {Changed.CREATE: 2, Changed.REPORT: 1, Changed.FINISH: 1}
+    share = (await client.post(f"/spaces/{space}/shares", json={})).json()["uuid"]
+    await client.delete(f"/spaces/{space}/shares/{share}")
+    assert heard[Changed.REVOKE] == 1
+
+
+async def test_reads_and_refused_writes_tell_the_change_point_nothing(client, space, heard):
+    task = (await client.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
+    heard.clear()
+    await client.get(f"/tasks/{task}")
+    await client.get(f"/spaces/{space}")
+    refused = await client.post(f"/spaces/{space}/tasks", json={"parent_uuid": space})
+    assert refused.status_code == 422
+    assert heard == {}
