@@ -47,8 +47,12 @@ async def client(servers, clock) -> AsyncIterator[httpx.AsyncClient]:
 
 
 def assert_unavailable(response: httpx.Response) -> None:
+    """The documented 503: a JSON error, when to try again, and every answer's headers."""
     assert response.status_code == 503, response.text
     assert isinstance(response.json()["error"], str)
+    assert response.headers["retry-after"].isdigit()
+    assert response.headers["x-content-type-options"] == "nosniff"
+    assert response.headers["access-control-allow-origin"] == "*"
 
 
 async def timed(request) -> httpx.Response:
@@ -69,6 +73,9 @@ async def test_redis_outage_gives_503_then_recovers(client, servers):
         assert_unavailable(await timed(client.put(f"/tasks/{task}", json={"current": 2})))
         assert_unavailable(await timed(client.get(f"/tasks/{task}")))
         assert_unavailable(await timed(client.get(f"/tasks/{task}/report?current=2")))
+        assert_unavailable(await timed(client.get(f"/spaces/{space}")))
+        assert_unavailable(await timed(client.get(f"/spaces/{space}?limit=1")))
+        assert_unavailable(await timed(client.get(f"/spaces/{space}/events")))
         up = await timed(client.get("/up"))
         assert up.status_code == 503
         assert up.json()["checks"]["progress_store"]["status"] == "down"
