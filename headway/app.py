@@ -6,8 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from time import perf_counter
 from typing import Any, cast
 
@@ -21,12 +20,12 @@ from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
 from . import metrics
-from .api import events, health, openapi, rest
+from .api import events, health, hot, openapi
 from .api import mcp as mcp_routes
 from .api import metrics as metrics_routes
 from .api import shares as share_routes
 from .api import webhooks as webhook_routes
-from .api.events import RAW_SEND
+from .api.hot import HotRoute, short_way
 from .api.mcp import MCPEndpoint
 from .api.responses import (
     CORS_NAMES,
@@ -45,6 +44,7 @@ from .live import Live
 from .progress import ProgressStore
 from .progress.feed import ChangeFeed, LocalFeed
 from .progress.memory import MemoryProgressStore
+from .scope import RAW_SEND
 from .service import Service
 from .storage.database import Database, DatabaseUnavailable
 from .storage.families import FamilyVersions
@@ -141,7 +141,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         dependency_errors=errors,
         instruments=metrics.instruments() if settings.metrics else None,
         routes=[
-            *rest.routes,
+            *hot.routes,
             *events.routes,
             *share_routes.routes,
             *webhook_routes.routes,
@@ -179,8 +179,9 @@ class HeadwayApp(Starlette):
 
     Task reads and reports (`GET`, `PUT /tasks/{uuid}`, `GET /tasks/{uuid}/report`),
     creates of tasks and space reads are most of the traffic. They go straight to their
-    endpoint (`_WAYS`), skipping the router and the two exception middlewares (together
-    about a tenth of a report's cost, and more for routes later in the list); their
+    endpoint (`api.hot`, where each is declared once for both ways), skipping the router
+    and the two exception middlewares (together about a tenth of a report's cost, and
+    more for routes later in the list); their
     errors are rendered by the same handlers. Every other request takes the ordinary way
     (`_ordinary`). Both ways count each request (headway.metrics) under its route's
     template as its answer starts.
@@ -205,7 +206,7 @@ class HeadwayApp(Starlette):
         if scope["type"] != "http":
             await super().__call__(scope, receive, send)
             return
-        short = _short_way(scope["method"], scope["path"])
+        short = short_way(scope["method"], scope["path"])
         if short is None:
             await self._ordinary(scope, receive, send)
         else:
@@ -245,7 +246,7 @@ class HeadwayApp(Starlette):
         return methods
 
     async def _straight(
-        self, scope: Scope, receive: Receive, send: Send, way: _Way, params: dict[str, str]
+        self, scope: Scope, receive: Receive, send: Send, way: HotRoute, params: dict[str, str]
     ) -> None:
         if way.pages:  # a browser's page, built by templates, lacks REST's headers
             send = SendWithHeaders(send, REST_ANSWER)
@@ -265,71 +266,6 @@ class HeadwayApp(Starlette):
             elapsed = perf_counter() - started
             self._metrics.observe(way.template, scope["method"], response.status_code, elapsed)
         await response(scope, receive, send)
-
-
-@dataclass(frozen=True, slots=True)
-class _Way:
-    """A route that may skip the router: `prefix{param}suffix`, for `methods`."""
-
-    methods: frozenset[str]
-    prefix: str
-    suffix: str
-    endpoint: Callable[[Request], Awaitable[Response]]
-    template: str
-    param: str
-    pages: bool = False  # may answer a browser's page (built without REST's headers)
-
-    def params(self, method: str, path: str) -> dict[str, str] | None:
-        """The path parameter if this is the way of `method` and `path`, else None. It
-        matches exactly what the route's template does: one non-empty path segment."""
-        if method not in self.methods or not path.startswith(self.prefix):
-            return None
-        end = len(path) - len(self.suffix)
-        if end <= len(self.prefix) or not path.endswith(self.suffix):
-            return None
-        value = path[len(self.prefix) : end]
-        return None if "/" in value else {self.param: value}
-
-
-# The short ways, the most used first (see `HeadwayApp`).
-_WAYS = (
-    _Way(frozenset({"GET", "PUT"}), "/tasks/", "", rest.task, "/tasks/{task_uuid}", "task_uuid"),
-    _Way(
-        frozenset({"POST"}),
-        "/spaces/",
-        "/tasks",
-        rest.create_task,
-        "/spaces/{space_uuid}/tasks",
-        "space_uuid",
-    ),
-    _Way(
-        frozenset({"GET"}),
-        "/spaces/",
-        "",
-        rest.get_space,
-        "/spaces/{space_uuid}",
-        "space_uuid",
-        pages=True,
-    ),
-    _Way(
-        frozenset({"GET"}),
-        "/tasks/",
-        "/report",
-        rest.report_by_url,
-        "/tasks/{task_uuid}/report",
-        "task_uuid",
-    ),
-)
-
-
-def _short_way(method: str, path: str) -> tuple[_Way, dict[str, str]] | None:
-    """The way of a request that may skip the router, with its path parameter; None for
-    every other."""
-    for way in _WAYS:
-        params = way.params(method, path)
-        if params is not None:
-            return way, params
-    return None
 
 
 def make_progress_store(settings: Settings, clock: Clock) -> ProgressStore:

@@ -24,10 +24,10 @@ from uvicorn.server import ServerState
 from uvicorn.supervisors import Multiprocess
 
 from . import metrics
-from .api.events import CONNECTION
 from .api.responses import NOSNIFF
 from .config import Settings
 from .errors import error_body
+from .scope import CONNECTION
 
 log = logging.getLogger("headway")
 

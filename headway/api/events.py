@@ -21,18 +21,11 @@ from ..domain import TaskView
 from ..errors import BadRequest, NotFound
 from ..live import KEEPALIVE_S, SHARE_CHECK_S, Live, Stream, StreamFilter
 from ..schemas import query_params
+from ..scope import CONNECTION, RAW_SEND
 from ..service import Service, parse_limit
 from ..shares import ShareView
 from .openapi import RETRY_AFTER, SPACE, TOO_MANY_REQUESTS, _error, _query
 from .streaming import PIECE_BYTES, space_pieces
-
-# The extension `headway serve`'s server puts in each request's scope (see
-# `headway.server`): what lets a stream close a connection whose reader stalled, and
-# end itself when the server shuts down.
-CONNECTION = "headway.connection"
-# The server's `send` as it reached the app (see `headway.app`): a stream's events skip
-# the wrappers that only look at an answer's start and its end.
-RAW_SEND = "headway.raw_send"
 
 _HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
