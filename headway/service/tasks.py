@@ -189,19 +189,7 @@ class Tasks:
         if finishing and not row.finished:
             if not fresh:
                 raise _FamilyChanged(None)
-            row = await self._families.finish(row, progress, family, now_us)
-            try:
-                if report.is_done_only:
-                    # Finishing waited on the database; a report that landed meanwhile
-                    # holds the last numbers now, and `{"done": true}` keeps them.
-                    latest = await store.get(row.uuid)
-                    if latest is not previous:
-                        progress, _ = domain.apply_report(
-                            latest, report, now_us, is_parent=bool(children)
-                        )
-                await store.put(row.uuid, progress, row.space_uuid)
-            finally:
-                await changes.changed(Changed.FINISH, row.space_uuid, row.uuid, row.parent_uuid)
+            row, progress = await self._finish(row, progress, family, report, previous, now_us)
         elif version is None:
             await store.put(row.uuid, progress, row.space_uuid)
             await changes.changed(Changed.REPORT, row.space_uuid, row.uuid, row.parent_uuid)
@@ -226,6 +214,35 @@ class Tasks:
         if children:
             return self._families.view(row, progress, children, found)
         return domain.view(row, progress)
+
+    async def _finish(
+        self,
+        row: TaskRow,
+        progress: Progress,
+        family: Family,
+        report: Report,
+        previous: Progress | None,
+        now_us: int,
+    ) -> tuple[TaskRow, Progress]:
+        """Finish `row` with `progress`, then store its progress; the row and progress
+        as they now stand."""
+        store = self._stores.progress
+        row = await self._families.finish(row, progress, family, now_us)
+        try:
+            if report.is_done_only:
+                # Finishing waited on the database; a report that landed meanwhile holds
+                # the last numbers now, and `{"done": true}` keeps them.
+                latest = await store.get(row.uuid)
+                if latest is not previous:
+                    progress, _ = domain.apply_report(
+                        latest, report, now_us, is_parent=bool(family)
+                    )
+            await store.put(row.uuid, progress, row.space_uuid)
+        finally:
+            await self._stores.changes.changed(
+                Changed.FINISH, row.space_uuid, row.uuid, row.parent_uuid
+            )
+        return row, progress
 
 
 class _FamilyChanged(Exception):

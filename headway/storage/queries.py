@@ -1,5 +1,6 @@
-"""Every SQL statement Headway runs, as functions of a connection. The service decides
-which run together in one transaction."""
+"""SQL of spaces and tasks, as functions of a connection (webhooks and the outbox are in
+`storage.outbox`, share links in `storage.shares`, the schema's own in `storage.database`).
+The service decides which run together in one transaction."""
 
 from __future__ import annotations
 
@@ -157,7 +158,14 @@ def _family(uuid: str, found: Iterable[Sequence[Any]]) -> tuple[TaskRow | None, 
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """Which top-level tasks of a space a read asks for (the query parameters)."""
+    """Which top-level tasks of a space a read asks for (the query parameters), and in
+    which order it answers them: the rules every read follows, whether it reads the
+    database (`TopLevelPager`) or rows held in memory (`select`).
+
+    Bare `limit`: the newest `limit`, oldest first. `before` alone: newest first.
+    `after`, both cursors, or none: oldest first. `limit` counts after the cursors.
+    `state` keeps the top-level tasks in that state (their children come with them).
+    """
 
     space_uuid: str
     before_us: int | None = None
@@ -165,16 +173,43 @@ class Window:
     limit: int | None = None
     state: State | None = None
 
+    @property
+    def newest_only(self) -> bool:
+        """The newest `limit` tasks are wanted (a bare `limit`)."""
+        return self.limit is not None and self.before_us is None and self.after_us is None
+
+    @property
+    def newest_first(self) -> bool:
+        """The answer runs newest first (`before` alone)."""
+        return self.after_us is None and self.before_us is not None
+
+    def admits(self, row: TaskRow) -> bool:
+        """Whether the top-level task `row` is in the window, its limit aside."""
+        state, before, after = self.state, self.before_us, self.after_us
+        return (
+            (state is None or (row.finished_at_us is not None) == (state == "finished"))
+            and (after is None or row.created_at_us > after)
+            and (before is None or row.created_at_us < before)
+        )
+
+    def select(self, top: Sequence[TaskRow]) -> list[TaskRow]:
+        """The window's tasks of `top`, a space's top-level tasks oldest first, in the
+        window's order."""
+        rows = [row for row in top if self.admits(row)]
+        limit = self.limit
+        if self.newest_only:
+            assert limit is not None
+            return rows[-limit:] if limit < len(rows) else rows
+        if self.newest_first:
+            rows.reverse()
+        return rows if limit is None else rows[:limit]
+
 
 class TopLevelPager:
-    """The top-level tasks of a `Window`, in the order the space read returns them, with
-    their children, a page at a time: each page is one query and one round trip (keyset
-    paging on `created_at`). Pages grow from `page` to `max_page` top-level tasks, so a
-    small read costs one small query and a whole big space few large ones.
-
-    Bare `limit`: the newest `limit`, oldest first. `before` alone: newest first.
-    `after`, both cursors, or none: oldest first. `limit` counts after the cursors.
-    """
+    """The top-level tasks of a `Window`, in its order, with their children, a page at a
+    time: each page is one query and one round trip (keyset paging on `created_at`).
+    Pages grow from `page` to `max_page` top-level tasks, so a small read costs one small
+    query and a whole big space few large ones."""
 
     def __init__(
         self,
@@ -208,7 +243,8 @@ class TopLevelPager:
         """The pager, its first query run. `childless`: the space is known to hold no
         child task, so pages need not look for children."""
         lower_us = window.after_us
-        if window.limit is not None and window.before_us is None and window.after_us is None:
+        if window.newest_only:
+            assert window.limit is not None
             # The newest `limit`, oldest first: start at the limit-th newest.
             where, params = _top_level(window)
             found = await fetch(
@@ -218,10 +254,9 @@ class TopLevelPager:
             )
             if found:
                 lower_us = found[0][0] - 1
-        newest_first = window.after_us is None and window.before_us is not None
         return cls(
             window,
-            newest_first=newest_first,
+            newest_first=window.newest_first,
             lower_us=lower_us,
             page=page,
             max_page=max_page,
@@ -287,6 +322,22 @@ def _top_level(window: Window) -> tuple[str, list[Any]]:
     elif window.state == "finished":
         where += " AND finished_at_us IS NOT NULL"
     return where, [window.space_uuid]
+
+
+async def space_rows(fetch: Fetch, space_uuid: str, most: int) -> Sequence[Any]:
+    """Rows of `_COLUMNS` of the space's tasks, at most `most` of them, in no order."""
+    return await fetch(
+        f"SELECT {_COLUMNS} FROM tasks WHERE space_uuid = ? LIMIT ?", (space_uuid, most)
+    )
+
+
+async def space_has_children(fetch: Fetch, space_uuid: str) -> bool:
+    """Whether any task of the space is the child of another."""
+    found = await fetch(
+        "SELECT 1 FROM tasks WHERE space_uuid = ? AND parent_uuid IS NOT NULL LIMIT 1",
+        (space_uuid,),
+    )
+    return bool(found)
 
 
 def families_of(

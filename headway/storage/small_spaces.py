@@ -23,7 +23,7 @@ import msgspec
 from ..domain import Changed, Progress, TaskRow, TaskView, view, view_json
 from .database import Fetch
 from .families import KEPT_JSON_BYTES
-from .queries import _COLUMNS, Window, families_of
+from .queries import Window, families_of, space_has_children, space_rows
 
 # Spaces of at most this many tasks are held whole; bigger ones are read page by page.
 SMALL_SPACE = 1000
@@ -84,26 +84,9 @@ class SmallSpace:
     rows: int
     shown: ShownTasks = field(default_factory=lambda: ShownTasks(SMALL_SPACE))
 
-    def window(self, window: Window) -> list[TaskRow]:
-        """The top-level tasks a read of `window` answers, in its order (see
-        `queries.TopLevelPager`, whose order this is)."""
-        state, before, after, limit = window.state, window.before_us, window.after_us, window.limit
-        rows = [
-            row
-            for row in self.top
-            if (state is None or (row.finished_at_us is not None) == (state == "finished"))
-            and (after is None or row.created_at_us > after)
-            and (before is None or row.created_at_us < before)
-        ]
-        if limit is not None and before is None and after is None:
-            return rows[-limit:] if limit < len(rows) else rows
-        if before is not None and after is None:
-            rows.reverse()
-        return rows if limit is None else rows[:limit]
-
     def rows_of(self, window: Window) -> tuple[list[TaskRow], dict[str, list[TaskRow]]]:
         """The top-level tasks a read of `window` answers, and the children by parent."""
-        return self.window(window), self.children
+        return window.select(self.top), self.children
 
 
 class BigSpace:
@@ -186,15 +169,9 @@ class SmallSpaces:
         """Read the space's rows, and keep them if it is small and nothing changed
         meanwhile; returns the entry, a `BigSpace` if it is big."""
         generation = self.generation
-        found = await fetch(
-            f"SELECT {_COLUMNS} FROM tasks WHERE space_uuid = ? LIMIT ?",
-            (space_uuid, self._small + 1),
-        )
+        found = await space_rows(fetch, space_uuid, self._small + 1)
         if len(found) > self._small:
-            child = await fetch(
-                "SELECT 1 FROM tasks WHERE space_uuid = ? AND parent_uuid IS NOT NULL LIMIT 1",
-                (space_uuid,),
-            )
+            child = await space_has_children(fetch, space_uuid)
             # A child created meanwhile may not be in what was read: not known childless.
             big = BigSpace(childless=not child and generation == self.generation)
             self._entries[space_uuid] = big
