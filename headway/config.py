@@ -25,9 +25,9 @@ class Settings:
     webhook_allow_private: bool = False
     run_worker: bool = True
     # Host header patterns `/mcp` answers (DNS-rebinding protection). None: derived from
-    # `host` (see `api.mcp.transport_security`); ("*",): no check.
+    # `host` (see `api.mcp_tools.transport_security`); ("*",): no check.
     mcp_allowed_hosts: tuple[str, ...] | None = None
-    # --- Abuse limits (see limits.py and the README's "Limits and abuse") ---------------
+    # --- Abuse limits (see `headway.limits` and the README's "Limits and abuse") ---------------
     # Addresses whose X-Forwarded-For is believed (networks, e.g. 10.0.0.0/8).
     trusted_proxies: tuple[str, ...] = ()
     # False turns every rate limit off; budgets and sizes stay on.

@@ -1,0 +1,68 @@
+"""The package's layout: every module says its job in a docstring, and no module imports
+another that imports it back, however indirectly."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "headway"
+
+
+def modules() -> dict[str, ast.Module]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = ast.parse(path.read_text(), str(path))
+    return found
+
+
+def test_every_module_says_its_job_in_a_docstring():
+    missing = [name for name, tree in modules().items() if not ast.get_docstring(tree)]
+    assert missing == []
+
+
+def _imports(name: str, tree: ast.Module, known: set[str]) -> set[str]:
+    """The package's modules `name` imports when it is imported (not those imported
+    inside functions or only for type checking)."""
+    package = name if name in known and any(k.startswith(name + ".") for k in known) else None
+    base = (package or name.rpartition(".")[0]).split(".")
+    found: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                stem = ".".join(
+                    base[: len(base) - node.level + 1] + ([node.module] if node.module else [])
+                )
+            else:
+                stem = node.module or ""
+            for alias in node.names:
+                for candidate in (f"{stem}.{alias.name}", stem):
+                    if candidate in known:
+                        found.add(candidate)
+                        break
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names if alias.name in known}
+    found.discard(name)
+    return found
+
+
+def test_no_module_imports_itself_back():
+    trees = modules()
+    known = set(trees)
+    graph = {name: _imports(name, tree, known) for name, tree in trees.items()}
+    cycles = []
+    for start in graph:
+        stack, seen = [(start, (start,))], set()
+        while stack:
+            name, path = stack.pop()
+            for imported in graph[name]:
+                if imported == start:
+                    cycles.append(" -> ".join((*path, start)))
+                elif imported not in seen:
+                    seen.add(imported)
+                    stack.append((imported, (*path, imported)))
+    assert cycles == []
