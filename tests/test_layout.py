@@ -66,3 +66,42 @@ def test_no_module_imports_itself_back():
                     seen.add(imported)
                     stack.append((imported, (*path, imported)))
     assert cycles == []
+
+
+def _readme_tree() -> set[str]:
+    """The modules the README's "How the code is laid out" names, as paths under
+    `headway/` (a folder named with `/` stands for all its files)."""
+    text = (PACKAGE.parent / "README.md").read_text()
+    block = text.split("## How the code is laid out", 1)[1].split("```text\n", 1)[1]
+    named: set[str] = set()
+    folders: list[str] = []
+    for line in block.split("```", 1)[0].splitlines()[1:]:  # below `headway/`
+        depth = (len(line) - len(line.lstrip(" "))) // 2 - 1
+        names = line.strip().split("  ", 1)[0]
+        if not names:
+            continue
+        for name in names.split(", "):
+            if name.endswith("/"):
+                del folders[depth:]
+                folders.append(name)
+            path = "".join(folders[:depth]) + name
+            named.add(path)
+    return named
+
+
+def test_the_readme_names_every_module_in_its_layout():
+    named = _readme_tree()
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        if relative in named or any(
+            relative.startswith(folder)
+            for folder in named
+            if folder.endswith("/")
+            and not any(other.startswith(folder) and other != folder for other in named)
+        ):
+            continue
+        missing.append(relative)
+    assert missing == []
