@@ -43,7 +43,7 @@ from .errors import UNAVAILABLE_MESSAGE, HeadwayError, Unavailable, error_body
 from .limits import RateLimiter
 from .live import Live
 from .progress import ProgressStore
-from .progress.feed import ChangeFeed, LocalFeed
+from .progress.feed import ChangeFeed
 from .progress.memory import MemoryProgressStore
 from .service import Service
 from .storage.database import Database, DatabaseUnavailable
@@ -349,8 +349,7 @@ def make_progress_store(settings: Settings, clock: Clock) -> ProgressStore:
 
 def make_feed(progress: ProgressStore) -> ChangeFeed:
     """The change feed beside the progress store: across instances with Redis."""
-    make = getattr(progress, "change_feed", None)
-    return LocalFeed() if make is None else make()
+    return progress.change_feed()
 
 
 async def _headway_error(_request: Request, exc: Exception) -> Response:

@@ -56,7 +56,6 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 from sqlalchemy import func, select
 
-from .progress.memory import MemoryProgressStore
 from .storage.tables import deliveries, outbox
 
 if TYPE_CHECKING:
@@ -348,37 +347,16 @@ async def _measure_outbox(db: Database) -> tuple[list[Metric], bool]:
 
 
 async def _measure_progress(progress: ProgressStore | None) -> tuple[list[Metric], bool | None]:
-    """Memory: entries and bytes (reads of attributes, no lock needed). Redis: its own
-    memory figures from INFO (one cheap command); counting keys would not be cheap."""
-    if isinstance(progress, MemoryProgressStore):
-        live = len(progress)
-        gauges = [_gauge("headway_live_tasks", "Tasks with progress held in memory.", live)]
-        used = getattr(progress, "bytes_used", None)
-        if used is not None:
-            gauges.append(_gauge("headway_progress_bytes", "Bytes of live progress held.", used))
-        budget = getattr(progress, "budget_bytes", None)
-        if budget is not None:
-            gauges.append(
-                _gauge("headway_progress_budget_bytes", "Bytes of live progress allowed.", budget)
-            )
-        return gauges, True
-    client = getattr(progress, "_redis", None)  # the Redis store's client
-    if client is None:
+    """The store's own gauges (see `ProgressStore.gauges`); None: no store to measure."""
+    if progress is None:
         return [], None
     try:
         async with asyncio.timeout(SCRAPE_TIMEOUT_S):
-            info = await client.info("memory")
+            measured = await progress.gauges()
     except Exception as exc:  # whatever the failure, the scrape still answers
-        log.warning("metrics: Redis could not be measured: %s", type(exc).__name__)
+        log.warning("metrics: the progress store could not be measured: %s", type(exc).__name__)
         return [], False
-    return [
-        _gauge("headway_redis_used_memory_bytes", "Memory Redis uses.", info["used_memory"]),
-        _gauge(
-            "headway_redis_maxmemory_bytes",
-            "Redis's maxmemory (0: no limit).",
-            info.get("maxmemory", 0),
-        ),
-    ], True
+    return [_gauge(*measurement) for measurement in measured], True
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

@@ -13,7 +13,7 @@ import redis.exceptions
 from .. import metrics
 from ..clock import Clock
 from ..domain import Progress
-from . import ProgressBudgetFull
+from . import Measurement, ProgressBudgetFull
 
 if TYPE_CHECKING:
     from .redis_feed import RedisFeed
@@ -215,6 +215,21 @@ class RedisProgressStore:
         from .redis_feed import RedisFeed
 
         return RedisFeed(self._redis)
+
+    async def gauges(self) -> list[Measurement]:
+        """Redis's own memory figures, from INFO (one cheap command); the keys are not
+        counted, which would not be cheap."""
+        info = await self._redis.info("memory")
+        return [
+            Measurement(
+                "headway_redis_used_memory_bytes", "Memory Redis uses.", info["used_memory"]
+            ),
+            Measurement(
+                "headway_redis_maxmemory_bytes",
+                "Redis's maxmemory (0: no limit).",
+                info.get("maxmemory", 0),
+            ),
+        ]
 
     async def ping(self) -> None:
         await self._redis.ping()
