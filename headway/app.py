@@ -86,7 +86,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         db = Database(settings.database_url)
         progress = make_progress_store(settings, clock)
-        metrics.serving(progress)  # for HEADWAY_METRICS_PORT's scrape, in another thread
+        metrics.serving(db, progress)  # for HEADWAY_METRICS_PORT's scrape, in another thread
         # Rates run on real time even where a test moves the service's clock.
         app.state.limiter = limiter = RateLimiter(settings)
         feed = make_feed(progress)
