@@ -4,7 +4,7 @@ versions in Redis: a change made on one is seen by the next report on the other.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -32,13 +32,15 @@ class Instance:
         self.client = client
         self.sql_reads = 0
         db = app.state.service.db
-        read_once_more = db.read_once_more
+        for name in ("read_once_more", "fetch"):  # a family is read by `fetch`
+            setattr(db, name, self._counted(getattr(db, name)))
 
+    def _counted(self, read: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         async def counted(*args: Any, **kwargs: Any) -> Any:
             self.sql_reads += 1
-            return await read_once_more(*args, **kwargs)
+            return await read(*args, **kwargs)
 
-        db.read_once_more = counted
+        return counted
 
     async def put(self, task: str, **body: Any) -> dict[str, Any]:
         response = await self.client.put(f"/tasks/{task}", json=body)
