@@ -23,7 +23,7 @@ from .schemas import MAX_ICON, CreateSpace, CreateTask, CreateWebhook
 from .storage import outbox, queries, shares
 from .storage.batch import GroupCommit
 from .storage.database import Database, Statements
-from .storage.families import FamilyCache, FamilyVersions
+from .storage.families import FamilyCache, FamilyVersion, FamilyVersions
 from .storage.small_spaces import BigSpace, Page, ShownTasks, SmallSpace, SmallSpaces
 
 Family = list[tuple[TaskRow, Progress | None]]
@@ -410,7 +410,7 @@ class Service:
         if key is None:
             raise NotFound(_NO_TASK)
         cached = cache.get_versioned(key, self.clock.now_us())
-        seen: int | None = None  # a version the failed write saw, read before any SQL
+        seen: FamilyVersion | None = None  # a version the failed write saw, read before any SQL
         for _ in range(FAMILY_RELOADS):
             if cached is None:
                 version = await versions.family_version(key) if seen is None else seen
@@ -432,7 +432,7 @@ class Service:
         row: TaskRow,
         children: Sequence[TaskRow],
         report: Report,
-        version: int | None = None,
+        version: FamilyVersion | None = None,
         *,
         fresh: bool = True,
     ) -> domain.TaskView:
@@ -720,7 +720,7 @@ class _FamilyChanged(Exception):
     """A report's family changed since it was cached (`version`: its version now, if
     known); nothing was written, and the report is decided again on a fresh family."""
 
-    def __init__(self, version: int | None) -> None:
+    def __init__(self, version: FamilyVersion | None) -> None:
         super().__init__(version)
         self.version = version
 
