@@ -16,17 +16,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 class Reporters(Protocol):
     """What a task scope needs of a client (`BaseClient` is one): a reporter for a new
-    task."""
+    task, each option given (None: the client's default)."""
 
     def reporter(
         self,
-        task: str | None = None,
         *,
-        title: str | None = None,
-        space: str | None = None,
-        source: str | None = None,
-        parent: str | Reporter | None = None,
-        min_interval: float | None = None,
+        title: str | None,
+        space: str | None,
+        source: str | None,
+        parent: str | Reporter | None,
+        min_interval: float | None,
     ) -> Reporter: ...
 
 
