@@ -42,7 +42,7 @@ from .errors import UNAVAILABLE_MESSAGE, HeadwayError, Unavailable, error_body
 from .limits import RateLimiter
 from .live import Live
 from .progress import ProgressStore
-from .progress.feed import ChangeFeed, LocalFeed
+from .progress.feed import ChangeFeed
 from .progress.memory import MemoryProgressStore
 from .scope import RAW_SEND
 from .service import Service
@@ -86,7 +86,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         db = Database(settings.database_url)
         progress = make_progress_store(settings, clock)
-        metrics.serving(progress)  # for HEADWAY_METRICS_PORT's scrape, in another thread
+        metrics.serving(db, progress)  # for HEADWAY_METRICS_PORT's scrape, in another thread
         # Rates run on real time even where a test moves the service's clock.
         app.state.limiter = limiter = RateLimiter(settings)
         feed = make_feed(progress)
@@ -285,8 +285,7 @@ def make_progress_store(settings: Settings, clock: Clock) -> ProgressStore:
 
 def make_feed(progress: ProgressStore) -> ChangeFeed:
     """The change feed beside the progress store: across instances with Redis."""
-    make = getattr(progress, "change_feed", None)
-    return LocalFeed() if make is None else make()
+    return progress.change_feed()
 
 
 async def _headway_error(_request: Request, exc: Exception) -> Response:

@@ -15,13 +15,16 @@ and a scrape merges every process's files (prometheus_client's multiprocess mode
 
 Gauges of the service's state (live progress, the outbox's backlog) are measured when
 scraped, each with a short timeout: a scrape answers while a dependency is down, without
-that dependency's gauges, and `headway_dependency_up` says which one did not answer.
+that dependency's gauges, and `headway_dependency_up` says which one did not answer. The
+metrics port's scrape, in a thread of its own, measures what this process serves from
+(`serving`) on their own event loop and connections: it opens nothing per scrape.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import logging
 import math
 import os
@@ -31,7 +34,7 @@ from bisect import bisect_left
 from collections.abc import Iterable
 from itertools import accumulate
 from time import perf_counter
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from prometheus_client import (
     CollectorRegistry,
@@ -56,7 +59,6 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 from sqlalchemy import func, select
 
-from .progress.memory import MemoryProgressStore
 from .storage.tables import deliveries, outbox
 
 if TYPE_CHECKING:
@@ -348,37 +350,16 @@ async def _measure_outbox(db: Database) -> tuple[list[Metric], bool]:
 
 
 async def _measure_progress(progress: ProgressStore | None) -> tuple[list[Metric], bool | None]:
-    """Memory: entries and bytes (reads of attributes, no lock needed). Redis: its own
-    memory figures from INFO (one cheap command); counting keys would not be cheap."""
-    if isinstance(progress, MemoryProgressStore):
-        live = len(progress)
-        gauges = [_gauge("headway_live_tasks", "Tasks with progress held in memory.", live)]
-        used = getattr(progress, "bytes_used", None)
-        if used is not None:
-            gauges.append(_gauge("headway_progress_bytes", "Bytes of live progress held.", used))
-        budget = getattr(progress, "budget_bytes", None)
-        if budget is not None:
-            gauges.append(
-                _gauge("headway_progress_budget_bytes", "Bytes of live progress allowed.", budget)
-            )
-        return gauges, True
-    client = getattr(progress, "_redis", None)  # the Redis store's client
-    if client is None:
+    """The store's own gauges (see `ProgressStore.gauges`); None: no store to measure."""
+    if progress is None:
         return [], None
     try:
         async with asyncio.timeout(SCRAPE_TIMEOUT_S):
-            info = await client.info("memory")
+            measured = await progress.gauges()
     except Exception as exc:  # whatever the failure, the scrape still answers
-        log.warning("metrics: Redis could not be measured: %s", type(exc).__name__)
+        log.warning("metrics: the progress store could not be measured: %s", type(exc).__name__)
         return [], False
-    return [
-        _gauge("headway_redis_used_memory_bytes", "Memory Redis uses.", info["used_memory"]),
-        _gauge(
-            "headway_redis_maxmemory_bytes",
-            "Redis's maxmemory (0: no limit).",
-            info.get("maxmemory", 0),
-        ),
-    ], True
+    return [_gauge(*measurement) for measurement in measured], True
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
@@ -408,52 +389,53 @@ async def scrape(db: Database, progress: ProgressStore) -> bytes:
 
 
 class _PortScrape:
-    """What the metrics port answers (a collector, run in the port server's thread).
-
-    The state is measured on connections of the scrape's own, on an event loop of its
-    own; a memory store can only be the one this process serves from (`serving`).
-    """
-
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
+    """What the metrics port answers (a collector, run in the port server's thread): the
+    counters, and the state of what this process serves from (`serving`)."""
 
     def collect(self) -> Iterable[Metric]:
         yield from _counted().collect()
-        yield from asyncio.run(self._measure()).collect()
-
-    async def _measure(self) -> ServiceState:
-        from .storage.database import Database
-
-        db = Database(self._settings.database_url)
-        progress = _served()
-        own = None
-        if self._settings.redis_url is not None:
-            from .clock import SystemClock
-            from .progress.redis import RedisProgressStore
-
-            progress = own = RedisProgressStore(
-                self._settings.redis_url, self._settings.progress_ttl, SystemClock()
-            )
-        try:
-            return await measure(db, progress)
-        finally:
-            if own is not None:
-                await own.close()
-            await db.close()
+        yield from _measure_served().collect()
 
 
-_served_store: weakref.ReferenceType[ProgressStore] | None = None
+class _Served(NamedTuple):
+    """What this process serves from, for the metrics port (weak references: see
+    `serving`), and the event loop whose connections they use."""
+
+    db: weakref.ReferenceType[Database]
+    progress: weakref.ReferenceType[ProgressStore] | None
+    loop: asyncio.AbstractEventLoop
 
 
-def serving(progress: ProgressStore) -> None:
-    """Name the progress store this process serves from, for the metrics port's scrape
-    (a weak reference: a store whose app is gone is not kept alive)."""
-    global _served_store
-    _served_store = weakref.ref(progress)
+_served: _Served | None = None
 
 
-def _served() -> ProgressStore | None:
-    return None if _served_store is None else _served_store()
+def serving(db: Database, progress: ProgressStore | None) -> None:
+    """Name the database and the progress store (None: none to measure) this process
+    serves from, for the metrics port's scrape, which measures them on the event loop
+    this is called from: call it from theirs. Weak references: what an app that is gone
+    used is not kept alive."""
+    global _served
+    store = None if progress is None else weakref.ref(progress)
+    _served = _Served(weakref.ref(db), store, asyncio.get_running_loop())
+
+
+def _measure_served() -> ServiceState:
+    """The state gauges of what `serving` named, measured on its event loop from this
+    thread; none while nothing is named or once its loop has stopped."""
+    served = _served
+    db = None if served is None else served.db()
+    if served is None or db is None or not served.loop.is_running():
+        return ServiceState([], {})
+    progress = None if served.progress is None else served.progress()
+    measuring = asyncio.run_coroutine_threadsafe(measure(db, progress), served.loop)
+    try:
+        # `measure` bounds each dependency; this bounds a loop too busy to run it at all.
+        return measuring.result(timeout=2 * SCRAPE_TIMEOUT_S)
+    except concurrent.futures.TimeoutError:
+        measuring.cancel()
+        log.warning("metrics: the serving event loop did not measure in time")
+        down = ("database",) if progress is None else ("database", "progress_store")
+        return ServiceState([], dict.fromkeys(down, False))
 
 
 def serve_port(settings: Settings) -> None:
@@ -462,6 +444,4 @@ def serve_port(settings: Settings) -> None:
     from prometheus_client import start_http_server
 
     assert settings.metrics_port is not None
-    start_http_server(
-        settings.metrics_port, addr=settings.host, registry=_together(_PortScrape(settings))
-    )
+    start_http_server(settings.metrics_port, addr=settings.host, registry=_together(_PortScrape()))

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 import redis.asyncio as redis
+from redis import Redis as SyncRedis
 from sqlalchemy import text
 from starlette.applications import Starlette
 
@@ -34,6 +35,22 @@ BACKENDS = [
     for name in os.environ.get("HEADWAY_TEST_BACKENDS", "sqlite,postgres").split(",")
     if name.strip()
 ]
+
+
+needs_redis = pytest.mark.skipif(
+    "postgres" not in BACKENDS, reason="HEADWAY_TEST_BACKENDS excludes postgres (and Redis)"
+)
+
+
+@pytest.fixture
+def redis_url(shared_servers: tuple[PostgresServer, RedisServer]) -> str:
+    """A database of the shared Redis for tests of stores and feeds themselves (no app's),
+    emptied before each test."""
+    _, redis_server = shared_servers
+    url = redis_server.url.rsplit("/", 1)[0] + "/1"
+    with SyncRedis.from_url(url) as client:
+        client.flushdb()
+    return url
 
 
 @pytest.fixture(scope="session")

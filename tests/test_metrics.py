@@ -244,28 +244,35 @@ async def test_many_apps_in_one_process_share_one_registry(settings, clock):
 
 
 @contextlib.contextmanager
-def headway_serve(env: dict[str, str], log: Path, *args: str) -> Iterator[str]:
-    """A real `headway serve` on a free port, answering; yields its base URL."""
-    port = free_port()
-    env = {**os.environ, **env, "HEADWAY_PORT": str(port), "HEADWAY_RATE_LIMITS": "false"}
+def headway(env: dict[str, str], log: Path, *args: str) -> Iterator[None]:
+    """`headway *args` running in a process of its own, with `env` beside this one's."""
     with open(log, "wb") as output:
         process = subprocess.Popen(
-            [sys.executable, "-m", "headway.cli", "serve", *args],
-            env=env,
+            [sys.executable, "-m", "headway.cli", *args],
+            env={**os.environ, **env},
             stdout=output,
             stderr=subprocess.STDOUT,
         )
         try:
-            wait_for_port(port)
-            url = f"http://127.0.0.1:{port}"
-            for _ in range(100):  # with several workers the socket listens before they do
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"{url}/up", timeout=5).status_code == 200:
-                        break
-            yield url
+            yield
         finally:
             process.terminate()
             process.wait(timeout=20)
+
+
+@contextlib.contextmanager
+def headway_serve(env: dict[str, str], log: Path, *args: str) -> Iterator[str]:
+    """A real `headway serve` on a free port, answering; yields its base URL."""
+    port = free_port()
+    env = {**env, "HEADWAY_PORT": str(port), "HEADWAY_RATE_LIMITS": "false"}
+    with headway(env, log, "serve", *args):
+        wait_for_port(port)
+        url = f"http://127.0.0.1:{port}"
+        for _ in range(100):  # with several workers the socket listens before they do
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/up", timeout=5).status_code == 200:
+                    break
+        yield url
 
 
 def test_metrics_port_serves_metrics_and_the_service_port_does_not(tmp_path):
@@ -295,6 +302,24 @@ def test_metrics_port_serves_metrics_and_the_service_port_does_not(tmp_path):
     assert value(body, "headway_outbox_events") == 0
     assert value(body, "headway_dependency_up", dependency="database") == 1
     assert UUID.search(body) is None
+
+
+def test_the_worker_alone_measures_the_outbox_on_its_metrics_port(tmp_path):
+    """`headway worker` serves no app: its port measures a database of its own, opened
+    once and used by every scrape."""
+    metrics_port = free_port()
+    env = {
+        "HEADWAY_DATABASE_URL": f"sqlite:///{tmp_path}/headway.db",
+        "HEADWAY_METRICS_PORT": str(metrics_port),
+    }
+    with headway(env, tmp_path / "worker.log", "worker"):
+        wait_for_port(metrics_port)
+        scrapes = [httpx.get(f"http://127.0.0.1:{metrics_port}/metrics") for _ in range(2)]
+    for response in scrapes:
+        assert response.status_code == 200
+        assert value(response.text, "headway_dependency_up", dependency="database") == 1
+        assert "headway_outbox_events 0.0" in response.text
+        assert 'dependency="progress_store"' not in response.text  # no Redis: none held
 
 
 @pytest.fixture(scope="module")

@@ -148,7 +148,7 @@ def _worker(settings: Settings) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, task.cancel)
         print(f"headway: worker {worker.id} delivering events", flush=True)
-        _prepare_metrics(settings)  # its deliveries, on HEADWAY_METRICS_PORT if set
+        _prepare_metrics(settings, serves_app=False)  # on HEADWAY_METRICS_PORT if set
         try:
             await worker.run()
         except asyncio.CancelledError:
@@ -192,11 +192,15 @@ def _serve(settings: Settings, workers: int) -> int:
             shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
-def _prepare_metrics(settings: Settings, workers: int = 1) -> str | None:
+def _prepare_metrics(
+    settings: Settings, workers: int = 1, *, serves_app: bool = True
+) -> str | None:
     """Before serving: with several worker processes, a fresh directory where each one
     writes its counts, for any of them to merge when scraped (prometheus_client's
     multiprocess mode; returned, to delete at exit); with HEADWAY_METRICS_PORT, the
-    metrics' own server. Raises OSError if that port is taken."""
+    metrics' own server, which measures what the app of this process serves from, or
+    (`serves_app` false, or several worker processes) what `_measure_alone` opens. Raises
+    OSError if that port is taken."""
     if not settings.metrics:
         return None
     directory = None
@@ -206,6 +210,8 @@ def _prepare_metrics(settings: Settings, workers: int = 1) -> str | None:
     if settings.metrics_port is not None:
         from ..metrics import serve_port
 
+        if not serves_app or workers > 1:
+            _measure_alone(settings)
         try:
             serve_port(settings)
         except OSError:
@@ -215,6 +221,39 @@ def _prepare_metrics(settings: Settings, workers: int = 1) -> str | None:
         url = f"http://{settings.host}:{settings.metrics_port}/metrics"
         print(f"headway: metrics on {url}", flush=True)
     return directory
+
+
+def _measure_alone(settings: Settings) -> None:
+    """For the metrics port of a process where no app serves (`headway worker`, or the
+    parent of several server processes): a database and, with Redis, a progress store
+    of its own, opened once on an event loop of their own for every scrape to measure."""
+    import threading
+
+    from .. import metrics
+    from ..clock import SystemClock
+    from ..storage.database import Database
+
+    opened = threading.Event()
+
+    async def hold() -> None:
+        try:
+            db = Database(settings.database_url)
+            progress = None
+            if settings.redis_url is not None:
+                from ..progress.redis import RedisProgressStore
+
+                progress = RedisProgressStore(
+                    settings.redis_url, settings.progress_ttl, SystemClock()
+                )
+            metrics.serving(db, progress)
+        finally:
+            opened.set()
+        await asyncio.Event().wait()  # held, with its connections, while the process lives
+
+    thread = threading.Thread(target=asyncio.run, args=(hold(),), name="headway-metrics")
+    thread.daemon = True
+    thread.start()
+    opened.wait()
 
 
 def _redact(url: str) -> str:

@@ -7,14 +7,27 @@ import inspect
 from collections.abc import Callable
 from contextvars import ContextVar, Token
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from .reporter import Reporter
 
-if TYPE_CHECKING:
-    from .client import BaseClient
-
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Reporters(Protocol):
+    """What a task scope needs of a client (`BaseClient` is one): a reporter for a new
+    task, each option given (None: the client's default)."""
+
+    def reporter(
+        self,
+        *,
+        title: str | None,
+        space: str | None,
+        source: str | None,
+        parent: str | Reporter | None,
+        min_interval: float | None,
+    ) -> Reporter: ...
+
 
 _current: ContextVar[Reporter | None] = ContextVar("headway_task", default=None)
 
@@ -34,7 +47,7 @@ class TaskScope:
 
     def __init__(
         self,
-        client: BaseClient,
+        client: Reporters,
         title: str | None,
         *,
         space: str | None,

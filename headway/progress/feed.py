@@ -41,7 +41,13 @@ class ChangeFeed(Protocol):
         """Call `listener` (in the event loop, without waiting on it) for every change of
         the space from now on; returns the function that ends this."""
 
-    async def close(self) -> None: ...
+    async def ready(self, space_uuid: str) -> None:
+        """Wait until changes of the space made on any instance reach this feed's
+        listeners (after `subscribe`): a snapshot read after it misses no change."""
+
+    async def close(self) -> None:
+        """Drop every listener and stop; a publish afterwards reaches nobody and does not
+        raise."""
 
 
 class LocalFeed:
@@ -75,6 +81,9 @@ class LocalFeed:
                 self._last_listener_gone(space_uuid)
 
         return unsubscribe
+
+    async def ready(self, space_uuid: str) -> None:
+        """At once: a publish reaches this process's listeners in the publisher's call."""
 
     def watched(self) -> list[str]:
         """The spaces with listeners in this process."""

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from .. import metrics
 from ..clock import Clock
 from ..domain import Progress
-from . import ProgressBudgetFull
+from . import Measurement, ProgressBudgetFull
+from .feed import LocalFeed
 
 # What one entry costs beyond its values' JSON text: the dict slots, the uuid key, the
 # Progress struct and its numbers (measured with tracemalloc: about 280 bytes).
@@ -61,9 +62,6 @@ class MemoryProgressStore:
         self.budget_bytes = budget_bytes
         self.space_bytes = budget_bytes if space_bytes is None else space_bytes
         self.bytes_used = 0
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
     async def get(self, task_uuid: str) -> Progress | None:
         entry = self._entries.get(task_uuid)
@@ -144,6 +142,25 @@ class MemoryProgressStore:
                 used[first.space_uuid] = left
             else:
                 del used[first.space_uuid]
+
+    def change_feed(self) -> LocalFeed:
+        """A feed within this process: progress in its memory serves no other."""
+        return LocalFeed()
+
+    async def gauges(self) -> list[Measurement]:
+        """Entries (expired ones not yet dropped included) and bytes held, and the budget:
+        plain reads of counts the store keeps."""
+        return [
+            Measurement(
+                "headway_live_tasks", "Tasks with progress held in memory.", len(self._entries)
+            ),
+            Measurement("headway_progress_bytes", "Bytes of live progress held.", self.bytes_used),
+            Measurement(
+                "headway_progress_budget_bytes",
+                "Bytes of live progress allowed.",
+                self.budget_bytes,
+            ),
+        ]
 
     async def ping(self) -> None:
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +14,8 @@ import redis.exceptions
 from .. import metrics
 from ..clock import Clock
 from ..domain import Progress
-from . import ProgressBudgetFull
+from ..storage.families import FamilyVersion
+from . import Measurement, ProgressBudgetFull
 
 if TYPE_CHECKING:
     from .redis_feed import RedisFeed
@@ -35,21 +37,39 @@ _decode = msgspec.json.Decoder(Progress).decode
 # again, only once no instance still holds a family read before that key's last bump.
 FAMILY_VERSION_TTL_S = 30 * 86_400
 
-# KEYS: the family's version key, the progress key. ARGV: the version the caller's
+# A family's version is "<epoch>:<counter>": the counter of its key (0 while there is
+# none) and the epoch of the Redis that counted it, a random id kept beside the counters
+# (`FAMILY_EPOCH`, without a TTL). Redis restarted empty or flushed has lost its epoch as
+# well as its counters: the first script to run afterwards sets a new one (the caller's
+# fresh candidate), so a counter that starts again from 0 never matches a version read
+# before. Only that script writes the epoch: the others only read (and so still answer at
+# maxmemory). KEYS: the epoch key, the family's version key. ARGV[1]: a candidate epoch.
+_VERSION_NOW = """
+local epoch = redis.call('GET', KEYS[1])
+if not epoch then
+  epoch = ARGV[1]
+  redis.call('SET', KEYS[1], epoch)
+end
+local version = epoch .. ':' .. (redis.call('GET', KEYS[2]) or '0')
+"""
+_FAMILY_VERSION = _VERSION_NOW + "return version"
+# KEYS: as above, then the progress key. ARGV: a candidate epoch, the version the caller's
 # family was read at, the progress JSON, its TTL, and optionally a channel and a message
 # to publish once written (the change feed's, in the same round trip). Writes only if the
-# family is unchanged.
-_PUT_IF_FAMILY = """
-local current = tonumber(redis.call('GET', KEYS[1]) or '0')
-if current ~= tonumber(ARGV[1]) then
-  return current
+# family is unchanged; returns nil once written, else the version now.
+_PUT_IF_FAMILY = (
+    _VERSION_NOW
+    + """
+if version ~= ARGV[2] then
+  return version
 end
-redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
-if ARGV[4] then
-  redis.call('PUBLISH', ARGV[4], ARGV[5])
+redis.call('SET', KEYS[3], ARGV[3], 'EX', ARGV[4])
+if ARGV[5] then
+  redis.call('PUBLISH', ARGV[5], ARGV[6])
 end
-return -1
+return false
 """
+)
 
 
 class Coalesced:
@@ -131,12 +151,14 @@ class RedisProgressStore:
     name = "redis"
     PREFIX = "headway:progress:"
     FAMILY_PREFIX = "headway:family:"
+    FAMILY_EPOCH = "headway:family-epoch"
 
     def __init__(self, url: str, ttl_seconds: int, clock: Clock) -> None:
         self._ttl_s = ttl_seconds
         self._ttl_us = ttl_seconds * 1_000_000
         self._clock = clock
         self._redis = redis.asyncio.Redis(connection_pool=connection_pool(url))
+        self._family_version = Coalesced(self._redis, _FAMILY_VERSION)
         self._put_if_family = Coalesced(self._redis, _PUT_IF_FAMILY)
 
     def _live(self, raw: bytes | None) -> Progress | None:
@@ -172,13 +194,16 @@ class RedisProgressStore:
 
     # --- Family versions: what lets each instance cache families (see storage.families) ---
 
-    async def family_version(self, task_uuid: str) -> int:
-        """The version of the task's family: 0 until its first change."""
-        return int(await self._redis.get(self.FAMILY_PREFIX + task_uuid) or 0)
+    async def family_version(self, task_uuid: str) -> FamilyVersion:
+        """The version of the task's family now (its counter is 0 until its first
+        change)."""
+        keys = [self.FAMILY_EPOCH, self.FAMILY_PREFIX + task_uuid]
+        version = await self._family_version(keys=keys, args=[secrets.token_hex(8)])
+        return FamilyVersion(version.decode())
 
     async def bump_families(self, *task_uuids: str | None) -> None:
-        """Mark these families changed; call after the change is committed, before the
-        request that made it answers."""
+        """Mark these families changed (their counters move on); call after the change
+        is committed, before the request that made it answers."""
         keys = [self.FAMILY_PREFIX + uuid for uuid in dict.fromkeys(task_uuids) if uuid]
         if not keys:
             return
@@ -193,14 +218,14 @@ class RedisProgressStore:
         task_uuid: str,
         progress: Progress,
         space_uuid: str,
-        version: int,
+        version: FamilyVersion,
         announce: tuple[str, str] | None = None,
-    ) -> int | None:
+    ) -> FamilyVersion | None:
         """`put`, atomically only if the task's family is still at `version`: returns
-        None once written, or the family's current version, having written nothing.
+        None once written, or the family's version now, having written nothing.
         `announce`: a (channel, message) published once written, in the same call."""
-        keys = [self.FAMILY_PREFIX + task_uuid, self.PREFIX + task_uuid]
-        args: list[object] = [version, _encode(progress), self._ttl_s]
+        keys = [self.FAMILY_EPOCH, self.FAMILY_PREFIX + task_uuid, self.PREFIX + task_uuid]
+        args: list[object] = [secrets.token_hex(8), version, _encode(progress), self._ttl_s]
         if announce is not None:
             args.extend(announce)
         try:
@@ -208,13 +233,28 @@ class RedisProgressStore:
         except redis.exceptions.OutOfMemoryError:
             metrics.refused("redis_oom")
             raise ProgressBudgetFull("store") from None
-        return None if current < 0 else int(current)
+        return None if current is None else FamilyVersion(current.decode())
 
     def change_feed(self) -> RedisFeed:
         """The change feed over this store's Redis (see `progress.redis_feed`)."""
         from .redis_feed import RedisFeed
 
         return RedisFeed(self._redis)
+
+    async def gauges(self) -> list[Measurement]:
+        """Redis's own memory figures, from INFO (one cheap command); the keys are not
+        counted, which would not be cheap."""
+        info = await self._redis.info("memory")
+        return [
+            Measurement(
+                "headway_redis_used_memory_bytes", "Memory Redis uses.", info["used_memory"]
+            ),
+            Measurement(
+                "headway_redis_maxmemory_bytes",
+                "Redis's maxmemory (0: no limit).",
+                info.get("maxmemory", 0),
+            ),
+        ]
 
     async def ping(self) -> None:
         await self._redis.ping()

@@ -16,7 +16,7 @@ from ..schemas import CreateTask
 from ..storage import queries
 from ..storage.batch import GroupCommit
 from ..storage.database import Statements
-from ..storage.families import FamilyVersions
+from ..storage.families import FamilyVersion, FamilyVersions
 from .context import NO_SPACE, NO_TASK, NOT_A_PARENT, Stores
 from .families import Families, Family
 
@@ -141,7 +141,7 @@ class Tasks:
             raise NotFound(NO_TASK)
         cache, clock = families.cache, self._stores.clock
         cached = cache.get_versioned(key, clock.now_us())
-        seen: int | None = None  # a version the failed write saw, read before any SQL
+        seen: FamilyVersion | None = None  # a version the failed write saw, before any SQL
         for _ in range(FAMILY_RELOADS):
             if cached is None:
                 version = await versions.family_version(key) if seen is None else seen
@@ -164,7 +164,7 @@ class Tasks:
         children: Sequence[TaskRow],
         report: Report,
         versions: FamilyVersions | None = None,
-        version: int | None = None,
+        version: FamilyVersion | None = None,
         *,
         fresh: bool = True,
     ) -> domain.TaskView:
@@ -249,7 +249,7 @@ class _FamilyChanged(Exception):
     """A report's family changed since it was cached (`version`: its version now, if
     known); nothing was written, and the report is decided again on a fresh family."""
 
-    def __init__(self, version: int | None) -> None:
+    def __init__(self, version: FamilyVersion | None) -> None:
         super().__init__(version)
         self.version = version
 

@@ -11,10 +11,13 @@ cache is *versioned*: every change to a family bumps a version in Redis after it
 (read before the SQL, so a change racing the read can only make the entry look older),
 and a report writes its progress only if the version is unchanged, in the same round trip
 (`RedisProgressStore.put_if_family`); otherwise it reloads the family and tries again.
-An entry is also trusted for at most `VERSIONED_MAX_AGE_US`: that bounds how long a
-change whose bump was lost (Redis down just after the commit) can go unseen, and lets
-version keys expire (`FAMILY_VERSION_TTL_S`, far longer) without a stale entry ever
-matching a key that expired and reads 0 again.
+A version carries the epoch of the Redis that counted it, a random id made afresh once
+Redis has lost it (a restart, a flush): a counter that starts again from 0 after such a
+loss never matches an entry read before it. An entry is also trusted for at most
+`VERSIONED_MAX_AGE_US`: that bounds how long a change whose bump was lost (Redis down
+just after the commit) can go unseen, and lets version keys expire
+(`FAMILY_VERSION_TTL_S`, far longer) without a stale entry ever matching a key that
+expired and reads 0 again.
 
 A parent's entry also keeps the JSON of each child's answer, made when the family is
 read and reused while that child's progress is the same object (the memory store hands
@@ -28,7 +31,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from itertools import islice
-from typing import ClassVar, NamedTuple, Protocol
+from typing import ClassVar, NamedTuple, NewType, Protocol
 
 import msgspec
 
@@ -47,21 +50,33 @@ KEPT_JSON_BYTES = 2048
 KEPT_JOINED_BYTES = 1024 * 1024
 
 
+# A family's version, as its store gives it: only ever compared for equality.
+FamilyVersion = NewType("FamilyVersion", str)
+
+
 class FamilyVersions(Protocol):
-    """Where the versions of a versioned cache live (the Redis progress store)."""
+    """Where the versions of a versioned cache live: a progress store that several
+    instances share (the Redis store). A store of one process has none: its only
+    instance sees every change and keeps an unversioned cache."""
 
-    async def family_version(self, task_uuid: str) -> int: ...
+    async def family_version(self, task_uuid: str) -> FamilyVersion:
+        """The version of the task's family now."""
 
-    async def bump_families(self, *task_uuids: str | None) -> None: ...
+    async def bump_families(self, *task_uuids: str | None) -> None:
+        """Mark these families changed, so that versions read before no longer match.
+        Call after the change is committed, before the request that made it answers."""
 
     async def put_if_family(
         self,
         task_uuid: str,
         progress: Progress,
         space_uuid: str,
-        version: int,
+        version: FamilyVersion,
         announce: tuple[str, str] | None = None,
-    ) -> int | None: ...
+    ) -> FamilyVersion | None:
+        """`put`, atomically only if the task's family is still at `version`: returns
+        None once written, or the family's version now, having written nothing.
+        `announce`: a (channel, message) published once written, in the same call."""
 
 
 class ChildrenJSON(list[msgspec.Raw]):
@@ -121,7 +136,7 @@ class FamilyCache:
         self.generation = 0
         # Versioned only: each entry's (family version, when it was read, in µs).
         self.versioned = versioned
-        self._stamps: dict[str, tuple[int, int]] = {}
+        self._stamps: dict[str, tuple[FamilyVersion, int]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -134,7 +149,7 @@ class FamilyCache:
 
     def get_versioned(
         self, task_uuid: str, now_us: int
-    ) -> tuple[TaskRow, Sequence[TaskRow], int] | None:
+    ) -> tuple[TaskRow, Sequence[TaskRow], FamilyVersion] | None:
         """The family with the version it was read at, unless absent or too old."""
         stamp = self._stamps.get(task_uuid)
         if stamp is None or now_us - stamp[1] >= VERSIONED_MAX_AGE_US:
@@ -142,7 +157,7 @@ class FamilyCache:
         row, children = self.get(task_uuid)  # type: ignore[misc]  # stamped means held
         return row, children, stamp[0]
 
-    def put_versioned(self, family: Family, version: int, now_us: int) -> None:
+    def put_versioned(self, family: Family, version: FamilyVersion, now_us: int) -> None:
         """Hold `family`, read from the database after its version was read as `version`."""
         self.put(family, self.generation)
         self._stamps[family[0].uuid] = (version, now_us)

@@ -1,0 +1,274 @@
+"""What every progress store does, run against each (memory, and a real Redis): reads,
+writes, expiry on the store's clock, budget admission, gauges, its change feed; and what
+every store shared by instances does with family versions (Redis)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import msgspec
+import pytest
+import redis.asyncio as redis
+
+from headway.clock import ManualClock
+from headway.domain import Progress
+from headway.progress import Measurement, ProgressStore
+from headway.progress.feed import TASK, Change, ChangeFeed
+from headway.progress.memory import MemoryProgressStore
+from headway.progress.redis import RedisProgressStore
+from headway.storage.families import FamilyVersions
+
+from .conftest import needs_redis
+from .protocols import assert_implements
+
+TTL_S = 60
+TTL_US = TTL_S * 1_000_000
+SPACE = "5a1e0000-0000-4000-8000-000000000000"
+# What a scrape shows of each store (see headway.metrics).
+GAUGES = {
+    "memory": {"headway_live_tasks", "headway_progress_bytes", "headway_progress_budget_bytes"},
+    "redis": {"headway_redis_used_memory_bytes", "headway_redis_maxmemory_bytes"},
+}
+
+MakeStore = Callable[[], Awaitable[ProgressStore]]
+
+
+def task(n: int) -> str:
+    return f"7a5c0000-0000-4000-8000-{n:012d}"
+
+
+def shown(progress: Progress | None) -> tuple[object, ...] | None:
+    """What a read tells of progress (a store may hand out a subclass of Progress)."""
+    if progress is None:
+        return None
+    return (progress.current, progress.end, bytes(progress.values), progress.updated_at_us)
+
+
+STORES = [
+    pytest.param("memory", id="memory"),
+    pytest.param("redis", id="redis", marks=needs_redis),
+]
+SHARED_STORES = [pytest.param("redis", id="redis", marks=needs_redis)]
+
+
+@pytest.fixture(params=STORES)
+async def make_store(request, clock: ManualClock) -> AsyncIterator[MakeStore]:
+    """Stores of the kind under test on `clock`, closed at the end; with Redis, each is an
+    instance of its own on the same Redis."""
+    async with stores_of(request.param, request, clock) as make:
+        yield make
+
+
+@pytest.fixture(params=SHARED_STORES)
+async def make_shared_store(request, clock: ManualClock) -> AsyncIterator[MakeStore]:
+    """As `make_store`, for the kinds of store several instances share."""
+    async with stores_of(request.param, request, clock) as make:
+        yield make
+
+
+@contextlib.asynccontextmanager
+async def stores_of(
+    kind: str, request: pytest.FixtureRequest, clock: ManualClock
+) -> AsyncIterator[MakeStore]:
+    made: list[ProgressStore] = []
+    url = request.getfixturevalue("redis_url") if kind == "redis" else ""
+
+    async def make() -> ProgressStore:
+        if kind == "memory":
+            store: ProgressStore = MemoryProgressStore(TTL_S, clock)
+        else:
+            store = RedisProgressStore(url, TTL_S, clock)
+        made.append(store)
+        return store
+
+    try:
+        yield make
+    finally:
+        for store in made:
+            await store.close()
+
+
+@pytest.fixture
+async def store(make_store: MakeStore) -> ProgressStore:
+    return await make_store()
+
+
+@pytest.fixture
+async def shared_store(make_shared_store: MakeStore) -> ProgressStore:
+    return await make_shared_store()
+
+
+def progress(clock: ManualClock, current: float | None = 1, **values: object) -> Progress:
+    return Progress(current, 10, msgspec.Raw(msgspec.json.encode(values)), clock.now_us())
+
+
+# --- Every store ---------------------------------------------------------------------------
+
+
+async def test_the_store_has_every_member_of_the_protocol(store):
+    assert_implements(store, ProgressStore)
+    assert store.name in GAUGES
+
+
+async def test_a_task_never_written_reads_none(store):
+    assert await store.get(task(1)) is None
+    assert await store.get_many([task(1), task(2)]) == [None, None]
+    assert await store.get_many([]) == []
+
+
+async def test_a_write_reads_back_whole_and_the_next_replaces_it(store, clock):
+    first = Progress(2.5, None, msgspec.Raw(b'{"log":"\\u00e9t\xc3\xa9","n":1}'), clock.now_us())
+    await store.put(task(1), first, SPACE)
+    assert shown(await store.get(task(1))) == shown(first)
+
+    clock.advance(1)
+    second = progress(clock, 3, step="two")
+    await store.put(task(1), second, SPACE)
+    assert shown(await store.get(task(1))) == shown(second)
+    assert [shown(p) for p in await store.get_many([task(1)])] == [shown(second)]
+
+
+async def test_many_are_read_in_the_order_asked_however_many(store, clock):
+    written = {0: task(1), 999: task(2), 1000: task(3), 1499: task(4)}  # Redis asks by 1000
+    for index, uuid in written.items():
+        await store.put(uuid, progress(clock, index), SPACE)
+    asked = [written.get(index, task(10_000 + index)) for index in range(1500)]
+    found = await store.get_many(asked)
+    assert len(found) == 1500
+    for index, answer in enumerate(found):
+        if index in written:
+            assert answer is not None and answer.current == index
+        else:
+            assert answer is None
+
+
+async def test_progress_expires_its_ttl_after_its_last_write(store, clock):
+    await store.put(task(1), progress(clock), SPACE)
+    clock.advance(TTL_S / 2)
+    await store.put(task(2), progress(clock), SPACE)
+    clock.advance(us=TTL_US // 2 - 1)
+    assert await store.get(task(1)) is not None  # a microsecond before its expiry
+    clock.advance(us=1)
+    assert await store.get(task(1)) is None
+    found = await store.get_many([task(1), task(2)])
+    assert found[0] is None and found[1] is not None
+
+
+async def test_reads_never_extend_expiry_and_a_rewrite_does(store, clock):
+    await store.put(task(1), progress(clock), SPACE)
+    await store.put(task(2), progress(clock), SPACE)
+    for _ in range(3):
+        clock.advance(TTL_S / 4)
+        assert await store.get(task(1)) is not None
+        assert (await store.get_many([task(1)]))[0] is not None
+    await store.put(task(2), progress(clock, 2), SPACE)
+    clock.advance(TTL_S / 4)
+    assert await store.get(task(1)) is None
+    assert (await store.get(task(2))).current == 2
+
+
+async def test_an_expired_task_written_again_reads_its_new_progress(store, clock):
+    await store.put(task(1), progress(clock, 1), SPACE)
+    clock.advance(TTL_S)
+    assert await store.get(task(1)) is None
+    await store.put(task(1), progress(clock, 2), SPACE)
+    assert (await store.get(task(1))).current == 2
+
+
+async def test_a_store_with_room_admits_new_tasks_and_rewrites(store, clock):
+    store.admit(task(1), SPACE, progress(clock, note="x" * 1000))
+    await store.put(task(1), progress(clock, note="x" * 1000), SPACE)
+    store.admit(task(1), SPACE, progress(clock, note="x" * 2000))  # a rewrite that grows
+    store.admit(task(2), SPACE, progress(clock))
+
+
+async def test_a_store_that_answers_pings(store):
+    await store.ping()
+
+
+async def test_gauges_are_the_same_series_before_and_after_writes(store, clock):
+    before = await store.gauges()
+    for n in range(3):
+        await store.put(task(n), progress(clock, note="x" * 100), SPACE)
+    after = await store.gauges()
+    for measured in (before, after):
+        assert all(isinstance(gauge, Measurement) for gauge in measured)
+        assert {gauge.name for gauge in measured} == GAUGES[store.name]
+        assert len(measured) == len(GAUGES[store.name])  # each once
+        assert all(gauge.documentation and gauge.value >= 0 for gauge in measured)
+    if store.name == "memory":
+        held = {gauge.name: gauge.value for gauge in after}
+        assert held["headway_live_tasks"] == 3
+        assert 3 * 100 < held["headway_progress_bytes"] <= held["headway_progress_budget_bytes"]
+    else:
+        used = {gauge.name: gauge.value for gauge in after}["headway_redis_used_memory_bytes"]
+        assert used > 0
+
+
+async def test_the_store_makes_its_change_feed(store):
+    feed = store.change_feed()
+    try:
+        assert_implements(feed, ChangeFeed)
+        heard: list[Change] = []
+        feed.subscribe(SPACE, heard.append)
+        await feed.ready(SPACE)
+        feed.publish(Change(TASK, SPACE, task(1)))
+        assert heard == [Change(TASK, SPACE, task(1))]  # this process's listeners: at once
+    finally:
+        await feed.close()
+
+
+# --- Stores shared by instances: family versions (see storage.families) --------------------
+
+
+async def test_a_shared_store_keeps_family_versions(shared_store):
+    assert_implements(shared_store, FamilyVersions)
+
+
+async def test_a_family_version_moves_only_when_its_family_is_bumped(make_shared_store):
+    one, other = await make_shared_store(), await make_shared_store()  # two instances
+    version = await one.family_version(task(1))
+    assert await other.family_version(task(1)) == version
+    await other.bump_families(task(2), None)
+    assert await one.family_version(task(1)) == version
+    await other.bump_families(task(1), task(1), None)
+    moved = await one.family_version(task(1))
+    assert moved != version
+    assert await other.family_version(task(1)) == moved
+
+
+async def test_a_write_at_its_family_version_is_stored_and_a_stale_one_is_not(
+    make_shared_store, clock
+):
+    one, other = await make_shared_store(), await make_shared_store()
+    version = await one.family_version(task(1))
+    assert await one.put_if_family(task(1), progress(clock, 1), SPACE, version) is None
+    assert (await other.get(task(1))).current == 1
+
+    await other.bump_families(task(1))
+    now = await one.put_if_family(task(1), progress(clock, 2), SPACE, version)
+    assert now is not None and now == await other.family_version(task(1))
+    assert (await one.get(task(1))).current == 1  # nothing written
+    assert await one.put_if_family(task(1), progress(clock, 3), SPACE, now) is None
+    assert (await other.get(task(1))).current == 3
+
+
+async def test_versions_read_before_the_store_lost_everything_never_match(
+    shared_store, clock, redis_url
+):
+    """Redis restarted empty (here: flushed): counters start again from 0, and a version
+    read before never matches one counted after, even at the same count."""
+    await shared_store.bump_families(task(1))
+    before = await shared_store.family_version(task(1))
+    admin = redis.Redis.from_url(redis_url)
+    try:
+        await admin.flushdb()
+    finally:
+        await admin.aclose()
+    await shared_store.bump_families(task(1))  # the same count as `before`
+    assert await shared_store.put_if_family(task(1), progress(clock), SPACE, before) is not None
+    assert await shared_store.get(task(1)) is None
+    after = await shared_store.family_version(task(1))
+    assert after != before
+    assert await shared_store.put_if_family(task(1), progress(clock), SPACE, after) is None
