@@ -11,6 +11,9 @@ sentence the client can act on. Routes raise them; `api.rest` renders them.
     ├── Unprocessable       422  bad create body, icon, parent, webhook URL
     ├── TooManyRequests     429  one client address over its rate (with Retry-After)
     └── Unavailable         503  a dependency is down, or a budget is full (Retry-After)
+
+`DatabaseUnavailable` is no client's doing: the connection to the database broke in use.
+The app answers it, like the database driver's and Redis' connection errors, with 503.
 """
 
 from __future__ import annotations
@@ -61,3 +64,7 @@ UNAVAILABLE_MESSAGE = "A backing service is unavailable; retry shortly."
 def error_body(message: str) -> dict[str, str]:
     """The JSON body of every error response."""
     return {"error": message}
+
+
+class DatabaseUnavailable(Exception):
+    """The connection to the database broke in use (e.g. the server restarted)."""

@@ -11,7 +11,8 @@ import pytest
 import sqlalchemy.exc
 
 from headway.storage import queries
-from headway.storage.database import Database, DatabaseUnavailable, _InLoopReads
+from headway.storage.database import Database, DatabaseUnavailable
+from headway.storage.sqlite import InLoopReads
 
 
 async def test_database_errors_never_show_statement_parameters(app):
@@ -37,7 +38,7 @@ def test_in_loop_reads_never_wait_for_a_lock(tmp_path):
     setup.execute("CREATE TABLE t (x INTEGER)")
     setup.execute("INSERT INTO t VALUES (1)")
     setup.close()
-    reads = _InLoopReads(path)
+    reads = InLoopReads(path)
     holder = sqlite3.connect(path, isolation_level=None)
     try:
         holder.execute("BEGIN EXCLUSIVE")
@@ -53,7 +54,7 @@ def test_in_loop_reads_never_wait_for_a_lock(tmp_path):
 
 def test_in_loop_reads_of_a_file_that_is_gone_are_unavailable(tmp_path):
     """A database file that is missing is an error, never a new empty database."""
-    reads = _InLoopReads(str(tmp_path / "missing.db"))
+    reads = InLoopReads(str(tmp_path / "missing.db"))
     with pytest.raises(DatabaseUnavailable):
         reads.fetch("SELECT 1", ())
     assert not (tmp_path / "missing.db").exists()

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import sqlite3
-import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -17,9 +14,13 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
-from sqlalchemy.util import await_, greenlet_spawn
+from sqlalchemy.util import greenlet_spawn
 
 from ..config import sqlite_file
+from ..errors import DatabaseUnavailable
+from . import sqlite
+
+__all__ = ["Database", "DatabaseUnavailable", "Fetch", "Statements"]
 
 T = TypeVar("T")
 # Runs a read with `?` placeholders and answers its rows (see `Database.rows`).
@@ -33,7 +34,7 @@ HEAD_REVISION = "0005"
 class Statements(Protocol):
     """Statements with `?` placeholders run within a transaction (see
     `Database.written`). A statement's errors may come only with a later statement or
-    with the commit (see `_WriterStatements`)."""
+    with the commit (see `sqlite.WriterStatements`)."""
 
     async def rows(self, sql: str, params: Sequence[Any]) -> Sequence[Any]:
         """Run one statement; its rows, if it returns any."""
@@ -53,10 +54,6 @@ def async_url(url: str) -> str:
     if base in ("postgresql", "postgres"):
         return f"postgresql+asyncpg:{rest}"
     return url
-
-
-class DatabaseUnavailable(Exception):
-    """The connection to the database broke in use (e.g. the server restarted)."""
 
 
 @asynccontextmanager
@@ -94,15 +91,17 @@ class Database:
             options["connect_args"] = {"timeout": 5, "command_timeout": 10}
         self.engine: AsyncEngine = create_async_engine(self.url, **options)
         if self.is_sqlite:
-            event.listen(self.engine.sync_engine, "connect", _sqlite_connect)
-            event.listen(self.engine.sync_engine, "begin", _sqlite_begin)
+            event.listen(self.engine.sync_engine, "connect", sqlite.on_connect)
+            event.listen(self.engine.sync_engine, "begin", sqlite.on_begin)
         self._write_lock = asyncio.Lock() if self.is_sqlite else None
-        self._in_loop = None if self._path is None else _InLoopReads(self._path)
-        self._writer = None if self._path is None else _SqliteWriter(self._path, self._committed)
+        self._in_loop = None if self._path is None else sqlite.InLoopReads(self._path)
+        self._writer = (
+            None if self._path is None else sqlite.SqliteWriter(self._path, self._committed)
+        )
         # Transactions committed so far, whichever way they were written.
         self.commits = 0
         event.listen(self.engine.sync_engine, "commit", self._committed)
-        # SQLite reads already run without a transaction (see `_sqlite_begin`).
+        # SQLite reads already run without a transaction (see `sqlite.on_begin`).
         self._reads = (
             self.engine
             if self.is_sqlite
@@ -130,14 +129,14 @@ class Database:
     async def written(self) -> AsyncIterator[Statements]:
         """A transaction as `write` makes it, for statements in SQL text.
 
-        On SQLite, on a connection and thread of its own (`_SqliteWriter`), in as few
+        On SQLite, on a connection and thread of its own (`sqlite.SqliteWriter`), in as few
         trips to that thread as the statements allow: under load, what a batch of creates
         waits for is those trips, each behind a busy event loop.
         """
         if self._writer is not None:
             assert self._write_lock is not None
             async with self._write_lock:
-                statements = _WriterStatements(self._writer)
+                statements = sqlite.WriterStatements(self._writer)
                 try:
                     yield statements
                 except BaseException:
@@ -161,7 +160,7 @@ class Database:
         `read`: each call is one round trip and answers plain tuples; `sql` uses `?`
         placeholders.
 
-        On SQLite it runs on the event loop's thread (see `_InLoopReads`). PostgreSQL has
+        On SQLite it runs on the event loop's thread (see `sqlite.InLoopReads`). PostgreSQL has
         no thread: SQLAlchemy runs it.
         """
         if self._in_loop is not None:
@@ -266,7 +265,7 @@ class Database:
         takes writes concurrently: its read check stands for both.
         """
         if self._path is not None:
-            await asyncio.to_thread(_take_write_lock, self._path, timeout_s)
+            await asyncio.to_thread(sqlite.take_write_lock, self._path, timeout_s)
 
     async def close(self) -> None:
         if self._in_loop is not None:
@@ -281,125 +280,6 @@ def _numbered(sql: str) -> str:
     """`sql` with PostgreSQL's placeholders: `$1`, `$2`... for each `?`."""
     parts = sql.split("?")
     return parts[0] + "".join(f"${n}{part}" for n, part in enumerate(parts[1:], 1))
-
-
-class _SqliteWriter:
-    """A SQLite connection for `Database.written`, used only on a thread of its own.
-
-    Each trip runs a list of statements there, and may end the transaction: a batch of
-    creates takes two trips (BEGIN and the claim; the insert and COMMIT) where a pooled
-    connection took a trip for each statement and more for SQLAlchemy's own. Trips run
-    one after another, in the order they were sent. A trip that fails rolls its
-    transaction back before it answers.
-    """
-
-    def __init__(self, path: str, committed: Callable[[], None]) -> None:
-        self._path = path
-        self._committed = committed
-        # Started by the first trip, and again after `close` (as the engine's pool is).
-        self._executor: ThreadPoolExecutor | None = None
-        self._local = threading.local()  # `connection`: each thread's own, opened there
-
-    @property
-    def _thread(self) -> ThreadPoolExecutor:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="headway-sqlite-writer")
-        return self._executor
-
-    async def trip(
-        self, statements: list[tuple[str, Sequence[Any], bool]], *, commit: bool = False
-    ) -> list[Any]:
-        """Run `statements` (sql, parameters, whether executemany), then COMMIT if asked;
-        the rows of the last one."""
-        loop = asyncio.get_running_loop()
-        try:
-            rows = await loop.run_in_executor(self._thread, self._run, statements, commit)
-        except sqlite3.OperationalError as exc:  # locked past the busy timeout, I/O
-            raise DatabaseUnavailable(str(exc)) from exc
-        if commit:
-            self._committed()
-        return rows
-
-    def roll_back(self) -> None:
-        """End the transaction under way, if any, once the trips sent before have run;
-        never waits (a cancelled write calls this)."""
-        self._thread.submit(self._roll_back)
-
-    async def close(self) -> None:
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            await asyncio.get_running_loop().run_in_executor(executor, self._close)
-            executor.shutdown(wait=False)
-
-    def _run(self, statements: list[tuple[str, Sequence[Any], bool]], commit: bool) -> list[Any]:
-        connection = getattr(self._local, "connection", None)
-        if connection is None:
-            connection = self._local.connection = _open_for_writes(self._path)
-        rows: list[Any] = []
-        try:
-            for sql, params, many in statements:
-                if many:
-                    connection.executemany(sql, params)
-                    rows = []
-                else:
-                    rows = connection.execute(sql, params).fetchall()
-            if commit:
-                connection.execute("COMMIT")
-        except BaseException:
-            self._roll_back()
-            raise
-        return rows
-
-    def _roll_back(self) -> None:
-        connection = getattr(self._local, "connection", None)
-        if connection is not None and connection.in_transaction:
-            try:
-                connection.execute("ROLLBACK")
-            except sqlite3.Error:  # rolled back already, or the file is gone: start over
-                self._close()
-
-    def _close(self) -> None:
-        connection = getattr(self._local, "connection", None)
-        if connection is not None:
-            self._local.connection = None
-            connection.close()
-
-
-class _WriterStatements:
-    """`Statements` on the `_SqliteWriter`. BEGIN IMMEDIATE goes with the first statement
-    whose rows are wanted; statements run for their effect (`many`) wait and go with the
-    next one, or with the COMMIT: their errors come there."""
-
-    __slots__ = ("_begun", "_waiting", "_writer")
-
-    def __init__(self, writer: _SqliteWriter) -> None:
-        self._writer = writer
-        self._waiting: list[tuple[str, Sequence[Any], bool]] = [("BEGIN IMMEDIATE", (), False)]
-        self._begun = False
-
-    async def rows(self, sql: str, params: Sequence[Any]) -> Sequence[Any]:
-        return await self._send((sql, params, False))
-
-    async def many(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
-        self._waiting.append((sql, params, True))
-
-    async def commit(self) -> None:
-        if self._begun or len(self._waiting) > 1:  # nothing written: nothing to commit
-            await self._send(None, commit=True)
-
-    def roll_back(self) -> None:
-        if self._begun:
-            self._writer.roll_back()
-
-    async def _send(
-        self, last: tuple[str, Sequence[Any], bool] | None, *, commit: bool = False
-    ) -> list[Any]:
-        statements = self._waiting
-        if last is not None:
-            statements.append(last)
-        self._waiting = []
-        self._begun = True
-        return await self._writer.trip(statements, commit=commit)
 
 
 class _AlchemyStatements:
@@ -418,63 +298,6 @@ class _AlchemyStatements:
         await self._conn.exec_driver_sql(_numbered(sql), [tuple(p) for p in params])
 
 
-class _InLoopReads:
-    """Reads of a SQLite file run right on the event loop's thread, on a connection of
-    their own.
-
-    A read of a page of a space costs about 200 µs in SQLite itself, and several times
-    that once it hops to a driver thread and back under load (see PERF-NOTES). Readers
-    never wait for SQLite's writer (WAL), and this connection never waits for anything
-    (no busy timeout): in the rare case SQLite answers busy, `fetch` answers None and the
-    caller reads on a pooled connection's thread instead, where waiting blocks nothing.
-    """
-
-    def __init__(self, path: str) -> None:
-        self._path = path
-        self._connection: sqlite3.Connection | None = None
-
-    def fetch(self, sql: str, params: Sequence[Any]) -> list[Any] | None:
-        try:
-            connection = self._connection
-            if connection is None:
-                connection = self._connection = _open_for_reads(self._path)
-            return connection.execute(sql, params).fetchall()
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
-                return None
-            self.close()  # opened again by the next read
-            raise DatabaseUnavailable(str(exc)) from exc
-
-    def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
-
-
-def _open_for_reads(path: str) -> sqlite3.Connection:
-    # `mode=rw`: a file that is gone is an error here, not a new empty database.
-    uri = f"{Path(path).absolute().as_uri()}?mode=rw"
-    connection = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-    connection.execute("PRAGMA busy_timeout=0")
-    connection.execute("PRAGMA query_only=ON")
-    return connection
-
-
-def _open_for_writes(path: str) -> sqlite3.Connection:
-    connection = sqlite3.connect(path, isolation_level=None)
-    _sqlite_connect(connection, None)
-    return connection
-
-
-def _take_write_lock(path: str, timeout_s: float) -> None:
-    connection = sqlite3.connect(path, timeout=timeout_s, isolation_level=None)
-    try:
-        connection.execute("BEGIN IMMEDIATE")
-        connection.execute("ROLLBACK")
-    finally:
-        connection.close()
-
-
 def _upgrade(connection: Connection) -> None:
     from alembic import command
     from alembic.config import Config
@@ -483,33 +306,3 @@ def _upgrade(connection: Connection) -> None:
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["connection"] = connection
     command.upgrade(config, "head")
-
-
-def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:
-    # Let SQLAlchemy's begin event, not the sqlite3 module, decide where transactions start.
-    dbapi_connection.isolation_level = None
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=FULL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=30000")
-    cursor.execute("PRAGMA cache_size=-256")  # KiB: the OS page cache does the rest
-    cursor.close()
-
-
-def _sqlite_begin(conn: Connection) -> None:
-    # Writes take the write lock up front. Reads run without a transaction: each statement
-    # reads a consistent snapshot, and no BEGIN/ROLLBACK round trips through the thread.
-    # On aiosqlite's connection itself: one trip to its thread, not a cursor's four.
-    if conn.connection.info.pop("immediate", False):
-        try:
-            await_(conn.connection.driver_connection.execute("BEGIN IMMEDIATE"))
-        except sqlite3.OperationalError as exc:  # locked past the busy timeout, I/O
-            raise DatabaseUnavailable(str(exc)) from exc
-        except BaseException:
-            # Cancelled while the BEGIN waited on the lock in the driver's thread, where it
-            # may still take it: drop the connection (closing it ends that transaction)
-            # rather than pool it with a transaction nobody will end.
-            with contextlib.suppress(Exception):  # the cancellation is what goes on
-                conn.invalidate()
-            raise
