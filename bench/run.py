@@ -12,9 +12,7 @@ Every process the run starts is stopped by its PID before it returns.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import json
 import os
 import random
@@ -22,9 +20,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,19 +28,20 @@ import httpx
 
 from . import flood, profile, report, seed
 from .load import Load, LoadResult, finish, not_reached, run_wrk, start_wrk, wrk_binary
-from .processes import (
-    RssSampler,
-    ServerProcess,
-    StartError,
-    machine_cpu,
-    postmaster_pid,
-    start_baseline,
-    start_headway,
-    tree_cpu_seconds,
+from .measure import (
+    Harness,
+    Skip,
+    _ms,
+    _num,
+    _rate,
+    backend_cpu_readers,
+    cpu_note,
+    machine_busy,
+    others_extra,
 )
+from .options import FLOOD_PHASE_S, PAGE, STREAM_TASKS, parse_options
+from .processes import ServerProcess, StartError, machine_cpu, start_baseline, start_headway
 from .report import MB, Row, Target
-
-RESULTS = Path(__file__).resolve().parent / "results"
 
 # Issue 6's targets.
 PUT_SHARE_OF_BASELINE = 0.30
@@ -54,12 +50,10 @@ PUT_CONNECTIONS = 64
 PAGE_LATENCY_FACTOR = 2.0
 RSS_LIMIT_MB = 150
 SCALE_OUT_FACTOR = 1.6
-PAGE = 50
 # The abuse-limits issue's targets.
 LIMITED_SHARE_OF_PUT = 0.9
 FLOOD_RSS_GROWTH_MB = 1024
 BYSTANDER_P99_MS = 250.0
-FLOOD_PHASE_S = 20.0
 # The targets of the issue "Reads and creates at the cost they must have" (for a full run:
 # 64 connections, 100,000 tasks in the big space, 1,000 children).
 SPACE_SMALL_CPU_US = 600
@@ -83,8 +77,6 @@ ISSUE6 = "issue 6 and abuse limits"
 READS_CREATES = "reads and creates at the cost they must have"
 # The live stream's targets (issue "Watch it live"): 1,000 streams on one space.
 LIVE = "watch it live: streams"
-STREAMS = 1000
-STREAM_TASKS = 100
 STREAM_P99_MS = 250.0
 STREAM_MEMORY_KB = 50.0
 STREAM_SHARE_OF_NONE = 0.5
@@ -103,287 +95,8 @@ LIMITED_SEEDING = {"HEADWAY_RATE_TASKS": "100000/second;1000000/minute"}
 FLOOD_ROWS = ["flood_create", "flood_values", "flood_memory", "flood_bystander"]
 
 
-@dataclass
-class Options:
-    mode: str
-    duration: float
-    connections: int
-    threads: int
-    big: int
-    small: int
-    children: int
-    pool: int
-    cursors: int
-    results: Path
-    profile: bool
-    scale_out: bool
-    flood_s: float
-    flood_concurrency: int
-    flood_spaces: int
-    streams: int
-
-
-MODES: dict[str, dict[str, Any]] = {
-    "full": dict(duration=10, connections=64, threads=2, big=100_000, children=1000, pool=1000,
-                 flood_s=FLOOD_PHASE_S, flood_spaces=100),
-    "quick": dict(duration=2, connections=16, threads=2, big=100_000, children=1000, pool=1000,
-                  flood_s=5, flood_spaces=100),
-    "smoke": dict(duration=1, connections=2, threads=1, big=1000, children=20, pool=20,
-                  flood_s=2, flood_spaces=10),
-}  # fmt: skip
-
-
-def parse_options(argv: list[str] | None) -> Options:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.run", description=__doc__.split("\n\n")[0]
-    )
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--quick", action="store_true", help="2 s runs, 16 connections")
-    mode.add_argument(
-        "--smoke",
-        action="store_true",
-        help="seconds in all: 1 s runs, 2 connections, 1,000-task big space (for CI)",
-    )
-    parser.add_argument("--duration", type=float, help="seconds per wrk run (default 10)")
-    parser.add_argument("--connections", type=int, help="wrk connections (default 64)")
-    parser.add_argument("--threads", type=int, help="wrk threads (default 2)")
-    parser.add_argument("--big", type=int, help="tasks in the big space (default 100,000)")
-    parser.add_argument("--children", type=int, help="children of the parent (default 1,000)")
-    parser.add_argument("--pool", type=int, help="tasks PUT/GET spread over (default 1,000)")
-    parser.add_argument(
-        "--flood-seconds",
-        dest="flood_s",
-        type=float,
-        help="seconds of each flood phase, creating then PUTting values (default 20)",
-    )
-    parser.add_argument(
-        "--results",
-        type=Path,
-        default=RESULTS,
-        help="directory for latest.json and latest.md (default bench/results)",
-    )
-    parser.add_argument(
-        "--profile",
-        action="store_true",
-        help="sample the server with py-spy during each Headway scenario (adds overhead)",
-    )
-    parser.add_argument(
-        "--no-scale-out",
-        dest="scale_out",
-        action="store_false",
-        help="skip the PostgreSQL + Redis one-vs-two-instances scenarios",
-    )
-    args = parser.parse_args(argv)
-    name = "smoke" if args.smoke else "quick" if args.quick else "full"
-    values = dict(MODES[name])
-    for key in ("duration", "connections", "threads", "big", "children", "pool", "flood_s"):
-        if getattr(args, key) is not None:
-            values[key] = getattr(args, key)
-    if values["connections"] < 1 or values["threads"] < 1 or values["big"] < PAGE + 1:
-        parser.error(f"connections and threads must be at least 1, --big at least {PAGE + 1}")
-    if not 0 < values["flood_s"] <= 600:
-        parser.error("--flood-seconds must be above 0 and at most 600")
-    return Options(
-        mode=name,
-        small=100,
-        cursors=10 if args.smoke else 100,
-        results=args.results,
-        profile=args.profile,
-        scale_out=args.scale_out,
-        flood_concurrency=64,
-        streams=50 if args.smoke else STREAMS,
-        **values,
-    )
-
-
-def scenario_titles(o: Options) -> dict[str, str]:
-    """Every scenario the run reports, in table order."""
-    return {
-        "baseline": "bare ASGI baseline: GET / (fixed 325-byte JSON)",
-        "put_report": f"PUT /tasks/{{t}} (spread over {o.pool:,} tasks)",
-        "put_report_hot": "the same PUT, every connection on one task",
-        "put_report_limited": "the same PUT, rate limits on at their defaults",
-        "get_report": "GET /tasks/{t}/report?current=5&end=10&values[log]=x",
-        "get_task": "GET /tasks/{t}",
-        "post_task": "POST /spaces/{s}/tasks",
-        "get_space_small": f"GET /spaces/{{s}}, {o.small} tasks",
-        "get_space_small_page": f"GET /spaces/{{s}}?limit={PAGE}&before=…, {o.small} tasks",
-        "get_space_big_page": f"GET /spaces/{{s}}?limit={PAGE}&before=…, {o.big:,} tasks",
-        "get_space_big": f"GET /spaces/{{s}}, {o.big:,} tasks, no parameters (1 connection)",
-        "get_parent": f"GET /tasks/{{t}}, parent of {o.children:,} children",
-        "baseline_parent": (
-            "bare ASGI baseline sending a fixed body the size of that parent's answer, "
-            "after spending its CPU per request"
-        ),
-        "baseline_put": (
-            "bare ASGI baseline (fixed 325-byte JSON) after spending the CPU of one PUT "
-            "(spread over 1,000 tasks) per request"
-        ),
-        "memory": f"memory: RSS with {o.big:,} tasks holding progress",
-        "flood_create": (
-            f"flood from {flood.FLOOD_ADDRESS}, defaults: {o.flood_concurrency} at once create "
-            f"{o.flood_spaces} spaces, then tasks ({o.flood_s:g} s)"
-        ),
-        "flood_values": f"flood: PUT ~60 KB values to each task it created ({o.flood_s:g} s)",
-        "flood_memory": "flood: server RSS, peak over before the flood",
-        "flood_bystander": (
-            f"flood: well-behaved client on {flood.BYSTANDER_ADDRESS}, a PUT every "
-            f"{flood.REPORT_EVERY_S * 1000:.0f} ms"
-        ),
-        "streams_none": f"PUT over {STREAM_TASKS} tasks of one space, no stream open",
-        "streams_put": f"the same PUT with {o.streams:,} streams of the space open and read",
-        "streams_latency": f"report-to-event latency on {o.streams:,} streams, under that PUT",
-        "streams_memory": f"memory per open stream ({o.streams:,} streams, server RSS)",
-        "scale_out_one": "PUT, PostgreSQL + Redis, one instance",
-        "scale_out_two": "PUT, PostgreSQL + Redis, two instances",
-    }
-
-
-class Skip(Exception):
-    """A scenario cannot run here; the message says why."""
-
-
-class Bench:
+class Bench(Harness):
     """One run: the servers it started, the rows measured so far."""
-
-    def __init__(self, options: Options, workdir: Path) -> None:
-        self.o = options
-        self.workdir = workdir
-        self.titles = scenario_titles(options)
-        self.rows: dict[str, Row] = {}
-        self.servers: list[ServerProcess] = []
-        self.cleanups: list[Callable[[], None]] = []
-        self.started = time.monotonic()
-        self.profiles: dict[str, dict[str, Any]] = {}
-
-    # --- Output and bookkeeping -------------------------------------------------------
-
-    def say(self, message: str) -> None:
-        print(f"[{time.monotonic() - self.started:6.1f}s] {message}", flush=True)
-
-    def record(self, row: Row) -> Row:
-        self.rows[row.name] = row
-        if row.status == "skipped":
-            self.say(f"{row.name}: skipped: {row.reason}")
-        elif row.requests_per_s is not None:
-            self.say(
-                f"{row.name}: {row.requests_per_s:,.0f} req/s, p50 {_num(row.p50_ms, 2)} ms, "
-                f"p99 {_num(row.p99_ms, 2)} ms" + (f" ({row.reason})" if row.reason else "")
-            )
-        else:
-            self.say(f"{row.name}: {row.extra.get('note') or row.reason}")
-        return row
-
-    @contextlib.contextmanager
-    def phase(self, names: list[str]) -> Iterator[None]:
-        """Run a group of scenarios; on failure, mark those not yet measured and go on."""
-        try:
-            yield
-        except Skip as exc:
-            for name in names:
-                if name not in self.rows:
-                    self.record(Row(name, self.titles[name], "skipped", str(exc)))
-        except Exception as exc:
-            self.say(f"error: {type(exc).__name__}: {exc}")
-            traceback.print_exc()
-            for name in names:
-                if name not in self.rows:
-                    reason = f"{type(exc).__name__}: {str(exc)[:300]}"
-                    self.record(Row(name, self.titles[name], "error", reason))
-
-    def start(
-        self, starter: Callable[..., ServerProcess], *args: Any, **kwargs: Any
-    ) -> ServerProcess:
-        server = starter(*args, **kwargs)
-        self.servers.append(server)
-        self.say(f"started {server.name} (pid {server.pid}) on {server.url}")
-        return server
-
-    def stop(self, server: ServerProcess) -> None:
-        server.stop()
-        if server in self.servers:
-            self.servers.remove(server)
-        self.say(f"stopped {server.name} (pid {server.pid})")
-
-    def stop_everything(self) -> None:
-        """Stop every process this run started, each by its own PID."""
-        for server in list(reversed(self.servers)):
-            try:
-                self.stop(server)
-            except Exception as exc:
-                self.say(f"could not stop {server.name} (pid {server.pid}): {exc}")
-        for cleanup in reversed(self.cleanups):
-            with contextlib.suppress(Exception):
-                cleanup()
-        self.cleanups.clear()
-
-    # --- Measuring --------------------------------------------------------------------
-
-    def measure(
-        self,
-        server: ServerProcess,
-        name: str,
-        load: Load,
-        *,
-        connections: int | None = None,
-        threads: int | None = None,
-        duration: float | None = None,
-        timeout: float = 10.0,
-        sample_rss: bool = False,
-        others: dict[str, Callable[[], float]] | None = None,
-    ) -> Row:
-        """One wrk run of `load` against `server`, with the server's CPU time per request.
-
-        `sample_rss`: also sample the server's RSS during the run (`rss_growth_mb`: peak
-        minus just before). `others`: CPU-seconds readers of other processes (PostgreSQL,
-        Redis), whose CPU per request goes in `cpu_us_per_request_of` with the server's,
-        and the machine's busy share during the run in `machine_busy`."""
-        duration = duration or self.o.duration
-        connections = connections or self.o.connections
-        self.say(f"{name}: wrk {duration:g} s, {connections} connections")
-        profiler = None
-        if self.o.profile and server.name != "baseline":
-            out = self.workdir / f"profile-{name}.txt"
-            profiler = profile.start(server.pid, duration, out)
-        settle()
-        others = others or {}
-        others_before = {k: read() for k, read in others.items()}
-        machine_before = machine_cpu()
-        sampler = RssSampler(server.pid).start() if sample_rss else None
-        cpu_before = server.cpu_seconds()
-        try:
-            result = run_wrk(
-                server.url,
-                load,
-                duration=duration,
-                connections=connections,
-                threads=threads or self.o.threads,
-                workdir=self.workdir,
-                timeout=timeout,
-            )
-        finally:
-            if sampler is not None:
-                sampler.stop()
-        cpu = server.cpu_seconds() - cpu_before
-        row = self.finish_row(Row.measured(name, self.titles[name], result, cpu), result)
-        if sampler is not None:
-            row.extra.update(rss_extra(sampler))
-        if others:
-            spent = {k: read() - others_before[k] for k, read in others.items()}
-            row.extra.update(others_extra(cpu, spent, result.requests))
-            row.extra["machine_busy"] = machine_busy(machine_before)
-        if profiler is not None:
-            self.profiles[name] = profile.finish(profiler)
-        return self.record(row)
-
-    def finish_row(self, row: Row, result: LoadResult) -> Row:
-        if result.requests == 0:
-            row.status = "error"
-            row.reason = "no request completed within the run"
-        baseline = self.rows.get("baseline")
-        if baseline and baseline.requests_per_s and row.requests_per_s is not None:
-            row.ratio_to_baseline = round(row.requests_per_s / baseline.requests_per_s, 3)
-        return row
 
     # --- Phases -------------------------------------------------------------------------
 
@@ -519,28 +232,6 @@ class Bench:
         if not put or put.status != "ok" or not put.cpu_us_per_request:
             raise Skip("the PUT scenario was not measured")
         self.calibrate("baseline_put", put, "the PUT")
-
-    def calibrate(
-        self, name: str, scenario: Row, what: str, env: dict[str, str] | None = None
-    ) -> None:
-        """Measure the bare server as row `name`, spending `scenario`'s CPU per request
-        before each answer (and sending the body `env` sets): its p99 beside the
-        scenario's."""
-        assert scenario.cpu_us_per_request is not None
-        burn = scenario.cpu_us_per_request
-        server = self.start(
-            start_baseline, self.workdir, {**(env or {}), "BENCH_BURN_US": str(round(burn))}
-        )
-        try:
-            row = self.measure(server, name, Load("GET", ["/"]))
-            body = env.get("BENCH_BODY_BYTES") if env else None
-            row.extra["note"] = (
-                (f"{int(body):,}-byte body after " if body else "after ")
-                + f"{burn:,.0f} µs of CPU: p99 {_num(row.p99_ms)} ms vs "
-                + f"{_num(scenario.p99_ms)} ms for {what}"
-            )
-        finally:
-            self.stop(server)
 
     def limited(self) -> None:
         """`put_report` again, on a fresh embedded server with the rate limits on: what
@@ -1385,85 +1076,11 @@ def _bare_put(bare: Row | None) -> str:
     return f"the bare server after the same CPU per request: p99 {bare.p99_ms:,.2f} ms"
 
 
-def backend_cpu_readers(
-    postgres_data: Path, redis_pid: int | None
-) -> dict[str, Callable[[], float]]:
-    """CPU-seconds readers of PostgreSQL (its postmaster and every backend: the process
-    tree under the PID in postmaster.pid) and Redis (its one process, threads included)."""
-    readers: dict[str, Callable[[], float]] = {}
-    postmaster = postmaster_pid(postgres_data)
-    if postmaster is not None:
-        readers["postgresql"] = lambda: tree_cpu_seconds(postmaster)
-    if redis_pid is not None:
-        readers["redis"] = lambda: tree_cpu_seconds(redis_pid)
-    return readers
-
-
-def rss_extra(sampler: RssSampler) -> dict[str, Any]:
-    """A run's RSS figures: before it, its peak, the growth."""
-    return {
-        "rss_before_mb": round(sampler.before / MB, 1),
-        "peak_rss_mb": round(sampler.peak / MB, 1),
-        "rss_growth_mb": round(sampler.growth / MB, 1),
-        "rss_samples": sampler.samples,
-    }
-
-
-def others_extra(cpu: float, spent: dict[str, float], requests: int) -> dict[str, Any]:
-    """CPU per request of the Headway server(s) and of the other processes measured."""
-    if not requests:
-        return {}
-    per = {"headway": round(cpu * 1e6 / requests, 1)}
-    per.update({k: round(v * 1e6 / requests, 1) for k, v in spent.items()})
-    return {"cpu_us_per_request_of": per}
-
-
-def settle(quiet: float = 0.15, window_s: float = 0.25, limit_s: float = 5.0) -> None:
-    """Before a measurement: write back what earlier phases left to write (a stopped
-    server's database pages), then wait, up to `limit_s`, until the machine is at most
-    `quiet` busy over `window_s`, so that one scenario does not pay for the last."""
-    os.sync()
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        before = machine_cpu()
-        time.sleep(window_s)
-        if machine_busy(before) <= quiet:
-            return
-
-
-def machine_busy(before: tuple[float, float]) -> float:
-    """The machine's busy share of all its CPUs' time since `before` (machine_cpu())."""
-    busy, total = machine_cpu()
-    elapsed = total - before[1]
-    return round((busy - before[0]) / elapsed, 3) if elapsed > 0 else 0.0
-
-
-def cpu_note(extra: dict[str, Any]) -> str:
-    per = extra.get("cpu_us_per_request_of")
-    if not per:
-        return ""
-    parts = ", ".join(f"{k} {v:,.1f}" for k, v in per.items())
-    busy = extra.get("machine_busy")
-    return f"CPU µs/req: {parts}" + (f"; machine {busy:.0%} busy" if busy is not None else "")
-
-
 def flood_answers(statuses: dict[str, int]) -> dict[str, int]:
     """A flood phase's answers as 201, 200, 429, 503 and other (failures included)."""
     answers = {k: statuses.get(k, 0) for k in ("201", "200", "429", "503")}
     answers["other"] = sum(n for k, n in statuses.items() if k not in answers)
     return answers
-
-
-def _ms(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
-
-
-def _num(value: float | None, digits: int = 1) -> str:
-    return "–" if value is None else f"{value:,.{digits}f}"
-
-
-def _rate(value: float | None) -> str:
-    return "–" if value is None else f"{value:,.0f}"
 
 
 def main(argv: list[str] | None = None) -> int:
