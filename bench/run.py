@@ -27,59 +27,23 @@ from typing import Any
 import httpx
 
 from . import flood, profile, report, seed
+from .cost_targets import reads_creates_targets
 from .load import Load, LoadResult, finish, not_reached, run_wrk, start_wrk, wrk_binary
 from .measure import (
     Harness,
     Skip,
     _ms,
     _num,
-    _rate,
     backend_cpu_readers,
     cpu_note,
     machine_busy,
     others_extra,
 )
-from .options import FLOOD_PHASE_S, PAGE, STREAM_TASKS, parse_options
+from .options import PAGE, STREAM_TASKS, Options, parse_options
 from .processes import ServerProcess, StartError, machine_cpu, start_baseline, start_headway
 from .report import MB, Row, Target
+from .targets import issue6_targets, streams_targets
 
-# Issue 6's targets.
-PUT_SHARE_OF_BASELINE = 0.30
-PUT_P99_MS = 20.0
-PUT_CONNECTIONS = 64
-PAGE_LATENCY_FACTOR = 2.0
-RSS_LIMIT_MB = 150
-SCALE_OUT_FACTOR = 1.6
-# The abuse-limits issue's targets.
-LIMITED_SHARE_OF_PUT = 0.9
-FLOOD_RSS_GROWTH_MB = 1024
-BYSTANDER_P99_MS = 250.0
-# The targets of the issue "Reads and creates at the cost they must have" (for a full run:
-# 64 connections, 100,000 tasks in the big space, 1,000 children).
-SPACE_SMALL_CPU_US = 600
-SPACE_PAGE_CPU_US = 400
-PARENT_CPU_US = 1500
-PARENT_P99_MS = 250.0
-SPACE_BIG_CPU_MS = 250
-SPACE_BIG_RSS_GROWTH_MB = 32
-POST_PER_S = 2500
-HOT_P99_MS = 20.0
-SCALE_OUT_PUT_CPU_US = 300
-# Two instances short of SCALE_OUT_FACTOR still pass when the machine is the limit: its
-# CPUs at least this busy during the two-instance run, and no process's CPU per request
-# grown by more than CPU_GROWTH_ALLOWED from one instance to two. A process that spends
-# under CPU_IDLE_US per request (PostgreSQL, now that reports take no SQL) is idling: its
-# relative growth is noise.
-MACHINE_BUSY = 0.9
-CPU_GROWTH_ALLOWED = 0.10
-CPU_IDLE_US = 20.0
-ISSUE6 = "issue 6 and abuse limits"
-READS_CREATES = "reads and creates at the cost they must have"
-# The live stream's targets (issue "Watch it live"): 1,000 streams on one space.
-LIVE = "watch it live: streams"
-STREAM_P99_MS = 250.0
-STREAM_MEMORY_KB = 50.0
-STREAM_SHARE_OF_NONE = 0.5
 STREAM_ROWS = ["streams_none", "streams_put", "streams_latency", "streams_memory"]
 
 # The embedded and scale-out servers run without rate limits: their scenarios create
@@ -344,45 +308,6 @@ class Bench(Harness):
                 reader.kill()
                 reader.wait()
             self.stop(server)
-
-    def streams_targets(self) -> list[Target]:
-        """The live stream's targets, for `streams` streams of one space."""
-        rows = self.rows
-        found = []
-        put, latency, memory = (
-            rows.get("streams_put"), rows.get("streams_latency"), rows.get("streams_memory")
-        )  # fmt: skip
-        checks = [
-            (
-                "streams_latency",
-                f"report-to-event p99 ≤ {STREAM_P99_MS:g} ms",
-                latency,
-                lambda row: row.p99_ms is not None and row.p99_ms <= STREAM_P99_MS,
-                lambda row: f"p50 {_num(row.p50_ms)} ms, p99 {_num(row.p99_ms)} ms",
-            ),
-            (
-                "streams_memory",
-                f"memory per open stream ≤ {STREAM_MEMORY_KB:g} KB",
-                memory,
-                lambda row: row.extra.get("kb_per_stream", 1e9) <= STREAM_MEMORY_KB,
-                lambda row: f"{row.extra.get('kb_per_stream')} KB",
-            ),
-            (
-                "streams_put",
-                f"PUT with the streams open ≥ {STREAM_SHARE_OF_NONE:.0%} of none",
-                put,
-                lambda row: row.extra.get("vs_none", 0) >= STREAM_SHARE_OF_NONE,
-                lambda row: f"{row.extra.get('vs_none', 0):.1%}",
-            ),
-        ]
-        for name, description, row, passed, shown in checks:
-            if row is None or row.status != "ok":
-                why = (row.reason if row else "") or "not measured"
-                found.append(Target(name, description, "skipped", "–", why, LIVE))
-                continue
-            status = "pass" if passed(row) else "fail"
-            found.append(Target(name, description, status, shown(row), "", LIVE))
-        return found
 
     def flood_scenario(self) -> None:
         """A flood from one address against a server with every setting at its default,
@@ -723,364 +648,17 @@ class Bench(Harness):
                 raise Skip("progress reported on one instance is not visible on the other")
             return pool
 
-    # --- Targets ------------------------------------------------------------------------
-
-    def targets(self) -> list[Target]:
-        r = self.rows
-        found: list[Target] = []
-
-        def ok(name: str) -> Row | None:
-            row = r.get(name)
-            return row if row is not None and row.status == "ok" else None
-
-        base, put = ok("baseline"), ok("put_report")
-        description = (
-            f"PUT ≥ {PUT_SHARE_OF_BASELINE:.0%} of baseline req/s, p99 < {PUT_P99_MS:g} ms "
-            f"at {PUT_CONNECTIONS} connections"
-        )
-        if base and put and put.ratio_to_baseline is not None and put.p99_ms is not None:
-            passed = put.ratio_to_baseline >= PUT_SHARE_OF_BASELINE and put.p99_ms < PUT_P99_MS
-            note = "; ".join(
-                filter(
-                    None,
-                    [
-                        _bare_put(ok("baseline_put")),
-                        ""
-                        if put.connections == PUT_CONNECTIONS
-                        else f"measured at {put.connections} connections, not {PUT_CONNECTIONS}",
-                    ],
-                )
-            )
-            found.append(
-                Target(
-                    "put",
-                    description,
-                    "pass" if passed else "fail",
-                    f"{put.ratio_to_baseline:.1%} of baseline, p99 {put.p99_ms:.2f} ms",
-                    note,
-                )
-            )
-        else:
-            found.append(Target("put", description, "skipped", "–", "not measured"))
-
-        limited = ok("put_report_limited")
-        description = (
-            f"PUT with rate limits on ≥ {LIMITED_SHARE_OF_PUT:g}x the req/s of PUT without them"
-        )
-        if put and limited and put.requests_per_s and limited.requests_per_s is not None:
-            factor = limited.requests_per_s / put.requests_per_s
-            found.append(
-                Target(
-                    "put_limited",
-                    description,
-                    "pass" if factor >= LIMITED_SHARE_OF_PUT else "fail",
-                    f"{factor:.2f}x ({limited.requests_per_s:,.0f} vs {put.requests_per_s:,.0f} "
-                    f"req/s); CPU µs/req {_num(limited.cpu_us_per_request)} vs "
-                    f"{_num(put.cpu_us_per_request)}",
-                    "separate servers, one after the other: ±20-30% noise on 2 shared cores",
-                )
-            )
-        else:
-            found.append(Target("put_limited", description, "skipped", "–", "not measured"))
-
-        small, large = ok("get_space_small_page"), ok("get_space_big_page")
-        description = (
-            f"GET space limit={PAGE}: {self.o.big:,}-task space p50 within "
-            f"{PAGE_LATENCY_FACTOR:g}x the {self.o.small}-task space"
-        )
-        if small and large and small.p50_ms and large.p50_ms is not None:
-            factor = large.p50_ms / small.p50_ms
-            found.append(
-                Target(
-                    "space_page",
-                    description,
-                    "pass" if factor <= PAGE_LATENCY_FACTOR else "fail",
-                    f"{factor:.2f}x ({large.p50_ms:.2f} vs {small.p50_ms:.2f} ms)",
-                )
-            )
-        else:
-            found.append(Target("space_page", description, "skipped", "–", "not measured"))
-
-        memory = ok("memory")
-        description = f"RSS with {self.o.big:,} tasks holding progress < {RSS_LIMIT_MB} MB"
-        if memory:
-            rss = memory.extra["rss_mb"]
-            found.append(
-                Target(
-                    "memory",
-                    description,
-                    "pass" if rss < RSS_LIMIT_MB else "fail",
-                    f"{rss:.1f} MB",
-                    "" if self.o.big == 100_000 else "target is for 100,000 tasks",
-                )
-            )
-        else:
-            found.append(Target("memory", description, "skipped", "–", "not measured"))
-
-        short = (
-            ""
-            if self.o.flood_s == FLOOD_PHASE_S
-            else f"phases of {self.o.flood_s:g} s; the target is for {FLOOD_PHASE_S:g} s"
-        )
-        flood_rss = ok("flood_memory")
-        description = f"flood: the server's peak RSS growth < 1 GB ({FLOOD_RSS_GROWTH_MB:,} MB)"
-        if flood_rss:
-            growth = flood_rss.extra["growth_mb"]
-            found.append(
-                Target(
-                    "flood_memory",
-                    description,
-                    "pass" if growth < FLOOD_RSS_GROWTH_MB else "fail",
-                    f"+{growth:,.1f} MB ({flood_rss.extra['rss_before_mb']:,.1f} → "
-                    f"{flood_rss.extra['peak_rss_mb']:,.1f} MB)",
-                    short,
-                )
-            )
-        else:
-            found.append(Target("flood_memory", description, "skipped", "–", "not measured"))
-
-        bystander = r.get("flood_bystander")
-        measured = bystander is not None and bystander.status != "skipped" and bystander.extra
-        description = f"flood: the well-behaved client's p99 < {BYSTANDER_P99_MS:g} ms"
-        if measured and bystander.p99_ms is not None:
-            found.append(
-                Target(
-                    "flood_latency",
-                    description,
-                    "pass" if bystander.p99_ms < BYSTANDER_P99_MS else "fail",
-                    f"p99 {bystander.p99_ms:,.1f} ms, p50 {_num(bystander.p50_ms)} ms",
-                    short,
-                )
-            )
-        else:
-            found.append(Target("flood_latency", description, "skipped", "–", "not measured"))
-        description = "flood: the well-behaved client is never refused (nor fails)"
-        if measured:
-            refused, failed = bystander.extra["refused"], bystander.extra["failed"]
-            found.append(
-                Target(
-                    "flood_refusals",
-                    description,
-                    "pass" if refused == 0 and failed == 0 else "fail",
-                    f"{refused} refused, {failed} failed of {bystander.requests} reports",
-                    short,
-                )
-            )
-        else:
-            found.append(Target("flood_refusals", description, "skipped", "–", "not measured"))
-
-        two = ok("scale_out_two")
-        description = f"two instances ≥ {SCALE_OUT_FACTOR:g}x one (PostgreSQL + Redis)"
-        if two and "vs_one_instance" in two.extra and ok("scale_out_one"):
-            factor = two.extra["vs_one_instance"]
-            found.append(
-                Target(
-                    "scale_out",
-                    description,
-                    "pass" if factor >= SCALE_OUT_FACTOR else "fail",
-                    f"{factor:.2f}x",
-                )
-            )
-        else:
-            reason = (r.get("scale_out_two") or Row("", "")).reason or "not measured"
-            found.append(Target("scale_out", description, "skipped", "–", reason))
-        for target in found:
-            target.group = ISSUE6
-        return found + self.reads_creates_targets() + self.streams_targets()
-
-    def reads_creates_targets(self) -> list[Target]:
-        """The targets of the issue "Reads and creates at the cost they must have"."""
-        o = self.o
-        found: list[Target] = []
-
-        def ok(name: str) -> Row | None:
-            row = self.rows.get(name)
-            return row if row is not None and row.status == "ok" else None
-
-        def add(
-            name: str,
-            description: str,
-            passed: bool | None,
-            measured: str,
-            note: str = "",
-            why: str = "not measured",
-        ) -> None:
-            if passed is None:
-                found.append(Target(name, description, "skipped", "–", why, READS_CREATES))
-            else:
-                status = "pass" if passed else "fail"
-                found.append(Target(name, description, status, measured, note, READS_CREATES))
-
-        def scaled(full: int, actual: int, what: str) -> str:
-            return (
-                "" if actual == full else f"measured with {actual:,} {what}, target is for {full:,}"
-            )
-
-        fewer_connections = (
-            ""
-            if o.connections == PUT_CONNECTIONS
-            else f"measured at {o.connections} connections, not {PUT_CONNECTIONS}"
-        )
-
-        row = ok("get_space_small")
-        cpu = row.cpu_us_per_request if row else None
-        add(
-            "space_small_cpu",
-            f"GET /spaces/{{s}}, {o.small} tasks with progress: ≤ {SPACE_SMALL_CPU_US} µs CPU/req",
-            None if cpu is None else cpu <= SPACE_SMALL_CPU_US,
-            f"{_num(cpu)} µs/req",
-            fewer_connections,
-        )
-
-        small, large = ok("get_space_small_page"), ok("get_space_big_page")
-        description = (
-            f"GET /spaces/{{s}}?limit={PAGE}&before=…, {o.big:,} tasks: ≤ {SPACE_PAGE_CPU_US} "
-            f"µs CPU/req, p50 within {PAGE_LATENCY_FACTOR:g}x the {o.small}-task space"
-        )
-        cpu = large.cpu_us_per_request if large else None
-        if small and large and cpu is not None and small.p50_ms and large.p50_ms is not None:
-            factor = large.p50_ms / small.p50_ms
-            add(
-                "space_page_cpu",
-                description,
-                cpu <= SPACE_PAGE_CPU_US and factor <= PAGE_LATENCY_FACTOR,
-                f"{_num(cpu)} µs/req ({_num(small.cpu_us_per_request)} on {o.small} tasks); "
-                f"p50 {factor:.2f}x",
-                "; ".join(filter(None, [scaled(100_000, o.big, "tasks"), fewer_connections])),
-            )
-        else:
-            add("space_page_cpu", description, None, "")
-
-        row = ok("get_parent")
-        description = (
-            f"GET /tasks/{{parent}}, {o.children:,} children with progress: ≤ "
-            f"{PARENT_CPU_US:,} µs CPU/req, p99 ≤ {PARENT_P99_MS:g} ms"
-        )
-        if row and row.cpu_us_per_request is not None and row.p99_ms is not None:
-            bare = ok("baseline_parent")
-            calibration = (
-                f"the bare server sending the same {row.extra.get('answer_bytes', 0):,} bytes "
-                f"after the same CPU: p99 {bare.p99_ms:,.1f} ms"
-                if bare and bare.p99_ms is not None
-                else ""
-            )
-            add(
-                "parent_cpu",
-                description,
-                row.cpu_us_per_request <= PARENT_CPU_US and row.p99_ms <= PARENT_P99_MS,
-                f"{_num(row.cpu_us_per_request)} µs/req, p99 {row.p99_ms:,.1f} ms",
-                "; ".join(
-                    filter(
-                        None,
-                        [calibration, scaled(1000, o.children, "children"), fewer_connections],
-                    )
-                ),
-            )
-        else:
-            add("parent_cpu", description, None, "")
-
-        row = ok("get_space_big")
-        description = (
-            f"GET /spaces/{{s}}, {o.big:,} tasks, no parameters: ≤ {SPACE_BIG_CPU_MS} ms CPU, "
-            f"streamed: RSS grows ≤ {SPACE_BIG_RSS_GROWTH_MB} MB while answering"
-        )
-        if row and "cpu_ms_per_answer" in row.extra:
-            cpu_ms, growth = row.extra["cpu_ms_per_answer"], row.extra["rss_growth_mb"]
-            add(
-                "space_big_whole",
-                description,
-                cpu_ms <= SPACE_BIG_CPU_MS and growth <= SPACE_BIG_RSS_GROWTH_MB,
-                f"{cpu_ms:,.1f} ms CPU/answer, RSS +{growth:,.1f} MB",
-                scaled(100_000, o.big, "tasks"),
-            )
-        else:
-            add("space_big_whole", description, None, "")
-
-        row = ok("post_task")
-        rate = row.requests_per_s if row else None
-        add(
-            "post_rate",
-            f"POST /spaces/{{s}}/tasks: ≥ {POST_PER_S:,} req/s",
-            None if rate is None else rate >= POST_PER_S,
-            f"{_rate(rate)} req/s, {_num(row.cpu_us_per_request if row else None)} µs CPU/req",
-            fewer_connections,
-        )
-
-        hot, put = ok("put_report_hot"), ok("put_report")
-        description = (
-            f"PUT /tasks/{{t}}, all {PUT_CONNECTIONS} connections on one task: "
-            f"p99 < {HOT_P99_MS:g} ms"
-        )
-        if hot and hot.p99_ms is not None:
-            add(
-                "put_hot",
-                description,
-                hot.p99_ms < HOT_P99_MS,
-                f"p99 {hot.p99_ms:,.2f} ms"
-                + (f" (spread over {o.pool:,} tasks: {put.p99_ms:,.2f} ms)" if put else ""),
-                "; ".join(filter(None, [_bare_put(ok("baseline_put")), fewer_connections])),
-            )
-        else:
-            add("put_hot", description, None, "")
-
-        one, two = ok("scale_out_one"), ok("scale_out_two")
-        skipped_why = (self.rows.get("scale_out_one") or Row("", "")).reason or "not measured"
-        description = (
-            f"PUT on PostgreSQL + Redis, one instance: ≤ {SCALE_OUT_PUT_CPU_US} µs CPU/req"
-        )
-        cpu = one.cpu_us_per_request if one else None
-        add(
-            "scale_out_put_cpu",
-            description,
-            None if cpu is None else cpu <= SCALE_OUT_PUT_CPU_US,
-            f"{_num(cpu)} µs/req (Headway)",
-            cpu_note(one.extra) if one else "",
-            skipped_why,
-        )
-
-        description = (
-            f"two instances vs one, PostgreSQL + Redis: ≥ {SCALE_OUT_FACTOR:g}x, or, where the "
-            f"machine is the limit (≥ {MACHINE_BUSY:.0%} busy), CPU/req of Headway, PostgreSQL "
-            f"and Redis not growing (≤ +{CPU_GROWTH_ALLOWED:.0%})"
-        )
-        per_one = one.extra.get("cpu_us_per_request_of") if one else None
-        per_two = two.extra.get("cpu_us_per_request_of") if two else None
-        if one and two and "vs_one_instance" in two.extra and per_one and per_two:
-            factor = two.extra["vs_one_instance"]
-            busy = two.extra.get("machine_busy", 0.0)
-            growth = {
-                k: per_two[k] / per_one[k] - 1 for k in per_one if k in per_two and per_one[k]
-            }
-            flat = all(
-                g <= CPU_GROWTH_ALLOWED or per_two[k] < CPU_IDLE_US for k, g in growth.items()
-            )
-            changes = ", ".join(
-                f"{k} {per_one[k]:,.0f} → {per_two[k]:,.0f} ({growth[k]:+.0%})" for k in growth
-            )
-            if factor >= SCALE_OUT_FACTOR:
-                passed, how = True, f"{factor:.2f}x"
-            else:
-                passed = busy >= MACHINE_BUSY and flat
-                how = f"{factor:.2f}x; machine {busy:.0%} busy"
-            add("scale_out_cpu", description, passed, f"{how}; CPU µs/req {changes}")
-        else:
-            reason = (self.rows.get("scale_out_two") or Row("", "")).reason or "not measured"
-            add("scale_out_cpu", description, None, "", why=reason)
-        return found
-
-
-def _bare_put(bare: Row | None) -> str:
-    """The `baseline_put` calibration, as a target's note ("" if it was not measured)."""
-    if bare is None or bare.p99_ms is None:
-        return ""
-    return f"the bare server after the same CPU per request: p99 {bare.p99_ms:,.2f} ms"
-
 
 def flood_answers(statuses: dict[str, int]) -> dict[str, int]:
     """A flood phase's answers as 201, 200, 429, 503 and other (failures included)."""
     answers = {k: statuses.get(k, 0) for k in ("201", "200", "429", "503")}
     answers["other"] = sum(n for k, n in statuses.items() if k not in answers)
     return answers
+
+
+def targets(rows: dict[str, Row], o: Options) -> list[Target]:
+    """Every target, in table order: issue 6's, the reads and creates', the live stream's."""
+    return issue6_targets(rows, o) + reads_creates_targets(rows, o) + streams_targets(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1104,7 +682,7 @@ def main(argv: list[str] | None = None) -> int:
             bench.rows.get(name) or Row(name, title, "error", "not run")
             for name, title in bench.titles.items()
         ]
-        targets = bench.targets()
+        found = targets(bench.rows, options)
         run = {
             "started_at": started_at,
             "elapsed_s": round(time.monotonic() - bench.started, 1),
@@ -1134,11 +712,11 @@ def main(argv: list[str] | None = None) -> int:
             text = "".join(profile.render(n, s) for n, s in bench.profiles.items())
             options.results.mkdir(parents=True, exist_ok=True)
             (options.results / "profile.txt").write_text(text)
-        report.write(options.results, run, rows, targets)
+        report.write(options.results, run, rows, found)
     print()
     print(report.table(rows))
     print()
-    print("\n".join(report.targets_sections(targets)).rstrip())
+    print("\n".join(report.targets_sections(found)).rstrip())
     print(f"\nwritten: {options.results / 'latest.json'}, {options.results / 'latest.md'}")
     return 1 if any(row.status == "error" for row in rows) else 0
 
