@@ -20,6 +20,7 @@ from .processes import (
     machine_cpu,
     postmaster_pid,
     start_baseline,
+    start_headway,
     tree_cpu_seconds,
 )
 from .report import MB, Row
@@ -41,6 +42,8 @@ class Harness:
         self.cleanups: list[Callable[[], None]] = []
         self.started = time.monotonic()
         self.profiles: dict[str, dict[str, Any]] = {}
+        # The checkout whose `headway` the Headway servers run (--compare); None: this one.
+        self.code: Path | None = None
 
     # --- Output and bookkeeping -------------------------------------------------------
 
@@ -84,6 +87,15 @@ class Harness:
         self.servers.append(server)
         self.say(f"started {server.name} (pid {server.pid}) on {server.url}")
         return server
+
+    def start_headway(
+        self, name: str, database_url: str, redis_url: str | None = None, **kwargs: Any
+    ) -> ServerProcess:
+        """`headway serve` in the work directory (see `processes.start_headway`), running
+        the code of `self.code`."""
+        return self.start(
+            start_headway, name, self.workdir, database_url, redis_url, code=self.code, **kwargs
+        )
 
     def stop(self, server: ServerProcess) -> None:
         server.stop()

@@ -15,7 +15,7 @@ from .. import seed
 from ..load import Load, not_reached, run_wrk
 from ..measure import Harness
 from ..options import PAGE
-from ..processes import ServerProcess, start_headway
+from ..processes import ServerProcess
 from ..report import MB, Row
 from . import NO_RATE_LIMITS, creates, reads, reports
 
@@ -24,9 +24,7 @@ def embedded(bench: Harness) -> None:
     """Every scenario on the embedded default (SQLite file, progress in memory), with
     the rate limits off."""
     database = bench.workdir / "headway.db"
-    server = bench.start(
-        start_headway, "headway", bench.workdir, f"sqlite:///{database}", env=NO_RATE_LIMITS
-    )
+    server = bench.start_headway("headway", f"sqlite:///{database}", env=NO_RATE_LIMITS)
     rss_at_start = server.rss_bytes()
     bench.say(f"headway RSS right after start: {rss_at_start / MB:.1f} MB")
     try:

@@ -7,7 +7,6 @@ import asyncio
 
 from .. import flood as flooding
 from ..measure import Harness, _ms, _num
-from ..processes import start_headway
 from ..report import MB, Row
 
 FLOOD_ROWS = ["flood_create", "flood_values", "flood_memory", "flood_bystander"]
@@ -18,7 +17,7 @@ def flood(bench: Harness) -> None:
     while a well-behaved client reports from another (see bench/flood.py)."""
     o = bench.o
     database = bench.workdir / "flood.db"
-    server = bench.start(start_headway, "headway-flood", bench.workdir, f"sqlite:///{database}")
+    server = bench.start_headway("headway-flood", f"sqlite:///{database}")
     try:
         result = asyncio.run(
             flooding.run(

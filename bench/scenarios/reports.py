@@ -10,7 +10,7 @@ import httpx
 from .. import seed
 from ..load import Load
 from ..measure import Harness, Skip, _num
-from ..processes import ServerProcess, start_headway
+from ..processes import ServerProcess
 
 # The rate-limited PUT server: every rate at its default except task creation, raised so
 # that seeding the pool (16 creates at once) is not refused. A PUT counts only against
@@ -49,13 +49,7 @@ def limited(bench: Harness) -> None:
     """`put_report` again, on a fresh embedded server with the rate limits on: what
     counting every PUT against its client's rate costs."""
     database = bench.workdir / "limited.db"
-    server = bench.start(
-        start_headway,
-        "headway-limited",
-        bench.workdir,
-        f"sqlite:///{database}",
-        env=LIMITED_SEEDING,
-    )
+    server = bench.start_headway("headway-limited", f"sqlite:///{database}", env=LIMITED_SEEDING)
     try:
         bench.say(f"seeding over HTTP: {bench.o.pool:,} pool tasks (rate limits on)")
         pool = asyncio.run(_seed_pool(server, bench.o.pool))

@@ -19,7 +19,7 @@ from ..measure import (
     machine_busy,
     others_extra,
 )
-from ..processes import ServerProcess, StartError, machine_cpu, start_headway
+from ..processes import ServerProcess, StartError, machine_cpu
 from ..report import Row
 from . import NO_RATE_LIMITS
 
@@ -72,8 +72,8 @@ def _start_instances(
     """Two `headway serve` on the same database and Redis, started at once."""
     try:
         first, second = (
-            bench.start(start_headway, f"headway-pg-{n}", bench.workdir, database_url,
-                        redis_url, wait=False, env=NO_RATE_LIMITS)
+            bench.start_headway(f"headway-pg-{n}", database_url, redis_url, wait=False,
+                                env=NO_RATE_LIMITS)
             for n in (1, 2)
         )  # fmt: skip
         for server in (first, second):

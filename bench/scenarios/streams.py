@@ -16,7 +16,7 @@ from .. import seed
 from ..load import Load
 from ..measure import Harness, _num
 from ..options import STREAM_TASKS
-from ..processes import ROOT, ServerProcess, start_headway
+from ..processes import ROOT, ServerProcess
 from ..report import MB, Row
 from . import NO_RATE_LIMITS
 
@@ -28,10 +28,7 @@ def streams(bench: Harness) -> None:
     space open (read by bench/streams.py in a process of its own), on the embedded
     default with the rate limits off."""
     database = bench.workdir / "streams.db"
-    server = bench.start(
-        start_headway, "headway-streams", bench.workdir, f"sqlite:///{database}",
-        env=NO_RATE_LIMITS,
-    )  # fmt: skip
+    server = bench.start_headway("headway-streams", f"sqlite:///{database}", env=NO_RATE_LIMITS)
     reader = None
     try:
         space, tasks = asyncio.run(_seed_space(server))
