@@ -38,6 +38,8 @@ class Options:
     flood_concurrency: int
     flood_spaces: int
     streams: int
+    compare: Path | None = None
+    rounds: int = 2
 
 
 MODES: dict[str, dict[str, Any]] = {
@@ -51,6 +53,37 @@ MODES: dict[str, dict[str, Any]] = {
 
 
 def parse_options(argv: list[str] | None) -> Options:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    name = "smoke" if args.smoke else "quick" if args.quick else "full"
+    values = dict(MODES[name])
+    for key in ("duration", "connections", "threads", "big", "children", "pool", "flood_s"):
+        if getattr(args, key) is not None:
+            values[key] = getattr(args, key)
+    if values["connections"] < 1 or values["threads"] < 1 or values["big"] < PAGE + 1:
+        parser.error(f"connections and threads must be at least 1, --big at least {PAGE + 1}")
+    if not 0 < values["flood_s"] <= 600:
+        parser.error("--flood-seconds must be above 0 and at most 600")
+    if args.compare is not None and not (args.compare / "headway" / "__init__.py").is_file():
+        parser.error(f"--compare {args.compare}: no headway/ there; give a checkout")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    return Options(
+        mode=name,
+        small=100,
+        cursors=10 if args.smoke else 100,
+        results=args.results,
+        profile=args.profile,
+        scale_out=args.scale_out,
+        flood_concurrency=64,
+        streams=50 if args.smoke else STREAMS,
+        compare=args.compare.resolve() if args.compare is not None else None,
+        rounds=args.rounds,
+        **values,
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=DESCRIPTION)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", action="store_true", help="2 s runs, 16 connections")
@@ -75,7 +108,8 @@ def parse_options(argv: list[str] | None) -> Options:
         "--results",
         type=Path,
         default=RESULTS,
-        help="directory for latest.json and latest.md (default bench/results)",
+        help="directory for latest.json and latest.md, or with --compare compare.json and "
+        "compare.md (default bench/results)",
     )
     parser.add_argument(
         "--profile",
@@ -88,27 +122,17 @@ def parse_options(argv: list[str] | None) -> Options:
         action="store_false",
         help="skip the PostgreSQL + Redis one-vs-two-instances scenarios",
     )
-    args = parser.parse_args(argv)
-    name = "smoke" if args.smoke else "quick" if args.quick else "full"
-    values = dict(MODES[name])
-    for key in ("duration", "connections", "threads", "big", "children", "pool", "flood_s"):
-        if getattr(args, key) is not None:
-            values[key] = getattr(args, key)
-    if values["connections"] < 1 or values["threads"] < 1 or values["big"] < PAGE + 1:
-        parser.error(f"connections and threads must be at least 1, --big at least {PAGE + 1}")
-    if not 0 < values["flood_s"] <= 600:
-        parser.error("--flood-seconds must be above 0 and at most 600")
-    return Options(
-        mode=name,
-        small=100,
-        cursors=10 if args.smoke else 100,
-        results=args.results,
-        profile=args.profile,
-        scale_out=args.scale_out,
-        flood_concurrency=64,
-        streams=50 if args.smoke else STREAMS,
-        **values,
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        metavar="DIR",
+        help="run each Headway phase from DIR's code (another checkout) and from this one, "
+        "alternately, and report the CPU per request of each (see bench/compare.py)",
     )
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="with --compare: runs of each side (default 2)"
+    )
+    return parser
 
 
 def scenario_titles(o: Options) -> dict[str, str]:

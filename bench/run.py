@@ -11,7 +11,9 @@ Every process the run starts is stopped by its PID before it returns.
 
 This module runs the phases in order; the scenarios are in bench/scenarios/ (a module
 per family), the shared measuring in bench/measure.py, the options in bench/options.py,
-the targets in bench/targets.py and bench/cost_targets.py.
+the targets in bench/targets.py and bench/cost_targets.py. With `--compare DIR`, every
+phase that runs Headway runs from DIR's code and from this checkout's, alternately, and
+the run reports the CPU per request of each instead (bench/compare.py).
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from . import profile, report
+from .compare import Phase, compare
 from .cost_targets import reads_creates_targets
 from .load import Load, wrk_binary
 from .measure import Harness
@@ -37,7 +39,8 @@ from .scenarios.flood import FLOOD_ROWS, flood
 from .scenarios.streams import STREAM_ROWS, streams
 from .targets import issue6_targets, streams_targets
 
-Phase = tuple[list[str], Callable[[Harness], None]]
+# The phases that run only the bare baseline: --compare leaves them out.
+BARE = {"baseline", "baseline_parent", "baseline_put"}
 
 
 def phases(bench: Harness) -> list[Phase]:
@@ -98,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"warning: load average {load_at_start[0]:.1f} on {os.cpu_count()} CPUs: "
                 "other work is running, so figures will be low and noisy"
             )
+        if options.compare is not None:
+            return compare(bench, [p for p in phases(bench) if not set(p[0]) <= BARE])
         try:
             run(bench)
         finally:
