@@ -69,17 +69,14 @@ def _fewer_connections(o: Options) -> str:
 
 
 def _space_cost_targets(rows: dict[str, Row], o: Options) -> list[Target]:
+    description = (
+        f"GET /spaces/{{s}}, {o.small} tasks with progress: ≤ {SPACE_SMALL_CPU_US} µs CPU/req"
+    )
     row = ok(rows, "get_space_small")
     cpu = row.cpu_us_per_request if row else None
-    found = [
-        _judged(
-            "space_small_cpu",
-            f"GET /spaces/{{s}}, {o.small} tasks with progress: ≤ {SPACE_SMALL_CPU_US} µs CPU/req",
-            None if cpu is None else cpu <= SPACE_SMALL_CPU_US,
-            f"{_num(cpu)} µs/req",
-            _fewer_connections(o),
-        )
-    ]
+    passed = None if cpu is None else cpu <= SPACE_SMALL_CPU_US
+    note = _fewer_connections(o)
+    found = [_judged("space_small_cpu", description, passed, f"{_num(cpu)} µs/req", note)]
     small, large = ok(rows, "get_space_small_page"), ok(rows, "get_space_big_page")
     description = (
         f"GET /spaces/{{s}}?limit={PAGE}&before=…, {o.big:,} tasks: ≤ {SPACE_PAGE_CPU_US} "
