@@ -122,10 +122,12 @@ def _spawn(name: str, command: list[str], env: dict[str, str], workdir: Path) ->
     return ServerProcess(name, process, port, log_path, log)
 
 
-def _clean_env() -> dict[str, str]:
-    """The harness's environment without any HEADWAY_ setting the caller may have set."""
+def _clean_env(code: Path | None = None) -> dict[str, str]:
+    """The harness's environment without any HEADWAY_ setting the caller may have set;
+    with `code`, that checkout first on PYTHONPATH, so that its `headway` is imported."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEADWAY_")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    paths = [str(code) if code else None, str(ROOT), env.get("PYTHONPATH")]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     return env
 
 
@@ -182,15 +184,18 @@ def start_headway(
     *,
     wait: bool = True,
     env: Mapping[str, str] | None = None,
+    code: Path | None = None,
 ) -> ServerProcess:
     """`headway serve` on a free port. With no redis_url: the embedded default (SQLite
     file, progress in process memory, worker in process). `env` adds `HEADWAY_` settings
     (e.g. `{"HEADWAY_RATE_LIMITS": "false"}`); without it every other setting is the
     service's default. With `wait` false, the caller waits (`wait_ready("/up")`), so
-    several servers can start at once."""
+    several servers can start at once. `code`: another checkout of the repository whose
+    `headway` package the server runs (first on its PYTHONPATH; the venv is shared);
+    without it, this checkout's."""
     port = free_port()
     settings = {
-        **_clean_env(),
+        **_clean_env(code),
         "BENCH_PORT": str(port),
         "HEADWAY_HOST": HOST,
         "HEADWAY_PORT": str(port),

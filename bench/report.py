@@ -104,14 +104,16 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "versions": versions,
         "wrk": wrk_version(),
-        "git": _git(),
+        "git": git_state(),
     }
 
 
-def _git() -> dict[str, Any]:
+def git_state(checkout: Path = ROOT) -> dict[str, Any]:
+    """The checkout's commit, and whether its work tree differs from it."""
+
     def git(*args: str) -> str:
         return subprocess.run(
-            ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10
+            ["git", *args], cwd=checkout, capture_output=True, text=True, timeout=10
         ).stdout.strip()
 
     try:
@@ -174,11 +176,15 @@ def targets_sections(targets: list[Target], level: str = "###") -> list[str]:
     return lines
 
 
+def short_commit(git: dict[str, Any]) -> str:
+    """A `git_state` as its commit's first 12 digits, marked if the work tree differs."""
+    return (git["commit"] or "unknown")[:12] + (" (uncommitted changes)" if git["dirty"] else "")
+
+
 def markdown(run: dict[str, Any], rows: list[Row], targets: list[Target]) -> str:
     m = run["machine"]
     versions = ", ".join(f"{k} {v}" for k, v in m["versions"].items())
-    git = m["git"]
-    commit = (git["commit"] or "unknown")[:12] + (" (uncommitted changes)" if git["dirty"] else "")
+    commit = short_commit(m["git"])
     options = run["options"]
     return "\n".join(
         [

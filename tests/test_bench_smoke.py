@@ -25,7 +25,9 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
 
-    from bench.run import ISSUE6, LIVE, READS_CREATES, parse_options, scenario_titles
+    from bench.cost_targets import READS_CREATES
+    from bench.options import parse_options, scenario_titles
+    from bench.targets import ISSUE6, LIVE
 
     results = json.loads((tmp_path / "latest.json").read_text())
     found = {row["name"]: row for row in results["scenarios"]}

@@ -1,0 +1,178 @@
+"""The command line of `python -m bench.run`: its modes and options, and the scenarios it
+reports, in table order."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import flood
+
+RESULTS = Path(__file__).resolve().parent / "results"
+DESCRIPTION = "Run Headway's benchmarks: `python -m bench.run [--quick | --smoke] [options]`."
+
+PAGE = 50
+FLOOD_PHASE_S = 20.0
+# The live stream's scenarios (issue "Watch it live"): 1,000 streams on one space.
+STREAMS = 1000
+STREAM_TASKS = 100
+
+
+@dataclass
+class Options:
+    mode: str
+    duration: float
+    connections: int
+    threads: int
+    big: int
+    small: int
+    children: int
+    pool: int
+    cursors: int
+    results: Path
+    profile: bool
+    scale_out: bool
+    flood_s: float
+    flood_concurrency: int
+    flood_spaces: int
+    streams: int
+    compare: Path | None = None
+    rounds: int = 2
+
+
+MODES: dict[str, dict[str, Any]] = {
+    "full": dict(duration=10, connections=64, threads=2, big=100_000, children=1000, pool=1000,
+                 flood_s=FLOOD_PHASE_S, flood_spaces=100),
+    "quick": dict(duration=2, connections=16, threads=2, big=100_000, children=1000, pool=1000,
+                  flood_s=5, flood_spaces=100),
+    "smoke": dict(duration=1, connections=2, threads=1, big=1000, children=20, pool=20,
+                  flood_s=2, flood_spaces=10),
+}  # fmt: skip
+
+
+def parse_options(argv: list[str] | None) -> Options:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    name = "smoke" if args.smoke else "quick" if args.quick else "full"
+    values = dict(MODES[name])
+    for key in ("duration", "connections", "threads", "big", "children", "pool", "flood_s"):
+        if getattr(args, key) is not None:
+            values[key] = getattr(args, key)
+    if values["connections"] < 1 or values["threads"] < 1 or values["big"] < PAGE + 1:
+        parser.error(f"connections and threads must be at least 1, --big at least {PAGE + 1}")
+    if not 0 < values["flood_s"] <= 600:
+        parser.error("--flood-seconds must be above 0 and at most 600")
+    if args.compare is not None and not (args.compare / "headway" / "__init__.py").is_file():
+        parser.error(f"--compare {args.compare}: no headway/ there; give a checkout")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    return Options(
+        mode=name,
+        small=100,
+        cursors=10 if args.smoke else 100,
+        results=args.results,
+        profile=args.profile,
+        scale_out=args.scale_out,
+        flood_concurrency=64,
+        streams=50 if args.smoke else STREAMS,
+        compare=args.compare.resolve() if args.compare is not None else None,
+        rounds=args.rounds,
+        **values,
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=DESCRIPTION)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="2 s runs, 16 connections")
+    mode.add_argument(
+        "--smoke",
+        action="store_true",
+        help="seconds in all: 1 s runs, 2 connections, 1,000-task big space (for CI)",
+    )
+    parser.add_argument("--duration", type=float, help="seconds per wrk run (default 10)")
+    parser.add_argument("--connections", type=int, help="wrk connections (default 64)")
+    parser.add_argument("--threads", type=int, help="wrk threads (default 2)")
+    parser.add_argument("--big", type=int, help="tasks in the big space (default 100,000)")
+    parser.add_argument("--children", type=int, help="children of the parent (default 1,000)")
+    parser.add_argument("--pool", type=int, help="tasks PUT/GET spread over (default 1,000)")
+    parser.add_argument(
+        "--flood-seconds",
+        dest="flood_s",
+        type=float,
+        help="seconds of each flood phase, creating then PUTting values (default 20)",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=RESULTS,
+        help="directory for latest.json and latest.md, or with --compare compare.json and "
+        "compare.md (default bench/results)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="sample the server with py-spy during each Headway scenario (adds overhead)",
+    )
+    parser.add_argument(
+        "--no-scale-out",
+        dest="scale_out",
+        action="store_false",
+        help="skip the PostgreSQL + Redis one-vs-two-instances scenarios",
+    )
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        metavar="DIR",
+        help="run each Headway phase from DIR's code (another checkout) and from this one, "
+        "alternately, and report the CPU per request of each (see bench/compare.py)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=2, help="with --compare: runs of each side (default 2)"
+    )
+    return parser
+
+
+def scenario_titles(o: Options) -> dict[str, str]:
+    """Every scenario the run reports, in table order."""
+    return {
+        "baseline": "bare ASGI baseline: GET / (fixed 325-byte JSON)",
+        "put_report": f"PUT /tasks/{{t}} (spread over {o.pool:,} tasks)",
+        "put_report_hot": "the same PUT, every connection on one task",
+        "put_report_limited": "the same PUT, rate limits on at their defaults",
+        "get_report": "GET /tasks/{t}/report?current=5&end=10&values[log]=x",
+        "get_task": "GET /tasks/{t}",
+        "post_task": "POST /spaces/{s}/tasks",
+        "get_space_small": f"GET /spaces/{{s}}, {o.small} tasks",
+        "get_space_small_page": f"GET /spaces/{{s}}?limit={PAGE}&before=…, {o.small} tasks",
+        "get_space_big_page": f"GET /spaces/{{s}}?limit={PAGE}&before=…, {o.big:,} tasks",
+        "get_space_big": f"GET /spaces/{{s}}, {o.big:,} tasks, no parameters (1 connection)",
+        "get_parent": f"GET /tasks/{{t}}, parent of {o.children:,} children",
+        "baseline_parent": (
+            "bare ASGI baseline sending a fixed body the size of that parent's answer, "
+            "after spending its CPU per request"
+        ),
+        "baseline_put": (
+            "bare ASGI baseline (fixed 325-byte JSON) after spending the CPU of one PUT "
+            "(spread over 1,000 tasks) per request"
+        ),
+        "memory": f"memory: RSS with {o.big:,} tasks holding progress",
+        "flood_create": (
+            f"flood from {flood.FLOOD_ADDRESS}, defaults: {o.flood_concurrency} at once create "
+            f"{o.flood_spaces} spaces, then tasks ({o.flood_s:g} s)"
+        ),
+        "flood_values": f"flood: PUT ~60 KB values to each task it created ({o.flood_s:g} s)",
+        "flood_memory": "flood: server RSS, peak over before the flood",
+        "flood_bystander": (
+            f"flood: well-behaved client on {flood.BYSTANDER_ADDRESS}, a PUT every "
+            f"{flood.REPORT_EVERY_S * 1000:.0f} ms"
+        ),
+        "streams_none": f"PUT over {STREAM_TASKS} tasks of one space, no stream open",
+        "streams_put": f"the same PUT with {o.streams:,} streams of the space open and read",
+        "streams_latency": f"report-to-event latency on {o.streams:,} streams, under that PUT",
+        "streams_memory": f"memory per open stream ({o.streams:,} streams, server RSS)",
+        "scale_out_one": "PUT, PostgreSQL + Redis, one instance",
+        "scale_out_two": "PUT, PostgreSQL + Redis, two instances",
+    }
