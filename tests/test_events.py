@@ -296,7 +296,7 @@ def raw_stream(address: tuple[str, int], path: str) -> socket.socket:
     return sock
 
 
-@pytest.mark.parametrize("backend", ["sqlite"])
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 async def test_a_stream_that_never_reads_is_closed_and_holds_bounded_memory(settings, monkeypatch):
     from headway.app import create_app
 
@@ -328,7 +328,7 @@ async def test_a_stream_that_never_reads_is_closed_and_holds_bounded_memory(sett
             assert (await http.get(f"/spaces/{space}")).status_code == 200
 
 
-@pytest.mark.parametrize("backend", ["sqlite"])
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 async def test_a_stream_too_far_behind_is_ended_and_its_reader_reconnects(
     settings, http, monkeypatch
 ):
@@ -343,7 +343,7 @@ async def test_a_stream_too_far_behind_is_ended_and_its_reader_reconnects(
         await asyncio.wait_for(watcher.ended.wait(), 5)
 
 
-@pytest.mark.parametrize("backend", ["sqlite"])
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 async def test_open_streams_are_capped_per_process_and_per_address(tmp_path):
     settings = Settings(
         database_url=f"sqlite:///{tmp_path}/h.db",
@@ -382,7 +382,7 @@ async def test_open_streams_are_capped_per_process_and_per_address(tmp_path):
                 await again.snapshot()
 
 
-@pytest.mark.parametrize("backend", ["sqlite"])
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 async def test_open_streams_end_cleanly_when_the_server_shuts_down(settings):
     import threading
 

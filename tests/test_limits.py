@@ -1,5 +1,5 @@
 """Abuse limits: rates per client address (429) and the live-progress budget (503), on
-both backends. Every refusal carries `Retry-After` and a JSON error, and stores nothing."""
+every backend. Every refusal carries `Retry-After` and a JSON error, and stores nothing."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from headway.clock import ManualClock
 from headway.config import Settings
 from headway.limits import RateLimiter
 
-from .conftest import empty_backend, running
+from .conftest import empty_backend, pairs, running
 
 
 @pytest.fixture
@@ -139,7 +139,7 @@ async def test_a_refused_client_may_go_on_once_its_bucket_refills(backend, limit
     assert response.headers["retry-after"] == "1"
     # A short configured period: a quarter second refills one token of "4/second"; Redis'
     # sliding windows need the next window.
-    await asyncio.sleep(0.3 if backend == "sqlite" else 2.1)
+    await asyncio.sleep(0.3 if backend.progress == "memory" else 2.1)
     await new_space(client)
 
 
@@ -191,9 +191,8 @@ async def test_forwarded_for_is_believed_only_from_trusted_proxies(limited, clie
     assert_refused(await liar.post("/spaces", json={}, headers={"x-forwarded-for": "1.2.3.4"}), 429)
 
 
-async def test_redis_counters_are_shared_by_instances(backend, limited, clients):
-    if backend != "postgres":
-        pytest.skip("counters in Redis exist only with HEADWAY_REDIS_URL")
+@pytest.mark.parametrize("backend", pairs(progress="redis"), indirect=True)
+async def test_redis_counters_are_shared_by_instances(limited, clients):
     first = await limited(rate_spaces="2/minute")
     second = await limited(rate_spaces="2/minute")
     a, b = client_for(first), client_for(second)
@@ -211,11 +210,11 @@ def big_values(size: int = 1000) -> dict[str, str]:
     return {"log": "x" * size}
 
 
+@pytest.mark.parametrize("backend", pairs(progress="memory"), indirect=True)
 async def test_progress_budget_refuses_new_tasks_but_lets_reporting_tasks_go_on(
-    backend, limited, clients, clock
+    limited, clients, clock
 ):
-    if backend != "sqlite":
-        pytest.skip("the memory budget is the embedded default's; Redis has maxmemory")
+    """The memory store's budget (Redis has its maxmemory: see the test after next)."""
     app = await limited(progress_memory=1024 * 1024, progress_memory_per_space=1.0)
     client = client_for(app)
     clients.append(client)
@@ -248,9 +247,8 @@ async def test_progress_budget_refuses_new_tasks_but_lets_reporting_tasks_go_on(
     assert store.bytes_used < store.budget_bytes // 10
 
 
-async def test_no_space_takes_more_than_its_share_of_the_budget(backend, limited, clients):
-    if backend != "sqlite":
-        pytest.skip("the memory budget is the embedded default's; Redis has maxmemory")
+@pytest.mark.parametrize("backend", pairs(progress="memory"), indirect=True)
+async def test_no_space_takes_more_than_its_share_of_the_budget(limited, clients):
     app = await limited(progress_memory=2 * 1024 * 1024, progress_memory_per_space=0.25)
     client = client_for(app)
     clients.append(client)
@@ -269,9 +267,8 @@ async def test_no_space_takes_more_than_its_share_of_the_budget(backend, limited
     assert (await client.put(f"/tasks/{task}", json={"values": big_values()})).status_code == 200
 
 
-async def test_redis_out_of_memory_is_a_503_with_retry_after(backend, app, client, make_task):
-    if backend != "postgres":
-        pytest.skip("Redis only")
+@pytest.mark.parametrize("backend", pairs(progress="redis"), indirect=True)
+async def test_redis_out_of_memory_is_a_503_with_retry_after(app, client, make_task):
     other = await make_task()
     url = app.state.settings.redis_url
     admin = redis.Redis.from_url(url)
