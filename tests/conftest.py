@@ -20,7 +20,7 @@ from headway.app import create_app
 from headway.clock import ManualClock
 from headway.config import Settings
 
-from .live_server import LiveServer, shared_server
+from .live_server import LiveServer
 from .servers import PostgresServer, RedisServer, postgres_and_redis
 
 
@@ -196,7 +196,9 @@ def sql(app: Starlette) -> Callable[[str], Awaitable[list[Any]]]:
     return run
 
 
-@pytest.fixture(scope="module")
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LiveServer:
-    """The real `headway serve` the client and command-line tests share (one per run)."""
-    return shared_server(request.config, tmp_path_factory)
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """The real `headway serve` the client, command-line and page tests share (one per
+    run, on SQLite, rate limits off)."""
+    with LiveServer(tmp_path_factory.mktemp("served"), HEADWAY_RATE_LIMITS="false") as server:
+        yield server

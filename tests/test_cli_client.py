@@ -18,8 +18,8 @@ import pytest
 from headway.cli import main, parser
 
 from .live_server import LiveServer, environment
+from .servers import free_port
 from .test_client import readme_blocks
-from .test_server import free_port
 
 
 @pytest.fixture

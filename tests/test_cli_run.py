@@ -18,8 +18,8 @@ from headway.cli import main
 from headway.cli.output import OutputReader, find_count
 
 from .live_server import LiveServer, environment, wait_for
+from .servers import free_port
 from .test_client import readme_blocks
-from .test_server import free_port
 
 PYTHON = sys.executable
 

@@ -18,7 +18,7 @@ import headway
 from headway import APIError, AsyncClient, Client, NetworkError, NoSpaceError, Space, Task
 
 from .live_server import LiveServer, environment
-from .test_server import free_port
+from .servers import free_port
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

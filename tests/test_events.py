@@ -17,7 +17,7 @@ from httpx_sse import ServerSentEvent, aconnect_sse
 
 from headway.config import Settings
 
-from .servers import serving
+from .live_server import STOPPED_BY_SIGTERM, LiveServer, serving
 
 pytestmark = pytest.mark.usefixtures("empty_databases")
 
@@ -383,30 +383,16 @@ async def test_open_streams_are_capped_per_process_and_per_address(tmp_path):
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
-async def test_open_streams_end_cleanly_when_the_server_shuts_down(settings):
-    import threading
-
-    import uvicorn
-
-    from headway.server import server_config
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    host, port = sock.getsockname()
-    server = uvicorn.Server(server_config(settings.with_(run_worker=False)))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        await asyncio.sleep(0.02)
-    async with httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=10) as http:
-        space = await new_space(http)
-        async with watching(http, f"/spaces/{space}/events") as watcher:
-            await watcher.snapshot()
-            server.should_exit = True
-            await asyncio.wait_for(watcher.ended.wait(), 5)
-    await asyncio.to_thread(thread.join, 10)
-    assert not thread.is_alive()
-    sock.close()
+async def test_open_streams_end_cleanly_when_the_server_shuts_down(tmp_path):
+    with LiveServer(tmp_path) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+            space = await new_space(http)
+            async with watching(http, f"/spaces/{space}/events") as watcher:
+                await watcher.snapshot()
+                stopped = asyncio.create_task(asyncio.to_thread(server.stop))  # SIGTERM
+                await asyncio.wait_for(watcher.ended.wait(), 5)
+                assert await stopped == STOPPED_BY_SIGTERM
+    assert "Traceback" not in server.errors()
 
 
 async def test_a_limit_of_thousands_of_digits_streams_the_whole_space(http):

@@ -4,11 +4,10 @@ behave as one service."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -16,8 +15,8 @@ import httpx
 import pytest
 
 from .conftest import BACKENDS
+from .live_server import HeadwayProcess, LiveServer, environment, headway_command
 from .receiver import Receiver
-from .servers import free_port, wait_for_port
 from .test_events import WITHIN_S, watching
 
 pytestmark = pytest.mark.skipif(
@@ -31,32 +30,22 @@ def cluster(shared_servers, tmp_path_factory) -> Iterator[list[str]]:
     postgres, redis_server = shared_servers
     postgres.create_database("scaleout")
     env = {
-        **os.environ,
         "HEADWAY_DATABASE_URL": postgres.url.rsplit("/", 1)[0] + "/scaleout",
         "HEADWAY_REDIS_URL": redis_server.url.rsplit("/", 1)[0] + "/3",
         "HEADWAY_PROGRESS_TTL": "2",
         "HEADWAY_RUN_WORKER": "false",
         "HEADWAY_WEBHOOK_ALLOW_PRIVATE": "true",
     }
-    command = [sys.executable, "-m", "headway.cli"]
-    subprocess.run([*command, "migrate"], env=env, check=True, capture_output=True)
-    ports = [free_port(), free_port()]
-    log = open(tmp_path_factory.mktemp("cluster") / "processes.log", "wb")  # noqa: SIM115
-    roles = [["serve", "--port", str(port)] for port in ports] + [["worker"], ["worker"]]
-    processes = [
-        subprocess.Popen([*command, *role], env=env, stdout=log, stderr=subprocess.STDOUT)
-        for role in roles
-    ]
-    try:
-        for port in ports:
-            wait_for_port(port)
-        yield [f"http://127.0.0.1:{port}" for port in ports]
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=15)
-        log.close()
+    subprocess.run(
+        [*headway_command(), "migrate"], env=environment(**env), check=True, capture_output=True
+    )
+    directory = tmp_path_factory.mktemp("cluster")
+    servers = [LiveServer(directory, **env) for _ in range(2)]
+    workers = [HeadwayProcess(directory, "worker", **env) for _ in range(2)]
+    with contextlib.ExitStack() as running:
+        for process in [*workers, *servers]:
+            running.enter_context(process)
+        yield [server.url for server in servers]
 
 
 @pytest.fixture
