@@ -167,7 +167,8 @@ async def client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.fixture
 async def space(client: httpx.AsyncClient) -> str:
-    """The uuid of a new, empty space."""
+    """The uuid of a new, empty space on the test's app (`client`); `served_space` is its
+    match on the shared `headway serve`."""
     response = await client.post("/spaces", json={"title": "Test space"})
     assert response.status_code == 201, response.text
     return response.json()["uuid"]
@@ -202,3 +203,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     run, on SQLite, rate limits off)."""
     with LiveServer(tmp_path_factory.mktemp("served"), HEADWAY_RATE_LIMITS="false") as server:
         yield server
+
+
+@pytest.fixture
+def served_space(server: LiveServer) -> str:
+    """The uuid of a new, empty space on the shared `headway serve` (`server`); `space`
+    is its match on the test's own app (`client`)."""
+    return server.new_space()
