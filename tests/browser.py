@@ -1,23 +1,15 @@
-"""A real browser for the page tests: Debian's chromium driven by Playwright, a real
-`headway serve` for it to open, and what the tests watch in a page (console errors,
-dialogs, notifications)."""
+"""A real browser for the page tests: Debian's chromium driven by Playwright, and what the
+tests watch in a page (console errors, dialogs, notifications)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
-import signal
-import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page, Playwright
-
-from .test_server import STARTUP_SECONDS, free_port, start_serve, wait_until_up
 
 CHROMIUM_ARGS = [
     "--headless=new",
@@ -69,26 +61,6 @@ def chromium_path() -> str:
 def launch(playwright: Playwright) -> Browser:
     """Headless chromium, always: the tests run without a display."""
     return playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
-
-
-@contextlib.contextmanager
-def headway_serve(directory: Path) -> Iterator[str]:
-    """A real `headway serve` on a free port, rate limits off; yields its base URL."""
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    proc = start_serve(
-        directory, subprocess.DEVNULL, subprocess.DEVNULL, PORT=str(port), RATE_LIMITS="false"
-    )
-    try:
-        assert wait_until_up(proc, base_url).status_code == 200
-        yield base_url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=STARTUP_SECONDS)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @dataclass

@@ -7,6 +7,7 @@ import contextlib
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -20,7 +21,7 @@ from headway.app import create_app
 from headway.clock import ManualClock
 from headway.config import Settings
 
-from .live_server import LiveServer, shared_server
+from .live_server import LiveServer
 from .servers import PostgresServer, RedisServer, postgres_and_redis
 
 
@@ -30,11 +31,48 @@ def clock() -> ManualClock:
     return ManualClock(time.time_ns() // 1000)
 
 
+@dataclass(frozen=True)
+class Backend:
+    """What a test's service runs on: a database and a live-progress store."""
+
+    name: str
+    database: str  # "sqlite" or "postgres"
+    progress: str  # "memory" (this process) or "redis"
+
+
+# Every pair of a database and a progress store, by the name HEADWAY_TEST_BACKENDS uses.
+# Every test that takes `backend` runs on each selected pair: the two mixed pairs add
+# about 100 s to the suite (on two cores), cheap enough not to keep them to a few modules.
+PAIRS = {
+    backend.name: backend
+    for backend in (
+        Backend("sqlite", "sqlite", "memory"),  # the embedded default
+        Backend("sqlite+redis", "sqlite", "redis"),
+        Backend("postgres+memory", "postgres", "memory"),
+        Backend("postgres", "postgres", "redis"),  # several instances as one service
+    )
+}
+
 BACKENDS = [
     name.strip()
-    for name in os.environ.get("HEADWAY_TEST_BACKENDS", "sqlite,postgres").split(",")
+    for name in os.environ.get("HEADWAY_TEST_BACKENDS", ",".join(PAIRS)).split(",")
     if name.strip()
 ]
+if unknown := set(BACKENDS) - set(PAIRS):
+    raise pytest.UsageError(
+        f"HEADWAY_TEST_BACKENDS names no pair: {', '.join(sorted(unknown))} "
+        f"(the pairs: {', '.join(PAIRS)})"
+    )
+
+
+def pairs(**wanted: str) -> list[str]:
+    """The selected pairs that have these properties, for a test about one kind of store:
+    `@pytest.mark.parametrize("backend", pairs(database="sqlite"), indirect=True)`."""
+    return [
+        name
+        for name in BACKENDS
+        if all(getattr(PAIRS[name], key) == value for key, value in wanted.items())
+    ]
 
 
 needs_redis = pytest.mark.skipif(
@@ -61,24 +99,24 @@ def shared_servers() -> Iterator[tuple[PostgresServer, RedisServer]]:
 
 
 @pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest) -> str:
-    """Which backend the test runs on: `sqlite` (+ memory) or `postgres` (+ Redis)."""
-    return request.param
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """The pair the test runs on. A test for one pair only names it:
+    `@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)`."""
+    return PAIRS[request.param]
 
 
 @pytest.fixture
-def settings(tmp_path: Any, backend: str, request: pytest.FixtureRequest) -> Settings:
+def settings(tmp_path: Any, backend: Backend, request: pytest.FixtureRequest) -> Settings:
     """A fresh, empty service on the backend, with the worker left to the tests."""
-    if backend == "sqlite":
-        return Settings(
-            database_url=f"sqlite:///{tmp_path}/headway.db", progress_ttl=60, run_worker=False
-        )
-    postgres, redis_server = request.getfixturevalue("shared_servers")
+    database_url, redis_url = f"sqlite:///{tmp_path}/headway.db", None
+    if backend.database == "postgres" or backend.progress == "redis":
+        postgres, redis_server = request.getfixturevalue("shared_servers")
+        if backend.database == "postgres":
+            database_url = postgres.url
+        if backend.progress == "redis":
+            redis_url = redis_server.url
     return Settings(
-        database_url=postgres.url,
-        redis_url=redis_server.url,
-        progress_ttl=60,
-        run_worker=False,
+        database_url=database_url, redis_url=redis_url, progress_ttl=60, run_worker=False
     )
 
 
@@ -115,11 +153,11 @@ async def running(app: Starlette) -> AsyncIterator[None]:
 
 
 async def empty_backend(app: Starlette, settings: Settings) -> None:
-    """Shared servers outlive a test: start each test from empty tables and no progress."""
-    if settings.database_url.startswith("sqlite"):
-        return
-    async with app.state.service.db.write() as conn:
-        await conn.execute(text(f"TRUNCATE {', '.join(TABLES)} CASCADE"))
+    """Shared servers outlive a test: start each test from empty tables and no progress
+    (a SQLite file is the test's own)."""
+    if not settings.database_url.startswith("sqlite"):
+        async with app.state.service.db.write() as conn:
+            await conn.execute(text(f"TRUNCATE {', '.join(TABLES)} CASCADE"))
     if settings.redis_url:
         client = redis.Redis.from_url(settings.redis_url)
         await client.flushdb()
@@ -146,7 +184,8 @@ async def client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
 
 @pytest.fixture
 async def space(client: httpx.AsyncClient) -> str:
-    """The uuid of a new, empty space."""
+    """The uuid of a new, empty space on the test's app (`client`); `served_space` is its
+    match on the shared `headway serve`."""
     response = await client.post("/spaces", json={"title": "Test space"})
     assert response.status_code == 201, response.text
     return response.json()["uuid"]
@@ -175,7 +214,16 @@ def sql(app: Starlette) -> Callable[[str], Awaitable[list[Any]]]:
     return run
 
 
-@pytest.fixture(scope="module")
-def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> LiveServer:
-    """The real `headway serve` the client and command-line tests share (one per run)."""
-    return shared_server(request.config, tmp_path_factory)
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """The real `headway serve` the client, command-line and page tests share (one per
+    run, on SQLite, rate limits off)."""
+    with LiveServer(tmp_path_factory.mktemp("served"), HEADWAY_RATE_LIMITS="false") as server:
+        yield server
+
+
+@pytest.fixture
+def served_space(server: LiveServer) -> str:
+    """The uuid of a new, empty space on the shared `headway serve` (`server`); `space`
+    is its match on the test's own app (`client`)."""
+    return server.new_space()

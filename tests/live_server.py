@@ -1,63 +1,168 @@
-"""Real servers for the client's tests: one `headway serve` shared by the whole run, and
-`Gate`, a small HTTP server in front of it that refuses (503, 429), delays, or is not
-there at all, before it passes requests on, recording each one."""
+"""Real servers for tests, started one way each:
+
+- `LiveServer`: a real `headway serve`, a process of its own on a free port, with only the
+  HEADWAY_ variables a test gives it, ready once `GET /up` answers 200, stopped by its PID
+  (`HeadwayProcess` is the same for the commands that serve no port, `headway worker`);
+- `serving`: the very server `headway serve` runs, in a thread of the test's process, for
+  tests that reach into the app (its state, constants they patch);
+- `Gate`: a small HTTP server in front of another that refuses (503, 429), delays, or is
+  not there at all, before it passes requests on, recording each one.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 import pytest
 
-from .test_server import free_port, start_serve, wait_until_up
+from .servers import free_port
+
+if TYPE_CHECKING:
+    from headway.config import Settings
 
 T = TypeVar("T")
 
+STARTUP_SECONDS = 30
+STOP_SECONDS = 15
+# How `headway serve` exits once shut down by SIGTERM: uvicorn raises the signal again
+# after its shutdown, so that the process ends as one ended by it.
+STOPPED_BY_SIGTERM = -signal.SIGTERM
 
-@dataclass
-class LiveServer:
-    """A `headway serve` on 127.0.0.1 with its own SQLite file, rate limits off."""
 
-    directory: Path
-    port: int = field(default_factory=free_port)
-    process: subprocess.Popen[str] | None = None
+def environment(**variables: str) -> dict[str, str]:
+    """This process's environment for a command: no HEADWAY_ variable but `variables`,
+    and this virtualenv's `headway` first on the PATH."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("HEADWAY_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.update(variables)
+    return env
+
+
+def headway_command() -> list[str]:
+    """The `headway` command a user runs: this virtualenv's script, or the module."""
+    script = Path(sys.executable).with_name("headway")
+    if script.is_file():
+        return [str(script)]
+    return [sys.executable, "-m", "headway.cli"]
+
+
+class HeadwayProcess:
+    """`headway ARGS` running in `directory` as a process of its own, with this process's
+    environment but only the HEADWAY_ variables given (`env`, with their full names),
+    its output and errors in files of `directory` (a pipe nobody reads could block it).
+    `start()` may be called again once stopped; the files are then new."""
+
+    def __init__(self, directory: Path, *args: str, **env: str) -> None:
+        self.directory = Path(directory)
+        self.args = args
+        self.env = env
+        self.process: subprocess.Popen[bytes] | None = None
+        self._output: Path | None = None
+        self._errors: Path | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, "not started"
+        return self.process.pid
+
+    def start(self) -> HeadwayProcess:
+        assert self.process is None, "already running"
+        prefix = f"headway-{self.args[0]}-"
+        out, output = tempfile.mkstemp(dir=self.directory, prefix=prefix, suffix=".out")
+        err, errors = tempfile.mkstemp(dir=self.directory, prefix=prefix, suffix=".err")
+        try:
+            self.process = subprocess.Popen(
+                [*headway_command(), *self.args],
+                cwd=self.directory,
+                env=environment(**self.env),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+            )
+        finally:
+            os.close(out)
+            os.close(err)
+        self._output, self._errors = Path(output), Path(errors)
+        return self
+
+    def output(self) -> str:
+        """What it printed on its standard output so far."""
+        return self._output.read_text(errors="replace") if self._output else ""
+
+    def errors(self) -> str:
+        """What it printed on its standard error so far."""
+        return self._errors.read_text(errors="replace") if self._errors else ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = STOP_SECONDS) -> int:
+        """Send `sig` to its PID and wait for it to exit (killed after `timeout`); its
+        exit status (negative: the signal that ended it)."""
+        assert self.process is not None, "not started"
+        process, self.process = self.process, None
+        if process.poll() is None:
+            os.kill(process.pid, sig)
+        try:
+            return process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            pytest.fail(f"headway {self.args[0]} did not stop within {timeout} s of {sig!r}")
+
+    def __enter__(self) -> HeadwayProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process is not None:
+            self.stop()
+
+
+class LiveServer(HeadwayProcess):
+    """A real `headway serve` on 127.0.0.1 (`args` after `serve`, `env` as for
+    `HeadwayProcess`), on a free port unless given one. `start()` returns once it answers
+    `GET /up` with 200, and fails if it exits first or does not answer in time."""
+
+    def __init__(self, directory: Path, *args: str, port: int | None = None, **env: str) -> None:
+        self.port = port or free_port()
+        super().__init__(directory, "serve", *args, HEADWAY_PORT=str(self.port), **env)
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> LiveServer:
-        self.process = start_serve(
-            self.directory,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            PORT=str(self.port),
-            RATE_LIMITS="false",
-        )
-        wait_until_up(self.process, self.url)
-        return self
+        super().start()
+        assert self.process is not None
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while True:
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{self.url}/up", timeout=5).status_code == 200:
+                    return self
+            code = self.process.poll()
+            if code is not None:
+                self.process = None
+                pytest.fail(f"headway serve exited with {code}:\n{self.errors()}")
+            if time.monotonic() > deadline:
+                self.stop(signal.SIGKILL)
+                pytest.fail(f"headway serve did not answer within {STARTUP_SECONDS} s")
+            time.sleep(0.05)
 
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self.process = None
+    def __enter__(self) -> LiveServer:
+        return self.start()
 
     def new_space(self, title: str = "Client tests") -> str:
         response = httpx.post(f"{self.url}/spaces", json={"title": title}, timeout=10)
@@ -75,16 +180,30 @@ class LiveServer:
         return response.json()
 
 
-_shared: LiveServer | None = None
+@contextlib.contextmanager
+def serving(settings: Settings, app: Any = None) -> Iterator[tuple[str, int]]:
+    """The server `headway serve` runs (`server_config`), in a thread, on a free port;
+    yields its address. Stops it (as `headway serve` stops at SIGTERM) on the way out."""
+    import uvicorn
 
+    from headway.server import server_config
 
-def shared_server(config: pytest.Config, tmp_path_factory: pytest.TempPathFactory) -> LiveServer:
-    """One server for every client test of the run, stopped when the run ends."""
-    global _shared
-    if _shared is None:
-        _shared = LiveServer(tmp_path_factory.mktemp("headway-client")).start()
-        config.add_cleanup(_shared.stop)
-    return _shared
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    address = sock.getsockname()
+    server = uvicorn.Server(server_config(settings, app=app))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + STARTUP_SECONDS
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
+            time.sleep(0.02)
+        yield address
+    finally:
+        server.should_exit = True
+        thread.join(STOP_SECONDS)
+        sock.close()
 
 
 def wait_for(check: Callable[[], T | None], timeout: float = 5.0, interval: float = 0.02) -> T:
@@ -185,12 +304,3 @@ class Gate:
             self._server.server_close()
             self._server = None
         self._http.close()
-
-
-def environment(**variables: str) -> dict[str, str]:
-    """This process's environment for a command: no HEADWAY_ variable but `variables`,
-    and this virtualenv's `headway` first on the PATH."""
-    env = {name: value for name, value in os.environ.items() if not name.startswith("HEADWAY_")}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    env.update(variables)
-    return env

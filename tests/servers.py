@@ -14,14 +14,9 @@ import shutil
 import socket
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from headway.config import Settings
 
 PG_BIN_DIRS = sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)
 
@@ -206,29 +201,3 @@ def postgres_and_redis() -> Iterator[tuple[PostgresServer, RedisServer]]:
     finally:
         redis_server.stop()
         postgres.destroy()
-
-
-@contextlib.contextmanager
-def serving(settings: Settings, app: Any = None) -> Iterator[tuple[str, int]]:
-    """The server `headway serve` runs (`server_config`), in a thread, on a free port;
-    yields its address. Stops it (as `headway serve` stops at SIGTERM) on the way out."""
-    import uvicorn
-
-    from headway.server import server_config
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    address = sock.getsockname()
-    server = uvicorn.Server(server_config(settings, app=app))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 15
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.02)
-        yield address
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()

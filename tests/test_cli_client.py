@@ -18,13 +18,8 @@ import pytest
 from headway.cli import main, parser
 
 from .live_server import LiveServer, environment
+from .servers import free_port
 from .test_client import readme_blocks
-from .test_server import free_port
-
-
-@pytest.fixture
-def space(server: LiveServer) -> str:
-    return server.new_space()
 
 
 def headway(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -88,34 +83,38 @@ def test_space_create_json_is_one_object_for_scripts(
 
 
 def test_task_create_prints_the_uuid_and_makes_steps_with_parent(
-    server: LiveServer, space: str, cli: Callable[..., Outcome]
+    server: LiveServer, served_space: str, cli: Callable[..., Outcome]
 ) -> None:
-    env = {"HEADWAY_URL": server.url, "HEADWAY_SPACE": space}
+    env = {"HEADWAY_URL": server.url, "HEADWAY_SPACE": served_space}
     parent = cli("task", "create", "--title", "Deploy", "--source", "ci", **env)
     assert parent.returncode == 0, parent.stderr
     step = cli(
         "task", "create", "--title", "Build", "--parent", parent.stdout.strip(), "--json", **env
     )
     assert step.returncode == 0, step.stderr
-    [task] = server.space(space)["tasks"]
+    [task] = server.space(served_space)["tasks"]
     assert (task["uuid"], task["title"], task["source"]) == (parent.stdout.strip(), "Deploy", "ci")
     assert [child["uuid"] for child in task["children"]] == [json.loads(step.stdout)["uuid"]]
 
 
 def test_task_create_in_another_space_with_space_flag(
-    server: LiveServer, space: str, cli: Callable[..., Outcome]
+    server: LiveServer, served_space: str, cli: Callable[..., Outcome]
 ) -> None:
     other = server.new_space()
-    result = cli("task", "create", "--space", other, HEADWAY_URL=server.url, HEADWAY_SPACE=space)
+    result = cli(
+        "task", "create", "--space", other, HEADWAY_URL=server.url, HEADWAY_SPACE=served_space
+    )
     assert result.returncode == 0, result.stderr
-    assert server.space(space)["tasks"] == []
+    assert server.space(served_space)["tasks"] == []
     assert [task["uuid"] for task in server.space(other)["tasks"]] == [result.stdout.strip()]
 
 
 def test_report_sends_counts_typed_values_and_log(
-    server: LiveServer, space: str, cli: Callable[..., Outcome]
+    server: LiveServer, served_space: str, cli: Callable[..., Outcome]
 ) -> None:
-    task = cli("task", "create", "--title", "Copy", HEADWAY_URL=server.url, HEADWAY_SPACE=space)
+    task = cli(
+        "task", "create", "--title", "Copy", HEADWAY_URL=server.url, HEADWAY_SPACE=served_space
+    )
     uuid_ = task.stdout.strip()
     result = cli(
         "report", uuid_, "--current", "3", "--end", "10",
@@ -138,9 +137,9 @@ def test_report_sends_counts_typed_values_and_log(
 
 
 def test_report_done_alone_finishes_keeping_the_last_numbers(
-    server: LiveServer, space: str, cli: Callable[..., Outcome]
+    server: LiveServer, served_space: str, cli: Callable[..., Outcome]
 ) -> None:
-    env = {"HEADWAY_URL": server.url, "HEADWAY_SPACE": space}
+    env = {"HEADWAY_URL": server.url, "HEADWAY_SPACE": served_space}
     task = cli("task", "create", "--title", "Copy", **env).stdout.strip()
     cli("report", task, "--current", "4", "--end", "8", **env)
     result = cli("report", task, "--done", **env)
@@ -286,17 +285,17 @@ def test_client_commands_work_without_the_server(server: LiveServer) -> None:
     assert uuid.UUID(result.stdout.splitlines()[0])
 
 
-def test_readme_report_examples_run_as_written(server: LiveServer, space: str) -> None:
+def test_readme_report_examples_run_as_written(server: LiveServer, served_space: str) -> None:
     [example] = [block for block in readme_blocks("sh") if "headway report" in block]
     result = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", example],
-        env=environment(HEADWAY_URL=server.url, HEADWAY_SPACE=space),
+        env=environment(HEADWAY_URL=server.url, HEADWAY_SPACE=served_space),
         capture_output=True,
         text=True,
         timeout=30,
     )
     assert result.returncode == 0, result.stderr
-    [task] = server.space(space)["tasks"]
+    [task] = server.space(served_space)["tasks"]
     assert task["title"] == "Deploy" and task["finished_at"] is not None
     assert task["progress"]["values"] == {"host": "web-1", "log": "copying assets"}
     assert (task["progress"]["current"], task["progress"]["end"]) == (3, 10)

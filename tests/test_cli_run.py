@@ -18,20 +18,15 @@ from headway.cli import main
 from headway.cli.output import OutputReader, find_count
 
 from .live_server import LiveServer, environment, wait_for
+from .servers import free_port
 from .test_client import readme_blocks
-from .test_server import free_port
 
 PYTHON = sys.executable
 
 
 @pytest.fixture
-def space(server: LiveServer) -> str:
-    return server.new_space()
-
-
-@pytest.fixture
-def env(server: LiveServer, space: str) -> dict[str, str]:
-    return environment(HEADWAY_URL=server.url, HEADWAY_SPACE=space)
+def env(server: LiveServer, served_space: str) -> dict[str, str]:
+    return environment(HEADWAY_URL=server.url, HEADWAY_SPACE=served_space)
 
 
 @pytest.fixture
@@ -58,13 +53,13 @@ def headway_run(
     )
 
 
-def only_task(server: LiveServer, space: str) -> dict:
-    [task] = server.space(space)["tasks"]
+def only_task(server: LiveServer, served_space: str) -> dict:
+    [task] = server.space(served_space)["tasks"]
     return task
 
 
 def test_output_passes_through_byte_for_byte(
-    script: Callable[[str], str], env: dict[str, str], server: LiveServer, space: str
+    script: Callable[[str], str], env: dict[str, str], server: LiveServer, served_space: str
 ) -> None:
     noisy = script(
         r"""
@@ -87,14 +82,14 @@ def test_output_passes_through_byte_for_byte(
     assert relayed.returncode == direct.returncode == 0
     assert relayed.stdout == direct.stdout
     assert relayed.stderr == direct.stderr
-    task = only_task(server, space)
+    task = only_task(server, served_space)
     assert task["title"] == f"{PYTHON} {noisy}"
     assert task["progress"]["values"] == {"exit_code": 0, "log": "red and no newline"}
     assert (task["progress"]["current"], task["progress"]["end"]) == (3, 10)
 
 
 def test_the_exit_code_is_reported_and_returned(
-    script: Callable[[str], str], env: dict[str, str], server: LiveServer, space: str
+    script: Callable[[str], str], env: dict[str, str], server: LiveServer, served_space: str
 ) -> None:
     failing = script(
         """
@@ -106,13 +101,13 @@ def test_the_exit_code_is_reported_and_returned(
     result = headway_run("--title", "Failing job", "--", PYTHON, failing, env=env)
     assert result.returncode == 3
     assert result.stdout == b"something went wrong\n"
-    task = only_task(server, space)
+    task = only_task(server, served_space)
     assert task["title"] == "Failing job" and task["finished_at"] is not None
     assert task["progress"]["values"] == {"exit_code": 3, "log": "something went wrong"}
 
 
 def test_a_tqdm_bar_in_the_output_reports_its_count(
-    script: Callable[[str], str], env: dict[str, str], server: LiveServer, space: str
+    script: Callable[[str], str], env: dict[str, str], server: LiveServer, served_space: str
 ) -> None:
     training = script(
         """
@@ -126,13 +121,13 @@ def test_a_tqdm_bar_in_the_output_reports_its_count(
     result = headway_run("--", PYTHON, training, env=env)
     assert result.returncode == 0, result.stderr
     assert b" 45/100 [" in result.stderr
-    task = only_task(server, space)
+    task = only_task(server, served_space)
     assert (task["progress"]["current"], task["progress"]["end"]) == (45, 100)
     assert task["finished_at"] is not None
 
 
 def test_a_pip_bar_in_the_output_reports_its_count(
-    script: Callable[[str], str], env: dict[str, str], server: LiveServer, space: str
+    script: Callable[[str], str], env: dict[str, str], server: LiveServer, served_space: str
 ) -> None:
     download = script(
         """
@@ -145,7 +140,7 @@ def test_a_pip_bar_in_the_output_reports_its_count(
     )
     result = headway_run("--", PYTHON, download, env=env)
     assert result.returncode == 0, result.stderr
-    task = only_task(server, space)
+    task = only_task(server, served_space)
     assert (task["progress"]["current"], task["progress"]["end"]) == (12.3, 45.6)
     assert task["progress"]["values"]["log"].endswith("12.3/45.6 MB 5.0 MB/s eta 0:00:07")
 
@@ -154,7 +149,7 @@ def test_a_count_at_its_end_does_not_finish_the_task_before_the_command(
     script: Callable[[str], str],
     env: dict[str, str],
     server: LiveServer,
-    space: str,
+    served_space: str,
     tmp_path: Path,
 ) -> None:
     release = tmp_path / "release"
@@ -171,7 +166,7 @@ def test_a_count_at_its_end_does_not_finish_the_task_before_the_command(
 
     def reported() -> dict | None:
         """the count 10/10 reported"""
-        tasks = server.space(space)["tasks"]
+        tasks = server.space(served_space)["tasks"]
         if tasks and (tasks[0]["progress"] or {}).get("values", {}).get("log"):
             return tasks[0]
         return None
@@ -186,7 +181,7 @@ def test_a_count_at_its_end_does_not_finish_the_task_before_the_command(
             assert process.wait(timeout=30) == 0
         finally:
             process.kill()
-    task = only_task(server, space)
+    task = only_task(server, served_space)
     assert task["finished_at"] is not None
     assert (task["progress"]["current"], task["progress"]["end"]) == (10, 10)
     assert task["progress"]["values"]["log"] == "cleaning up"
@@ -207,7 +202,7 @@ def test_signals_sent_to_headway_run_reach_the_command(
     script: Callable[[str], str],
     env: dict[str, str],
     server: LiveServer,
-    space: str,
+    served_space: str,
 ) -> None:
     patient = script(
         """
@@ -231,18 +226,18 @@ def test_signals_sent_to_headway_run_reach_the_command(
             assert process.wait(timeout=10) == code
         finally:
             process.kill()
-    task = only_task(server, space)
+    task = only_task(server, served_space)
     assert task["finished_at"] is not None
     assert task["progress"]["values"] == values
 
 
 def test_a_command_that_cannot_run_exits_127(
-    env: dict[str, str], server: LiveServer, space: str
+    env: dict[str, str], server: LiveServer, served_space: str
 ) -> None:
     result = headway_run("--", "no-such-command-here", env=env)
     assert result.returncode == 127
     assert result.stderr.startswith(b"headway run: cannot run no-such-command-here")
-    assert only_task(server, space)["progress"]["values"]["exit_code"] == 127
+    assert only_task(server, served_space)["progress"]["values"]["exit_code"] == 127
 
 
 def test_a_server_that_is_down_never_holds_up_the_command(script: Callable[[str], str]) -> None:
@@ -270,7 +265,7 @@ def test_no_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_readme_run_examples_run_as_written(
-    tmp_path: Path, env: dict[str, str], server: LiveServer, space: str
+    tmp_path: Path, env: dict[str, str], server: LiveServer, served_space: str
 ) -> None:
     backup = tmp_path / "backup.sh"
     backup.write_text('#!/bin/sh\nfor i in 1 2 3; do echo "copied $i of 3"; done\n')
@@ -286,7 +281,7 @@ def test_readme_run_examples_run_as_written(
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == "copied 1 of 3\ncopied 2 of 3\ncopied 3 of 3\n" * 2
-    titled, patterned = server.space(space)["tasks"]
+    titled, patterned = server.space(served_space)["tasks"]
     assert titled["title"] == "Nightly backup"
     assert titled["progress"]["values"] == {"exit_code": 0, "log": "copied 3 of 3"}
     assert patterned["title"] == "./backup.sh"

@@ -18,19 +18,14 @@ import headway
 from headway import APIError, AsyncClient, Client, NetworkError, NoSpaceError, Space, Task
 
 from .live_server import LiveServer, environment
-from .test_server import free_port
+from .servers import free_port
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 @pytest.fixture
-def space(server: LiveServer) -> str:
-    return server.new_space()
-
-
-@pytest.fixture
-def client(server: LiveServer, space: str) -> Iterator[Client]:
-    with Client(server.url, space=space, min_interval=0.05, exit_timeout=5) as client:
+def client(server: LiveServer, served_space: str) -> Iterator[Client]:
+    with Client(server.url, space=served_space, min_interval=0.05, exit_timeout=5) as client:
         yield client
 
 
@@ -43,14 +38,14 @@ def test_create_space_returns_its_uuid_title_and_icon(server: LiveServer) -> Non
     assert server.space(space.uuid or "")["title"] == "Nightly builds"
 
 
-def test_get_space_returns_typed_tasks_with_their_steps(client: Client, space: str) -> None:
+def test_get_space_returns_typed_tasks_with_their_steps(client: Client, served_space: str) -> None:
     parent = client.create_task("Deploy", source="deploy.sh")
     step = client.create_task("Build", parent=parent)
     client.report(step, 2, 4, values={"host": "web-1"}, log="compiling\nlinking")
 
     read = client.get_space()
 
-    assert read.uuid == space and read.title == "Client tests"
+    assert read.uuid == served_space and read.title == "Client tests"
     [task] = read.tasks
     assert (task.uuid, task.title, task.source, task.parent_uuid) == (
         parent,
@@ -61,7 +56,7 @@ def test_get_space_returns_typed_tasks_with_their_steps(client: Client, space: s
     assert isinstance(task.created_at, datetime) and task.created_at.tzinfo is not None
     assert task.progress is not None and task.progress.aggregated
     [child] = task.children
-    assert (child.uuid, child.parent_uuid, child.space_uuid) == (step, parent, space)
+    assert (child.uuid, child.parent_uuid, child.space_uuid) == (step, parent, served_space)
     assert child.progress is not None
     assert (child.progress.current, child.progress.end, child.progress.ratio) == (2, 4, 0.5)
     assert child.progress.values == {"host": "web-1", "log": "linking"}
@@ -136,15 +131,15 @@ def test_operations_on_a_space_without_one_raise_no_space_error(
 
 
 def test_url_and_space_default_to_the_environment(
-    server: LiveServer, space: str, monkeypatch: pytest.MonkeyPatch
+    server: LiveServer, served_space: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HEADWAY_URL", server.url + "/")
-    monkeypatch.setenv("HEADWAY_SPACE", space)
+    monkeypatch.setenv("HEADWAY_SPACE", served_space)
     with Client() as client:
         assert client.url == server.url
         task = client.create_task("from the environment")
-        assert client.dashboard_url() == f"{server.url}/spaces/{space}"
-    assert [t["uuid"] for t in server.space(space)["tasks"]] == [task]
+        assert client.dashboard_url() == f"{server.url}/spaces/{served_space}"
+    assert [t["uuid"] for t in server.space(served_space)["tasks"]] == [task]
 
 
 def test_without_environment_the_client_talks_to_the_local_default(
@@ -223,16 +218,16 @@ def readme_blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", readme_section(), flags=re.DOTALL)
 
 
-def test_readme_python_example_runs_as_written(server: LiveServer, space: str) -> None:
+def test_readme_python_example_runs_as_written(server: LiveServer, served_space: str) -> None:
     example = readme_blocks("python")[0]
-    env = environment(HEADWAY_URL=server.url, HEADWAY_SPACE=space)
+    env = environment(HEADWAY_URL=server.url, HEADWAY_SPACE=served_space)
     result = subprocess.run(
         [sys.executable, "-c", example], env=env, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
 
-    backup, deploy = server.space(space)["tasks"]
+    backup, deploy = server.space(served_space)["tasks"]
     assert backup["title"] == "Nightly backup" and backup["finished_at"] is not None
     assert (backup["progress"]["current"], backup["progress"]["end"]) == (2, 3)
     assert backup["progress"]["values"] == {"log": "dumping events"}

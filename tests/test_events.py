@@ -17,11 +17,12 @@ from httpx_sse import ServerSentEvent, aconnect_sse
 
 from headway.config import Settings
 
-from .servers import serving
+from .live_server import STOPPED_BY_SIGTERM, LiveServer, serving
 
 pytestmark = pytest.mark.usefixtures("empty_databases")
 
-# An event must arrive within this long of the change that causes it.
+# An event must arrive within this long of the change that causes it: a bound on each
+# wait for an event, which returns as soon as the event is there.
 WITHIN_S = 1.0
 
 
@@ -296,7 +297,18 @@ def raw_stream(address: tuple[str, int], path: str) -> socket.socket:
     return sock
 
 
-@pytest.mark.parametrize("backend", ["sqlite"])
+async def received(sock: socket.socket, marker: bytes, timeout: float = 10) -> None:
+    """Read from `sock` until `marker` has arrived, and no further."""
+    sock.setblocking(False)
+    loop, seen = asyncio.get_running_loop(), b""
+    async with asyncio.timeout(timeout):
+        while marker not in seen:
+            chunk = await loop.sock_recv(sock, 1024)
+            assert chunk, f"the connection ended before {marker!r}"
+            seen += chunk
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 async def test_a_stream_that_never_reads_is_closed_and_holds_bounded_memory(settings, monkeypatch):
     from headway.app import create_app
 
@@ -309,11 +321,9 @@ async def test_a_stream_that_never_reads_is_closed_and_holds_bounded_memory(sett
             space = await new_space(http)
             tasks = [await new_task(http, space, title=f"t{n}") for n in range(20)]
             sock = raw_stream(address, f"/spaces/{space}/events")
+            await received(sock, b"event: snapshot")  # then it reads no more
             live = app.state.live
-            deadline = time.monotonic() + 5
-            while live.open_streams != 1:
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.02)
+            assert live.open_streams == 1
             values = {f"k{n}": "v" * 1000 for n in range(50)}  # about 50 KB per event
             deadline = time.monotonic() + 10
             while live.open_streams:
@@ -328,7 +338,7 @@ async def test_a_stream_that_never_reads_is_closed_and_holds_bounded_memory(sett
             assert (await http.get(f"/spaces/{space}")).status_code == 200
 
 
-@pytest.mark.parametrize("backend", ["sqlite"])
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 async def test_a_stream_too_far_behind_is_ended_and_its_reader_reconnects(
     settings, http, monkeypatch
 ):
@@ -343,7 +353,7 @@ async def test_a_stream_too_far_behind_is_ended_and_its_reader_reconnects(
         await asyncio.wait_for(watcher.ended.wait(), 5)
 
 
-@pytest.mark.parametrize("backend", ["sqlite"])
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 async def test_open_streams_are_capped_per_process_and_per_address(tmp_path):
     settings = Settings(
         database_url=f"sqlite:///{tmp_path}/h.db",
@@ -382,31 +392,17 @@ async def test_open_streams_are_capped_per_process_and_per_address(tmp_path):
                 await again.snapshot()
 
 
-@pytest.mark.parametrize("backend", ["sqlite"])
-async def test_open_streams_end_cleanly_when_the_server_shuts_down(settings):
-    import threading
-
-    import uvicorn
-
-    from headway.server import server_config
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    host, port = sock.getsockname()
-    server = uvicorn.Server(server_config(settings.with_(run_worker=False)))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        await asyncio.sleep(0.02)
-    async with httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=10) as http:
-        space = await new_space(http)
-        async with watching(http, f"/spaces/{space}/events") as watcher:
-            await watcher.snapshot()
-            server.should_exit = True
-            await asyncio.wait_for(watcher.ended.wait(), 5)
-    await asyncio.to_thread(thread.join, 10)
-    assert not thread.is_alive()
-    sock.close()
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+async def test_open_streams_end_cleanly_when_the_server_shuts_down(tmp_path):
+    with LiveServer(tmp_path) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+            space = await new_space(http)
+            async with watching(http, f"/spaces/{space}/events") as watcher:
+                await watcher.snapshot()
+                stopped = asyncio.create_task(asyncio.to_thread(server.stop))  # SIGTERM
+                await asyncio.wait_for(watcher.ended.wait(), 5)
+                assert await stopped == STOPPED_BY_SIGTERM
+    assert "Traceback" not in server.errors()
 
 
 async def test_a_limit_of_thousands_of_digits_streams_the_whole_space(http):

@@ -77,9 +77,9 @@ async def instances(
 
 
 @pytest.fixture
-async def space(instances) -> str:
-    response = await instances[0].client.post("/spaces", json={})
-    return response.json()["uuid"]
+def client(instances) -> httpx.AsyncClient:
+    """The first instance's client: the one `space` makes its space with."""
+    return instances[0].client
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import dataclasses
 import signal
-import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -25,7 +24,7 @@ from headway.storage.batch import GroupCommit
 from headway.storage.database import Database, DatabaseUnavailable
 from tests.support import stored_counts
 
-from .test_server import STARTUP_SECONDS, free_port, start_serve, wait_until_up
+from .live_server import LiveServer
 
 COUNT = 200
 
@@ -298,21 +297,6 @@ async def test_a_writer_cancelled_at_shutdown_fails_what_waits(db):
 # --- Durability: a real server killed right after answering ---------------------------
 
 
-def start_server(directory: Any, port: int) -> subprocess.Popen[str]:
-    return start_serve(directory, subprocess.DEVNULL, PORT=str(port), RATE_LIMITS="false")
-
-
-def stop(proc: subprocess.Popen[str], sig: int = signal.SIGTERM) -> str:
-    if proc.poll() is None:
-        proc.send_signal(sig)
-    try:
-        proc.wait(timeout=STARTUP_SECONDS)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=STARTUP_SECONDS)
-    return proc.communicate(timeout=STARTUP_SECONDS)[1]
-
-
 async def create_all(base_url: str, count: int) -> tuple[str, list[str]]:
     limits = httpx.Limits(max_connections=count, max_keepalive_connections=count)
     async with httpx.AsyncClient(base_url=base_url, timeout=30, limits=limits) as client:
@@ -328,23 +312,16 @@ async def create_all(base_url: str, count: int) -> tuple[str, list[str]]:
 
 
 def test_every_answered_create_survives_a_kill(tmp_path):
-    port = free_port()
-    base_url = f"http://127.0.0.1:{port}"
-    proc = start_server(tmp_path, port)
+    server = LiveServer(tmp_path, HEADWAY_RATE_LIMITS="false").start()
     try:
-        assert wait_until_up(proc, base_url).status_code == 200
-        space_uuid, made = asyncio.run(create_all(base_url, COUNT))
+        space_uuid, made = asyncio.run(create_all(server.url, COUNT))
     finally:
-        stop(proc, signal.SIGKILL)  # no shutdown: only what was committed remains
+        server.stop(signal.SIGKILL)  # no shutdown: only what was committed remains
 
-    proc = start_server(tmp_path, port)
-    try:
-        assert wait_until_up(proc, base_url).status_code == 200
-        with httpx.Client(base_url=base_url, timeout=10) as client:
+    with server:  # again, on the same port and database file
+        with httpx.Client(base_url=server.url, timeout=10) as client:
             for task_uuid in made:
                 assert client.get(f"/tasks/{task_uuid}").status_code == 200, task_uuid
             stored = client.get(f"/spaces/{space_uuid}").json()["tasks"]
         assert {t["uuid"] for t in stored} == set(made)
-    finally:
-        errors = stop(proc)
-    assert "Traceback" not in errors
+    assert "Traceback" not in server.errors()

@@ -7,12 +7,11 @@ import time
 
 import pytest
 
+from .conftest import pairs
 
-async def test_up_is_503_while_another_process_holds_the_sqlite_write_lock(
-    backend, app, client, settings
-):
-    if backend != "sqlite":
-        pytest.skip("the write lock is SQLite's")
+
+@pytest.mark.parametrize("backend", pairs(database="sqlite"), indirect=True)
+async def test_up_is_503_while_another_process_holds_the_sqlite_write_lock(app, client, settings):
     assert (await client.get("/up")).status_code == 200
     path = settings.database_url.split(":///", 1)[1]
     holder = sqlite3.connect(path, isolation_level=None)

@@ -27,7 +27,7 @@ from headway.config import Settings
 from headway.server import MAX_HEAD, MAX_REQUEST_TARGET
 from headway.service import Service
 
-from .servers import serving
+from .live_server import serving
 
 Address = tuple[str, int]
 

@@ -1,10 +1,10 @@
 """Abuse limits: rates per client address (429) and the live-progress budget (503), on
-both backends. Every refusal carries `Retry-After` and a JSON error, and stores nothing."""
+every backend. Every refusal carries `Retry-After` and a JSON error, and stores nothing."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -18,25 +18,57 @@ from headway.clock import ManualClock
 from headway.config import Settings
 from headway.limits import RateLimiter
 
-from .conftest import empty_backend, running
+from .conftest import empty_backend, pairs, running
 
 
 @pytest.fixture
 async def limited(settings: Settings, clock: ManualClock, request: pytest.FixtureRequest):
-    """Start an app with some settings changed: `await limited(rate_tasks="3/minute")`."""
+    """Start an app with some settings changed: `await limited(rate_tasks="3/minute")`.
+    With `rates_on_the_clock`, its rates count on the test's clock (see `time_passes`)."""
     apps: list[Any] = []
 
-    async def start(**changes: Any) -> Starlette:
-        app = create_app(settings.with_(**changes), clock)
+    async def start(*, rates_on_the_clock: bool = False, **changes: Any) -> Starlette:
+        changed = settings.with_(**changes)
+        app = create_app(changed, clock)
         context = running(app)
         await context.__aenter__()
         apps.append(context)
         await empty_backend(app, settings)
+        if rates_on_the_clock and changed.redis_url is None:
+            # The app counts rates on real time even where a test moves its clock (see
+            # create_app), so that moving it refills nobody's buckets; here its token
+            # buckets count on the test's clock instead.
+            app.state.limiter = RateLimiter(changed, clock)
         return app
 
     yield start
     for context in reversed(apps):
         await context.__aexit__(None, None, None)
+
+
+@pytest.fixture
+def time_passes(settings: Settings, clock: ManualClock) -> Callable[[float], Awaitable[None]]:
+    """Move time forward by `seconds` for rate counters: the test's clock, which token
+    buckets in memory count on, and Redis' sliding windows, which are keys with a TTL
+    (each TTL shortened by as much, or the key dropped, as if that time had passed)."""
+
+    async def advance(seconds: float) -> None:
+        clock.advance(seconds)
+        if settings.redis_url is None:
+            return
+        passed_ms = round(seconds * 1000)
+        admin = redis.Redis.from_url(settings.redis_url)
+        try:
+            async for key in admin.scan_iter(match="headway:rate*"):
+                left_ms = await admin.pttl(key)  # -1: no TTL, -2: gone
+                if left_ms > passed_ms:
+                    await admin.pexpire(key, left_ms - passed_ms)
+                elif left_ms > 0:
+                    await admin.delete(key)
+        finally:
+            await admin.aclose()
+
+    return advance
 
 
 def client_for(app: Starlette, address: str = "127.0.0.1", **headers: str) -> httpx.AsyncClient:
@@ -128,8 +160,10 @@ async def test_rate_limits_off_never_refuse(limited, clients):
         await new_space(client)
 
 
-async def test_a_refused_client_may_go_on_once_its_bucket_refills(backend, limited, clients):
-    app = await limited(rate_spaces="4/second")
+async def test_a_refused_client_may_go_on_once_its_retry_after_has_passed(
+    limited, clients, time_passes
+):
+    app = await limited(rate_spaces="4/second", rates_on_the_clock=True)
     client = client_for(app)
     clients.append(client)
     for _ in range(4):
@@ -137,9 +171,10 @@ async def test_a_refused_client_may_go_on_once_its_bucket_refills(backend, limit
     response = await client.post("/spaces", json={})
     assert_refused(response, 429)
     assert response.headers["retry-after"] == "1"
-    # A short configured period: a quarter second refills one token of "4/second"; Redis'
-    # sliding windows need the next window.
-    await asyncio.sleep(0.3 if backend == "sqlite" else 2.1)
+    # Not yet: a token bucket has refilled 0.8 of a token, Redis' window has not moved on.
+    await time_passes(0.2)
+    assert_refused(await client.post("/spaces", json={}), 429)
+    await time_passes(0.8)
     await new_space(client)
 
 
@@ -191,9 +226,8 @@ async def test_forwarded_for_is_believed_only_from_trusted_proxies(limited, clie
     assert_refused(await liar.post("/spaces", json={}, headers={"x-forwarded-for": "1.2.3.4"}), 429)
 
 
-async def test_redis_counters_are_shared_by_instances(backend, limited, clients):
-    if backend != "postgres":
-        pytest.skip("counters in Redis exist only with HEADWAY_REDIS_URL")
+@pytest.mark.parametrize("backend", pairs(progress="redis"), indirect=True)
+async def test_redis_counters_are_shared_by_instances(limited, clients):
     first = await limited(rate_spaces="2/minute")
     second = await limited(rate_spaces="2/minute")
     a, b = client_for(first), client_for(second)
@@ -211,11 +245,11 @@ def big_values(size: int = 1000) -> dict[str, str]:
     return {"log": "x" * size}
 
 
+@pytest.mark.parametrize("backend", pairs(progress="memory"), indirect=True)
 async def test_progress_budget_refuses_new_tasks_but_lets_reporting_tasks_go_on(
-    backend, limited, clients, clock
+    limited, clients, clock
 ):
-    if backend != "sqlite":
-        pytest.skip("the memory budget is the embedded default's; Redis has maxmemory")
+    """The memory store's budget (Redis has its maxmemory: see the test after next)."""
     app = await limited(progress_memory=1024 * 1024, progress_memory_per_space=1.0)
     client = client_for(app)
     clients.append(client)
@@ -248,9 +282,8 @@ async def test_progress_budget_refuses_new_tasks_but_lets_reporting_tasks_go_on(
     assert store.bytes_used < store.budget_bytes // 10
 
 
-async def test_no_space_takes_more_than_its_share_of_the_budget(backend, limited, clients):
-    if backend != "sqlite":
-        pytest.skip("the memory budget is the embedded default's; Redis has maxmemory")
+@pytest.mark.parametrize("backend", pairs(progress="memory"), indirect=True)
+async def test_no_space_takes_more_than_its_share_of_the_budget(limited, clients):
     app = await limited(progress_memory=2 * 1024 * 1024, progress_memory_per_space=0.25)
     client = client_for(app)
     clients.append(client)
@@ -269,9 +302,8 @@ async def test_no_space_takes_more_than_its_share_of_the_budget(backend, limited
     assert (await client.put(f"/tasks/{task}", json={"values": big_values()})).status_code == 200
 
 
-async def test_redis_out_of_memory_is_a_503_with_retry_after(backend, app, client, make_task):
-    if backend != "postgres":
-        pytest.skip("Redis only")
+@pytest.mark.parametrize("backend", pairs(progress="redis"), indirect=True)
+async def test_redis_out_of_memory_is_a_503_with_retry_after(app, client, make_task):
     other = await make_task()
     url = app.state.settings.redis_url
     admin = redis.Redis.from_url(url)

@@ -2,8 +2,8 @@
 
 The SDK's clients (`mcp.Client` auto and legacy, the streamable HTTP client with a
 `ClientSession`), raw JSON-RPC over httpx to pin the wire format, and the MCP Inspector
-command line all talk to one uvicorn server on a free port. Tools must answer exactly what
-REST answers, for results and for errors alike.
+command line all talk to one server (the one `headway serve` runs) on a free port. Tools
+must answer exactly what REST answers, for results and for errors alike.
 """
 
 from __future__ import annotations
@@ -12,18 +12,14 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
@@ -31,6 +27,8 @@ from mcp.types import CallToolResult, TextContent
 from headway.api.mcp_tools import transport_security
 from headway.app import create_app
 from headway.config import ConfigError, Settings
+
+from .live_server import serving
 
 TOOLS = {"create_space", "get_space", "create_task", "get_task", "report_progress"}
 MODES = ["auto", "legacy", "streamable_http"]
@@ -43,33 +41,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # --- A real server -------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def serving(settings: Settings) -> Iterator[str]:
-    """Run Headway under uvicorn on a free 127.0.0.1 port; yield its base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(settings), log_level="warning", lifespan="on")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 15
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "server did not start"
-            time.sleep(0.02)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(15)
-        sock.close()
-
-
 @pytest.fixture(scope="module")
 def base_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     db = tmp_path_factory.mktemp("mcp") / "headway.db"
-    with serving(Settings(database_url=f"sqlite:///{db}", run_worker=False)) as url:
-        yield url
+    with serving(Settings(database_url=f"sqlite:///{db}", run_worker=False)) as (host, port):
+        yield f"http://{host}:{port}"
 
 
 @pytest.fixture

@@ -4,12 +4,7 @@ gauges measured at scrape, the metrics port, and several worker processes counte
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import re
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -24,6 +19,7 @@ from headway.app import create_app
 from headway.worker import Worker
 
 from .conftest import BACKENDS
+from .live_server import HeadwayProcess, LiveServer
 from .receiver import Receiver
 from .servers import free_port, wait_for_port
 
@@ -243,45 +239,12 @@ async def test_many_apps_in_one_process_share_one_registry(settings, clock):
 # --- Real servers --------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def headway(env: dict[str, str], log: Path, *args: str) -> Iterator[None]:
-    """`headway *args` running in a process of its own, with `env` beside this one's."""
-    with open(log, "wb") as output:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "headway.cli", *args],
-            env={**os.environ, **env},
-            stdout=output,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            yield
-        finally:
-            process.terminate()
-            process.wait(timeout=20)
-
-
-@contextlib.contextmanager
-def headway_serve(env: dict[str, str], log: Path, *args: str) -> Iterator[str]:
-    """A real `headway serve` on a free port, answering; yields its base URL."""
-    port = free_port()
-    env = {**env, "HEADWAY_PORT": str(port), "HEADWAY_RATE_LIMITS": "false"}
-    with headway(env, log, "serve", *args):
-        wait_for_port(port)
-        url = f"http://127.0.0.1:{port}"
-        for _ in range(100):  # with several workers the socket listens before they do
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/up", timeout=5).status_code == 200:
-                    break
-        yield url
-
-
 def test_metrics_port_serves_metrics_and_the_service_port_does_not(tmp_path):
     metrics_port = free_port()
-    env = {
-        "HEADWAY_DATABASE_URL": f"sqlite:///{tmp_path}/headway.db",
-        "HEADWAY_METRICS_PORT": str(metrics_port),
-    }
-    with headway_serve(env, tmp_path / "serve.log") as url:
+    with LiveServer(
+        tmp_path, HEADWAY_METRICS_PORT=str(metrics_port), HEADWAY_RATE_LIMITS="false"
+    ) as server:
+        url = server.url
         wait_for_port(metrics_port)
         space = httpx.post(f"{url}/spaces", json={}).json()["uuid"]
         task = httpx.post(f"{url}/spaces/{space}/tasks", json={}).json()["uuid"]
@@ -312,7 +275,7 @@ def test_the_worker_alone_measures_the_outbox_on_its_metrics_port(tmp_path):
         "HEADWAY_DATABASE_URL": f"sqlite:///{tmp_path}/headway.db",
         "HEADWAY_METRICS_PORT": str(metrics_port),
     }
-    with headway(env, tmp_path / "worker.log", "worker"):
+    with HeadwayProcess(tmp_path, "worker", **env):
         wait_for_port(metrics_port)
         scrapes = [httpx.get(f"http://127.0.0.1:{metrics_port}/metrics") for _ in range(2)]
     for response in scrapes:
@@ -354,7 +317,8 @@ async def test_several_worker_processes_are_counted_together(scale_out_env, tmp_
     metrics_port = free_port()
     if where == "metrics port":
         env["HEADWAY_METRICS_PORT"] = str(metrics_port)
-    with headway_serve(env, tmp_path / "serve.log", "--workers", "2") as url:
+    with LiveServer(tmp_path, "--workers", "2", HEADWAY_RATE_LIMITS="false", **env) as server:
+        url = server.url
         (directory,) = tmp_path.glob("headway-metrics-*")
 
         async def fresh_connection(method: str, path: str, **options) -> httpx.Response:

@@ -22,7 +22,8 @@ from playwright.sync_api import Browser, Locator, Page, Response, expect, sync_p
 
 from headway.web.pages import CONTENT_SECURITY_POLICY
 
-from .browser import RECORD_NOTIFICATIONS, UUID, Watch, chromium_path, headway_serve, launch
+from .browser import RECORD_NOTIFICATIONS, UUID, Watch, chromium_path, launch
+from .live_server import LiveServer
 
 ROOT = Path(__file__).resolve().parent.parent
 WEB = ROOT / "headway" / "web"
@@ -54,12 +55,6 @@ class Api:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with headway_serve(tmp_path_factory.mktemp("serve")) as base_url:
-        yield base_url
-
-
-@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     chromium_path()
     with sync_playwright() as playwright:
@@ -75,8 +70,8 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture
-def api(server: str) -> Iterator[Api]:
-    with httpx.Client(base_url=server, timeout=10) as client:
+def api(server: LiveServer) -> Iterator[Api]:
+    with httpx.Client(base_url=server.url, timeout=10) as client:
         yield Api(client)
 
 
@@ -86,14 +81,14 @@ def watch() -> Watch:
 
 
 @pytest.fixture
-def new_page(browser: Browser, server: str, watch: Watch) -> Iterator[Callable[..., Page]]:
+def new_page(browser: Browser, server: LiveServer, watch: Watch) -> Iterator[Callable[..., Page]]:
     """Opens pages in fresh browser contexts; afterwards, fails on any console error (a
     CSP violation is one), uncaught exception or dialog any of them saw."""
     contexts = []
 
     def new(viewport: dict[str, int] = DESKTOP, permissions: tuple[str, ...] = ()) -> Page:
-        context = browser.new_context(base_url=server, viewport=viewport)
-        context.grant_permissions(list(permissions), origin=server)
+        context = browser.new_context(base_url=server.url, viewport=viewport)
+        context.grant_permissions(list(permissions), origin=server.url)
         if "notifications" in permissions:
             context.add_init_script(RECORD_NOTIFICATIONS)
         contexts.append(context)
@@ -395,7 +390,7 @@ def test_a_share_link_shows_the_same_live_and_reveals_no_uuid(new_page, api, ser
     owner.goto(f"/spaces/{space}")
     owner.get_by_role("button", name="Create a read-only link").click()
     link = owner.get_by_role("textbox", name="Read-only link")
-    expect(link).to_have_value(re.compile(rf"^{re.escape(server)}/shared/"))
+    expect(link).to_have_value(re.compile(rf"^{re.escape(server.url)}/shared/"))
     url = link.input_value()
     copy = owner.get_by_role("button", name="Copy the link")
     copy.click()
@@ -424,7 +419,7 @@ def test_a_share_link_shows_the_same_live_and_reveals_no_uuid(new_page, api, ser
         assert uuids_in(json.dumps(response.headers)) <= {share}, response.url
         if "text/event-stream" not in response.headers.get("content-type", ""):
             assert uuids_in(response.text()) <= {share}, response.url
-    with httpx.Client(base_url=server, timeout=10) as client:
+    with httpx.Client(base_url=server.url, timeout=10) as client:
         read = client.get(f"/shared/{share}", params={"limit": 50})
         assert read.status_code == 200
         assert uuids_in(read.text) == set()
@@ -548,7 +543,7 @@ def test_the_home_page_creates_a_space_and_lands_on_its_dashboard(new_page, serv
     page.wait_for_url(re.compile(r"/spaces/[0-9a-f-]{36}$"))
     space = page.url.rsplit("/", 1)[1]
     expect(page.get_by_role("heading", level=1)).to_have_text("🚀Nightly builds")
-    expect(page.locator("#snippet-curl")).to_contain_text(f"{server}/spaces/{space}/tasks")
+    expect(page.locator("#snippet-curl")).to_contain_text(f"{server.url}/spaces/{space}/tasks")
     expect(page.locator("#snippet-cli")).to_contain_text(f"HEADWAY_SPACE={space}")
     expect(page.get_by_text("This page's address is the key to this space")).to_be_visible()
     assert page.evaluate("document.querySelector('link[rel=icon]').href").startswith("data:")

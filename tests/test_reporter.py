@@ -26,11 +26,6 @@ FAST = {"min_interval": 0.05, "backoff": (0.05, 0.2), "exit_timeout": 5.0}
 
 
 @pytest.fixture
-def space(server: LiveServer) -> str:
-    return server.new_space()
-
-
-@pytest.fixture
 def gate(server: LiveServer) -> Iterator[Gate]:
     gate = Gate(server.url)
     yield gate
@@ -38,8 +33,8 @@ def gate(server: LiveServer) -> Iterator[Gate]:
 
 
 @pytest.fixture
-def client(server: LiveServer, space: str) -> Iterator[Client]:
-    with Client(server.url, space=space, **FAST) as client:  # type: ignore[arg-type]
+def client(server: LiveServer, served_space: str) -> Iterator[Client]:
+    with Client(server.url, space=served_space, **FAST) as client:  # type: ignore[arg-type]
         yield client
 
 
@@ -53,31 +48,31 @@ def messages(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "headway" and r.levelno == level]
 
 
-def only_task(server: LiveServer, space: str) -> dict:
-    [task] = server.space(space)["tasks"]
+def only_task(server: LiveServer, served_space: str) -> dict:
+    [task] = server.space(served_space)["tasks"]
     return task
 
 
 def test_ten_thousand_reports_in_a_tight_loop_send_a_few_and_the_last_arrives(
-    server: LiveServer, space: str, gate: Gate
+    server: LiveServer, served_space: str, gate: Gate
 ) -> None:
     gate.open()
-    with Client(gate.url, space=space, min_interval=0.5) as client:
+    with Client(gate.url, space=served_space, min_interval=0.5) as client:
         reporter = client.reporter(title="tight loop")
         for i in range(10_000):
             reporter.report(i, 10_000, log=f"line {i}")
         assert reporter.flush(5)
-        task = only_task(server, space)
+        task = only_task(server, served_space)
     assert len(gate.puts()) <= 3
     assert task["progress"]["current"] == 9_999
     assert task["progress"]["values"] == {"log": "line 9999"}
 
 
 def test_a_task_reporting_all_the_time_sends_at_most_one_report_per_interval(
-    server: LiveServer, space: str, gate: Gate
+    server: LiveServer, served_space: str, gate: Gate
 ) -> None:
     gate.open()
-    with Client(gate.url, space=space, min_interval=0.1) as client:
+    with Client(gate.url, space=served_space, min_interval=0.1) as client:
         reporter = client.reporter(title="busy")
         start = time.monotonic()
         count = 0
@@ -89,13 +84,13 @@ def test_a_task_reporting_all_the_time_sends_at_most_one_report_per_interval(
     assert 5 <= len(puts) <= 12  # 1 s at one per 0.1 s, plus the last
     sent = [arrival.at for arrival in puts[:-1]]  # the last one was flushed
     assert (sent[-1] - sent[0]) / (len(sent) - 1) >= 0.09
-    assert only_task(server, space)["progress"]["current"] == count
+    assert only_task(server, served_space)["progress"]["current"] == count
 
 
 def test_a_server_that_is_down_never_holds_up_the_job_and_gets_the_final_state_when_back(
-    server: LiveServer, space: str, gate: Gate, logged: pytest.LogCaptureFixture
+    server: LiveServer, served_space: str, gate: Gate, logged: pytest.LogCaptureFixture
 ) -> None:
-    client = Client(gate.url, space=space, **FAST)  # type: ignore[arg-type]
+    client = Client(gate.url, space=served_space, **FAST)  # type: ignore[arg-type]
     start = time.monotonic()
     with client.task("offline job") as task:
         for i in range(1000):
@@ -109,7 +104,7 @@ def test_a_server_that_is_down_never_holds_up_the_job_and_gets_the_final_state_w
     gate.open()
     assert task.flush(5) and step.flush(5)
     client.close()
-    read = only_task(server, space)
+    read = only_task(server, served_space)
     assert read["finished_at"] is not None
     assert read["progress"]["values"] == {"log": "item 999"}
     assert [child["title"] for child in read["children"]] == ["check"]
@@ -120,12 +115,12 @@ def test_a_server_that_is_down_never_holds_up_the_job_and_gets_the_final_state_w
 
 
 def test_429_and_503_are_retried_after_retry_after_and_backoff(
-    server: LiveServer, space: str, gate: Gate, logged: pytest.LogCaptureFixture
+    server: LiveServer, served_space: str, gate: Gate, logged: pytest.LogCaptureFixture
 ) -> None:
     gate.refuse(1, 429, retry_after="1")
     gate.refuse(2, 503)
     gate.open()
-    with Client(gate.url, space=space, **FAST) as client:  # type: ignore[arg-type]
+    with Client(gate.url, space=served_space, **FAST) as client:  # type: ignore[arg-type]
         start = time.monotonic()
         with client.task("refused") as task:
             task.report(1, 2)
@@ -137,14 +132,16 @@ def test_429_and_503_are_retried_after_retry_after_and_backoff(
     assert at[1] - at[0] >= 0.95  # Retry-After: 1, over a backoff of 0.05
     assert at[2] - at[1] >= 0.09  # then 0.1
     assert at[3] - at[2] >= 0.19  # then 0.2, the longest
-    assert only_task(server, space)["finished_at"] is not None
+    assert only_task(server, served_space)["finished_at"] is not None
     assert len(messages(logged, logging.WARNING)) == 1
 
 
-def test_a_slow_server_never_holds_up_the_job(server: LiveServer, space: str, gate: Gate) -> None:
+def test_a_slow_server_never_holds_up_the_job(
+    server: LiveServer, served_space: str, gate: Gate
+) -> None:
     gate.delay = 0.2
     gate.open()
-    with Client(gate.url, space=space, **FAST) as client:  # type: ignore[arg-type]
+    with Client(gate.url, space=served_space, **FAST) as client:  # type: ignore[arg-type]
         start = time.monotonic()
         with client.task("slow server") as task:
             for i in range(100):
@@ -152,13 +149,13 @@ def test_a_slow_server_never_holds_up_the_job(server: LiveServer, space: str, ga
                 time.sleep(0.001)
         assert time.monotonic() - start < 0.3
         assert task.flush(5)
-    read = only_task(server, space)
+    read = only_task(server, served_space)
     assert read["finished_at"] is not None
     assert read["progress"]["current"] == 99
 
 
 def test_a_report_that_cannot_go_is_logged_once_and_later_ones_arrive(
-    client: Client, server: LiveServer, space: str, logged: pytest.LogCaptureFixture
+    client: Client, server: LiveServer, served_space: str, logged: pytest.LogCaptureFixture
 ) -> None:
     reporter = client.reporter(title="too long")
     reporter.report(values={"note": "x" * 2000})
@@ -167,7 +164,7 @@ def test_a_report_that_cannot_go_is_logged_once_and_later_ones_arrive(
     assert reporter.flush(5)
     reporter.report(1, 2, values={"note": "short"})
     assert reporter.flush(5)
-    assert only_task(server, space)["progress"]["values"] == {"note": "short"}
+    assert only_task(server, served_space)["progress"]["values"] == {"note": "short"}
     [warning] = messages(logged, logging.WARNING)
     assert warning.startswith("Headway: a report of task 'too long' was dropped: ")
     assert warning.endswith("(HTTP 400)")
@@ -198,7 +195,7 @@ def test_without_a_space_a_task_warns_and_the_job_goes_on(
 
 
 def test_a_task_block_reports_that_work_started_then_finishes(
-    client: Client, server: LiveServer, space: str
+    client: Client, server: LiveServer, served_space: str
 ) -> None:
     with client.task("block", source="tests") as task:
         assert headway.current_task() is task
@@ -215,7 +212,7 @@ def test_a_task_block_reports_that_work_started_then_finishes(
 
 
 def test_an_exception_is_reported_with_its_type_message_and_last_line_then_raised(
-    client: Client, server: LiveServer, space: str
+    client: Client, server: LiveServer, served_space: str
 ) -> None:
     with pytest.raises(ValueError, match="bad input"), client.task("failing") as task:
         task.report(2, 5, values={"host": "web-1"}, log="reading")
@@ -233,7 +230,7 @@ def test_an_exception_is_reported_with_its_type_message_and_last_line_then_raise
 
 
 def test_a_decorated_function_is_a_new_task_at_each_call(
-    client: Client, server: LiveServer, space: str
+    client: Client, server: LiveServer, served_space: str
 ) -> None:
     @client.task("nightly")
     def nightly(n: int) -> int:
@@ -244,7 +241,7 @@ def test_a_decorated_function_is_a_new_task_at_each_call(
 
     assert nightly(3) == 6 and nightly(4) == 8
     client.close()
-    tasks = server.space(space)["tasks"]
+    tasks = server.space(served_space)["tasks"]
     assert [(t["title"], t["progress"]["current"]) for t in tasks] == [
         ("nightly", 3),
         ("nightly", 4),
@@ -253,7 +250,7 @@ def test_a_decorated_function_is_a_new_task_at_each_call(
 
 
 async def test_a_decorated_coroutine_is_a_new_task_at_each_call(
-    client: Client, server: LiveServer, space: str
+    client: Client, server: LiveServer, served_space: str
 ) -> None:
     @client.task("async nightly")
     async def nightly() -> str:
@@ -265,13 +262,13 @@ async def test_a_decorated_coroutine_is_a_new_task_at_each_call(
     with pytest.raises(RuntimeError):
         await nightly()
     client.close()
-    [task] = server.space(space)["tasks"]
+    [task] = server.space(served_space)["tasks"]
     assert task["finished_at"] is not None
     assert task["progress"]["values"]["error_type"] == "RuntimeError"
 
 
 def test_steps_are_child_tasks_and_a_step_of_a_step_is_another_step(
-    client: Client, server: LiveServer, space: str
+    client: Client, server: LiveServer, served_space: str
 ) -> None:
     with client.task("pipeline") as task:
         with task.step("fetch") as fetch:
@@ -280,7 +277,7 @@ def test_steps_are_child_tasks_and_a_step_of_a_step_is_another_step(
             deeper.finish()
         task.step("planned")
     client.close()
-    [read] = server.space(space)["tasks"]
+    [read] = server.space(served_space)["tasks"]
     assert [child["title"] for child in read["children"]] == ["fetch", "fetch part 2", "planned"]
     fetched, part, planned = read["children"]
     assert fetched["finished_at"] is not None and part["finished_at"] is not None
@@ -302,7 +299,9 @@ def test_a_reporter_for_an_existing_task_reports_and_finishes_it(
     assert (read["progress"]["current"], read["progress"]["values"]) == (4, {"log": "half"})
 
 
-def test_the_final_state_is_delivered_at_interpreter_exit(server: LiveServer, space: str) -> None:
+def test_the_final_state_is_delivered_at_interpreter_exit(
+    server: LiveServer, served_space: str
+) -> None:
     script = textwrap.dedent(
         """
         from headway import Client
@@ -312,12 +311,12 @@ def test_the_final_state_is_delivered_at_interpreter_exit(server: LiveServer, sp
             reporter.report(i, 10_000, log=f"item {i}")
         """
     )
-    env = environment(HEADWAY_URL=server.url, HEADWAY_SPACE=space)
+    env = environment(HEADWAY_URL=server.url, HEADWAY_SPACE=served_space)
     result = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, timeout=30
     )
     assert result.returncode == 0, result.stderr
-    read = only_task(server, space)
+    read = only_task(server, served_space)
     assert read["progress"]["current"] == 999
     assert read["progress"]["values"] == {"log": "item 999"}
 

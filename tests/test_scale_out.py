@@ -4,67 +4,91 @@ behave as one service."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
-import os
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 
+import asyncpg
 import httpx
 import pytest
+import redis.asyncio as redis
 
 from .conftest import BACKENDS
+from .live_server import HeadwayProcess, LiveServer, environment, headway_command
 from .receiver import Receiver
-from .servers import free_port, wait_for_port
 from .test_events import WITHIN_S, watching
 
 pytestmark = pytest.mark.skipif(
     "postgres" not in BACKENDS, reason="HEADWAY_TEST_BACKENDS excludes postgres"
 )
 
+PROGRESS_TTL_S = 2
+
+
+@dataclass(frozen=True)
+class Cluster:
+    urls: list[str]  # of the server instances
+    database_url: str
+    redis_url: str
+
 
 @pytest.fixture(scope="module")
-def cluster(shared_servers, tmp_path_factory) -> Iterator[list[str]]:
-    """Two server instances and two workers on a database of their own; yields base URLs."""
+def cluster(shared_servers, tmp_path_factory) -> Iterator[Cluster]:
+    """Two server instances and two workers on a database of their own."""
     postgres, redis_server = shared_servers
     postgres.create_database("scaleout")
+    database_url = postgres.url.rsplit("/", 1)[0] + "/scaleout"
+    redis_url = redis_server.url.rsplit("/", 1)[0] + "/3"
     env = {
-        **os.environ,
-        "HEADWAY_DATABASE_URL": postgres.url.rsplit("/", 1)[0] + "/scaleout",
-        "HEADWAY_REDIS_URL": redis_server.url.rsplit("/", 1)[0] + "/3",
-        "HEADWAY_PROGRESS_TTL": "2",
+        "HEADWAY_DATABASE_URL": database_url,
+        "HEADWAY_REDIS_URL": redis_url,
+        "HEADWAY_PROGRESS_TTL": str(PROGRESS_TTL_S),
         "HEADWAY_RUN_WORKER": "false",
         "HEADWAY_WEBHOOK_ALLOW_PRIVATE": "true",
     }
-    command = [sys.executable, "-m", "headway.cli"]
-    subprocess.run([*command, "migrate"], env=env, check=True, capture_output=True)
-    ports = [free_port(), free_port()]
-    log = open(tmp_path_factory.mktemp("cluster") / "processes.log", "wb")  # noqa: SIM115
-    roles = [["serve", "--port", str(port)] for port in ports] + [["worker"], ["worker"]]
-    processes = [
-        subprocess.Popen([*command, *role], env=env, stdout=log, stderr=subprocess.STDOUT)
-        for role in roles
-    ]
-    try:
-        for port in ports:
-            wait_for_port(port)
-        yield [f"http://127.0.0.1:{port}" for port in ports]
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(timeout=15)
-        log.close()
+    subprocess.run(
+        [*headway_command(), "migrate"], env=environment(**env), check=True, capture_output=True
+    )
+    directory = tmp_path_factory.mktemp("cluster")
+    servers = [LiveServer(directory, **env) for _ in range(2)]
+    workers = [HeadwayProcess(directory, "worker", **env) for _ in range(2)]
+    with contextlib.ExitStack() as running:
+        for process in [*workers, *servers]:
+            running.enter_context(process)
+        yield Cluster([server.url for server in servers], database_url, redis_url)
 
 
 @pytest.fixture
-async def clients(cluster) -> Iterator[list[httpx.AsyncClient]]:
-    clients = [httpx.AsyncClient(base_url=url, timeout=10) for url in cluster]
+async def clients(cluster) -> AsyncIterator[list[httpx.AsyncClient]]:
+    clients = [httpx.AsyncClient(base_url=url, timeout=10) for url in cluster.urls]
     yield clients
     for client in clients:
         await client.aclose()
+
+
+@pytest.fixture
+async def cluster_redis(cluster) -> AsyncIterator[redis.Redis]:
+    client = redis.Redis.from_url(cluster.redis_url)
+    yield client
+    await client.aclose()
+
+
+async def until_every_delivery_is_settled(cluster: Cluster, timeout: float = 15.0) -> None:
+    """Wait until the cluster's database holds no delivery: each is removed once its
+    worker has its answer (or gives up), so every event queued by then has arrived."""
+    conn = await asyncpg.connect(cluster.database_url)
+    try:
+        async with asyncio.timeout(timeout):
+            while await conn.fetchval("SELECT count(*) FROM deliveries"):
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        pytest.fail(f"deliveries still queued after {timeout} s")
+    finally:
+        await conn.close()
 
 
 async def test_instances_share_spaces_tasks_and_progress(clients):
@@ -102,7 +126,7 @@ async def test_concurrent_creates_across_instances_page_exactly_once(clients):
     assert sorted(seen) == sorted(uuids) and len(seen) == 40
 
 
-async def test_concurrent_completions_across_instances_give_one_event_each(clients):
+async def test_concurrent_completions_across_instances_give_one_event_each(cluster, clients):
     receiver = Receiver().start()
     try:
         space = (await clients[0].post("/spaces", json={})).json()["uuid"]
@@ -127,10 +151,10 @@ async def test_concurrent_completions_across_instances_give_one_event_each(clien
         assert finished["finished_at"] is not None
         assert finished["progress"]["current"] == 5
 
-        deadline = time.monotonic() + 15
-        while len(receiver.deliveries) < 6 and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(1.5)  # a duplicate would arrive within the workers' next polls
+        # Each event's deliveries are queued with it, in the transaction that finishes its
+        # task: once none is left, a second event for a task would have arrived too. (Two
+        # workers sending one delivery would need its claim's 60 s lease to lapse.)
+        await until_every_delivery_is_settled(cluster)
         uuids = [json.loads(d.body)["data"]["uuid"] for d in receiver.deliveries]
         assert sorted(uuids) == sorted([*children, parent])
         assert len(set(receiver.ids())) == 6
@@ -138,12 +162,20 @@ async def test_concurrent_completions_across_instances_give_one_event_each(clien
         receiver.stop()
 
 
-async def test_expiry_is_shared_by_every_instance(clients):
+async def test_expiry_is_shared_by_every_instance(clients, cluster_redis):
     space = (await clients[0].post("/spaces", json={})).json()["uuid"]
     task = (await clients[0].post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
     await clients[0].put(f"/tasks/{task}", json={"current": 1})
     assert (await clients[1].get(f"/tasks/{task}")).json()["progress"]["current"] == 1
-    await asyncio.sleep(2.2)  # HEADWAY_PROGRESS_TTL=2 in this cluster, enforced by Redis
+    # The progress is one key in Redis, which Redis drops after HEADWAY_PROGRESS_TTL.
+    key = f"headway:progress:{task}"
+    assert 0 < await cluster_redis.pttl(key) <= PROGRESS_TTL_S * 1000
+    # Time passes for that key (its TTL shortened), rather than for the test: once Redis
+    # has dropped it, no instance shows the progress any more.
+    await cluster_redis.pexpire(key, 1)
+    async with asyncio.timeout(5):
+        while await cluster_redis.exists(key):
+            await asyncio.sleep(0.005)
     for client in clients:
         assert (await client.get(f"/tasks/{task}")).json()["progress"] is None
 

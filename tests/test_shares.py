@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from .servers import serving
+from .live_server import serving
 from .test_events import WITHIN_S, new_space, new_task, watching
 
 UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)

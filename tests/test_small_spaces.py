@@ -1,6 +1,6 @@
-"""Small spaces held whole in memory (embedded default): every read answers exactly what
-the paged SQL read answers, and the next read after a create, a report or a finish sees
-it."""
+"""Small spaces held whole in memory (beside the memory progress store): every read
+answers exactly what the paged SQL read answers, and the next read after a create, a
+report or a finish sees it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import pytest
 from headway.domain import Progress, TaskRow, TaskView, view_json
 from headway.storage.small_spaces import BigSpace, ShownTasks, SmallSpace, SmallSpaces
 
-pytestmark = pytest.mark.parametrize("backend", ["sqlite"])
+from .conftest import pairs
+
+pytestmark = pytest.mark.parametrize("backend", pairs(progress="memory"), indirect=True)
 
 
 async def read(client, service, space, params, *, held: bool) -> bytes:

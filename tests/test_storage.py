@@ -14,6 +14,8 @@ from headway.storage import queries
 from headway.storage.database import Database, DatabaseUnavailable
 from headway.storage.sqlite import InLoopReads
 
+from .conftest import pairs
+
 
 async def test_database_errors_never_show_statement_parameters(app):
     """Parameters hold space uuids, which are credentials: an error message (and so a log
@@ -78,16 +80,15 @@ async def _only_written(db: Database, title: str) -> None:
         await queries.insert_spaces(st, [queries.NewSpace(str(uuid.uuid4()), title, None)], 0)
 
 
+@pytest.mark.parametrize("backend", pairs(database="sqlite"), indirect=True)
 @pytest.mark.parametrize("write", [_through_sqlalchemy, _read_then_written, _only_written])
 async def test_a_write_cancelled_while_it_waits_for_the_lock_leaves_no_transaction(
-    backend, app, settings, write
+    app, settings, write
 ):
     """A write cancelled while its BEGIN IMMEDIATE waits on SQLite's lock (a request
     whose client left, a worker at shutdown) must not keep the lock once it gets it:
     the next write goes through at once, not after the 30 s busy timeout. So for each
     way of writing: a pooled connection, and the writer's connection (`db.written`)."""
-    if backend != "sqlite":
-        pytest.skip("the write lock is SQLite's")
     db = app.state.service.db
     path = settings.database_url.split(":///", 1)[1]
     holder = sqlite3.connect(path, isolation_level=None)

@@ -4,17 +4,15 @@ client that stops reading holds a bounded amount of the server's memory."""
 from __future__ import annotations
 
 import socket
-import subprocess
 import time
 from pathlib import Path
 
 import httpx
 import msgspec
-import pytest
 
 from headway.service import SPACE_PAGE
 
-from .test_server import free_port, start_serve, wait_until_up
+from .live_server import LiveServer
 
 BIG_VALUES = {f"k{i:02d}": "v" * 1000 for i in range(60)}  # about 61 KB of values
 
@@ -95,15 +93,9 @@ def rss_kib(pid: int) -> int:
 
 
 def test_clients_that_never_read_a_big_answer_hold_bounded_memory(tmp_path):
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    proc = start_serve(
-        tmp_path, subprocess.DEVNULL, subprocess.DEVNULL, PORT=str(port), RATE_LIMITS="false"
-    )
     sockets: list[socket.socket] = []
-    try:
-        wait_until_up(proc, base)
-        with httpx.Client(base_url=base, timeout=30) as http:
+    with LiveServer(tmp_path, HEADWAY_RATE_LIMITS="false") as server:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
             space = http.post("/spaces", json={}).json()["uuid"]
             parent = http.post(f"/spaces/{space}/tasks", json={}).json()["uuid"]
             for _ in range(150):
@@ -111,25 +103,20 @@ def test_clients_that_never_read_a_big_answer_hold_bounded_memory(tmp_path):
                 http.put(f"/tasks/{child.json()['uuid']}", json={"values": BIG_VALUES})
             size = len(http.get(f"/tasks/{parent}").content)
             assert size > 9_000_000
-        before = rss_kib(proc.pid)
+        before = rss_kib(server.pid)
         request = f"GET /tasks/{parent} HTTP/1.1\r\nHost: x\r\n\r\n".encode()
-        for _ in range(8):
-            sock = socket.create_connection(("127.0.0.1", port))
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.sendall(request)
-            sockets.append(sock)
-        time.sleep(2)  # the server writes what the sockets take, then waits
-        grown_kib = rss_kib(proc.pid) - before
-        # Whole answers would be 8 x 9 MB; pieces in flight are a few hundred KB each.
-        assert grown_kib < 24 * 1024, f"RSS grew {grown_kib} KiB"
-        # The server still answers others meanwhile.
-        assert httpx.get(f"{base}/up", timeout=5).status_code == 200
-    finally:
-        for sock in sockets:
-            sock.close()
-        proc.terminate()
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            pytest.fail("headway serve did not stop")
+            for _ in range(8):
+                sock = socket.create_connection(("127.0.0.1", server.port))
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                sock.sendall(request)
+                sockets.append(sock)
+            time.sleep(2)  # the server writes what the sockets take, then waits
+            grown_kib = rss_kib(server.pid) - before
+            # Whole answers would be 8 x 9 MB; pieces in flight are a few hundred KB each.
+            assert grown_kib < 24 * 1024, f"RSS grew {grown_kib} KiB"
+            # The server still answers others meanwhile.
+            assert httpx.get(f"{server.url}/up", timeout=5).status_code == 200
+        finally:
+            for sock in sockets:
+                sock.close()

@@ -26,28 +26,23 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
-def space(server: LiveServer) -> str:
-    return server.new_space()
-
-
-@pytest.fixture
-def client(server: LiveServer, space: str) -> Iterator[Client]:
-    with Client(server.url, space=space, min_interval=0.05, exit_timeout=5) as client:
+def client(server: LiveServer, served_space: str) -> Iterator[Client]:
+    with Client(server.url, space=served_space, min_interval=0.05, exit_timeout=5) as client:
         yield client
 
 
-def delivered(client: Client, server: LiveServer, space: str) -> list[dict]:
+def delivered(client: Client, server: LiveServer, served_space: str) -> list[dict]:
     """The space's tasks once everything the client holds was sent."""
     assert client.close(5)
-    return server.space(space)["tasks"]
+    return server.space(served_space)["tasks"]
 
 
 def test_a_bar_reports_count_total_rate_and_description_and_finishes(
-    client: Client, server: LiveServer, space: str
+    client: Client, server: LiveServer, served_space: str
 ) -> None:
     for _ in tqdm(range(500), desc="files", unit="file", client=client, file=io.StringIO()):
         pass
-    [task] = delivered(client, server, space)
+    [task] = delivered(client, server, served_space)
     assert task["title"] == "files" and task["finished_at"] is not None
     progress = task["progress"]
     assert (progress["current"], progress["end"]) == (500, 500)
@@ -57,14 +52,14 @@ def test_a_bar_reports_count_total_rate_and_description_and_finishes(
 
 
 def test_a_bar_updated_by_hand_reports_its_postfix_and_finishes_on_close(
-    client: Client, server: LiveServer, space: str
+    client: Client, server: LiveServer, served_space: str
 ) -> None:
     with tqdm(total=10, desc="upload", client=client, file=io.StringIO()) as bar:
         bar.update(4)
         bar.set_postfix(host="web-1")
         bar.set_description("uploading")
         bar.update(2)
-    [task] = delivered(client, server, space)
+    [task] = delivered(client, server, served_space)
     assert task["finished_at"] is not None
     assert (task["progress"]["current"], task["progress"]["end"]) == (6, 10)
     values = task["progress"]["values"]
@@ -72,13 +67,13 @@ def test_a_bar_updated_by_hand_reports_its_postfix_and_finishes_on_close(
 
 
 def test_nested_bars_are_steps_of_the_outer_bars_task(
-    client: Client, server: LiveServer, space: str
+    client: Client, server: LiveServer, served_space: str
 ) -> None:
     out = io.StringIO()
     for epoch in trange(3, desc="training", client=client, file=out):
         for _ in tqdm(range(50), desc=f"epoch {epoch}", leave=False, file=out):
             pass
-    [task] = delivered(client, server, space)
+    [task] = delivered(client, server, served_space)
     assert task["title"] == "training" and task["finished_at"] is not None
     steps = task["children"]
     assert [step["title"] for step in steps] == ["epoch 0", "epoch 1", "epoch 2"]
@@ -86,19 +81,19 @@ def test_nested_bars_are_steps_of_the_outer_bars_task(
 
 
 def test_a_bar_at_position_one_is_a_step_of_the_bar_above(
-    client: Client, server: LiveServer, space: str
+    client: Client, server: LiveServer, served_space: str
 ) -> None:
     out = io.StringIO()
     with tqdm(total=2, desc="outer", client=client, file=out) as outer:
         with tqdm(total=5, desc="inner", position=1, file=out) as inner:
             inner.update(5)
         outer.update(1)
-    [task] = delivered(client, server, space)
+    [task] = delivered(client, server, served_space)
     assert [step["title"] for step in task["children"]] == ["inner"]
 
 
 def test_a_loop_left_early_leaves_its_task_unfinished_at_its_last_count(
-    client: Client, server: LiveServer, space: str
+    client: Client, server: LiveServer, served_space: str
 ) -> None:
     for i in tqdm(range(100), desc="searching", client=client, file=io.StringIO()):
         if i == 41:
@@ -107,7 +102,7 @@ def test_a_loop_left_early_leaves_its_task_unfinished_at_its_last_count(
         for i in tqdm(iter(range(100)), desc="crashing", client=client, file=io.StringIO()):
             if i == 7:
                 raise KeyError("missing")
-    searching, crashing = delivered(client, server, space)
+    searching, crashing = delivered(client, server, served_space)
     assert searching["finished_at"] is None
     assert (searching["progress"]["current"], searching["progress"]["end"]) == (41, 100)
     assert crashing["finished_at"] is None
@@ -115,7 +110,7 @@ def test_a_loop_left_early_leaves_its_task_unfinished_at_its_last_count(
 
 
 def test_an_exception_out_of_a_bars_with_block_is_reported_and_finishes_it(
-    client: Client, server: LiveServer, space: str
+    client: Client, server: LiveServer, served_space: str
 ) -> None:
     with (
         pytest.raises(OSError, match="disk full"),
@@ -123,7 +118,7 @@ def test_an_exception_out_of_a_bars_with_block_is_reported_and_finishes_it(
     ):
         bar.update(3)
         raise OSError("disk full")
-    [task] = delivered(client, server, space)
+    [task] = delivered(client, server, served_space)
     assert task["finished_at"] is not None
     values = task["progress"]["values"]
     assert (values["error_type"], values["error_message"]) == ("OSError", "disk full")
@@ -132,18 +127,18 @@ def test_an_exception_out_of_a_bars_with_block_is_reported_and_finishes_it(
 
 
 def test_a_bar_inside_a_task_block_is_a_step_of_that_task(
-    client: Client, server: LiveServer, space: str
+    client: Client, server: LiveServer, served_space: str
 ) -> None:
     with client.task("job"):
         for _ in tqdm(range(20), desc="phase", file=io.StringIO()):
             pass
-    [task] = delivered(client, server, space)
+    [task] = delivered(client, server, served_space)
     assert [step["title"] for step in task["children"]] == ["phase"]
     assert task["children"][0]["finished_at"] is not None
 
 
 def test_attach_makes_an_existing_bar_report(
-    client: Client, server: LiveServer, space: str
+    client: Client, server: LiveServer, served_space: str
 ) -> None:
     bar = tqdm_module.tqdm(total=8, desc="legacy", file=io.StringIO())
     bar.update(2)
@@ -151,26 +146,28 @@ def test_attach_makes_an_existing_bar_report(
     bar.update(6)
     bar.close()
     assert isinstance(bar, tqdm_module.tqdm)
-    [task] = delivered(client, server, space)
+    [task] = delivered(client, server, served_space)
     assert task["title"] == "legacy" and task["finished_at"] is not None
     assert task["progress"]["current"] == 8
 
 
 def test_a_bar_reports_to_an_existing_task_when_given_one(
-    client: Client, server: LiveServer, space: str
+    client: Client, server: LiveServer, served_space: str
 ) -> None:
     existing = client.create_task("given")
     for _ in tqdm(range(3), task=existing, client=client, file=io.StringIO()):
         pass
-    [task] = delivered(client, server, space)
+    [task] = delivered(client, server, served_space)
     assert task["uuid"] == existing and task["finished_at"] is not None
     assert task["progress"]["current"] == 3
 
 
-def test_auto_bars_report_like_the_others(client: Client, server: LiveServer, space: str) -> None:
+def test_auto_bars_report_like_the_others(
+    client: Client, server: LiveServer, served_space: str
+) -> None:
     for _ in headway.tqdm.auto.trange(4, desc="auto", client=client, file=io.StringIO()):
         pass
-    [task] = delivered(client, server, space)
+    [task] = delivered(client, server, served_space)
     assert (task["title"], task["progress"]["current"]) == ("auto", 4)
 
 
@@ -194,32 +191,34 @@ def test_without_a_space_bars_work_as_plain_tqdm_and_warn_once(server: LiveServe
     ]
 
 
-def test_a_disabled_bar_reports_nothing(client: Client, server: LiveServer, space: str) -> None:
+def test_a_disabled_bar_reports_nothing(
+    client: Client, server: LiveServer, served_space: str
+) -> None:
     for _ in tqdm(range(5), disable=True, client=client):
         pass
-    assert delivered(client, server, space) == []
+    assert delivered(client, server, served_space) == []
 
 
-def test_readme_tqdm_example_runs_as_written(server: LiveServer, space: str) -> None:
+def test_readme_tqdm_example_runs_as_written(server: LiveServer, served_space: str) -> None:
     [example] = [block for block in readme_blocks("python") if "headway.tqdm" in block]
-    env = environment(HEADWAY_URL=server.url, HEADWAY_SPACE=space)
+    env = environment(HEADWAY_URL=server.url, HEADWAY_SPACE=served_space)
     result = subprocess.run(
         [sys.executable, "-c", example], env=env, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stderr
-    [task] = server.space(space)["tasks"]
+    [task] = server.space(served_space)["tasks"]
     assert task["title"] == "Training" and task["finished_at"] is not None
     assert [step["title"] for step in task["children"]] == ["Epoch 0", "Epoch 1", "Epoch 2"]
     assert all(step["progress"]["current"] == 200 for step in task["children"])
 
 
 def test_headway_logger_is_quiet_when_all_goes_well(
-    client: Client, server: LiveServer, space: str, caplog: pytest.LogCaptureFixture
+    client: Client, server: LiveServer, served_space: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="headway")
     for _ in trange(10, client=client, file=io.StringIO()):
         pass
-    assert len(delivered(client, server, space)) == 1
+    assert len(delivered(client, server, served_space)) == 1
     assert [r for r in caplog.records if r.name == "headway"] == []
 
 

@@ -27,8 +27,8 @@ from headway.client import APIError
 from headway.client.events import RECONNECTING, Event, follow, parse_events
 
 from .live_server import LiveServer, environment
+from .servers import free_port
 from .test_client import readme_blocks
-from .test_server import free_port
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
 
