@@ -11,7 +11,7 @@ stream and `/mcp` call and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 from ..clock import Clock
@@ -25,7 +25,7 @@ from ..storage.small_spaces import ShownTasks, SmallSpaces
 from .changes import Cache, Changes
 from .context import Stores
 from .families import Families
-from .reads import SPACE_PAGE, Shown, SpaceReads, parse_limit
+from .reads import SPACE_PAGE, SpaceReads, parse_limit
 from .shares import Shares
 from .spaces import Head, Spaces
 from .tasks import Tasks
@@ -69,6 +69,9 @@ class Service:
             per_space=webhooks_per_space,
         )
         self.shares = Shares(stores, self.spaces, per_space=shares_per_space)
+        # A space with its top-level tasks, whole or a page at a time (see `SpaceReads`).
+        self.get_space = self.reads.get
+        self.read_space = self.reads.read
 
     @property
     def on_event(self) -> Callable[[], None]:
@@ -115,34 +118,6 @@ class Service:
     async def space_head(self, space_uuid: str) -> Head:
         """A space's `{"title", "icon"}`; NotFound if there is no such space."""
         return await self.spaces.head(space_uuid)
-
-    async def get_space(
-        self,
-        space_uuid: str,
-        *,
-        before: str | None = None,
-        after: str | None = None,
-        limit: int | str | None = None,
-        state: str | None = None,
-    ) -> dict[str, Any]:
-        """A space with its top-level tasks (see `SpaceReads.read`)."""
-        return await self.reads.get(
-            space_uuid, before=before, after=after, limit=limit, state=state
-        )
-
-    async def read_space(
-        self,
-        space_uuid: str,
-        *,
-        before: str | None = None,
-        after: str | None = None,
-        limit: int | str | None = None,
-        state: str | None = None,
-    ) -> tuple[Head, AsyncIterator[list[Shown]]]:
-        """A space's head and its tasks a page at a time (see `SpaceReads.read`)."""
-        return await self.reads.read(
-            space_uuid, before=before, after=after, limit=limit, state=state
-        )
 
     # --- Tasks and reports ----------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, cast
+from typing import Any, TypedDict, Unpack, cast
 
 import msgspec
 
@@ -26,6 +26,16 @@ MAX_SPACE_PAGE = 3200
 # Pages of at most this many top-level tasks (a read with a `limit`, as a dashboard
 # polls) reuse their tasks' answers; a read of a whole big space would only churn them.
 SHOWN_PAGE = 100
+
+
+class SpaceQuery(TypedDict, total=False):
+    """A space read's query parameters (see `queries.Window`), each optional."""
+
+    before: str | None
+    after: str | None
+    limit: int | str | None  # a number, or a query parameter's text
+    state: str | None
+
 
 Shown = TaskView | msgspec.Raw  # a task's answer: its struct, or its JSON already made
 Rows = tuple[list[TaskRow], dict[str, list[TaskRow]]]  # top-level tasks, children by parent
@@ -50,19 +60,13 @@ class SpaceReads:
         self._stores.changes.replace(self.small, small)
         self.small = small
 
-    async def get(self, space_uuid: str, **query: Any) -> dict[str, Any]:
+    async def get(self, space_uuid: str, **query: Unpack[SpaceQuery]) -> dict[str, Any]:
         """A space with its top-level tasks, all in one answer (see `read`)."""
         head, pages = await self.read(space_uuid, **query)
         return {**head, "tasks": [task async for page in pages for task in page]}
 
     async def read(
-        self,
-        space_uuid: str,
-        *,
-        before: str | None = None,
-        after: str | None = None,
-        limit: int | str | None = None,
-        state: str | None = None,
+        self, space_uuid: str, **query: Unpack[SpaceQuery]
     ) -> tuple[Head, AsyncIterator[list[Shown]]]:
         """A space read as its `{"title", "icon"}` and its tasks, a page at a time, in the
         order `queries.Window` sets.
@@ -71,11 +75,11 @@ class SpaceReads:
         and rendered here too, so a store that is down fails the read before any byte is
         sent. The other pages are read as they are consumed, each on a connection of its
         own, so a reader that stops reading holds one page and no connection.
-        `limit` may be a number or the text of a query parameter; both are checked alike.
         """
-        before_us = _cursor("before", before)
-        after_us = _cursor("after", after)
-        count = parse_limit(limit)
+        before_us = _cursor("before", query.get("before"))
+        after_us = _cursor("after", query.get("after"))
+        count = parse_limit(query.get("limit"))
+        state = query.get("state")
         if state is not None and state not in ("active", "finished"):
             raise BadRequest(f"state must be active or finished, not {state!r}.")
         key = canonical_uuid(space_uuid)
