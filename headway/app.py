@@ -10,7 +10,6 @@ from collections.abc import AsyncIterator
 from time import perf_counter
 from typing import Any, cast
 
-import sqlalchemy.exc
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -38,6 +37,7 @@ from .api.responses import (
 )
 from .clock import Clock, SystemClock
 from .config import Settings
+from .dependencies import unavailable
 from .errors import UNAVAILABLE_MESSAGE, HeadwayError, Unavailable, error_body
 from .limits import RateLimiter
 from .live import Live
@@ -46,35 +46,14 @@ from .progress.feed import ChangeFeed
 from .progress.memory import MemoryProgressStore
 from .scope import RAW_SEND
 from .service import Service
-from .storage.database import Database, DatabaseUnavailable
+from .storage.database import Database
 from .storage.families import FamilyVersions
 from .web import routes as web_routes
 from .worker import Worker
 
 log = logging.getLogger("headway")
 
-# Failures of a dependency (database, progress store) rather than of the request: 503.
-DEPENDENCY_ERRORS: tuple[type[BaseException], ...] = (
-    sqlalchemy.exc.OperationalError,
-    sqlalchemy.exc.InterfaceError,
-    sqlalchemy.exc.TimeoutError,
-    DatabaseUnavailable,
-    ConnectionError,
-    TimeoutError,
-    OSError,
-)
-
-
 RETRY_SOON = {"retry-after": "5"}
-
-
-def dependency_errors(settings: Settings) -> tuple[type[BaseException], ...]:
-    """The exceptions that mean a dependency is down, for the backends `settings` name."""
-    if settings.redis_url is None:
-        return DEPENDENCY_ERRORS  # and the Redis client is never imported
-    from .progress.redis import REDIS_ERRORS
-
-    return DEPENDENCY_ERRORS + REDIS_ERRORS
 
 
 def create_app(settings: Settings | None = None, clock: Clock | None = None) -> Starlette:
@@ -89,6 +68,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         metrics.serving(db, progress)  # for HEADWAY_METRICS_PORT's scrape, in another thread
         # Rates run on real time even where a test moves the service's clock.
         app.state.limiter = limiter = RateLimiter(settings)
+        app.state.loops = {}  # the app's own long-lived tasks, by name (see api.health)
         feed = make_feed(progress)
         worker_task = None
         live = None
@@ -111,12 +91,12 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 feed,
                 max_streams=settings.max_streams,
                 per_client=settings.streams_per_client if settings.rate_limits else None,
-                dependency_errors=errors,
             )
             if settings.run_worker:
                 worker = Worker(db, clock, allow_private=settings.webhook_allow_private)
                 service.on_event = worker.wake
                 worker_task = asyncio.create_task(worker.run(), name="headway-worker")
+                app.state.loops["worker"] = worker_task
             async with mcp_endpoint.running():
                 yield
         finally:
@@ -132,13 +112,11 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             await progress.close()
             await db.close()
 
-    errors = dependency_errors(settings)
     # A fresh MCP server per app; its tools call the Service the lifespan builds.
-    mcp_endpoint = MCPEndpoint(settings, lambda: app.state.service, dependency_errors=errors)
+    mcp_endpoint = MCPEndpoint(settings, lambda: app.state.service)
     # `/metrics` is on this port unless metrics are off or have a port of their own.
     scraped_here = settings.metrics and settings.metrics_port is None
     app = HeadwayApp(
-        dependency_errors=errors,
         instruments=metrics.instruments() if settings.metrics else None,
         routes=[
             *hot.routes,
@@ -154,8 +132,8 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         exception_handlers={
             HeadwayError: _headway_error,
             HTTPException: _http_error,
-            **{cls: _dependency_error for cls in errors},
-            Exception: _unexpected_error,
+            # 503 where a dependency is unavailable, else 500 (see headway.dependencies).
+            Exception: _failure,
         },
         lifespan=lifespan,
     )
@@ -194,12 +172,10 @@ class HeadwayApp(Starlette):
     def __init__(
         self,
         *,
-        dependency_errors: tuple[type[BaseException], ...],
         instruments: metrics.Instruments | None = None,
         **options: Any,
     ) -> None:
         super().__init__(**options)
-        self._dependency_errors = dependency_errors
         self._metrics = instruments  # None: metrics are off, nothing is counted
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -232,9 +208,9 @@ class HeadwayApp(Starlette):
         except Exception:
             if not answer.answered:
                 raise  # cut short: the server logs it and drops the connection
-            # Starlette's ServerErrorMiddleware answered with `_unexpected_error`, which
-            # logged it, then re-raised for the server, which would log it again and drop
-            # the connection. The answer went out whole: the connection can serve on.
+            # Starlette's ServerErrorMiddleware answered with `_failure` (a 503, or a 500
+            # it logged), then re-raised for the server, which would log it again and
+            # drop the connection. The answer went out whole: the connection can serve on.
 
     def _methods_of(self, scope: Scope) -> set[str]:
         """The methods the routes of this path serve; empty if none has this path."""
@@ -258,10 +234,8 @@ class HeadwayApp(Starlette):
             response = await way.endpoint(request)
         except HeadwayError as exc:
             response = error_response(exc)
-        except self._dependency_errors as exc:
-            response = await _dependency_error(request, exc)
         except Exception as exc:
-            response = await _unexpected_error(request, exc)
+            response = await _failure(request, exc)
         if self._metrics is not None:
             elapsed = perf_counter() - started
             self._metrics.observe(way.template, scope["method"], response.status_code, elapsed)
@@ -305,7 +279,11 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(error_body(message), exc.status_code, dict(exc.headers or {}))
 
 
-async def _dependency_error(_request: Request, exc: Exception) -> Response:
+async def _failure(request: Request, exc: Exception) -> Response:
+    """A failure that is no `HeadwayError`: 503 if a dependency is unavailable (see
+    `headway.dependencies`), else 500, logged once."""
+    if not unavailable(exc):
+        return await _unexpected_error(request, exc)
     log.warning("dependency unavailable: %s: %s", type(exc).__name__, exc)
     return error_response(Unavailable(UNAVAILABLE_MESSAGE, headers=RETRY_SOON))
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from . import metrics
+from .dependencies import unavailable
 from .domain import TaskView
 from .errors import TooManyRequests, Unavailable
 from .progress.feed import RESYNC, REVOKED, TASK, Change, ChangeFeed
@@ -41,9 +42,10 @@ STALL_S = 30.0
 # nothing for this long (checked every second, so at least every 15 s).
 KEEPALIVE_S = 14.0
 # A round of rendering waits at least ROUND_S after the previous one, and ROUND_COST_FACTOR
-# times what that round and the sending of its events took: changes coming faster are
-# coalesced into the next round, so however busy the space and however many its streams,
-# they take a bounded share of the process's time (the sending is measured a little short
+# times the CPU time that round and the sending of its events took (the wait on the stores
+# not counted): changes coming faster are coalesced into the next round, so however busy
+# the space and however many its streams, they take a bounded share of the process's CPU,
+# and a busy space's streams lag by a bounded time (the sending is measured a little short
 # of its whole cost: waking each stream is not in it).
 ROUND_S = 0.1
 ROUND_COST_FACTOR = 6
@@ -158,11 +160,14 @@ class Stream:
         self.woke = 0.0  # when it last took its rounds (perf_counter): what sending costs
 
     def offer(self, round_: Round) -> None:
+        # Behind only if its reader had not taken the rounds before this one: one round
+        # of many tasks, taken at once, is no sign of a slow reader.
+        behind = bool(self._rounds)
         self._rounds.append(round_)
         self._held += len(round_.tasks)
         if self._held > MAX_PENDING:
             merged = self._merged()
-            if len(merged) > MAX_PENDING:
+            if len(merged) > MAX_PENDING and behind:
                 self.end("behind")
         self.wake()
 
@@ -245,6 +250,7 @@ class SpaceWatch:
         self.sending_s = 0.0
         self._unsubscribe = live.feed.subscribe(space_uuid, self._on_change)
         self._renderer = asyncio.create_task(self._render_loop(), name="headway-live-render")
+        self._renderer.add_done_callback(self._renderer_ended)
 
     @property
     def last_id(self) -> int:
@@ -274,34 +280,64 @@ class SpaceWatch:
             self._unsubscribe()
             self._renderer.cancel()
 
+    @property
+    def dead(self) -> bool:
+        """Its renderer has ended: a new stream of the space needs a new watch."""
+        return self._renderer.done()
+
     async def _render_loop(self) -> None:
-        service = self.live.service
+        """Renders a round whenever tasks changed, then pauses for a multiple of the CPU
+        time the round took (see ROUND_COST_FACTOR). Any failure is survived: a
+        dependency that is down leaves the changes for the next try; anything else is
+        logged and every stream starts over from a snapshot (it may have missed one)."""
         while True:
             await self._wake.wait()
             self._wake.clear()
-            started = perf_counter()
             dirty, self._dirty = self._dirty, {}
-            rendered: list[TaskView] = []
             try:
-                for task_uuid in dirty:
-                    task = await service.event_view(task_uuid)
-                    if task is not None:
-                        rendered.append(task)
-            except self.live.dependency_errors as exc:
-                log.warning("live: cannot read a changed task (%s)", type(exc).__name__)
-                for task_uuid in dirty:
-                    self._dirty.setdefault(task_uuid, None)
-                self._wake.set()
+                spent = await self._render(list(dirty))
+            except Exception as exc:
+                self._failed(exc, dirty)
                 await asyncio.sleep(RETRY_S)
                 continue
-            if rendered:
-                round_ = Round(rendered, self._sequence + 1)
-                self._sequence += len(rendered)
-                for stream in self.streams:
-                    stream.offer(round_)
-            # This round's rendering and offering, and the sending of the last one.
-            spent, self.sending_s = perf_counter() - started + self.sending_s, 0.0
             await asyncio.sleep(max(ROUND_S, ROUND_COST_FACTOR * spent))
+
+    async def _render(self, dirty: list[str]) -> float:
+        """Render the changed tasks, read in one batch, and offer them to every stream
+        as one round; the seconds of CPU this took, with its streams' sending since the
+        last round, not counting the wait on the stores."""
+        rendered = await self.live.service.event_views(dirty) if dirty else []
+        started = perf_counter()
+        if rendered:
+            round_ = Round(rendered, self._sequence + 1)
+            self._sequence += len(rendered)
+            for stream in tuple(self.streams):
+                stream.offer(round_)
+        spent, self.sending_s = perf_counter() - started + self.sending_s, 0.0
+        return spent
+
+    def _failed(self, exc: Exception, dirty: dict[str, None]) -> None:
+        if unavailable(exc):
+            log.warning("live: cannot read a changed task (%s)", type(exc).__name__)
+            for task_uuid in dirty:
+                self._dirty.setdefault(task_uuid, None)
+            self._wake.set()
+            return
+        log.error("live: a round failed; the space's streams start over", exc_info=exc)
+        metrics.loop_failed("live_render")
+        for stream in tuple(self.streams):
+            stream.end("resync")
+
+    def _renderer_ended(self, renderer: asyncio.Task[None]) -> None:
+        """Its renderer ended other than by being cancelled: never reused (see `dead`);
+        its streams start over on a new watch."""
+        if renderer.cancelled():
+            return
+        log.error("live: a space's renderer ended", exc_info=renderer.exception())
+        metrics.loop_failed("live_render")
+        self.live.forget(self)
+        for stream in tuple(self.streams):
+            stream.end("resync")
 
 
 class Live:
@@ -315,13 +351,11 @@ class Live:
         *,
         max_streams: int,
         per_client: int | None,
-        dependency_errors: tuple[type[BaseException], ...],
     ) -> None:
         self.service = service
         self.feed = feed
         self.max_streams = max_streams
         self.per_client = per_client
-        self.dependency_errors = dependency_errors
         self._watches: dict[str, SpaceWatch] = {}
         self._watchdog: asyncio.Task[None] | None = None
         self._open = 0
@@ -344,7 +378,7 @@ class Live:
                 headers={"retry-after": "5"},
             )
         watch = self._watches.get(space_uuid)
-        if watch is None:
+        if watch is None or watch.dead:
             watch = self._watches[space_uuid] = SpaceWatch(self, space_uuid)
         if self._watchdog is None:
             self._watchdog = asyncio.create_task(self._end_stalled(), name="headway-live-stall")
@@ -367,6 +401,10 @@ class Live:
     def forget(self, watch: SpaceWatch) -> None:
         if self._watches.get(watch.space_uuid) is watch:
             del self._watches[watch.space_uuid]
+
+    def loops(self) -> dict[str, asyncio.Task[None]]:
+        """Its long-lived tasks, by name: the watchdog of stalled streams, once started."""
+        return {} if self._watchdog is None else {"live_watchdog": self._watchdog}
 
     @property
     def open_streams(self) -> int:

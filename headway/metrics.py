@@ -218,6 +218,13 @@ class Instruments:
             ("outcome",),
             registry=registry,
         )
+        self.loop_failures = Counter(
+            "headway_loop_failures",
+            "Unexpected errors of background loops (live_render, worker, ...), each logged "
+            "with its traceback, after which the loop went on.",
+            ("loop",),
+            registry=registry,
+        )
         self.open_streams = Gauge(
             "headway_open_streams",
             "Live streams open now.",
@@ -284,6 +291,12 @@ def refused(reason: str) -> None:
 def delivery(outcome: str) -> None:
     """Count one webhook delivery attempt's outcome: delivered, retry or given_up."""
     (_instruments or instruments()).delivery(outcome)
+
+
+def loop_failed(loop: str) -> None:
+    """Count one unexpected error of a background loop (`loop` a constant of the
+    caller's): `live_render`, `worker`, `feed_publish`, `feed_subscribe`."""
+    (_instruments or instruments()).loop_failures.labels(loop).inc()
 
 
 def stream_opened() -> None:

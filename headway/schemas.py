@@ -222,10 +222,26 @@ class WorkerCheck(msgspec.Struct):
     )
 
 
+class LoopsCheck(msgspec.Struct):
+    status: Annotated[
+        Literal["up", "down"],
+        Meta(
+            description="down: a long-lived task of the process ended (each survives any "
+            "failure, so none should). Like the worker, it does not fail the check."
+        ),
+    ]
+    running: Annotated[int, Meta(description="Long-lived tasks running.")]
+    stopped: Annotated[
+        list[str],
+        Meta(description="Those that ended: worker, feed_publish, feed_subscribe, ..."),
+    ]
+
+
 class HealthChecks(msgspec.Struct):
     database: DatabaseCheck
     progress_store: ProgressStoreCheck
     worker: WorkerCheck
+    loops: LoopsCheck
 
 
 class HealthOut(msgspec.Struct):

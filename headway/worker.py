@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from . import metrics, webhooks
 from .clock import Clock
+from .dependencies import unavailable
 from .storage import outbox
 from .storage.database import Database
 from .storage.outbox import Claim
@@ -254,10 +255,14 @@ class Worker:
                         self.start(claim)
                     if claims:
                         continue
-                except Exception:  # a dependency may be down: keep trying, never die
+                except Exception as exc:  # a dependency may be down: keep trying, never die
                     if _being_cancelled():
                         raise  # a library turned the cancellation into an error
-                    log.exception("worker step failed; retrying")
+                    if unavailable(exc):
+                        log.warning("worker: a dependency is unavailable (%s); retrying", exc)
+                    else:
+                        log.exception("worker step failed; retrying")
+                        metrics.loop_failed("worker")
                 # asyncio.timeout, not wait_for: in 3.11, wait_for loses a cancellation
                 # that arrives as the wake-up does, and the worker would never stop.
                 with contextlib.suppress(TimeoutError):

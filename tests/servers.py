@@ -135,6 +135,12 @@ class PostgresServer:
             ]
         )
 
+    def restart(self, mode: str = "immediate") -> None:
+        """Stop the server as `pg_ctl -m MODE` does (`immediate`: as after a crash, no
+        clean shutdown) and start it again on the same port, with the same options."""
+        self._run([_pg_tool("pg_ctl"), "-D", str(self.data), "-m", mode, "-w", "-t", "30", "stop"])
+        self.start()
+
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
             self._run([_pg_tool("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop"])
@@ -182,6 +188,13 @@ class RedisServer:
         )
         wait_for_port(self.port)
         return self
+
+    def kill(self) -> None:
+        """SIGKILL: gone at once, and all it held with it (it keeps nothing on disk)."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        self.process = None
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -339,18 +339,41 @@ async def test_a_stream_that_never_reads_is_closed_and_holds_bounded_memory(sett
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
-async def test_a_stream_too_far_behind_is_ended_and_its_reader_reconnects(
-    settings, http, monkeypatch
-):
+async def test_a_stream_whose_reader_falls_behind_is_ended_as_behind(settings, monkeypatch):
+    from headway.app import create_app
+
     monkeypatch.setattr("headway.live.MAX_PENDING", 3)
-    space = await new_space(http)
-    tasks = [await new_task(http, space, title=f"t{n}") for n in range(8)]
-    async with watching(http, f"/spaces/{space}/events") as watcher:
-        await watcher.snapshot()
-        # Eight distinct tasks changing at once overflow a buffer of three before the
-        # stream's writer runs again.
-        await asyncio.gather(*(http.put(f"/tasks/{t}", json={"current": 1}) for t in tasks))
-        await asyncio.wait_for(watcher.ended.wait(), 5)
+    app = create_app(settings.with_(run_worker=False))
+    with serving(settings, app=app) as address:
+        base = f"http://{address[0]}:{address[1]}"
+        async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+            space = await new_space(http)
+            tasks = [await new_task(http, space, title=f"t{n}") for n in range(8)]
+            sock = raw_stream(address, f"/spaces/{space}/events")
+            await received(sock, b"event: snapshot")  # then it reads no more
+            [stream] = app.state.live._watches[space].streams
+            values = {f"k{n}": "v" * 1000 for n in range(50)}  # about 50 KB per event
+            deadline = time.monotonic() + 10
+            while stream.ended is None:  # until the socket's buffers are full
+                assert time.monotonic() < deadline, "the stream that read nothing lived on"
+                await asyncio.gather(
+                    *(http.put(f"/tasks/{t}", json={"values": values}) for t in tasks)
+                )
+            assert stream.ended == "behind"
+            sock.close()
+
+
+def test_one_round_of_more_tasks_than_a_stream_may_hold_is_not_being_behind(monkeypatch):
+    from headway.domain import TaskRow, view
+    from headway.live import Round, Stream
+
+    monkeypatch.setattr("headway.live.MAX_PENDING", 3)
+    rows = [TaskRow(f"t{n}", "s", None, None, None, n) for n in range(8)]
+    stream = Stream(watch=None, share=None, client="127.0.0.1")  # type: ignore[arg-type]
+    stream.offer(Round([view(row, None) for row in rows], 1))
+    assert stream.ended is None  # its reader took every round so far
+    stream.offer(Round([view(row, None) for row in reversed(rows)], 9))
+    assert stream.ended == "behind"  # it had not taken the round before
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
@@ -413,3 +436,42 @@ async def test_a_limit_of_thousands_of_digits_streams_the_whole_space(http):
         await http.put(f"/tasks/{task}", json={"current": 1})
         [event] = await watcher.task_events(1)
         assert event["uuid"] == task
+
+
+async def test_a_round_that_fails_unexpectedly_starts_its_streams_over_and_rendering_goes_on(
+    settings, caplog
+):
+    """A renderer survives any error: the streams it fed may have missed a change, so
+    they end and their readers start over; streams opened after it are fed as before."""
+    from headway.app import create_app
+
+    app = create_app(settings.with_(run_worker=False))
+    with serving(settings, app=app) as (host, port):
+        async with httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=10) as http:
+            space = await new_space(http)
+            task = await new_task(http, space)
+            service = app.state.service
+            views = service.event_views
+            failures = []
+
+            async def failing_once(uuids):
+                if not failures:
+                    failures.append(uuids)
+                    raise ValueError("an unexpected error in a round")
+                return await views(uuids)
+
+            service.event_views = failing_once
+            async with watching(http, f"/spaces/{space}/events") as first:
+                await first.snapshot()
+                await http.put(f"/tasks/{task}", json={"current": 1, "end": 4})
+                await asyncio.wait_for(first.ended.wait(), 5)  # to start over
+            assert failures == [[task]]
+            assert "a round failed" in caplog.text
+            async with watching(http, f"/spaces/{space}/events") as second:
+                snapshot = await second.snapshot()
+                assert snapshot["tasks"][0]["progress"]["current"] == 1
+                await http.put(f"/tasks/{task}", json={"current": 2, "end": 4})
+                moved = await second.until(lambda t: t["progress"]["current"] == 2, 5)
+                assert moved["uuid"] == task
+                later = await new_task(http, space)
+                assert (await second.until(lambda t: t["uuid"] == later, 5))["progress"] is None

@@ -143,3 +143,87 @@ async def test_first_read_after_a_database_restart_succeeds(servers):
             assert (await c.get(f"/tasks/{task}")).status_code == 200
             assert (await c.put(f"/tasks/{task}", json={"current": 1})).status_code == 200
             assert (await c.get("/up")).status_code == 200
+
+
+async def load(
+    client: httpx.AsyncClient, space: str, tasks: list[str], stop: asyncio.Event | None = None
+) -> list[int]:
+    """Creates, reads and reports until `stop` (without one: ten rounds); each answer's
+    status, in order."""
+    statuses: list[int] = []
+    n = 0
+    while not stop.is_set() if stop is not None else n < 10:
+        n += 1
+        task = tasks[n % len(tasks)]
+        for request in (
+            client.post(f"/spaces/{space}/tasks", json={"parent_uuid": tasks[0]}),
+            client.get(f"/spaces/{space}?limit=5"),
+            client.get(f"/tasks/{task}"),
+            client.put(f"/tasks/{task}", json={"current": n, "end": 10**9}),
+        ):
+            response = await timed(request)
+            if response.status_code == 503:
+                assert_unavailable(response)
+            statuses.append(response.status_code)
+    return statuses
+
+
+async def until_up(client: httpx.AsyncClient) -> None:
+    deadline = time.monotonic() + 20
+    while (await client.get("/up")).status_code != 200:
+        assert time.monotonic() < deadline, "the service did not recover"
+
+
+async def test_a_crash_restart_of_postgres_under_load_answers_503s_then_nothing_fails(
+    client, servers
+):
+    postgres, _ = servers
+    space = (await client.post("/spaces", json={})).json()["uuid"]
+    tasks = [(await client.post(f"/spaces/{space}/tasks", json={})).json()["uuid"] for _ in "abc"]
+    stop = asyncio.Event()
+    loader = asyncio.create_task(load(client, space, tasks, stop))
+    try:
+        await asyncio.to_thread(postgres.restart, "immediate")
+        await until_up(client)
+    finally:
+        stop.set()
+        during = await loader
+    assert set(during) <= {200, 201, 503}, during
+    # Back: no request fails on a connection from before the restart.
+    after = await load(client, space, tasks)
+    assert set(after) == {200, 201}, after
+
+
+async def test_after_redis_is_killed_and_comes_back_empty_nothing_fails_on_an_old_connection(
+    client, servers
+):
+    _, redis_server = servers
+    space = (await client.post("/spaces", json={})).json()["uuid"]
+    parent = (await client.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
+    assert (await client.put(f"/tasks/{parent}", json={"values": {"a": 1}})).status_code == 200
+    redis_server.kill()
+    redis_server.start()
+    await until_up(client)
+    # The pooled connections died with it: each command is tried again on a new one.
+    child = await client.post(f"/spaces/{space}/tasks", json={"parent_uuid": parent})
+    assert child.status_code == 201
+    report = await client.put(f"/tasks/{parent}", json={"values": {"b": 2}})
+    assert report.status_code == 200
+    assert [c["uuid"] for c in report.json()["children"]] == [child.json()["uuid"]]
+
+
+async def test_a_create_whose_commit_happened_answers_201_though_redis_is_down(client, servers):
+    """A create needs only the database; telling other instances (a family version in
+    Redis) comes after the commit, and its failure is no error of the create."""
+    _, redis_server = servers
+    space = (await client.post("/spaces", json={})).json()["uuid"]
+    parent = (await client.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
+    redis_server.stop()
+    try:
+        created = await timed(client.post(f"/spaces/{space}/tasks", json={"parent_uuid": parent}))
+        assert created.status_code == 201, created.text
+    finally:
+        redis_server.start()
+    await until_up(client)
+    family = (await client.get(f"/tasks/{parent}")).json()
+    assert [c["uuid"] for c in family["children"]] == [created.json()["uuid"]]

@@ -263,7 +263,7 @@ async def test_health_answers_are_typed(client, document):
     health = components["HealthOut"]
     assert health["properties"]["status"]["enum"] == ["ok", "unavailable"]
     checks = components["HealthChecks"]
-    assert set(checks["required"]) == {"database", "progress_store", "worker"}
+    assert set(checks["required"]) == {"database", "progress_store", "worker", "loops"}
     answer = (await client.get("/up")).json()
     assert set(answer) == set(health["properties"])
     for name, ref in checks["properties"].items():

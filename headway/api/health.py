@@ -43,9 +43,28 @@ async def up(request: Request) -> Response:
             worker = await asyncio.wait_for(worker_status(service.db, service.clock), CHECK_TIMEOUT)
     body = {
         "status": "ok" if healthy else "unavailable",
-        "checks": {"database": database, "progress_store": progress, "worker": worker},
+        "checks": {
+            "database": database,
+            "progress_store": progress,
+            "worker": worker,
+            "loops": loops(request),
+        },
     }
     return JSONResponse(body, 200 if healthy else 503)
+
+
+def loops(request: Request) -> dict[str, Any]:
+    """The process's long-lived tasks (worker, change feed, live streams' watchdog): a
+    loop that ended is named here (each survives any failure, so it should not), though,
+    like a dead worker, it does not fail the check."""
+    state = request.app.state
+    tasks = {**state.loops, **state.live.loops(), **state.live.feed.loops()}
+    stopped = sorted(name for name, task in tasks.items() if task.done())
+    return {
+        "status": "down" if stopped else "up",
+        "running": len(tasks) - len(stopped),
+        "stopped": stopped,
+    }
 
 
 routes = [Route("/up", up, methods=["GET"])]

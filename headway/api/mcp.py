@@ -72,12 +72,9 @@ class MCPEndpoint:
         self,
         settings: Settings,
         service: Callable[[], Service],
-        *,
-        dependency_errors: tuple[type[BaseException], ...] = (),
     ) -> None:
         self._settings = settings
         self._service = service
-        self._dependency_errors = dependency_errors
         self._serving = False
         self._manager: StreamableHTTPSessionManager | None = None
         self._starting = asyncio.Lock()
@@ -108,9 +105,7 @@ class MCPEndpoint:
                 return self._manager
             from . import mcp_tools
 
-            server = mcp_tools.build_server(
-                self._service, dependency_errors=self._dependency_errors
-            )
+            server = mcp_tools.build_server(self._service)
             server.streamable_http_app(
                 stateless_http=True,
                 json_response=True,

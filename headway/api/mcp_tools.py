@@ -27,6 +27,7 @@ from pydantic import ConfigDict
 
 from .. import __version__, schemas
 from ..config import Settings
+from ..dependencies import unavailable
 from ..errors import UNAVAILABLE_MESSAGE, BadRequest, HeadwayError
 from ..schemas import CreateSpace, CreateTask, decode_create, decode_report
 from ..service import Service
@@ -302,19 +303,15 @@ _TOOLS: list[tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnno
 ]
 
 
-def build_server(
-    service: Callable[[], Service],
-    *,
-    dependency_errors: tuple[type[BaseException], ...] = (),
-) -> MCPServer:
+def build_server(service: Callable[[], Service]) -> MCPServer:
     """A new MCP server whose tools call `service()`, the app's `Service` of the moment.
 
-    `dependency_errors` are the failures of a backing service; they answer the same
-    "retry shortly" message as REST's 503. Anything else is logged by the SDK and answers
-    a generic tool error.
+    A dependency that is unavailable (see `headway.dependencies`) answers the same "retry
+    shortly" message as REST's 503. Anything else is logged by the SDK and answers a
+    generic tool error.
     """
     tools = [
-        _tool(name, description, run, input_schema, output, annotations, service, dependency_errors)
+        _tool(name, description, run, input_schema, output, annotations, service)
         for name, description, run, input_schema, output, annotations in _TOOLS
     ]
     # log_level: the SDK calls logging.basicConfig with it; WARNING keeps a bare process's
@@ -337,14 +334,15 @@ def _tool(
     output: type[msgspec.Struct],
     annotations: ToolAnnotations,
     service: Callable[[], Service],
-    dependency_errors: tuple[type[BaseException], ...],
 ) -> Tool:
     async def call(**arguments: Any) -> CallToolResult:
         try:
             answer = await run(service(), arguments)
         except HeadwayError as exc:
             return _error_result(exc.message)
-        except dependency_errors as exc:
+        except Exception as exc:
+            if not unavailable(exc):
+                raise
             log.warning("dependency unavailable: %s: %s", type(exc).__name__, exc)
             return _error_result(UNAVAILABLE_MESSAGE)
         encoded = msgspec.json.encode(answer)

@@ -8,6 +8,7 @@ With Redis (`progress.redis_feed`), changes also cross to every other instance.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
@@ -45,6 +46,9 @@ class ChangeFeed(Protocol):
         """Wait until changes of the space made on any instance reach this feed's
         listeners (after `subscribe`): a snapshot read after it misses no change."""
 
+    def loops(self) -> dict[str, asyncio.Task[None]]:
+        """Its long-lived tasks, by name (see `api.health`)."""
+
     async def close(self) -> None:
         """Drop every listener and stop; a publish afterwards reaches nobody and does not
         raise."""
@@ -81,6 +85,9 @@ class LocalFeed:
                 self._last_listener_gone(space_uuid)
 
         return unsubscribe
+
+    def loops(self) -> dict[str, asyncio.Task[None]]:
+        return {}  # none: a publish is a call
 
     async def ready(self, space_uuid: str) -> None:
         """At once: a publish reaches this process's listeners in the publisher's call."""

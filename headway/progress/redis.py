@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import redis.asyncio
 import redis.exceptions
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 
 from .. import metrics
 from ..clock import Clock
@@ -129,14 +131,25 @@ _sending: set[asyncio.Task[None]] = set()
 
 def connection_pool(url: str) -> redis.asyncio.BlockingConnectionPool:
     """Connections to Redis for one process. A burst of more requests than connections
-    waits for a free one (up to 5 s, then 503) rather than failing at once."""
+    waits for a free one (up to 5 s, then 503) rather than failing at once.
+
+    A connection from before a restart of Redis fails its next command: the command is
+    tried again on a new connection (twice, backing off up to a quarter second), so that
+    once Redis answers again no request fails because of a connection it left behind.
+    Every command Headway sends may run twice (a write of the same state, a counter one
+    higher, a change announced twice): none does harm."""
     return redis.asyncio.BlockingConnectionPool.from_url(
         url,
         max_connections=256,
         timeout=5.0,
         socket_timeout=2.0,
         socket_connect_timeout=2.0,
-        retry_on_timeout=False,
+        # Not after a time-out: a Redis that hangs answers 503 within a few seconds.
+        retry=Retry(
+            ExponentialBackoff(cap=0.25, base=0.02),
+            2,
+            supported_errors=(redis.exceptions.ConnectionError,),
+        ),
         health_check_interval=30,
     )
 

@@ -12,6 +12,8 @@ import secrets
 import redis.asyncio
 import redis.exceptions
 
+from .. import metrics
+from ..dependencies import unavailable
 from .feed import RESYNC, Change, LocalFeed
 from .redis import REDIS_ERRORS
 
@@ -58,6 +60,10 @@ class RedisFeed(LocalFeed):
         self._waiting.append(change)
         self._published.set()
 
+    def loops(self) -> dict[str, asyncio.Task[None]]:
+        publish, subscribe = self._tasks
+        return {"feed_publish": publish, "feed_subscribe": subscribe}
+
     async def ready(self, space_uuid: str) -> None:
         """Wait until this instance's subscription to the space is confirmed by Redis, so
         that a snapshot read after it misses no change made on another instance."""
@@ -91,8 +97,8 @@ class RedisFeed(LocalFeed):
                     for change in changes:
                         pipe.publish(CHANNEL_PREFIX + change.space_uuid, self._message(change))
                     await pipe.execute()
-            except REDIS_ERRORS as exc:
-                self._went_down(exc)
+            except Exception as exc:  # never dies: the feed outlives any one failure
+                self._failed("feed_publish", exc)
                 await asyncio.sleep(RETRY_S)
 
     def announcement(self, change: Change) -> tuple[str, str]:
@@ -114,8 +120,8 @@ class RedisFeed(LocalFeed):
                     self._came_back()
                 if message is not None:
                     self._received(message)
-            except (*REDIS_ERRORS, redis.exceptions.RedisError, OSError) as exc:
-                self._went_down(exc)
+            except Exception as exc:  # never dies: the feed outlives any one failure
+                self._failed("feed_subscribe", exc)
                 await asyncio.sleep(RETRY_S)
 
     async def _apply_requests(self) -> None:
@@ -145,6 +151,17 @@ class RedisFeed(LocalFeed):
         task, _, parent = rest.partition("|")
         space = channel.removeprefix(CHANNEL_PREFIX)
         LocalFeed.publish(self, Change(change_kind, space, task, parent or None))
+
+    def _failed(self, loop: str, exc: Exception) -> None:
+        """A loop's step failed: Redis unavailable (retried until it answers, then every
+        watcher starts over), or anything else (logged; the watchers start over now)."""
+        if unavailable(exc):
+            self._went_down(exc)
+            return
+        log.error("change feed: %s failed; its watchers start over", loop, exc_info=exc)
+        metrics.loop_failed(loop)
+        for space in self.watched():
+            LocalFeed.publish(self, Change(RESYNC, space, ""))
 
     def _went_down(self, exc: BaseException) -> None:
         if not self._down:

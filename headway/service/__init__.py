@@ -11,7 +11,7 @@ stream and `/mcp` call and nothing else.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..clock import Clock
@@ -132,6 +132,9 @@ class Service:
 
     async def event_view(self, task_uuid: str) -> TaskView | None:
         return await self.tasks.event_view(task_uuid)
+
+    async def event_views(self, task_uuids: Sequence[str]) -> list[TaskView]:
+        return await self.tasks.event_views(task_uuids)
 
     # --- Webhooks and share links ---------------------------------------------------------
 

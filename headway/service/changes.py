@@ -9,11 +9,16 @@ publishes to the feed.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from typing import ClassVar, Protocol
 
+from ..dependencies import unavailable
 from ..domain import Changed
-from ..progress.feed import REVOKED, TASK, Change, ChangeFeed
+from ..progress.feed import RESYNC, REVOKED, TASK, Change, ChangeFeed
 from ..storage.families import FamilyVersions
+
+log = logging.getLogger("headway")
 
 # The changes after which other instances' cached families are stale.
 _BUMPED = frozenset({Changed.CREATE, Changed.FINISH})
@@ -75,20 +80,31 @@ class Changes:
         announced: bool = False,
     ) -> None:
         """`task_uuid` of the space (a child of `parent_uuid`) changed as `kind` says.
+        Never raises: what follows a commit is best-effort.
 
         `announced`: the progress store already told the other instances' feeds, in the
         same round trip as the write (see `RedisProgressStore.put_if_family`).
         """
         for cache in self._hearing[kind]:
             cache.on_change(kind, space_uuid, task_uuid, parent_uuid)
-        if kind in _BUMPED and self.versions is not None:
-            # A new task is in no cache yet: only its parent's family changed.
-            await self.versions.bump_families(
-                *((parent_uuid,) if kind is Changed.CREATE else (task_uuid, parent_uuid))
-            )
-        self.feed.publish(
-            self.change(kind, space_uuid, task_uuid, parent_uuid), announced=announced
-        )
+        change = self.change(kind, space_uuid, task_uuid, parent_uuid)
+        try:
+            if kind in _BUMPED and self.versions is not None:
+                # A new task is in no cache yet: only its parent's family changed.
+                await self.versions.bump_families(
+                    *((parent_uuid,) if kind is Changed.CREATE else (task_uuid, parent_uuid))
+                )
+            self.feed.publish(change, announced=announced)
+        except Exception as exc:
+            # The write is stored: it answers its success all the same. The space's
+            # watchers here start over from a snapshot; other instances' cached
+            # families are trusted at most `storage.families.VERSIONED_MAX_AGE_US`.
+            if unavailable(exc):
+                log.warning("a change could not be announced (%s); watchers resync", exc)
+            else:
+                log.exception("a change could not be announced; watchers resync")
+            with contextlib.suppress(Exception):
+                self.feed.publish(Change(RESYNC, space_uuid, ""))
 
     @staticmethod
     def change(

@@ -39,6 +39,23 @@ class Families:
             return await self.read(task_uuid)
         return await self.cached(task_uuid)
 
+    async def get_many(self, task_uuids: Sequence[str]) -> list[tuple[TaskRow, Sequence[TaskRow]]]:
+        """The families of those of `task_uuids` that exist, in that order, as `get`
+        reads them: those the cache does not hold (all, with other instances writing)
+        in one query."""
+        keys = [key for key in map(canonical_uuid, task_uuids) if key is not None]
+        cache = self.cache
+        held = {} if cache.versioned else {key: cache.get(key) for key in keys}
+        missing = [key for key in keys if held.get(key) is None]
+        if missing:
+            generation = cache.generation
+            read = await queries.read_families(self._stores.db.fetch, missing)
+            for family in read.values():
+                held[family[0].uuid] = family
+                if not cache.versioned:
+                    cache.put(family, generation)
+        return [family for family in map(held.get, keys) if family is not None]
+
     async def cached(self, task_uuid: str) -> tuple[TaskRow, Sequence[TaskRow]]:
         """The family from the cache, read into it if absent (never versioned)."""
         key = canonical_uuid(task_uuid)

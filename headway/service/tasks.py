@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import domain
+from ..dependencies import unavailable
 from ..domain import Changed, Progress, Report, TaskRow, canonical_uuid
 from ..errors import HeadwayError, NotFound, Unprocessable
 from ..schemas import CreateTask
@@ -19,6 +21,8 @@ from ..storage.database import Statements
 from ..storage.families import FamilyVersion, FamilyVersions
 from .context import NO_SPACE, NO_TASK, NOT_A_PARENT, Stores
 from .families import Families, Family
+
+log = logging.getLogger("headway")
 
 # A report whose cached family keeps changing under it reloads it this many times, then
 # writes without the version check (as without a cache: read the family, then write).
@@ -111,16 +115,30 @@ class Tasks:
         return self._families.view(row, found[0], children, found[1:])
 
     async def event_view(self, task_uuid: str) -> domain.TaskView | None:
-        """A task as the live stream shows it: as `get` answers, but with no children
-        (each child is an event of its own); None if there is no such task."""
-        try:
-            row, children = await self._families.get(task_uuid)
-        except NotFound:
-            return None
-        found = await self._stores.progress.get_many([row.uuid, *(c.uuid for c in children)])
-        if not children:
-            return domain.view(row, found[0])
-        return domain.view(row, found[0], list(zip(children, found[1:], strict=True)), [])
+        """A task as the live stream shows it (see `event_views`); None if there is no
+        such task."""
+        found = await self.event_views([task_uuid])
+        return found[0] if found else None
+
+    async def event_views(self, task_uuids: Sequence[str]) -> list[domain.TaskView]:
+        """The tasks of `task_uuids` that exist, in that order, as the live stream shows
+        them: as `get` answers, but with no children (each child is an event of its
+        own). Their rows take at most one query, their progress one round trip."""
+        families = await self._families.get_many(task_uuids)
+        uuids: list[str] = []
+        for row, children in families:
+            uuids.append(row.uuid)
+            uuids.extend(child.uuid for child in children)
+        found = await self._stores.progress.get_many(uuids) if uuids else []
+        views, at = [], 0
+        for row, children in families:
+            progress, held = found[at], found[at + 1 : at + 1 + len(children)]
+            at += 1 + len(children)
+            if children:
+                views.append(domain.view(row, progress, list(zip(children, held, strict=True)), []))
+            else:
+                views.append(domain.view(row, progress))
+        return views
 
     async def report(self, task_uuid: str, report: Report) -> domain.TaskView:
         """Replace a task's live state with `report`; finish the task if the report says so.
@@ -238,6 +256,12 @@ class Tasks:
                         latest, report, now_us, is_parent=bool(family)
                     )
             await store.put(row.uuid, progress, row.space_uuid)
+        except Exception as exc:
+            if not unavailable(exc):
+                raise
+            # The finish is committed: the report answers it, though its last numbers
+            # could not be kept (live progress is what a store that is down loses).
+            log.warning("a finish is stored, its progress is not (%s)", type(exc).__name__)
         finally:
             await self._stores.changes.changed(
                 Changed.FINISH, row.space_uuid, row.uuid, row.parent_uuid

@@ -5,18 +5,20 @@ from __future__ import annotations
 import asyncio
 import functools
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import event, text
-from sqlalchemy.engine import Connection
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.engine import Connection, ExceptionContext
+from sqlalchemy.exc import DBAPIError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.util import greenlet_spawn
 
 from ..config import sqlite_file
+from ..dependencies import lost_connection
 from ..errors import DatabaseUnavailable
 from . import sqlite
 
@@ -29,6 +31,8 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 # The newest migration. Starting on a database already there needs no Alembic at all
 # (a test checks this matches the migrations directory).
 HEAD_REVISION = "0005"
+# Seconds after a lost connection during which pooled connections are pinged at checkout.
+SUSPECT_S = 30.0
 
 
 class Statements(Protocol):
@@ -93,6 +97,12 @@ class Database:
         if self.is_sqlite:
             event.listen(self.engine.sync_engine, "connect", sqlite.on_connect)
             event.listen(self.engine.sync_engine, "begin", sqlite.on_begin)
+        else:
+            event.listen(self.engine.sync_engine, "handle_error", self._on_error)
+            event.listen(self.engine.sync_engine.pool, "checkout", self._on_checkout)
+        # Until when (monotonic seconds) pooled connections are pinged as they are
+        # checked out: for a while after a connection was lost (see `_on_error`).
+        self._suspect_until = 0.0
         self._write_lock = asyncio.Lock() if self.is_sqlite else None
         self._in_loop = None if self._path is None else sqlite.InLoopReads(self._path)
         self._writer = (
@@ -121,6 +131,22 @@ class Database:
             (await conn.get_raw_connection()).info["immediate"] = True
             async with conn.begin():
                 yield conn
+
+    def _on_error(self, context: ExceptionContext) -> None:
+        """A connection lost to a restart of PostgreSQL (SQLSTATE 08..., 57P01-57P03, a
+        closed connection) counts as a disconnect, so SQLAlchemy discards every pooled
+        connection made before it; and for a while each checkout pings its connection
+        first, replacing a dead one, so no request after the restart fails on one."""
+        if lost_connection(context.original_exception):
+            context.is_disconnect = True
+            self._suspect_until = time.monotonic() + SUSPECT_S
+
+    def _on_checkout(self, dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        if time.monotonic() < self._suspect_until:
+            try:
+                self.engine.dialect.do_ping(dbapi_connection)
+            except Exception as exc:
+                raise DisconnectionError(str(exc)) from exc  # the pool tries a new one
 
     def _committed(self, *_args: Any) -> None:
         self.commits += 1
