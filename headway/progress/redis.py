@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -160,6 +161,13 @@ class RedisProgressStore:
         self._redis = redis.asyncio.Redis(connection_pool=connection_pool(url))
         self._family_version = Coalesced(self._redis, _FAMILY_VERSION)
         self._put_if_family = Coalesced(self._redis, _PUT_IF_FAMILY)
+        # Candidate epochs: this process's random prefix and a count, never the same
+        # twice (and cheaper than a random id per call, on the path of every report).
+        self._epochs = itertools.count()
+        self._epoch_prefix = secrets.token_hex(8)
+
+    def _epoch_candidate(self) -> str:
+        return f"{self._epoch_prefix}.{next(self._epochs)}"
 
     def _live(self, raw: bytes | None) -> Progress | None:
         if raw is None:
@@ -198,7 +206,7 @@ class RedisProgressStore:
         """The version of the task's family now (its counter is 0 until its first
         change)."""
         keys = [self.FAMILY_EPOCH, self.FAMILY_PREFIX + task_uuid]
-        version = await self._family_version(keys=keys, args=[secrets.token_hex(8)])
+        version = await self._family_version(keys=keys, args=[self._epoch_candidate()])
         return FamilyVersion(version.decode())
 
     async def bump_families(self, *task_uuids: str | None) -> None:
@@ -225,7 +233,7 @@ class RedisProgressStore:
         None once written, or the family's version now, having written nothing.
         `announce`: a (channel, message) published once written, in the same call."""
         keys = [self.FAMILY_EPOCH, self.FAMILY_PREFIX + task_uuid, self.PREFIX + task_uuid]
-        args: list[object] = [secrets.token_hex(8), version, _encode(progress), self._ttl_s]
+        args: list[object] = [self._epoch_candidate(), version, _encode(progress), self._ttl_s]
         if announce is not None:
             args.extend(announce)
         try:
