@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import secrets
 from collections.abc import Sequence
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import redis.asyncio
 import redis.exceptions
+from redis.exceptions import NoScriptError
 
 from .. import metrics
 from ..clock import Clock
@@ -82,6 +84,7 @@ class Coalesced:
     def __init__(self, client: redis.asyncio.Redis, script: str) -> None:
         self._redis = client
         self._script = script
+        self._digest = hashlib.sha1(script.encode()).hexdigest()
         self._waiting: list[tuple[Sequence[str], Sequence[object], asyncio.Future[Any]]] = []
 
     async def __call__(self, keys: Sequence[str], args: Sequence[object]) -> Any:
@@ -100,12 +103,13 @@ class Coalesced:
 
     async def _run(self, batch: list[tuple[Sequence[str], Sequence[object], Any]]) -> None:
         try:
-            # EVAL, not EVALSHA: Redis caches the script by its digest all the same, and
-            # a pipeline never meets NOSCRIPT after a restart of Redis.
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for keys, args, _ in batch:
-                    pipe.eval(self._script, len(keys), *keys, *args)
-                results = await pipe.execute(raise_on_error=False)
+            results = await self._evalsha(batch)
+            lost = [n for n, result in enumerate(results) if isinstance(result, NoScriptError)]
+            if lost:  # Redis restarted and lost its scripts: load it, run those again
+                await self._redis.script_load(self._script)
+                again = await self._evalsha([batch[n] for n in lost])
+                for n, result in zip(lost, again, strict=True):
+                    results[n] = result
         except Exception as exc:
             for _, _, future in batch:
                 if not future.done():
@@ -122,6 +126,14 @@ class Coalesced:
                 future.set_exception(result)
             else:
                 future.set_result(result)
+
+    async def _evalsha(self, batch: list[tuple[Sequence[str], Sequence[object], Any]]) -> list[Any]:
+        """Run the script by its digest for each call of `batch` (EVALSHA: the script's
+        text is sent, and hashed by Redis, only when Redis does not know it)."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for keys, args, _ in batch:
+                pipe.evalsha(self._digest, len(keys), *keys, *args)
+            return list(await pipe.execute(raise_on_error=False))
 
 
 # Pipelines under way, held until done (the event loop keeps only weak references).
