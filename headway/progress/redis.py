@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import itertools
 import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -12,6 +14,7 @@ import redis.asyncio
 import redis.exceptions
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
+from redis.exceptions import NoScriptError
 
 from .. import metrics
 from ..clock import Clock
@@ -83,6 +86,7 @@ class Coalesced:
     def __init__(self, client: redis.asyncio.Redis, script: str) -> None:
         self._redis = client
         self._script = script
+        self._digest = hashlib.sha1(script.encode()).hexdigest()
         self._waiting: list[tuple[Sequence[str], Sequence[object], asyncio.Future[Any]]] = []
 
     async def __call__(self, keys: Sequence[str], args: Sequence[object]) -> Any:
@@ -101,12 +105,13 @@ class Coalesced:
 
     async def _run(self, batch: list[tuple[Sequence[str], Sequence[object], Any]]) -> None:
         try:
-            # EVAL, not EVALSHA: Redis caches the script by its digest all the same, and
-            # a pipeline never meets NOSCRIPT after a restart of Redis.
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for keys, args, _ in batch:
-                    pipe.eval(self._script, len(keys), *keys, *args)
-                results = await pipe.execute(raise_on_error=False)
+            results = await self._evalsha(batch)
+            lost = [n for n, result in enumerate(results) if isinstance(result, NoScriptError)]
+            if lost:  # Redis restarted and lost its scripts: load it, run those again
+                await self._redis.script_load(self._script)
+                again = await self._evalsha([batch[n] for n in lost])
+                for n, result in zip(lost, again, strict=True):
+                    results[n] = result
         except Exception as exc:
             for _, _, future in batch:
                 if not future.done():
@@ -123,6 +128,14 @@ class Coalesced:
                 future.set_exception(result)
             else:
                 future.set_result(result)
+
+    async def _evalsha(self, batch: list[tuple[Sequence[str], Sequence[object], Any]]) -> list[Any]:
+        """Run the script by its digest for each call of `batch` (EVALSHA: the script's
+        text is sent, and hashed by Redis, only when Redis does not know it)."""
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for keys, args, _ in batch:
+                pipe.evalsha(self._digest, len(keys), *keys, *args)
+            return list(await pipe.execute(raise_on_error=False))
 
 
 # Pipelines under way, held until done (the event loop keeps only weak references).
@@ -173,6 +186,13 @@ class RedisProgressStore:
         self._redis = redis.asyncio.Redis(connection_pool=connection_pool(url))
         self._family_version = Coalesced(self._redis, _FAMILY_VERSION)
         self._put_if_family = Coalesced(self._redis, _PUT_IF_FAMILY)
+        # Candidate epochs: this process's random prefix and a count, never the same
+        # twice (and cheaper than a random id per call, on the path of every report).
+        self._epochs = itertools.count()
+        self._epoch_prefix = secrets.token_hex(8)
+
+    def _epoch_candidate(self) -> str:
+        return f"{self._epoch_prefix}.{next(self._epochs)}"
 
     def _live(self, raw: bytes | None) -> Progress | None:
         if raw is None:
@@ -211,7 +231,7 @@ class RedisProgressStore:
         """The version of the task's family now (its counter is 0 until its first
         change)."""
         keys = [self.FAMILY_EPOCH, self.FAMILY_PREFIX + task_uuid]
-        version = await self._family_version(keys=keys, args=[secrets.token_hex(8)])
+        version = await self._family_version(keys=keys, args=[self._epoch_candidate()])
         return FamilyVersion(version.decode())
 
     async def bump_families(self, *task_uuids: str | None) -> None:
@@ -238,7 +258,7 @@ class RedisProgressStore:
         None once written, or the family's version now, having written nothing.
         `announce`: a (channel, message) published once written, in the same call."""
         keys = [self.FAMILY_EPOCH, self.FAMILY_PREFIX + task_uuid, self.PREFIX + task_uuid]
-        args: list[object] = [secrets.token_hex(8), version, _encode(progress), self._ttl_s]
+        args: list[object] = [self._epoch_candidate(), version, _encode(progress), self._ttl_s]
         if announce is not None:
             args.extend(announce)
         try:
