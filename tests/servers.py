@@ -59,8 +59,11 @@ def _as_postgres() -> list[str]:
 class PostgresServer:
     """A throwaway PostgreSQL cluster with trust authentication for user `headway`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, durable: bool = False) -> None:
         self.port = free_port()
+        # Not `durable`: commits return before their WAL is written (fast), so a crash
+        # (`restart("immediate")`) may lose the last ones. Durable: as in production.
+        self.durable = durable
         self.root = Path(tempfile.mkdtemp(prefix="headway-pg-"))
         self.data = self.root / "data"
         self.log = self.root / "server.log"
@@ -97,8 +100,10 @@ class PostgresServer:
     def start(self) -> PostgresServer:
         options = (
             f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+            "-c full_page_writes=off -c max_connections=200"
         )
+        if not self.durable:
+            options += " -c synchronous_commit=off"
         self._run(
             [
                 _pg_tool("pg_ctl"),
@@ -204,9 +209,10 @@ class RedisServer:
 
 
 @contextlib.contextmanager
-def postgres_and_redis() -> Iterator[tuple[PostgresServer, RedisServer]]:
-    """A started PostgreSQL (with database `headway`) and Redis, stopped afterwards."""
-    postgres = PostgresServer().start()
+def postgres_and_redis(*, durable: bool = False) -> Iterator[tuple[PostgresServer, RedisServer]]:
+    """A started PostgreSQL (with database `headway`; `durable`: see `PostgresServer`)
+    and Redis, stopped afterwards."""
+    postgres = PostgresServer(durable=durable).start()
     postgres.create_database()
     redis_server = RedisServer().start()
     try:

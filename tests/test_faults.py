@@ -25,8 +25,9 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[PostgresServer, RedisServer]]:
-    """Servers of this module's own: its tests stop and start them."""
-    with postgres_and_redis() as servers:
+    """Servers of this module's own: its tests stop and start them (and crash
+    PostgreSQL: its commits are durable)."""
+    with postgres_and_redis(durable=True) as servers:
         yield servers
 
 
@@ -215,15 +216,22 @@ async def test_after_redis_is_killed_and_comes_back_empty_nothing_fails_on_an_ol
 async def test_a_create_whose_commit_happened_answers_201_though_redis_is_down(client, servers):
     """A create needs only the database; telling other instances (a family version in
     Redis) comes after the commit, and its failure is no error of the create."""
-    _, redis_server = servers
-    space = (await client.post("/spaces", json={})).json()["uuid"]
-    parent = (await client.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
-    redis_server.stop()
-    try:
-        created = await timed(client.post(f"/spaces/{space}/tasks", json={"parent_uuid": parent}))
-        assert created.status_code == 201, created.text
-    finally:
-        redis_server.start()
-    await until_up(client)
-    family = (await client.get(f"/tasks/{parent}")).json()
-    assert [c["uuid"] for c in family["children"]] == [created.json()["uuid"]]
+    postgres, redis_server = servers
+    settings = Settings(database_url=postgres.url, redis_url=redis_server.url, rate_limits=False)
+    app = create_app(settings)  # rate limits off: their counters are in Redis too
+    async with running(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://headway.test") as c:
+            space = (await c.post("/spaces", json={})).json()["uuid"]
+            parent = (await c.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
+            redis_server.stop()
+            try:
+                created = await timed(
+                    c.post(f"/spaces/{space}/tasks", json={"parent_uuid": parent})
+                )
+                assert created.status_code == 201, created.text
+            finally:
+                redis_server.start()
+            await until_up(c)
+            family = (await c.get(f"/tasks/{parent}")).json()
+    assert [child["uuid"] for child in family["children"]] == [created.json()["uuid"]]
