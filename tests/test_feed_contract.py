@@ -221,3 +221,37 @@ async def test_a_lost_connection_tells_every_watcher_to_start_over(
         while change(1) not in heard.changes:
             one.publish(change(1))
             await asyncio.sleep(0.01)
+
+
+async def test_an_unexpected_error_in_either_loop_is_survived_and_watchers_start_over(
+    make_shared_feed, monkeypatch, caplog
+):
+    """Neither loop of a feed across instances dies of an error it does not know: it is
+    logged, this instance's watchers start over (they may have missed a change), and
+    changes flow again at once."""
+    monkeypatch.setattr(redis_feed, "RETRY_S", 0.01)
+    one, other = await make_shared_feed(), await make_shared_feed()
+    heard = await listen(other, SPACE)
+    mine = await listen(one, SPACE)
+    failing = {"_message": one, "_received": other}  # a publish's step, a receipt's
+    for name, feed in failing.items():
+        real = getattr(feed, name)
+        calls: list[object] = []
+
+        def once(*args: object, real=real, calls=calls, name=name) -> object:
+            calls.append(args)
+            if len(calls) == 1:
+                raise ValueError(f"an unexpected error in {name}")
+            return real(*args)
+
+        monkeypatch.setattr(feed, name, once)
+    one.publish(change(1))  # fails in one's publish loop: `mine` starts over
+    assert Change(RESYNC, SPACE, "") in await mine.until(Change(RESYNC, SPACE, ""))
+    async with asyncio.timeout(WAIT_S):  # fails once in other's subscribe loop, then flows
+        while change(2) not in heard.changes:
+            one.publish(change(2))
+            await asyncio.sleep(0.01)
+    assert Change(RESYNC, SPACE, "") in heard.changes
+    assert "feed_publish failed" in caplog.text and "feed_subscribe failed" in caplog.text
+    for feed in (one, other):
+        assert not any(task.done() for task in feed.loops().values())

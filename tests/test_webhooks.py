@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import uuid
@@ -535,3 +536,44 @@ def test_delivery_connects_to_the_address_it_checked(url, address, sent_to, host
     assert str(pinned_url) == sent_to
     assert headers == {"host": host}
     assert sent_extensions == extensions
+
+
+async def test_the_worker_survives_an_unexpected_error_in_a_step_and_delivers(
+    app, clock, client, space, make_task, receiver, caplog
+):
+    """An error the worker does not know is logged and counted; the loop goes on."""
+    from headway import metrics
+
+    worker = Worker(app.state.service.db, clock, allow_private=True, poll_s=0.05)
+    claim, failures = worker.claim, []
+
+    async def failing_once():
+        if not failures:
+            failures.append(1)
+            raise ValueError("an unexpected error in a step")
+        return await claim()
+
+    worker.claim = failing_once
+    registry = metrics.instruments().registry
+
+    def failed() -> float:
+        found = registry.get_sample_value("headway_loop_failures_total", {"loop": "worker"})
+        return found or 0.0
+
+    before = failed()
+    await register(client, space, receiver.url)
+    task = await make_task()
+    running = asyncio.create_task(worker.run())
+    try:
+        assert (await client.put(f"/tasks/{task}", json={"done": True})).status_code == 200
+        async with asyncio.timeout(10):
+            while not receiver.deliveries:
+                await asyncio.sleep(0.02)
+        assert not running.done()
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+        await worker.close()
+    assert failures and "worker step failed" in caplog.text
+    assert failed() == before + 1
