@@ -4,7 +4,7 @@ it exactly once."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -87,31 +87,44 @@ async def test_a_cache_added_without_registering_it_is_found(app):
 
 
 @pytest.fixture
-def heard(app, monkeypatch) -> Counter:
-    """The kinds of change the service's change point is told of, counted."""
+def heard(app, monkeypatch) -> Callable[[], dict[Changed, tuple[int, int]]]:
+    """What the service's change point was told, by kind: how many times this process's
+    caches were told to `forget`, and how many times the change was `announce`d to the
+    other instances and the feed (each write must do both once)."""
     changes: Changes = app.state.service.changes
-    told: Counter = Counter()
-    tell = changes.changed
+    forgotten: Counter = Counter()
+    announced: Counter = Counter()
+    forget, announce = changes.forget, changes.announce
 
-    async def counted(kind: Changed, *args: Any, **options: Any) -> None:
-        told[kind] += 1
-        await tell(kind, *args, **options)
+    def counted_forget(kind: Changed, *args: Any) -> None:
+        forgotten[kind] += 1
+        forget(kind, *args)
 
-    monkeypatch.setattr(changes, "changed", counted)
+    async def counted_announce(kind: Changed, *args: Any, **options: Any) -> None:
+        announced[kind] += 1
+        await announce(kind, *args, **options)
+
+    monkeypatch.setattr(changes, "forget", counted_forget)
+    monkeypatch.setattr(changes, "announce", counted_announce)
+
+    def told() -> dict[Changed, tuple[int, int]]:
+        return {kind: (forgotten[kind], announced[kind]) for kind in forgotten | announced}
+
+    told.clear = lambda: (forgotten.clear(), announced.clear())  # type: ignore[attr-defined]
     return told
 
 
 async def test_each_write_tells_the_change_point_once(client, space, heard):
     parent = (await client.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
     child = (await client.post(f"/spaces/{space}/tasks", json={"parent_uuid": parent})).json()
-    assert heard == {Changed.CREATE: 2}
+    assert heard() == {Changed.CREATE: (2, 2)}
     await client.put(f"/tasks/{child['uuid']}", json={"current": 1, "end": 2})
-    assert heard == {Changed.CREATE: 2, Changed.REPORT: 1}
+    assert heard() == {Changed.CREATE: (2, 2), Changed.REPORT: (1, 1)}
     await client.put(f"/tasks/{child['uuid']}", json={"done": True})  # the parent finishes too
-    assert heard == {Changed.CREATE: 2, Changed.REPORT: 1, Changed.FINISH: 1}
+    assert heard() == {Changed.CREATE: (2, 2), Changed.REPORT: (1, 1), Changed.FINISH: (1, 1)}
     share = (await client.post(f"/spaces/{space}/shares", json={})).json()["uuid"]
     await client.delete(f"/spaces/{space}/shares/{share}")
-    assert heard[Changed.REVOKE] == 1
+    assert heard()[Changed.REVOKE] == (1, 1)
 
 
 async def test_reads_and_refused_writes_tell_the_change_point_nothing(client, space, heard):
@@ -121,4 +134,4 @@ async def test_reads_and_refused_writes_tell_the_change_point_nothing(client, sp
     await client.get(f"/spaces/{space}")
     refused = await client.post(f"/spaces/{space}/tasks", json={"parent_uuid": space})
     assert refused.status_code == 422
-    assert heard == {}
+    assert heard() == {}

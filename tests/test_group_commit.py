@@ -218,7 +218,9 @@ async def test_a_create_cancelled_while_queued_is_not_written(db):
 async def test_a_create_cancelled_during_its_batch_leaves_the_others_whole(db):
     writer = Gated()
     forgotten: list[list[str]] = []
-    commit = GroupCommit(db, writer, after=lambda batch: forgotten.append([s.title for s in batch]))
+    commit = GroupCommit(
+        db, writer, after=lambda batch, _: forgotten.append([s.title for s in batch])
+    )
     first = asyncio.create_task(commit.submit(space("first")))
     await writer.started.wait()
     queued = [asyncio.create_task(commit.submit(space(name))) for name in ("a", "b")]

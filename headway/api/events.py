@@ -64,9 +64,7 @@ async def open_stream(request: Request, space_uuid: str, share: ShareView | None
     limiter = request.app.state.limiter
     stream = live.open(space_uuid, share, limiter.address_of(request.scope))
     try:
-        ready = getattr(live.feed, "ready", None)
-        if ready is not None:  # across instances: subscribed before the snapshot is read
-            await ready(space_uuid)
+        await live.feed.ready(space_uuid)  # across instances: subscribed before the snapshot
         head, pages = await service.read_space(space_uuid, limit=limit, state=state)
     except BaseException:
         stream.close()

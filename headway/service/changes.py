@@ -41,7 +41,8 @@ class Changes:
 
     Invariant: every write that changed (or may have changed: a failed commit may have
     committed all the same) a space's tasks calls `changed` exactly once, after its
-    commit and before it answers, and every cache of spaces or tasks is registered here.
+    commit and before it answers (a create: `forget` as its batch's commit ends, then
+    `announce`), and every cache of spaces or tasks is registered here.
     So once a write has answered, no cache of any instance serves what it replaced: this
     instance's caches dropped it, the others' see a new family version, and the live
     streams were told.
@@ -79,14 +80,33 @@ class Changes:
         *,
         announced: bool = False,
     ) -> None:
-        """`task_uuid` of the space (a child of `parent_uuid`) changed as `kind` says.
-        Never raises: what follows a commit is best-effort.
+        """`task_uuid` of the space (a child of `parent_uuid`) changed as `kind` says:
+        `forget`, then `announce`. Never raises: what follows a commit is best-effort."""
+        self.forget(kind, space_uuid, task_uuid, parent_uuid)
+        await self.announce(kind, space_uuid, task_uuid, parent_uuid, announced=announced)
 
-        `announced`: the progress store already told the other instances' feeds, in the
-        same round trip as the write (see `RedisProgressStore.put_if_family`).
-        """
+    def forget(
+        self, kind: Changed, space_uuid: str, task_uuid: str, parent_uuid: str | None = None
+    ) -> None:
+        """Tell this process's caches (each drops what the change made stale). A batch
+        of creates calls it as its commit ends, before any of them is answered (see
+        `storage.batch`), and then each create `announce`s itself."""
         for cache in self._hearing[kind]:
             cache.on_change(kind, space_uuid, task_uuid, parent_uuid)
+
+    async def announce(
+        self,
+        kind: Changed,
+        space_uuid: str,
+        task_uuid: str,
+        parent_uuid: str | None = None,
+        *,
+        announced: bool = False,
+    ) -> None:
+        """Tell the other instances (with Redis: a new version of the families they may
+        cache) and the change feed. `announced`: the progress store already told the
+        other instances' feeds, in the same round trip as the write (see
+        `RedisProgressStore.put_if_family`)."""
         change = self.change(kind, space_uuid, task_uuid, parent_uuid)
         try:
             if kind in _BUMPED and self.versions is not None:

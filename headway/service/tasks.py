@@ -35,7 +35,9 @@ class Tasks:
     def __init__(self, stores: Stores, families: Families) -> None:
         self._stores = stores
         self._families = families
-        self.creates = GroupCommit(stores.db, self._insert)
+        # Caches forget as each batch's commit ends, before anyone is answered: a create
+        # whose caller was cancelled meanwhile commits all the same.
+        self.creates = GroupCommit(stores.db, self._insert, after=self._forget)
 
     async def create(self, space_uuid: str, body: CreateTask) -> dict[str, Any]:
         """Create a task; answered once the commit holding it is durable."""
@@ -49,16 +51,27 @@ class Tasks:
                 raise Unprocessable(NOT_A_PARENT)
         task_uuid = str(uuid.uuid4())
         new = _NewTask(task_uuid, space_key, parent_key, body.title, body.source)
+        changes = self._stores.changes
         try:
             await self.creates.submit(new)
         except HeadwayError:
             raise  # refused: nothing was written
         except BaseException:
             # The batch may have committed all the same.
-            await self._stores.changes.changed(Changed.CREATE, space_key, task_uuid, parent_key)
+            await changes.announce(Changed.CREATE, space_key, task_uuid, parent_key)
             raise
-        await self._stores.changes.changed(Changed.CREATE, space_key, task_uuid, parent_key)
+        await changes.announce(Changed.CREATE, space_key, task_uuid, parent_key)
         return {"uuid": task_uuid}
+
+    def _forget(
+        self, batch: Sequence[_NewTask], outcomes: Sequence[TaskRow | Exception] | None
+    ) -> None:
+        """After a batch's commit: its tasks, not those refused; after its failure (it
+        may have committed all the same): all of them."""
+        forget = self._stores.changes.forget
+        for index, new in enumerate(batch):
+            if outcomes is None or isinstance(outcomes[index], TaskRow):
+                forget(Changed.CREATE, new.space_uuid, new.uuid, new.parent_uuid)
 
     async def _insert(
         self, st: Statements, batch: Sequence[_NewTask]

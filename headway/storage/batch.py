@@ -40,8 +40,9 @@ class GroupCommit(Generic[Item, Outcome]):
     written nothing for it). An exception raised by `write_batch` or by the commit fails
     every item of the batch with it (the transaction rolled back).
 
-    `after(items)` runs after every batch, committed or not, before any caller is answered
-    (e.g. to forget cached state the batch may have changed).
+    `after(items, outcomes)` runs after every batch, before any caller is answered (e.g. to
+    forget cached state the batch changed): `outcomes` as `write_batch` returned them once
+    committed, or None if the batch failed (it may have committed all the same).
 
     A caller cancelled while its item waits in the queue is dropped from it; one cancelled
     once its batch is under way leaves the batch alone: its write commits or fails with the
@@ -53,7 +54,7 @@ class GroupCommit(Generic[Item, Outcome]):
         db: Database,
         write_batch: WriteBatch[Item, Outcome],
         *,
-        after: Callable[[Sequence[Item]], None] | None = None,
+        after: Callable[[Sequence[Item], Sequence[Outcome | Exception] | None], None] | None = None,
         cap: int = BATCH_CAP,
     ) -> None:
         self._db = db
@@ -105,9 +106,11 @@ class GroupCommit(Generic[Item, Outcome]):
 
     async def _write(self, batch: list[tuple[Item, asyncio.Future[Outcome]]]) -> None:
         items = [item for item, _ in batch]
+        outcomes: Sequence[Outcome | Exception] | None = None
         try:
             async with self._db.written() as st:
-                outcomes = await self._write_batch(st, items)
+                written = await self._write_batch(st, items)
+            outcomes = written
         except _ONE_ITEMS_FAULT as exc:
             if len(batch) == 1:
                 _fail(batch, exc)
@@ -120,7 +123,7 @@ class GroupCommit(Generic[Item, Outcome]):
             return
         finally:
             if self._after is not None:
-                self._after(items)
+                self._after(items, outcomes)
         for (_, future), outcome in zip(batch, outcomes, strict=True):
             if future.done():
                 continue
