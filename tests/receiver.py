@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class Delivery:
     headers: dict[str, str]
     body: str
+    at: float = field(default_factory=time.monotonic)  # when it arrived
 
 
 @dataclass
