@@ -18,6 +18,12 @@ FLOOD_PHASE_S = 20.0
 # The live stream's scenarios (issue "Watch it live"): 1,000 streams on one space.
 STREAMS = 1000
 STREAM_TASKS = 100
+# The busy space: task creates and reports per second each, on one space, through one
+# instance; its streams on each instance, opened before the load; the lag's windows.
+BUSY_RATE = 300
+BUSY_SECONDS = 60
+BUSY_STREAMS = 2
+BUSY_WINDOW_S = 10.0
 
 
 @dataclass
@@ -38,17 +44,19 @@ class Options:
     flood_concurrency: int
     flood_spaces: int
     streams: int
+    busy: bool
+    busy_s: float
     compare: Path | None = None
     rounds: int = 2
 
 
 MODES: dict[str, dict[str, Any]] = {
     "full": dict(duration=10, connections=64, threads=2, big=100_000, children=1000, pool=1000,
-                 flood_s=FLOOD_PHASE_S, flood_spaces=100),
+                 flood_s=FLOOD_PHASE_S, flood_spaces=100, busy_s=BUSY_SECONDS),
     "quick": dict(duration=2, connections=16, threads=2, big=100_000, children=1000, pool=1000,
-                  flood_s=5, flood_spaces=100),
+                  flood_s=5, flood_spaces=100, busy_s=15),
     "smoke": dict(duration=1, connections=2, threads=1, big=1000, children=20, pool=20,
-                  flood_s=2, flood_spaces=10),
+                  flood_s=2, flood_spaces=10, busy_s=6),
 }  # fmt: skip
 
 
@@ -57,13 +65,16 @@ def parse_options(argv: list[str] | None) -> Options:
     args = parser.parse_args(argv)
     name = "smoke" if args.smoke else "quick" if args.quick else "full"
     values = dict(MODES[name])
-    for key in ("duration", "connections", "threads", "big", "children", "pool", "flood_s"):
+    keys = ("duration", "connections", "threads", "big", "children", "pool", "flood_s", "busy_s")
+    for key in keys:
         if getattr(args, key) is not None:
             values[key] = getattr(args, key)
     if values["connections"] < 1 or values["threads"] < 1 or values["big"] < PAGE + 1:
         parser.error(f"connections and threads must be at least 1, --big at least {PAGE + 1}")
     if not 0 < values["flood_s"] <= 600:
         parser.error("--flood-seconds must be above 0 and at most 600")
+    if not 3 <= values["busy_s"] <= 600:
+        parser.error("--busy-seconds must be at least 3 and at most 600")
     if args.compare is not None and not (args.compare / "headway" / "__init__.py").is_file():
         parser.error(f"--compare {args.compare}: no headway/ there; give a checkout")
     if args.rounds < 1:
@@ -75,6 +86,7 @@ def parse_options(argv: list[str] | None) -> Options:
         results=args.results,
         profile=args.profile,
         scale_out=args.scale_out,
+        busy=args.busy,
         flood_concurrency=64,
         streams=50 if args.smoke else STREAMS,
         compare=args.compare.resolve() if args.compare is not None else None,
@@ -120,8 +132,9 @@ def _parser() -> argparse.ArgumentParser:
         "--no-scale-out",
         dest="scale_out",
         action="store_false",
-        help="skip the PostgreSQL + Redis one-vs-two-instances scenarios",
+        help="skip the PostgreSQL + Redis scenarios (one vs two instances, the busy space's)",
     )
+    _busy_arguments(parser)
     parser.add_argument(
         "--compare",
         type=Path,
@@ -133,6 +146,21 @@ def _parser() -> argparse.ArgumentParser:
         "--rounds", type=int, default=2, help="with --compare: runs of each side (default 2)"
     )
     return parser
+
+
+def _busy_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--busy-seconds",
+        dest="busy_s",
+        type=float,
+        help="seconds of the busy space's load (default 60, --quick 15, --smoke 6)",
+    )
+    parser.add_argument(
+        "--no-busy",
+        dest="busy",
+        action="store_false",
+        help="skip the busy space's live-stream lag scenarios",
+    )
 
 
 def scenario_titles(o: Options) -> dict[str, str]:
@@ -173,6 +201,15 @@ def scenario_titles(o: Options) -> dict[str, str]:
         "streams_put": f"the same PUT with {o.streams:,} streams of the space open and read",
         "streams_latency": f"report-to-event latency on {o.streams:,} streams, under that PUT",
         "streams_memory": f"memory per open stream ({o.streams:,} streams, server RSS)",
+        "busy_embedded": (
+            f"busy space, embedded: {BUSY_RATE} creates/s + {BUSY_RATE} reports/s for "
+            f"{o.busy_s:g} s; lag of its {BUSY_STREAMS} streams"
+        ),
+        "busy_a": (
+            f"busy space, PostgreSQL + Redis: the same load on instance A; lag of A's "
+            f"{BUSY_STREAMS} streams"
+        ),
+        "busy_b": f"busy space, PostgreSQL + Redis: lag of instance B's {BUSY_STREAMS} streams",
         "scale_out_one": "PUT, PostgreSQL + Redis, one instance",
         "scale_out_two": "PUT, PostgreSQL + Redis, two instances",
     }

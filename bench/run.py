@@ -3,10 +3,11 @@
 Starts a bare-ASGI baseline and real `headway serve` processes on 127.0.0.1, seeds
 them over HTTP, drives every scenario with wrk for a bounded time, floods a server left
 at its defaults from 127.0.0.2 while a well-behaved client reports from 127.0.0.1
-(bench/flood.py), prints a table with each scenario's ratio to the baseline measured in
+(bench/flood.py), writes to one busy space at a fixed rate while its live streams are read
+(bench/busy.py), prints a table with each scenario's ratio to the baseline measured in
 the same run and the targets (issue 6's and the abuse limits'; the issue "Reads and
-creates at the cost they must have"'s), and writes `latest.json`
-and `latest.md` into the results directory.
+creates at the cost they must have"'s; the live stream's and the busy space's), and
+writes `latest.json` and `latest.md` into the results directory.
 Every process the run starts is stopped by its PID before it returns.
 
 This module runs the phases in order; the scenarios are in bench/scenarios/ (a module
@@ -34,10 +35,11 @@ from .measure import Harness
 from .options import Options, parse_options
 from .processes import start_baseline
 from .report import Row, Target
-from .scenarios import embedded, reads, reports, scale_out
+from .scenarios import busy, embedded, reads, reports, scale_out
+from .scenarios.busy import BUSY_ROWS
 from .scenarios.flood import FLOOD_ROWS, flood
 from .scenarios.streams import STREAM_ROWS, streams
-from .targets import issue6_targets, streams_targets
+from .targets import busy_targets, issue6_targets, streams_targets
 
 # The phases that run only the bare baseline: --compare leaves them out.
 BARE = {"baseline", "baseline_parent", "baseline_put"}
@@ -52,6 +54,7 @@ def phases(bench: Harness) -> list[Phase]:
         "put_report_limited",
         *FLOOD_ROWS,
         *STREAM_ROWS,
+        *BUSY_ROWS,
         "scale_out_one",
         "scale_out_two",
     ]
@@ -64,6 +67,8 @@ def phases(bench: Harness) -> list[Phase]:
         (["put_report_limited"], reports.limited),
         (FLOOD_ROWS, flood),
         (STREAM_ROWS, streams),
+        (["busy_embedded"], busy.embedded),
+        (["busy_a", "busy_b"], busy.scale_out_busy),
         (["scale_out_one", "scale_out_two"], scale_out.scale_out),
     ]
 
@@ -84,8 +89,14 @@ def baseline(bench: Harness) -> None:
 
 
 def targets(rows: dict[str, Row], o: Options) -> list[Target]:
-    """Every target, in table order: issue 6's, the reads and creates', the live stream's."""
-    return issue6_targets(rows, o) + reads_creates_targets(rows, o) + streams_targets(rows)
+    """Every target, in table order: issue 6's, the reads and creates', the live stream's,
+    the busy space's."""
+    return (
+        issue6_targets(rows, o)
+        + reads_creates_targets(rows, o)
+        + streams_targets(rows)
+        + busy_targets(rows, o)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,6 +162,8 @@ def run_record(
             "flood_seconds": options.flood_s,
             "flood_concurrency": options.flood_concurrency,
             "flood_spaces": options.flood_spaces,
+            "busy": options.busy,
+            "busy_seconds": options.busy_s,
         },
         "machine": machine,
         # Other work on the machine skews everything; the run records how much there was.

@@ -1,10 +1,13 @@
-"""The targets of issue 6 and the abuse limits, and of the live stream, judged from a run's
-rows."""
+"""The targets of issue 6 and the abuse limits, of the live stream and of the busy space,
+judged from a run's rows."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from .measure import _num
-from .options import FLOOD_PHASE_S, PAGE, Options
+from .options import BUSY_SECONDS, BUSY_WINDOW_S, FLOOD_PHASE_S, PAGE, Options
 from .report import Row, Target
 
 # Issue 6's targets.
@@ -24,6 +27,14 @@ LIVE = "watch it live: streams"
 STREAM_P99_MS = 250.0
 STREAM_MEMORY_KB = 50.0
 STREAM_SHARE_OF_NONE = 0.5
+# The busy space's targets: its streams' lag in the last BUSY_WINDOW_S of a run, and its
+# growth from the first (at most BUSY_GROWTH times it plus BUSY_GROWTH_MS).
+BUSY = "busy space: live-stream lag"
+BUSY_P99_MS = 1000.0
+BUSY_GROWTH = 2.0
+BUSY_GROWTH_MS = 100.0
+BUSY_BACKENDS = [("", "embedded", ["busy_embedded"]), ("_scale_out", "PostgreSQL + Redis",
+                 ["busy_a", "busy_b"])]  # fmt: skip
 
 
 def issue6_targets(rows: dict[str, Row], o: Options) -> list[Target]:
@@ -255,3 +266,61 @@ def streams_targets(rows: dict[str, Row]) -> list[Target]:
         status = "pass" if passed(row) else "fail"
         found.append(Target(name, description, status, shown(row), "", LIVE))
     return found
+
+
+def busy_targets(rows: dict[str, Row], o: Options) -> list[Target]:
+    """The busy space's targets, on each backend: the last window's p99 lag, its growth
+    from the first window, no stream ended."""
+    window = min(BUSY_WINDOW_S, o.busy_s / 3)
+    short = (
+        "" if o.busy_s == BUSY_SECONDS else f"a {o.busy_s:g} s run, the target's {BUSY_SECONDS} s"
+    )
+    if window != BUSY_WINDOW_S:
+        short += f"; windows of {window:g} s, the target's {BUSY_WINDOW_S:g} s"
+    checks: list[tuple[str, str, Callable[[dict[str, Any]], bool], Callable[..., str]]] = [
+        (
+            "busy_lag",
+            f"stream lag p99 < {BUSY_P99_MS / 1000:g} s in the last {BUSY_WINDOW_S:g} s",
+            lambda e: e["last"]["p99_ms"] is not None and e["last"]["p99_ms"] < BUSY_P99_MS,
+            lambda e: (
+                f"p99 {_num(e['last']['p99_ms'])} ms (p50 {_num(e['last']['p50_ms'])})"
+                + (f", {e['lost']:,} events never came" if e["lost"] else "")
+            ),
+        ),
+        (
+            "busy_lag_growth",
+            f"last {BUSY_WINDOW_S:g} s p99 ≤ {BUSY_GROWTH:g}x the first's + {BUSY_GROWTH_MS:g} ms",
+            lambda e: (
+                None not in (e["first"]["p99_ms"], e["last"]["p99_ms"])
+                and e["last"]["p99_ms"] <= BUSY_GROWTH * e["first"]["p99_ms"] + BUSY_GROWTH_MS
+            ),
+            lambda e: f"p99 {_num(e['first']['p99_ms'])} → {_num(e['last']['p99_ms'])} ms",
+        ),
+        (
+            "busy_streams",
+            "no stream ended by the server",
+            lambda e: e["ended"] == 0,
+            lambda e: f"{e['ended']} of {e['streams']} ended",
+        ),
+    ]
+    found = []
+    for suffix, backend, names in BUSY_BACKENDS:
+        measured = [rows.get(n) or Row(n, "", "skipped", "not measured") for n in names]
+        not_ok = [row for row in measured if row.status != "ok"]
+        note = (not_ok[0].reason or "not measured") if not_ok else short
+        for name, description, passed, shown in checks:
+            described = f"busy space, {backend}: {description}"
+            target = Target(name + suffix, described, "skipped", "–", note, BUSY)
+            if not not_ok:
+                target.status = "pass" if all(passed(r.extra) for r in measured) else "fail"
+                target.measured = "; ".join(
+                    shown(r.extra) if len(measured) == 1 else f"{_label(r)}: {shown(r.extra)}"
+                    for r in measured
+                )
+            found.append(target)
+    return found
+
+
+def _label(row: Row) -> str:
+    """The instance a busy space row is about: A or B."""
+    return row.name.removeprefix("busy_").upper()

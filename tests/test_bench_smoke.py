@@ -27,7 +27,7 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
 
     from bench.cost_targets import READS_CREATES
     from bench.options import parse_options, scenario_titles
-    from bench.targets import ISSUE6, LIVE
+    from bench.targets import BUSY, ISSUE6, LIVE
 
     results = json.loads((tmp_path / "latest.json").read_text())
     found = {row["name"]: row for row in results["scenarios"]}
@@ -94,6 +94,14 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
             "scale_out_cpu",
         },
         LIVE: {"streams_latency", "streams_memory", "streams_put"},
+        BUSY: {
+            "busy_lag",
+            "busy_lag_growth",
+            "busy_streams",
+            "busy_lag_scale_out",
+            "busy_lag_growth_scale_out",
+            "busy_streams_scale_out",
+        },
     }
     # Streams of one space were opened, read, and timed.
     assert found["streams_memory"]["extra"]["kb_per_stream"] > 0
@@ -101,9 +109,18 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
         found["streams_latency"]["extra"]["opened"] == found["streams_latency"]["extra"]["streams"]
     )
     assert found["streams_latency"]["p99_ms"] is not None
+    # A busy space's streams were read on each instance, every write matched to its event.
+    for name in ("busy_embedded", "busy_a", "busy_b"):
+        if found[name]["status"] == "ok":
+            busy = found[name]["extra"]
+            assert busy["opened"] == busy["streams"] == 2, busy
+            assert busy["first"]["writes"] > 0 and busy["last"]["writes"] > 0, busy
+            assert busy["events"] > 0, busy
+    assert found["busy_embedded"]["status"] == "ok"
+    assert found["busy_embedded"]["requests_per_s"] > 0
     # Only the scale-out targets may be skipped (no PostgreSQL or Redis here).
     for target in results["targets"]:
-        if not target["name"].startswith("scale_out"):
+        if "scale_out" not in target["name"]:
             assert target["status"] != "skipped", target
     markdown = (tmp_path / "latest.md").read_text()
     assert markdown.startswith("# Headway benchmark")

@@ -32,8 +32,8 @@ def scale_out(bench: Harness) -> None:
     """
     if not bench.o.scale_out:
         raise Skip("--no-scale-out given")
-    postgres, redis = _start_backends(bench)
-    first, second = _start_instances(bench, postgres.url, redis.url)
+    postgres, redis = start_backends(bench)
+    first, second = start_instances(bench, postgres.url, redis.url)
     pool = asyncio.run(_check_shared(first, second, bench.o.pool))
     paths = [f"/tasks/{t}" for t in pool]
     put = Load("PUT", paths, seed.PUT_BODY)
@@ -46,7 +46,7 @@ def scale_out(bench: Harness) -> None:
     bench.stop_everything()
 
 
-def _start_backends(bench: Harness) -> tuple[Any, Any]:
+def start_backends(bench: Harness) -> tuple[Any, Any]:
     """A throwaway PostgreSQL and Redis (tests/servers.py), stopped by the run's cleanups."""
     try:
         from tests.servers import PostgresServer, RedisServer, ServerError
@@ -66,13 +66,14 @@ def _start_backends(bench: Harness) -> tuple[Any, Any]:
     return postgres, redis
 
 
-def _start_instances(
-    bench: Harness, database_url: str, redis_url: str
+def start_instances(
+    bench: Harness, database_url: str, redis_url: str, name: str = "headway-pg"
 ) -> tuple[ServerProcess, ServerProcess]:
-    """Two `headway serve` on the same database and Redis, started at once."""
+    """Two `headway serve` on the same database and Redis, started at once (`name`-1 and
+    `name`-2), with the rate limits off."""
     try:
         first, second = (
-            bench.start_headway(f"headway-pg-{n}", database_url, redis_url, wait=False,
+            bench.start_headway(f"{name}-{n}", database_url, redis_url, wait=False,
                                 env=NO_RATE_LIMITS)
             for n in (1, 2)
         )  # fmt: skip
@@ -149,16 +150,7 @@ async def _check_shared(first: ServerProcess, second: ServerProcess, size: int) 
         httpx.AsyncClient(base_url=first.url, timeout=30) as a,
         httpx.AsyncClient(base_url=second.url, timeout=30) as b,
     ):
-        for client in (a, b):
-            checks = (await client.get("/up")).json().get("checks", {})
-            database = checks.get("database", {}).get("backend")
-            progress = checks.get("progress_store", {}).get("backend")
-            if database != "postgresql" or progress != "redis":
-                raise Skip(
-                    f"with HEADWAY_REDIS_URL set the service reports database "
-                    f"{database!r} and progress store {progress!r}, not postgresql and "
-                    "redis: scale-out has not landed yet"
-                )
+        await check_backends(a, b)
         space = await seed.create_space(a, "scale-out")
         pool = await seed.create_tasks(a, space, size)
         await seed.report_all(a, pool)
@@ -166,3 +158,17 @@ async def _check_shared(first: ServerProcess, second: ServerProcess, size: int) 
         if seen.get("progress") is None:
             raise Skip("progress reported on one instance is not visible on the other")
         return pool
+
+
+async def check_backends(*clients: httpx.AsyncClient) -> None:
+    """Skip unless every instance reports PostgreSQL and Redis as its backends."""
+    for client in clients:
+        checks = (await client.get("/up")).json().get("checks", {})
+        database = checks.get("database", {}).get("backend")
+        progress = checks.get("progress_store", {}).get("backend")
+        if database != "postgresql" or progress != "redis":
+            raise Skip(
+                f"with HEADWAY_REDIS_URL set the service reports database "
+                f"{database!r} and progress store {progress!r}, not postgresql and "
+                "redis: scale-out has not landed yet"
+            )
