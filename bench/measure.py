@@ -129,8 +129,10 @@ class Harness:
         timeout: float = 10.0,
         sample_rss: bool = False,
         others: dict[str, Callable[[], float]] | None = None,
+        starting: Callable[[], None] | None = None,
     ) -> Row:
         """One wrk run of `load` against `server`, with the server's CPU time per request.
+        `starting`: called once the machine has settled, just before the load starts.
 
         `sample_rss`: also sample the server's RSS during the run (`rss_growth_mb`: peak
         minus just before). `others`: CPU-seconds readers of other processes (PostgreSQL,
@@ -141,6 +143,8 @@ class Harness:
         self.say(f"{name}: wrk {duration:g} s, {connections} connections")
         profiler = self._profiler(server, name, duration)
         settle()
+        if starting is not None:
+            starting()
         others = others or {}
         others_before = {k: read() for k, read in others.items()}
         machine_before = machine_cpu()

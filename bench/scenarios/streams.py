@@ -38,10 +38,14 @@ def streams(bench: Harness) -> None:
         out = bench.workdir / "streams.json"
         reader = _start_reader(bench, server, space, out)
         opened = _streams_memory(bench, server, reader, rss_before)
-        assert reader.stdin is not None
-        reader.stdin.write("go\n")
-        reader.stdin.flush()
-        put = bench.measure(server, "streams_put", load)
+        stdin = reader.stdin
+        assert stdin is not None
+
+        def go() -> None:  # once settled: the reader records for as long as the load runs
+            stdin.write("go\n")
+            stdin.flush()
+
+        put = bench.measure(server, "streams_put", load, starting=go)
         reader.wait(timeout=bench.o.duration + 60)
         summary = json.loads(out.read_text())
         if none.requests_per_s and put.requests_per_s:
