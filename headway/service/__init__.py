@@ -130,9 +130,6 @@ class Service:
     async def report(self, task_uuid: str, report: Report) -> TaskView:
         return await self.tasks.report(task_uuid, report)
 
-    async def event_view(self, task_uuid: str) -> TaskView | None:
-        return await self.tasks.event_view(task_uuid)
-
     async def event_views(self, task_uuids: Sequence[str]) -> list[TaskView]:
         return await self.tasks.event_views(task_uuids)
 

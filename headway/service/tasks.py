@@ -127,12 +127,6 @@ class Tasks:
         found = await progress.get_many(self._families.cache.uuids(row, children))
         return self._families.view(row, found[0], children, found[1:])
 
-    async def event_view(self, task_uuid: str) -> domain.TaskView | None:
-        """A task as the live stream shows it (see `event_views`); None if there is no
-        such task."""
-        found = await self.event_views([task_uuid])
-        return found[0] if found else None
-
     async def event_views(self, task_uuids: Sequence[str]) -> list[domain.TaskView]:
         """The tasks of `task_uuids` that exist, in that order, as the live stream shows
         them: as `get` answers, but with no children (each child is an event of its
