@@ -308,59 +308,61 @@ async def received(sock: socket.socket, marker: bytes, timeout: float = 10) -> N
             seen += chunk
 
 
-@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
-async def test_a_stream_that_never_reads_is_closed_and_holds_bounded_memory(settings, monkeypatch):
+@contextlib.asynccontextmanager
+async def a_reader_that_stops(settings: Settings, tasks: int) -> AsyncIterator[Any]:
+    """A real server, a space of `tasks` tasks, and one stream of it whose reader takes
+    its snapshot and nothing more; yields (app, client, task uuids, report), where
+    `report()` reports about 50 KB of values on every task at once."""
     from headway.app import create_app
 
-    monkeypatch.setattr("headway.live.STALL_S", 0.5)
-    monkeypatch.setattr("headway.live.MAX_PENDING", 50)
     app = create_app(settings.with_(run_worker=False))
     with serving(settings, app=app) as address:
         base = f"http://{address[0]}:{address[1]}"
         async with httpx.AsyncClient(base_url=base, timeout=10) as http:
             space = await new_space(http)
-            tasks = [await new_task(http, space, title=f"t{n}") for n in range(20)]
+            uuids = [await new_task(http, space, title=f"t{n}") for n in range(tasks)]
             sock = raw_stream(address, f"/spaces/{space}/events")
             await received(sock, b"event: snapshot")  # then it reads no more
-            live = app.state.live
-            assert live.open_streams == 1
-            values = {f"k{n}": "v" * 1000 for n in range(50)}  # about 50 KB per event
-            deadline = time.monotonic() + 10
-            while live.open_streams:
-                assert time.monotonic() < deadline, "the stalled stream was never closed"
+            values = {f"k{n}": "v" * 1000 for n in range(50)}
+
+            async def report() -> None:
                 await asyncio.gather(
-                    *(http.put(f"/tasks/{t}", json={"values": values}) for t in tasks)
+                    *(http.put(f"/tasks/{t}", json={"values": values}) for t in uuids)
                 )
-                for watch in live._watches.values():
-                    for stream in watch.streams:  # rounds merge into one event per task
-                        assert stream.held <= 50
-            sock.close()
-            assert (await http.get(f"/spaces/{space}")).status_code == 200
+
+            try:
+                yield app, http, space, report
+            finally:
+                sock.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+async def test_a_stream_that_never_reads_is_closed_and_holds_bounded_memory(settings, monkeypatch):
+    monkeypatch.setattr("headway.live.STALL_S", 0.5)
+    monkeypatch.setattr("headway.live.MAX_PENDING", 50)
+    async with a_reader_that_stops(settings, tasks=20) as (app, http, space, report):
+        live = app.state.live
+        assert live.open_streams == 1
+        deadline = time.monotonic() + 10
+        while live.open_streams:
+            assert time.monotonic() < deadline, "the stalled stream was never closed"
+            await report()
+            for watch in live._watches.values():
+                for stream in watch.streams:  # rounds merge into one event per task
+                    assert stream.held <= 50
+        assert (await http.get(f"/spaces/{space}")).status_code == 200
 
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 async def test_a_stream_whose_reader_falls_behind_is_ended_as_behind(settings, monkeypatch):
-    from headway.app import create_app
-
     monkeypatch.setattr("headway.live.MAX_PENDING", 3)
-    app = create_app(settings.with_(run_worker=False))
-    with serving(settings, app=app) as address:
-        base = f"http://{address[0]}:{address[1]}"
-        async with httpx.AsyncClient(base_url=base, timeout=10) as http:
-            space = await new_space(http)
-            tasks = [await new_task(http, space, title=f"t{n}") for n in range(8)]
-            sock = raw_stream(address, f"/spaces/{space}/events")
-            await received(sock, b"event: snapshot")  # then it reads no more
-            [stream] = app.state.live._watches[space].streams
-            values = {f"k{n}": "v" * 1000 for n in range(50)}  # about 50 KB per event
-            deadline = time.monotonic() + 10
-            while stream.ended is None:  # until the socket's buffers are full
-                assert time.monotonic() < deadline, "the stream that read nothing lived on"
-                await asyncio.gather(
-                    *(http.put(f"/tasks/{t}", json={"values": values}) for t in tasks)
-                )
-            assert stream.ended == "behind"
-            sock.close()
+    async with a_reader_that_stops(settings, tasks=8) as (app, _http, space, report):
+        [stream] = app.state.live._watches[space].streams
+        deadline = time.monotonic() + 10
+        while stream.ended is None:  # until the socket's buffers are full
+            assert time.monotonic() < deadline, "the stream that read nothing lived on"
+            await report()
+        assert stream.ended == "behind"
 
 
 def test_one_round_of_more_tasks_than_a_stream_may_hold_is_not_being_behind(monkeypatch):
