@@ -295,3 +295,28 @@ def test_the_family_cache_keeps_no_copy_of_large_children():
     kept = cache.children_answer(PARENT, cached, small)
     assert kept is not None and len(kept.shown.joined) <= KEPT_JOINED_BYTES
     assert cache.children_answer(PARENT, cached, small) is kept
+
+
+@pytest.mark.parametrize("at_once", [1, 2, 400])
+async def test_a_batch_of_families_reads_each_family_whole_once(app, client, space, at_once):
+    """`read_families` (a live round's batch) answers what `read_family` answers for each
+    task, however the batch is cut into queries, and whichever of a family it names."""
+    from headway.storage import queries
+
+    made = lambda body: client.post(f"/spaces/{space}/tasks", json=body)  # noqa: E731
+    parent = (await made({})).json()["uuid"]
+    children = [(await made({"parent_uuid": parent})).json()["uuid"] for _ in range(3)]
+    alone = (await made({})).json()["uuid"]
+    wanted = [children[0], parent, children[2], alone, children[1], parent]
+    db = app.state.service.db
+    original = queries.FAMILIES_AT_ONCE
+    queries.FAMILIES_AT_ONCE = at_once
+    try:
+        found = await queries.read_families(db.fetch, wanted)
+    finally:
+        queries.FAMILIES_AT_ONCE = original
+    assert set(found) == set(wanted)
+    for uuid in set(wanted):
+        row, family = await queries.read_family(db.fetch, uuid)
+        assert found[uuid] == (row, family)
+    assert [c.uuid for c in found[parent][1]] == children

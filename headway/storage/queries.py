@@ -153,8 +153,9 @@ async def read_families(
     """The tasks of `uuids` that exist, each with its children (oldest first), by uuid:
     one query for every FAMILIES_AT_ONCE of them, outside any transaction."""
     found: dict[str, tuple[TaskRow, list[TaskRow]]] = {}
-    for start in range(0, len(uuids), FAMILIES_AT_ONCE):
-        chunk = list(dict.fromkeys(uuids[start : start + FAMILIES_AT_ONCE]))
+    wanted = list(dict.fromkeys(uuids))
+    for start in range(0, len(wanted), FAMILIES_AT_ONCE):
+        chunk = wanted[start : start + FAMILIES_AT_ONCE]
         marks = ", ".join("?" * len(chunk))
         rows = {
             raw[0]: TaskRow(*raw)  # a wanted child comes twice: as itself and as a child
@@ -164,14 +165,15 @@ async def read_families(
                 (*chunk, *chunk),
             )
         }
-        for uuid in chunk:
-            if uuid in rows:
-                found[uuid] = (rows[uuid], [])
+        # Only this chunk's families take children from this chunk's rows: a wanted
+        # child of a parent of an earlier chunk is already among that parent's children.
+        families = {uuid: (rows[uuid], []) for uuid in chunk if uuid in rows}
         for row in rows.values():
-            if row.parent_uuid is not None and row.parent_uuid in found:
-                found[row.parent_uuid][1].append(row)
-        for _, children in found.values():
+            if row.parent_uuid is not None and row.parent_uuid in families:
+                families[row.parent_uuid][1].append(row)
+        for _, children in families.values():
             children.sort(key=_created)
+        found.update(families)
     return found
 
 
