@@ -307,7 +307,7 @@ async def test_a_batch_of_families_reads_each_family_whole_once(app, client, spa
     parent = (await made({})).json()["uuid"]
     children = [(await made({"parent_uuid": parent})).json()["uuid"] for _ in range(3)]
     alone = (await made({})).json()["uuid"]
-    wanted = [children[0], parent, children[2], alone, children[1], parent]
+    wanted = [children[0], parent, children[2], alone, children[1], children[2]]
     db = app.state.service.db
     original = queries.FAMILIES_AT_ONCE
     queries.FAMILIES_AT_ONCE = at_once
