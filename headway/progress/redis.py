@@ -58,6 +58,14 @@ end
 local version = epoch .. ':' .. (redis.call('GET', KEYS[2]) or '0')
 """
 _FAMILY_VERSION = _VERSION_NOW + "return version"
+# KEYS: version keys to move on; ARGV[1]: their TTL.
+_BUMP = """
+for _, key in ipairs(KEYS) do
+  redis.call('INCR', key)
+  redis.call('EXPIRE', key, ARGV[1])
+end
+return 0
+"""
 # KEYS: as above, then the progress key. ARGV: a candidate epoch, the version the caller's
 # family was read at, the progress JSON, its TTL, and optionally a channel and a message
 # to publish once written (the change feed's, in the same round trip). Writes only if the
@@ -185,6 +193,7 @@ class RedisProgressStore:
         self._clock = clock
         self._redis = redis.asyncio.Redis(connection_pool=connection_pool(url))
         self._family_version = Coalesced(self._redis, _FAMILY_VERSION)
+        self._bump = Coalesced(self._redis, _BUMP)
         self._put_if_family = Coalesced(self._redis, _PUT_IF_FAMILY)
         # Candidate epochs: this process's random prefix and a count, never the same
         # twice (and cheaper than a random id per call, on the path of every report).
@@ -236,15 +245,11 @@ class RedisProgressStore:
 
     async def bump_families(self, *task_uuids: str | None) -> None:
         """Mark these families changed (their counters move on); call after the change
-        is committed, before the request that made it answers."""
+        is committed, before the request that made it answers. Bumps made in the same
+        turn of the event loop share one round trip (`Coalesced`)."""
         keys = [self.FAMILY_PREFIX + uuid for uuid in dict.fromkeys(task_uuids) if uuid]
-        if not keys:
-            return
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for key in keys:
-                pipe.incr(key)
-                pipe.expire(key, FAMILY_VERSION_TTL_S)
-            await pipe.execute()
+        if keys:
+            await self._bump(keys=keys, args=[FAMILY_VERSION_TTL_S])
 
     async def put_if_family(
         self,

@@ -38,9 +38,10 @@ class Service:
     """Headway's rules applied to storage: the database holds spaces and tasks, the
     progress store holds live state, and the outbox holds completion events.
 
-    With `versions` (progress in Redis, shared by several instances), families are cached
-    only as a report's write can check them, and spaces are not held in memory (see
-    `storage.families`); without, this process is the only writer and caches freely.
+    With `versions` (progress in Redis, shared by several instances), families and
+    spaces' rows are cached only as far as their versions in Redis vouch for them (see
+    `storage.families`, `storage.small_spaces`); without, this process is the only writer
+    and caches freely.
     """
 
     def __init__(
@@ -59,7 +60,7 @@ class Service:
         self.stores = stores = Stores(db, progress, clock, self.changes)
         self.db, self.progress, self.clock, self.feed = db, progress, clock, feed
         self.spaces = Spaces(stores)
-        self.reads = SpaceReads(stores, self.spaces, hold_spaces=versions is None)
+        self.reads = SpaceReads(stores, self.spaces, versions=versions)
         self.families = Families(stores, FamilyCache(versioned=versions is not None))
         self.tasks = Tasks(stores, self.families)
         self.webhooks = Webhooks(

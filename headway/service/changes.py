@@ -1,10 +1,10 @@
 """The one point every write calls once it is stored: `Changes.changed`.
 
 It tells every registered cache what changed (each decides what to drop), then, with
-progress in Redis, bumps the families' versions that other instances' caches check
-(see `storage.families`), then tells the change feed, which wakes the live streams of
-every instance. Nothing else in the service drops a cache entry, bumps a version or
-publishes to the feed.
+progress in Redis, bumps the versions of the families and of the space's rows that other
+instances' caches check (see `storage.families`, `storage.small_spaces`), then tells
+the change feed, which wakes the live streams of every instance. Nothing else in the
+service drops a cache entry, bumps a version or publishes to the feed.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from ..dependencies import unavailable
 from ..domain import Changed
 from ..progress.feed import RESYNC, REVOKED, TASK, Change, ChangeFeed
 from ..storage.families import FamilyVersions
+from ..storage.small_spaces import space_version_key
 
 log = logging.getLogger("headway")
 
@@ -110,9 +111,11 @@ class Changes:
         change = self.change(kind, space_uuid, task_uuid, parent_uuid)
         try:
             if kind in _BUMPED and self.versions is not None:
-                # A new task is in no cache yet: only its parent's family changed.
+                # A new task is in no cache yet: only its parent's family changed, and
+                # the rows of its space.
                 await self.versions.bump_families(
-                    *((parent_uuid,) if kind is Changed.CREATE else (task_uuid, parent_uuid))
+                    *((parent_uuid,) if kind is Changed.CREATE else (task_uuid, parent_uuid)),
+                    space_version_key(space_uuid),
                 )
             self.feed.publish(change, announced=announced)
         except Exception as exc:

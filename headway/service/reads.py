@@ -14,7 +14,14 @@ from .. import domain
 from ..domain import Progress, TaskRow, TaskView, canonical_uuid
 from ..errors import BadRequest, NotFound
 from ..storage import queries
-from ..storage.small_spaces import BigSpace, ShownTasks, SmallSpace, SmallSpaces
+from ..storage.families import FamilyVersion, FamilyVersions
+from ..storage.small_spaces import (
+    BigSpace,
+    ShownTasks,
+    SmallSpace,
+    SmallSpaces,
+    space_version_key,
+)
 from .context import NO_SPACE, Stores
 from .spaces import Head, Spaces
 
@@ -42,15 +49,20 @@ Rows = tuple[list[TaskRow], dict[str, list[TaskRow]]]  # top-level tasks, childr
 
 
 class SpaceReads:
-    """Reads of a space's tasks. Where this process is the only writer (progress in its
-    memory), small spaces are held whole and pages of big ones kept (see
-    `storage.small_spaces`); both are registered caches of `Changes`."""
+    """Reads of a space's tasks. Small spaces are held whole and pages of big ones kept
+    (see `storage.small_spaces`), a registered cache of `Changes`; with `versions` (other
+    instances write too), each only while the space's rows are at the version they were
+    read at. Where progress is in this process's memory, the answers of unchanged tasks
+    are reused too (`ShownTasks`: progress read from Redis is a new object each time)."""
 
-    def __init__(self, stores: Stores, spaces: Spaces, *, hold_spaces: bool) -> None:
+    def __init__(
+        self, stores: Stores, spaces: Spaces, *, versions: FamilyVersions | None = None
+    ) -> None:
         self._stores = stores
         self._spaces = spaces
-        self.small: SmallSpaces | None = SmallSpaces() if hold_spaces else None
-        self.shown: ShownTasks | None = ShownTasks() if hold_spaces else None
+        self._versions = versions
+        self.small: SmallSpaces | None = SmallSpaces()
+        self.shown: ShownTasks | None = ShownTasks() if versions is None else None
         for cache in (self.small, self.shown):
             if cache is not None:
                 stores.changes.register(cache)
@@ -87,9 +99,14 @@ class SpaceReads:
             raise NotFound(NO_SPACE)
         window = queries.Window(key, before_us, after_us, count, cast(queries.State | None, state))
         head = self._spaces.heads.get(key)
-        held = None if self.small is None else self.small.get(key)
+        version: FamilyVersion | None = None
+        now_us = 0
+        if self.small is not None and self._versions is not None:
+            version = await self._versions.family_version(space_version_key(key))
+            now_us = self._stores.clock.now_us()
+        held = None if self.small is None else self.small.get(key, version, now_us)
         if head is not None and isinstance(held, SmallSpace):
-            return head, await self._rendered(held.rows_of(window), held.shown, held.shown)
+            return head, await self._rendered(held.rows_of(window), *self._held_shown(held))
         if head is not None and isinstance(held, BigSpace):
             assert self.small is not None
             page = self.small.page(held, window)
@@ -102,9 +119,9 @@ class SpaceReads:
                     raise NotFound(NO_SPACE)
                 head = self._spaces.heads.keep(key, *found)
             if self.small is not None and held is None:
-                held = await self.small.load(fetch, key)
+                held = await self.small.load(fetch, key, version, now_us)
             if isinstance(held, SmallSpace):
-                return head, await self._rendered(held.rows_of(window), held.shown, held.shown)
+                return head, await self._rendered(held.rows_of(window), *self._held_shown(held))
             big = held if isinstance(held, BigSpace) else None
             version = 0 if big is None else big.version  # as the rows are read
             pager = await queries.TopLevelPager.start(
@@ -121,6 +138,12 @@ class SpaceReads:
         if pager.exhausted or not first[0]:
             return head, await self._rendered(first, *self._reuse(first))
         return head, self._pages(pager, await self.render(first, *self._reuse(first)))
+
+    def _held_shown(self, held: SmallSpace) -> tuple[ShownTasks | None, ShownTasks | None]:
+        """Where a held small space's read reuses answers: its own `ShownTasks`, unless
+        progress comes from Redis (a new object on every read: nothing to reuse)."""
+        shown = None if self._versions is not None else held.shown
+        return shown, shown
 
     def _reuse(self, rows: Rows) -> tuple[ShownTasks | None, None]:
         """Where a page read from the database reuses answers: its childless tasks', in a

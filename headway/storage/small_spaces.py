@@ -1,9 +1,13 @@
-"""Small spaces held whole in memory, for a process that is the only one writing (the
-embedded default): a read of a space of at most `SMALL_SPACE` tasks takes no query.
+"""Small spaces held whole in memory: a read of a space of at most `SMALL_SPACE` tasks
+takes no query.
 
 A space's rows change only when a task is created in it or one of its tasks finishes;
 `Changes` tells it after each such commit (or failure, which may have committed),
 and a load that raced with one is not kept (`generation`, as in `storage.families`).
+Where several instances write (progress in Redis), each entry also keeps the version of
+the space's rows it was read at (`space_version_key`, bumped by `Changes` with the
+families' versions, read before the rows), and is used only while the space is still at
+that version, for at most `storage.families.VERSIONED_MAX_AGE_US`.
 With each row the entry keeps the JSON of its answer while the task's progress stays the
 same object (the memory store replaces it on every write), so a read of an unchanged
 task costs a lookup. Pages of bigger spaces, read from the database, reuse the answers
@@ -22,7 +26,7 @@ import msgspec
 
 from ..domain import Changed, Progress, TaskRow, TaskView, view, view_json
 from .database import Fetch
-from .families import KEPT_JSON_BYTES
+from .families import KEPT_JSON_BYTES, VERSIONED_MAX_AGE_US, FamilyVersion
 from .queries import Window, families_of, space_has_children, space_rows
 
 # Spaces of at most this many tasks are held whole; bigger ones are read page by page.
@@ -31,6 +35,12 @@ SMALL_SPACE = 1000
 ROWS_HELD = 50_000
 # Answers of tasks of big spaces held (`ShownTasks`): about 0.5 KB each.
 TASKS_SHOWN = 16_384
+
+
+def space_version_key(space_uuid: str) -> str:
+    """The name under which a space's rows are versioned among the families' versions
+    (see `storage.families.FamilyVersions`): no task uuid has this form."""
+    return "space:" + space_uuid
 
 
 class ShownTasks:
@@ -120,6 +130,8 @@ class SmallSpaces:
         self._small = small
         self._held = held
         self._entries: OrderedDict[str, SmallSpace | BigSpace] = OrderedDict()
+        # Versioned only: each entry's (version of its rows, when they were read, in µs).
+        self._stamps: dict[str, tuple[FamilyVersion, int]] = {}
         self._rows = 0
         self.generation = 0
         # Whole answers of big spaces' windows, oldest first: (space, its version, page).
@@ -159,32 +171,59 @@ class SmallSpaces:
         if held is not None:
             self._page_rows -= held[3]
 
-    def get(self, space_uuid: str) -> SmallSpace | BigSpace | None:
+    def get(
+        self, space_uuid: str, version: FamilyVersion | None = None, now_us: int = 0
+    ) -> SmallSpace | BigSpace | None:
+        """The space's entry; with a `version` (read just now), only if its rows were
+        read at that version less than `VERSIONED_MAX_AGE_US` ago (else it is dropped)."""
         entry = self._entries.get(space_uuid)
-        if entry is not None:
-            self._entries.move_to_end(space_uuid)
+        if entry is None:
+            return None
+        if version is not None:
+            stamp = self._stamps.get(space_uuid)
+            if stamp is None or stamp[0] != version or now_us - stamp[1] >= VERSIONED_MAX_AGE_US:
+                self._drop(space_uuid)  # a big space's pages go with it (`page`)
+                return None
+        self._entries.move_to_end(space_uuid)
         return entry
 
-    async def load(self, fetch: Fetch, space_uuid: str) -> SmallSpace | BigSpace:
+    async def load(
+        self,
+        fetch: Fetch,
+        space_uuid: str,
+        version: FamilyVersion | None = None,
+        now_us: int = 0,
+    ) -> SmallSpace | BigSpace:
         """Read the space's rows, and keep them if it is small and nothing changed
-        meanwhile; returns the entry, a `BigSpace` if it is big."""
+        meanwhile; returns the entry, a `BigSpace` if it is big. `version`: the version
+        of the space's rows, read before this (see `get`)."""
         generation = self.generation
         found = await space_rows(fetch, space_uuid, self._small + 1)
         if len(found) > self._small:
             child = await space_has_children(fetch, space_uuid)
             # A child created meanwhile may not be in what was read: not known childless.
             big = BigSpace(childless=not child and generation == self.generation)
+            self._drop(space_uuid)
             self._entries[space_uuid] = big
+            if version is not None:
+                self._stamps[space_uuid] = (version, now_us)
             return big
         entry = _small_space(space_uuid, found)
         if generation == self.generation:
+            self._drop(space_uuid)
             self._entries[space_uuid] = entry
+            if version is not None:
+                self._stamps[space_uuid] = (version, now_us)
             self._rows += entry.rows
             while self._rows > self._held and self._entries:
-                _, evicted = self._entries.popitem(last=False)
-                if isinstance(evicted, SmallSpace):
-                    self._rows -= evicted.rows
+                self._drop(next(iter(self._entries)))
         return entry
+
+    def _drop(self, space_uuid: str) -> None:
+        entry = self._entries.pop(space_uuid, None)
+        self._stamps.pop(space_uuid, None)
+        if isinstance(entry, SmallSpace):
+            self._rows -= entry.rows
 
     def on_change(
         self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
@@ -197,10 +236,11 @@ class SmallSpaces:
         the creates may have made child tasks."""
         self.generation += 1
         for space_uuid in space_uuids:
-            entry = self._entries.pop(space_uuid, None)
+            entry = self._entries.get(space_uuid)
             if isinstance(entry, SmallSpace):
-                self._rows -= entry.rows
+                self._drop(space_uuid)
             elif entry is not None:  # still big
+                del self._entries[space_uuid]
                 if children:
                     entry.childless = False
                 entry.version += 1  # its pages held are stale
