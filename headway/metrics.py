@@ -57,9 +57,8 @@ from prometheus_client.metrics_core import (
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
-from sqlalchemy import func, select
 
-from .storage.tables import deliveries, outbox
+from .storage import outbox
 
 if TYPE_CHECKING:
     from starlette.types import Message, Scope, Send
@@ -93,12 +92,6 @@ DELIVERY_OUTCOMES = ("delivered", "retry", "given_up")
 # A report takes well under a millisecond, a space read a few; 10 s is a dependency's limit.
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 SCRAPE_TIMEOUT_S = 2.0  # per dependency; a scraper's own timeout is usually 10 s
-
-# Pending deliveries (due, leased or waiting to retry) and events still in the outbox.
-_BACKLOG = select(
-    select(func.count()).select_from(deliveries).scalar_subquery(),
-    select(func.count()).select_from(outbox).scalar_subquery(),
-)
 
 
 # `observe(route, method, status, seconds)` counts one answered request: `route` is a
@@ -343,8 +336,8 @@ async def measure(db: Database, progress: ProgressStore | None) -> ServiceState:
 
 async def _measure_outbox(db: Database) -> tuple[list[Metric], bool]:
     try:
-        async with asyncio.timeout(SCRAPE_TIMEOUT_S), db.read() as conn:
-            pending, events = (await conn.execute(_BACKLOG)).one()
+        async with asyncio.timeout(SCRAPE_TIMEOUT_S):
+            pending, events = await outbox.backlog(db.fetch)
     except Exception as exc:  # whatever the failure, the scrape still answers
         log.warning("metrics: the outbox could not be measured: %s", type(exc).__name__)
         return [], False

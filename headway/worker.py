@@ -119,13 +119,12 @@ class Worker:
         if room <= 0:
             return []
         now = self.clock.now_us()
-        async with self.db.read() as conn:
-            due = await outbox.next_due_at(conn)
+        due = await outbox.next_due_at(self.db.fetch)
         if due is None or due > now:
             return []  # nothing due: no write transaction (and on SQLite, no write lock)
-        async with self.db.write() as conn:
+        async with self.db.write() as st:
             return await outbox.claim_due(
-                conn,
+                st,
                 now,
                 now + LEASE_S * 1_000_000,
                 room,
@@ -206,10 +205,10 @@ class Worker:
 
     async def record(self, claim: Claim, outcome: Outcome) -> None:
         """Settle a delivered attempt, or schedule the next one, or give up after the last."""
-        async with self.db.write() as conn:
+        async with self.db.write() as st:
             if outcome.delivered:
                 metrics.delivery("delivered")
-                await outbox.finish_delivery(conn, claim)
+                await outbox.finish_delivery(st, claim)
             elif claim.attempt >= MAX_ATTEMPTS:
                 metrics.delivery("given_up")
                 log.warning(
@@ -219,21 +218,21 @@ class Worker:
                     claim.attempt,
                     outcome.error,
                 )
-                await outbox.finish_delivery(conn, claim)
+                await outbox.finish_delivery(st, claim)
             else:
                 metrics.delivery("retry")
                 delay = retry_delay_s(claim.attempt, self._jitter())
                 due = self.clock.now_us() + round(delay * 1_000_000)
-                await outbox.retry_delivery(conn, claim, due, outcome.error)
+                await outbox.retry_delivery(st, claim, due, outcome.error)
 
     async def heartbeat(self) -> None:
-        async with self.db.write() as conn:
-            await outbox.beat(conn, self.id, self.clock.now_us())
+        async with self.db.write() as st:
+            await outbox.beat(st, self.id, self.clock.now_us())
 
     async def sweep(self) -> int:
         """Delete events that have nothing left to deliver (e.g. a space with no webhooks)."""
-        async with self.db.write() as conn:
-            return await outbox.delete_settled_events(conn)
+        async with self.db.write() as st:
+            return await outbox.delete_settled_events(st)
 
     async def run(self) -> None:
         """Deliver until cancelled: heartbeat, sweep, claim and start attempts, and sleep
@@ -271,8 +270,8 @@ class Worker:
         finally:
             await self._cancel_attempts()
             try:
-                async with self.db.write() as conn:
-                    await outbox.forget_worker(conn, self.id)
+                async with self.db.write() as st:
+                    await outbox.forget_worker(st, self.id)
             except Exception:
                 log.warning("could not remove the heartbeat of %s", self.id)
 
@@ -295,8 +294,7 @@ def _being_cancelled() -> bool:
 
 async def worker_status(db: Database, clock: Clock) -> dict[str, object]:
     """The worker's health for `GET /up`: the age of the newest heartbeat."""
-    async with db.read() as conn:
-        newest = await outbox.latest_beat(conn)
+    newest = await outbox.latest_beat(db.fetch)
     if newest is None:
         return {"status": "absent", "heartbeat_age_s": None}
     age = max(clock.now_us() - newest, 0) / 1_000_000

@@ -14,7 +14,6 @@ import httpx
 import pytest
 import redis.asyncio as redis
 from redis import Redis as SyncRedis
-from sqlalchemy import text
 from starlette.applications import Starlette
 
 from headway.app import create_app
@@ -156,8 +155,8 @@ async def empty_backend(app: Starlette, settings: Settings) -> None:
     """Shared servers outlive a test: start each test from empty tables and no progress
     (a SQLite file is the test's own)."""
     if not settings.database_url.startswith("sqlite"):
-        async with app.state.service.db.write() as conn:
-            await conn.execute(text(f"TRUNCATE {', '.join(TABLES)} CASCADE"))
+        async with app.state.service.db.write() as st:
+            await st.rows(f"TRUNCATE {', '.join(TABLES)} CASCADE", ())
     if settings.redis_url:
         client = redis.Redis.from_url(settings.redis_url)
         await client.flushdb()
@@ -204,12 +203,12 @@ def make_task(client: httpx.AsyncClient, space: str) -> Callable[..., Awaitable[
 
 
 @pytest.fixture
-def sql(app: Starlette) -> Callable[[str], Awaitable[list[Any]]]:
-    """Run a read-only SQL query against the app's real database."""
+def sql(app: Starlette) -> Callable[..., Awaitable[list[Any]]]:
+    """Run a read-only SQL query (`?` placeholders, then its parameters) against the
+    app's real database; its rows as tuples."""
 
-    async def run(query: str, **params: Any) -> list[Any]:
-        async with app.state.service.db.read() as conn:
-            return list(await conn.execute(text(query), params))
+    async def run(query: str, *params: Any) -> list[Any]:
+        return [tuple(row) for row in await app.state.service.db.fetch(query, params)]
 
     return run
 

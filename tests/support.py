@@ -15,8 +15,7 @@ async def outbox_events(sql: Sql, task_uuid: str | None = None) -> list[dict[str
         rows = await sql("SELECT payload FROM outbox ORDER BY created_at_us, id")
     else:
         rows = await sql(
-            "SELECT payload FROM outbox WHERE task_uuid = :task ORDER BY created_at_us, id",
-            task=task_uuid,
+            "SELECT payload FROM outbox WHERE task_uuid = ? ORDER BY created_at_us, id", task_uuid
         )
     return [json.loads(row[0]) for row in rows]
 

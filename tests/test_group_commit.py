@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
 from headway.config import Settings
@@ -53,10 +52,9 @@ def counting_commits(db: Database) -> Iterator[list[int]]:
 async def holding_writes(db: Database, space: str) -> AsyncIterator[None]:
     """Keep creates in `space` from committing while the block runs: on SQLite by holding
     the write lock, on PostgreSQL the space's row lock (which every create there claims)."""
-    async with db.write() as conn:
-        await conn.execute(
-            text("UPDATE spaces SET last_task_at_us = last_task_at_us WHERE uuid = :space"),
-            {"space": space},
+    async with db.write() as st:
+        await st.rows(
+            "UPDATE spaces SET last_task_at_us = last_task_at_us WHERE uuid = ?", (space,)
         )
         yield
 
@@ -178,8 +176,7 @@ def space(name: str) -> queries.NewSpace:
 
 
 async def stored_titles(db: Database) -> list[str]:
-    async with db.read() as conn:
-        return sorted(row[0] for row in await conn.execute(text("SELECT title FROM spaces")))
+    return sorted(row[0] for row in await db.fetch("SELECT title FROM spaces", ()))
 
 
 class Gated:

@@ -12,10 +12,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import text
 
 from headway import metrics
 from headway.app import create_app
+from headway.storage import outbox
 from headway.worker import Worker
 
 from .conftest import BACKENDS
@@ -204,7 +204,7 @@ async def test_live_progress_and_outbox_backlog_are_measured_when_scraped(
 
 
 async def test_scrape_answers_while_the_database_fails(client, monkeypatch):
-    monkeypatch.setattr(metrics, "_BACKLOG", text("SELECT count(*) FROM no_such_table"))
+    monkeypatch.setattr(outbox, "_BACKLOG", "SELECT count(*) FROM no_such_table")
     body = await scrape(client)
     assert value(body, "headway_dependency_up", dependency="database") == 0
     assert "headway_outbox_events" not in body

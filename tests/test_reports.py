@@ -688,8 +688,8 @@ async def test_done_alone_keeps_numbers_reported_while_it_was_finishing(client, 
 
     task = await make_task()
     await client.put(f"/tasks/{task}", json={"current": 5, "end": 10})
-    async with app.state.service.db.write() as conn:
-        await queries.lock_task(conn, task)  # the finish must wait for this transaction
+    async with app.state.service.db.write() as st:
+        await queries.lock_task(st, task)  # the finish must wait for this transaction
         finishing = asyncio.create_task(client.put(f"/tasks/{task}", json={"done": True}))
         await asyncio.sleep(0.2)
         meanwhile = await client.put(f"/tasks/{task}", json={"current": 7, "end": 10})

@@ -146,7 +146,7 @@ def large_values(tag: str) -> dict[str, str]:
 
 
 async def outbox_payload(sql, task):
-    rows = await sql("SELECT payload FROM outbox WHERE task_uuid = :task", task=task)
+    rows = await sql("SELECT payload FROM outbox WHERE task_uuid = ?", task)
     assert len(rows) == 1
     return rows[0][0]
 

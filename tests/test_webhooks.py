@@ -488,18 +488,14 @@ async def test_a_delivery_whose_webhook_is_gone_is_settled_not_retried(
 ):
     """A webhook deleted while its event was fanned out leaves a delivery with nothing to
     deliver to: the worker drops it and the event, instead of claiming it forever."""
-    from sqlalchemy import insert
-
-    from headway.storage.tables import deliveries
-
     task = await make_task()
     await client.put(f"/tasks/{task}", json={"done": True})
     (event_id,) = (await sql("SELECT id FROM outbox"))[0]
-    async with app.state.service.db.write() as conn:
-        await conn.execute(
-            insert(deliveries).values(
-                event_id=event_id, webhook_uuid=str(uuid.uuid4()), attempts=0, next_attempt_at_us=0
-            )
+    async with app.state.service.db.write() as st:
+        await st.many(
+            "INSERT INTO deliveries (event_id, webhook_uuid, attempts, next_attempt_at_us) "
+            "VALUES (?, ?, 0, 0)",
+            [(event_id, str(uuid.uuid4()))],
         )
     assert await worker.run_once() == 0
     assert await sql("SELECT count(*) FROM deliveries") == [(0,)]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import msgspec
 
@@ -14,6 +13,7 @@ from ..completion import completion_event
 from ..domain import Changed, Progress, TaskRow, canonical_uuid
 from ..errors import NotFound
 from ..storage import outbox, queries
+from ..storage.database import Statements
 from ..storage.families import FamilyCache
 from .context import NO_TASK, Stores
 
@@ -116,30 +116,30 @@ class Families:
     async def _record(
         self, row: TaskRow, progress: Progress, family: Family, now_us: int, duration: int
     ) -> TaskRow:
-        async with self._stores.db.write() as conn:
+        async with self._stores.db.write() as st:
             if row.parent_uuid is not None:
-                await queries.lock_task(conn, row.parent_uuid)
-            if not await queries.finish_task(conn, row.uuid, now_us, duration):
+                await queries.lock_task(st, row.parent_uuid)
+            if not await queries.finish_task(st, row.uuid, now_us, duration):
                 # Another report finished it first; its finish time stands.
-                return await queries.get_task(conn, row.uuid) or row
+                return (await queries.tasks_by_uuid(st, (row.uuid,))).get(row.uuid, row)
             row = msgspec.structs.replace(row, finished_at_us=now_us, duration=duration)
-            await _record_event(conn, domain.view(row, progress, family), now_us)
+            await _record_event(st, domain.view(row, progress, family), now_us)
             if row.parent_uuid is not None:
-                await self._finish_parent_if_done(conn, row, progress, now_us)
+                await self._finish_parent_if_done(st, row, progress, now_us)
         self.on_event()
         return row
 
     async def _finish_parent_if_done(
-        self, conn: Any, child: TaskRow, child_progress: Progress, now_us: int
+        self, st: Statements, child: TaskRow, child_progress: Progress, now_us: int
     ) -> None:
         parent_uuid = child.parent_uuid
         assert parent_uuid is not None
         # Read after this child's finish, under the parent's row lock (see `_record`).
-        parent, siblings = await queries.get_family(conn, parent_uuid)
+        parent, siblings = await queries.read_family(st.rows, parent_uuid)
         if parent is None or any(not sibling.finished for sibling in siblings):
             return
         duration = domain.duration_seconds(parent.created_at_us, now_us)
-        if not await queries.finish_task(conn, parent.uuid, now_us, duration):
+        if not await queries.finish_task(st, parent.uuid, now_us, duration):
             return
         parent = msgspec.structs.replace(parent, finished_at_us=now_us, duration=duration)
         found = await self._stores.progress.get_many([parent.uuid, *(s.uuid for s in siblings)])
@@ -147,13 +147,13 @@ class Families:
             (s, child_progress if s.uuid == child.uuid else p)
             for s, p in zip(siblings, found[1:], strict=True)
         ]
-        await _record_event(conn, domain.view(parent, found[0], family), now_us)
+        await _record_event(st, domain.view(parent, found[0], family), now_us)
 
 
-async def _record_event(conn: Any, task: domain.TaskView, now_us: int) -> None:
+async def _record_event(st: Statements, task: domain.TaskView, now_us: int) -> None:
     """Write the completion event (bounded in size: see `completion_event`) and queue it
     for every webhook of the space."""
     event_id = f"msg_{uuid.uuid4().hex}"
     payload = completion_event(task, now_us)
-    await queries.insert_event(conn, event_id, task.space_uuid, task.uuid, payload, now_us)
-    await outbox.fan_out(conn, event_id, task.space_uuid, now_us)
+    await queries.insert_event(st, event_id, task.space_uuid, task.uuid, payload, now_us)
+    await outbox.fan_out(st, event_id, task.space_uuid, now_us)

@@ -112,7 +112,7 @@ class SpaceReads:
             page = self.small.page(held, window)
             if page is not None:
                 return head, await self._rendered(page, *self._reuse(page))
-        async with self._stores.db.rows() as fetch:
+        async with self._stores.db.read() as fetch:
             if head is None:
                 found = await queries.space_head(fetch, key)
                 if found is None:
@@ -162,7 +162,7 @@ class SpaceReads:
     ) -> AsyncIterator[list[Shown]]:
         yield first
         while not pager.exhausted:
-            async with self._stores.db.rows() as fetch:
+            async with self._stores.db.read() as fetch:
                 rows = await pager.next_page(fetch)
             if not rows[0]:
                 return

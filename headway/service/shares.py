@@ -27,8 +27,8 @@ class Shares:
         share_uuid = str(uuid.uuid4())
         cap = self.per_space
         now_us = self._stores.clock.now_us()
-        async with self._stores.db.write() as conn:
-            if not await shares.insert_share(conn, share_uuid, space_key, now_us, cap=cap):
+        async with self._stores.db.write() as st:
+            if not await shares.insert_share(st, share_uuid, space_key, now_us, cap=cap):
                 raise Unprocessable(f"A space holds at most {cap} share links; revoke one first.")
         return {
             "uuid": share_uuid,
@@ -38,8 +38,7 @@ class Shares:
 
     async def list(self, space_uuid: str) -> list[dict[str, str]]:
         space_key = await self._spaces.existing(space_uuid)
-        async with self._stores.db.read() as conn:
-            found = await shares.list_shares(conn, space_key)
+        found = await shares.list_shares(self._stores.db.fetch, space_key)
         return [
             {"uuid": share, "url": f"/shared/{share}", "created_at": domain.format_ts(created)}
             for share, created in found
@@ -49,8 +48,8 @@ class Shares:
         """Revoke a share link; its open streams end (see progress.feed `REVOKED`)."""
         space_key = await self._spaces.existing(space_uuid)
         share_key = canonical_uuid(share_uuid)
-        async with self._stores.db.write() as conn:
-            if share_key is None or not await shares.delete_share(conn, space_key, share_key):
+        async with self._stores.db.write() as st:
+            if share_key is None or not await shares.delete_share(st, space_key, share_key):
                 raise NotFound("No such share link in this space.")
         await self._stores.changes.changed(Changed.REVOKE, space_key, share_key)
 
@@ -59,8 +58,7 @@ class Shares:
         existed."""
         key = canonical_uuid(share_uuid)
         if key is not None:
-            async with self._stores.db.read() as conn:
-                space = await shares.space_of_share(conn, key)
+            space = await shares.space_of_share(self._stores.db.fetch, key)
             if space is not None:
                 return space
         raise NotFound(NO_SHARE)

@@ -79,8 +79,7 @@ class Spaces:
             raise NotFound(NO_SPACE)
         head = self.heads.get(key)
         if head is None:
-            async with self._stores.db.rows() as fetch:
-                space = await queries.space_head(fetch, key)
+            space = await queries.space_head(self._stores.db.fetch, key)
             if space is None:
                 raise NotFound(NO_SPACE)
             head = self.heads.keep(key, *space)
@@ -89,8 +88,6 @@ class Spaces:
     async def existing(self, space_uuid: str) -> str:
         """The space's canonical uuid; NotFound if there is no such space."""
         key = canonical_uuid(space_uuid)
-        if key is not None:
-            async with self._stores.db.read() as conn:
-                if await queries.get_space(conn, key) is not None:
-                    return key
+        if key is not None and await queries.space_head(self._stores.db.fetch, key) is not None:
+            return key
         raise NotFound(NO_SPACE)

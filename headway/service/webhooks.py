@@ -37,22 +37,21 @@ class Webhooks:
             ) from None
         webhook_uuid, secret = str(uuid.uuid4()), webhooks.new_secret()
         cap, now_us = self.per_space, self._stores.clock.now_us()
-        async with self._stores.db.write() as conn:  # spaces are never deleted: it still exists
+        async with self._stores.db.write() as st:  # spaces are never deleted: it still exists
             if not await outbox.insert_webhook(
-                conn, webhook_uuid, space_key, body.url, secret, now_us, cap=cap
+                st, webhook_uuid, space_key, body.url, secret, now_us, cap=cap
             ):
                 raise Unprocessable(f"A space holds at most {cap} webhooks; delete one first.")
         return {"uuid": webhook_uuid, "url": body.url, "secret": secret}
 
     async def list(self, space_uuid: str) -> list[dict[str, str]]:
         space_key = await self._spaces.existing(space_uuid)
-        async with self._stores.db.read() as conn:
-            found = await outbox.list_webhooks(conn, space_key)
+        found = await outbox.list_webhooks(self._stores.db.fetch, space_key)
         return [{"uuid": hook, "url": url} for hook, url in found]
 
     async def delete(self, space_uuid: str, webhook_uuid: str) -> None:
         space_key = await self._spaces.existing(space_uuid)
         hook = canonical_uuid(webhook_uuid)
-        async with self._stores.db.write() as conn:
-            if hook is None or not await outbox.delete_webhook(conn, space_key, hook):
+        async with self._stores.db.write() as st:
+            if hook is None or not await outbox.delete_webhook(st, space_key, hook):
                 raise NotFound("No such webhook in this space.")

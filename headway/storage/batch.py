@@ -33,7 +33,7 @@ _ONE_ITEMS_FAULT = (IntegrityError, DataError, sqlite3.IntegrityError, sqlite3.D
 
 
 class GroupCommit(Generic[Item, Outcome]):
-    """Writes `Item`s in batches, each batch one `Database.written` transaction.
+    """Writes `Item`s in batches, each batch one `Database.write` transaction.
 
     `write_batch(statements, items)` writes a batch and returns one outcome per item, in order:
     a value for its caller, or an exception that fails that item alone (it must then have
@@ -108,7 +108,7 @@ class GroupCommit(Generic[Item, Outcome]):
         items = [item for item, _ in batch]
         outcomes: Sequence[Outcome | Exception] | None = None
         try:
-            async with self._db.written() as st:
+            async with self._db.write() as st:
                 written = await self._write_batch(st, items)
             outcomes = written
         except _ONE_ITEMS_FAULT as exc:

@@ -1,4 +1,5 @@
-"""The database connection: engine, transactions, migrations and health."""
+"""The database's one surface: reads and write transactions of `?` SQL text on SQLite
+and PostgreSQL alike, migrations and health. No SQLAlchemy connection leaves it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, ExceptionContext
@@ -24,8 +25,8 @@ from . import sqlite
 
 __all__ = ["Database", "DatabaseUnavailable", "Fetch", "Statements"]
 
-T = TypeVar("T")
-# Runs a read with `?` placeholders and answers its rows (see `Database.rows`).
+# Runs one statement with `?` placeholders and answers its rows as tuples: what
+# `Database.read` yields, `Database.fetch` is, and `Statements.rows` is within a write.
 Fetch = Callable[[str, Sequence[Any]], Awaitable[Sequence[Any]]]
 MIGRATIONS = Path(__file__).parent / "migrations"
 # The newest migration. Starting on a database already there needs no Alembic at all
@@ -36,16 +37,24 @@ SUSPECT_S = 30.0
 
 
 class Statements(Protocol):
-    """Statements with `?` placeholders run within a transaction (see
-    `Database.written`). A statement's errors may come only with a later statement or
-    with the commit (see `sqlite.WriterStatements`)."""
+    """Statements with `?` placeholders run within one write transaction (see
+    `Database.write`).
+
+    A statement's errors may come only with a later statement or with the commit (see
+    `sqlite.WriterStatements`): what needs to know what a statement changed asks for it
+    with RETURNING, or reads it.
+    """
+
+    # Which SQL the transaction speaks: SQLite's (True) or PostgreSQL's.
+    is_sqlite: bool
 
     async def rows(self, sql: str, params: Sequence[Any]) -> Sequence[Any]:
-        """Run one statement; its rows, if it returns any."""
+        """Run one statement now; its rows, if it returns any (a `Fetch`)."""
         ...
 
     async def many(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
-        """Run one statement for each parameter list (executemany)."""
+        """Run one statement for each parameter list (executemany), for its effect: it
+        may wait to go with the next statement or the commit."""
         ...
 
 
@@ -71,7 +80,9 @@ async def _unavailable_when_disconnected() -> AsyncIterator[None]:
 
 
 class Database:
-    """One engine and the way Headway uses it.
+    """One engine and the way Headway uses it: `read` and `fetch` for reads, `write` for
+    transactions, `migrate`, `ping` and `check_writable` for the service's start and
+    health, `close` at its end.
 
     SQLite allows one writer at a time; within this process, writes queue on an asyncio
     lock rather than on SQLite's busy timeout, which would block the event loop's thread.
@@ -87,19 +98,20 @@ class Database:
         if self._path is not None:
             Path(self._path).parent.mkdir(parents=True, exist_ok=True)
             options["connect_args"] = {"timeout": 30}
-            # Each connection is a thread and a page cache; SQLite serves one writer anyway.
-            # Transactions end explicitly (see `write`): no rollback round trip on return.
+            # Pooled connections serve migrations and reads that found the database busy
+            # (writes have a thread of their own). Each is a thread and a page cache.
+            # Transactions end explicitly (see `_transaction`): no rollback on return.
             options.update(pool_size=4, max_overflow=4, pool_reset_on_return=None)
         else:
             options.update(pool_size=10, max_overflow=10, pool_pre_ping=False, pool_timeout=5)
             options["connect_args"] = {"timeout": 5, "command_timeout": 10}
-        self.engine: AsyncEngine = create_async_engine(self.url, **options)
+        self._engine: AsyncEngine = create_async_engine(self.url, **options)
         if self.is_sqlite:
-            event.listen(self.engine.sync_engine, "connect", sqlite.on_connect)
-            event.listen(self.engine.sync_engine, "begin", sqlite.on_begin)
+            event.listen(self._engine.sync_engine, "connect", sqlite.on_connect)
+            event.listen(self._engine.sync_engine, "begin", sqlite.on_begin)
         else:
-            event.listen(self.engine.sync_engine, "handle_error", self._on_error)
-            event.listen(self.engine.sync_engine.pool, "checkout", self._on_checkout)
+            event.listen(self._engine.sync_engine, "handle_error", self._on_error)
+            event.listen(self._engine.sync_engine.pool, "checkout", self._on_checkout)
         # Until when (monotonic seconds) pooled connections are pinged as they are
         # checked out: for a while after a connection was lost (see `_on_error`).
         self._suspect_until = 0.0
@@ -110,27 +122,72 @@ class Database:
         )
         # Transactions committed so far, whichever way they were written.
         self.commits = 0
-        event.listen(self.engine.sync_engine, "commit", self._committed)
-        # SQLite reads already run without a transaction (see `sqlite.on_begin`).
-        self._reads = (
-            self.engine
-            if self.is_sqlite
-            else self.engine.execution_options(isolation_level="AUTOCOMMIT")
-        )
+        event.listen(self._engine.sync_engine, "commit", self._committed)
+        # PostgreSQL's reads run without a transaction (SQLite's: see `sqlite.InLoopReads`).
+        self._reads = self._engine.execution_options(isolation_level="AUTOCOMMIT")
 
     @asynccontextmanager
-    async def write(self) -> AsyncIterator[AsyncConnection]:
-        """A transaction that commits on success and rolls back on any exception."""
-        if self._write_lock is None:
-            async with _unavailable_when_disconnected(), self.engine.begin() as conn:
-                yield conn
+    async def read(self) -> AsyncIterator[Fetch]:
+        """A `fetch(sql, params)` for reads, outside any transaction: each call is one
+        statement and one round trip, sees its own consistent snapshot, and answers its
+        rows as tuples; no BEGIN or ROLLBACK costs a round trip.
+
+        On SQLite it runs on the event loop's thread (see `sqlite.InLoopReads`). PostgreSQL
+        has no thread: SQLAlchemy runs it, on one pooled connection for the whole block.
+        """
+        if self._in_loop is not None:
+            yield self._in_loop_fetch
             return
-        async with self._write_lock, self.engine.connect() as conn:
-            # Take SQLite's write lock up front (BEGIN IMMEDIATE): a transaction that
-            # reads before it writes could otherwise fail against another process's write.
-            (await conn.get_raw_connection()).info["immediate"] = True
-            async with conn.begin():
-                yield conn
+        async with _unavailable_when_disconnected(), self._reads.connect() as conn:
+
+            async def fetch_pg(sql: str, params: Sequence[Any]) -> Sequence[Any]:
+                return (await conn.exec_driver_sql(_numbered(sql), tuple(params))).all()
+
+            yield fetch_pg
+
+    async def fetch(self, sql: str, params: Sequence[Any]) -> Sequence[Any]:
+        """One read as `read` makes it, tried once more if its pooled connection turned
+        out dead.
+
+        Pooled connections are not pinged before use (a round trip that doubled the cost
+        of a report on PostgreSQL). After a database restart, the first use of an old
+        connection fails and SQLAlchemy discards the whole pool; the second try gets a
+        new connection.
+        """
+        if self._in_loop is not None:
+            return await self._in_loop_fetch(sql, params)
+        try:
+            async with self.read() as fetch:
+                return await fetch(sql, params)
+        except DatabaseUnavailable:
+            pass
+        async with self.read() as fetch:
+            return await fetch(sql, params)
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[Statements]:
+        """A transaction of `Statements` that commits when the block ends and rolls back
+        if it raises.
+
+        On SQLite it takes the write lock up front (BEGIN IMMEDIATE: a transaction that
+        reads before it writes could otherwise fail against another process's write), and
+        runs on a connection and thread of its own (`sqlite.SqliteWriter`), in as few trips
+        to that thread as the statements allow: under load, what a batch of creates waits
+        for is those trips, each behind a busy event loop.
+        """
+        if self._writer is None:
+            async with _unavailable_when_disconnected(), self._engine.begin() as conn:
+                yield _AlchemyStatements(conn)
+            return
+        assert self._write_lock is not None
+        async with self._write_lock:
+            statements = sqlite.WriterStatements(self._writer)
+            try:
+                yield statements
+            except BaseException:
+                statements.roll_back()
+                raise
+            await statements.commit()
 
     def _on_error(self, context: ExceptionContext) -> None:
         """A connection lost to a restart of PostgreSQL (SQLSTATE 08..., 57P01-57P03, a
@@ -144,60 +201,12 @@ class Database:
     def _on_checkout(self, dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
         if time.monotonic() < self._suspect_until:
             try:
-                self.engine.dialect.do_ping(dbapi_connection)
+                self._engine.dialect.do_ping(dbapi_connection)
             except Exception as exc:
                 raise DisconnectionError(str(exc)) from exc  # the pool tries a new one
 
     def _committed(self, *_args: Any) -> None:
         self.commits += 1
-
-    @asynccontextmanager
-    async def written(self) -> AsyncIterator[Statements]:
-        """A transaction as `write` makes it, for statements in SQL text.
-
-        On SQLite, on a connection and thread of its own (`sqlite.SqliteWriter`), in as few
-        trips to that thread as the statements allow: under load, what a batch of creates
-        waits for is those trips, each behind a busy event loop.
-        """
-        if self._writer is not None:
-            assert self._write_lock is not None
-            async with self._write_lock:
-                statements = sqlite.WriterStatements(self._writer)
-                try:
-                    yield statements
-                except BaseException:
-                    statements.roll_back()
-                    raise
-                await statements.commit()
-            return
-        async with self.write() as conn:
-            yield _AlchemyStatements(conn)
-
-    @asynccontextmanager
-    async def read(self) -> AsyncIterator[AsyncConnection]:
-        """A connection for reads, outside any transaction: each statement sees its own
-        consistent snapshot, and no BEGIN or ROLLBACK costs a round trip."""
-        async with _unavailable_when_disconnected(), self._reads.connect() as conn:
-            yield conn
-
-    @asynccontextmanager
-    async def rows(self) -> AsyncIterator[Fetch]:
-        """A `fetch(sql, params)` for reads of many rows, outside any transaction like
-        `read`: each call is one round trip and answers plain tuples; `sql` uses `?`
-        placeholders.
-
-        On SQLite it runs on the event loop's thread (see `sqlite.InLoopReads`). PostgreSQL has
-        no thread: SQLAlchemy runs it.
-        """
-        if self._in_loop is not None:
-            yield self._in_loop_fetch
-            return
-        async with self.read() as conn:
-
-            async def fetch_pg(sql: str, params: Sequence[Any]) -> Sequence[Any]:
-                return (await conn.exec_driver_sql(_numbered(sql), tuple(params))).all()
-
-            yield fetch_pg
 
     async def _in_loop_fetch(self, sql: str, params: Sequence[Any]) -> Sequence[Any]:
         assert self._in_loop is not None
@@ -212,7 +221,7 @@ class Database:
         """SQLite reads on a pooled connection's thread, for when the event loop's reader
         found the database busy."""
         try:
-            pooled = await self.engine.raw_connection()
+            pooled = await self._engine.raw_connection()
         except sqlite3.OperationalError as exc:  # the file is gone, unreadable...
             raise DatabaseUnavailable(str(exc)) from exc
         try:
@@ -230,43 +239,28 @@ class Database:
             # Back to the pool; closing a connection beyond the pool's size awaits.
             await greenlet_spawn(pooled.close)
 
-    async def fetch(self, sql: str, params: Sequence[Any]) -> Sequence[Any]:
-        """One read of rows as `rows` makes it, tried once more if its pooled connection
-        turned out dead (see `read_once_more`)."""
-        if self._in_loop is not None:
-            return await self._in_loop_fetch(sql, params)
-        try:
-            async with self.rows() as fetch:
-                return await fetch(sql, params)
-        except DatabaseUnavailable:
-            pass
-        async with self.rows() as fetch:
-            return await fetch(sql, params)
-
-    async def read_once_more(self, query: Callable[[AsyncConnection], Awaitable[T]]) -> T:
-        """Run a read, and once more if its pooled connection turned out dead.
-
-        Pooled connections are not pinged before use (a round trip that doubled the cost
-        of a report on PostgreSQL). After a database restart, the first use of an old
-        connection fails and SQLAlchemy discards the whole pool; the second try gets a
-        new connection.
-        """
-        try:
-            async with self.read() as conn:
-                return await query(conn)
-        except DatabaseUnavailable:
-            pass
-        async with self.read() as conn:
-            return await query(conn)
-
     async def migrate(self) -> None:
         """Create or upgrade the schema to the newest migration, in one transaction."""
-        async with self.write() as conn:
+        async with self._transaction() as conn:
             if not self.is_sqlite:
                 # Instances starting together migrate one at a time.
                 await conn.execute(text("SELECT pg_advisory_xact_lock(72657)"))
             if await self._revision(conn) != HEAD_REVISION:
                 await conn.run_sync(_upgrade)
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[AsyncConnection]:
+        """A transaction on a pooled SQLAlchemy connection, for Alembic: commits on
+        success, rolls back on any exception; on SQLite, behind the same lock as `write`
+        and with the write lock taken up front (see `sqlite.on_begin`)."""
+        if self._write_lock is None:
+            async with _unavailable_when_disconnected(), self._engine.begin() as conn:
+                yield conn
+            return
+        async with self._write_lock, self._engine.connect() as conn:
+            (await conn.get_raw_connection()).info["immediate"] = True
+            async with conn.begin():
+                yield conn
 
     async def _revision(self, conn: AsyncConnection) -> str | None:
         """The schema's migration revision (None: a database Headway has not set up)."""
@@ -280,7 +274,7 @@ class Database:
 
     async def ping(self) -> None:
         """Raise if the database does not answer."""
-        await self.read_once_more(lambda conn: conn.execute(text("SELECT 1")))
+        await self.fetch("SELECT 1", ())
 
     async def check_writable(self, timeout_s: float = 1.0) -> None:
         """Raise if the database cannot take a write within `timeout_s`.
@@ -298,7 +292,7 @@ class Database:
             self._in_loop.close()
         if self._writer is not None:
             await self._writer.close()
-        await self.engine.dispose()
+        await self._engine.dispose()
 
 
 @functools.lru_cache(maxsize=64)
@@ -312,6 +306,7 @@ class _AlchemyStatements:
     """`Statements` through SQLAlchemy (PostgreSQL: asyncpg has no thread to hop to)."""
 
     __slots__ = ("_conn",)
+    is_sqlite = False
 
     def __init__(self, conn: AsyncConnection) -> None:
         self._conn = conn

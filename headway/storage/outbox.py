@@ -1,23 +1,22 @@
 """SQL of webhooks and of delivering the outbox: registrations, fan-out, claims,
-retries and worker heartbeats."""
+retries and worker heartbeats. Reads take a `Fetch`, writes `Statements` (see
+`storage.database`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
-from sqlalchemy import delete, exists, func, insert, literal, or_, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from .database import Fetch, Statements
 from .queries import space_holds_fewer
-from .tables import deliveries, outbox, webhooks, worker_heartbeats
 
 # --- Webhooks ---------------------------------------------------------------------------
 
 
 async def insert_webhook(
-    conn: AsyncConnection,
+    st: Statements,
     uuid: str,
     space_uuid: str,
     url: str,
@@ -30,17 +29,12 @@ async def insert_webhook(
 
     The count is exact under concurrent registrations (see `queries.space_holds_fewer`).
     """
-    if not await space_holds_fewer(conn, webhooks, space_uuid, cap):
+    if not await space_holds_fewer(st, "webhooks", space_uuid, cap):
         return False
-    await conn.execute(
-        insert(webhooks).values(
-            uuid=uuid,
-            space_uuid=space_uuid,
-            url=url,
-            secret=secret,
-            created_at_us=now_us,
-            receiver=receiver_of(url),
-        )
+    await st.many(
+        "INSERT INTO webhooks (uuid, space_uuid, url, secret, created_at_us, receiver) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        [(uuid, space_uuid, url, secret, now_us, receiver_of(url))],
     )
     return True
 
@@ -59,36 +53,35 @@ def receiver_of(url: str) -> str:
     return f"{scheme}://{host}:{port or (443 if scheme == 'https' else 80)}"
 
 
-async def list_webhooks(conn: AsyncConnection, space_uuid: str) -> list[tuple[str, str]]:
+async def list_webhooks(fetch: Fetch, space_uuid: str) -> list[tuple[str, str]]:
     """(uuid, url) of the space's webhooks, oldest first."""
-    query = (
-        select(webhooks.c.uuid, webhooks.c.url)
-        .where(webhooks.c.space_uuid == space_uuid)
-        .order_by(webhooks.c.created_at_us, webhooks.c.uuid)
+    found = await fetch(
+        "SELECT uuid, url FROM webhooks WHERE space_uuid = ? ORDER BY created_at_us, uuid",
+        (space_uuid,),
     )
-    return [(row.uuid, row.url) for row in await conn.execute(query)]
+    return [(uuid, url) for uuid, url in found]
 
 
-async def delete_webhook(conn: AsyncConnection, space_uuid: str, uuid: str) -> bool:
+async def delete_webhook(st: Statements, space_uuid: str, uuid: str) -> bool:
     """Delete a webhook and what it still had to deliver. False: no such webhook here."""
-    result = await conn.execute(
-        delete(webhooks).where(webhooks.c.uuid == uuid, webhooks.c.space_uuid == space_uuid)
+    deleted = await st.rows(
+        "DELETE FROM webhooks WHERE uuid = ? AND space_uuid = ? RETURNING uuid",
+        (uuid, space_uuid),
     )
-    if result.rowcount != 1:
+    if len(deleted) != 1:
         return False
-    await conn.execute(delete(deliveries).where(deliveries.c.webhook_uuid == uuid))
+    await st.many("DELETE FROM deliveries WHERE webhook_uuid = ?", [(uuid,)])
     return True
 
 
-async def fan_out(conn: AsyncConnection, event_id: str, space_uuid: str, now_us: int) -> None:
+async def fan_out(st: Statements, event_id: str, space_uuid: str, now_us: int) -> None:
     """Queue the event for every webhook the space has now, due at once."""
-    await conn.execute(
-        insert(deliveries).from_select(
-            ["event_id", "webhook_uuid", "attempts", "next_attempt_at_us"],
-            select(literal(event_id), webhooks.c.uuid, literal(0), literal(now_us)).where(
-                webhooks.c.space_uuid == space_uuid
-            ),
-        )
+    # Typed parameters: PostgreSQL cannot tell the type of a parameter that is only selected.
+    await st.many(
+        "INSERT INTO deliveries (event_id, webhook_uuid, attempts, next_attempt_at_us) "
+        "SELECT CAST(? AS VARCHAR(64)), uuid, 0, CAST(? AS BIGINT) "
+        "FROM webhooks WHERE space_uuid = ?",
+        [(event_id, now_us, space_uuid)],
     )
 
 
@@ -112,7 +105,7 @@ class Claim:
 
 
 async def claim_due(
-    conn: AsyncConnection,
+    st: Statements,
     now_us: int,
     lease_until_us: int,
     limit: int,
@@ -142,184 +135,174 @@ async def claim_due(
     # Turns are numbered by window functions, which PostgreSQL does not allow with FOR
     # UPDATE: candidates are read without locks, and each is locked as it is claimed.
     due = (
-        select(
-            deliveries.c.event_id,
-            deliveries.c.webhook_uuid,
-            deliveries.c.next_attempt_at_us,
-            outbox.c.space_uuid,
-            webhooks.c.receiver,
-            webhooks.c.url,
-            webhooks.c.secret,
-            func.row_number()
-            .over(
-                partition_by=webhooks.c.receiver,
-                order_by=(deliveries.c.next_attempt_at_us, deliveries.c.event_id),
-            )
-            .label("receiver_turn"),
-        )
-        .select_from(deliveries)
-        .join(outbox, outbox.c.id == deliveries.c.event_id)
+        "SELECT deliveries.event_id, deliveries.webhook_uuid, deliveries.next_attempt_at_us, "
+        "outbox.space_uuid, webhooks.receiver, webhooks.url, webhooks.secret, "
+        "row_number() OVER (PARTITION BY webhooks.receiver "
+        "ORDER BY deliveries.next_attempt_at_us, deliveries.event_id) AS receiver_turn "
+        "FROM deliveries JOIN outbox ON outbox.id = deliveries.event_id "
         # A delivery whose webhook is gone has no receiver (NULL): it is settled below.
-        .outerjoin(webhooks, webhooks.c.uuid == deliveries.c.webhook_uuid)
-        .where(deliveries.c.next_attempt_at_us <= now_us)
+        "LEFT OUTER JOIN webhooks ON webhooks.uuid = deliveries.webhook_uuid "
+        "WHERE deliveries.next_attempt_at_us <= ?"
     )
+    params: list[Any] = [now_us]
     full_spaces = [space for space, n in space_load.items() if n >= per_space]
     if full_spaces:
-        due = due.where(outbox.c.space_uuid.not_in(full_spaces))
+        due += f" AND outbox.space_uuid NOT IN ({_marks(full_spaces)})"
+        params.extend(full_spaces)
     full_receivers = [receiver for receiver, n in receiver_load.items() if n >= per_receiver]
     if full_receivers:
-        due = due.where(
-            or_(webhooks.c.receiver.is_(None), webhooks.c.receiver.not_in(full_receivers))
+        due += (
+            " AND (webhooks.receiver IS NULL"
+            f" OR webhooks.receiver NOT IN ({_marks(full_receivers)}))"
         )
-    by_receiver = due.subquery("by_receiver")
-    by_space = (
-        select(
-            by_receiver,
-            func.row_number()
-            .over(
-                partition_by=by_receiver.c.space_uuid,
-                order_by=(
-                    by_receiver.c.receiver_turn,
-                    by_receiver.c.next_attempt_at_us,
-                    by_receiver.c.event_id,
-                ),
-            )
-            .label("space_turn"),
-        )
-        .where(by_receiver.c.receiver_turn <= per_receiver)
-        .subquery("by_space")
-    )
+        params.extend(full_receivers)
     candidates = (
-        select(by_space)
-        .where(by_space.c.space_turn <= per_space)
-        .order_by(by_space.c.space_turn, by_space.c.next_attempt_at_us)
-        # Some candidates may be passed over below: busy spaces and receivers, and rows
-        # another worker claims first.
-        .limit(limit * 4)
+        f"SELECT {_CANDIDATE} FROM (SELECT {_CANDIDATE}, receiver_turn, "
+        "row_number() OVER (PARTITION BY space_uuid "
+        "ORDER BY receiver_turn, next_attempt_at_us, event_id) AS space_turn "
+        f"FROM ({due}) AS by_receiver WHERE receiver_turn <= ?) AS by_space "
+        "WHERE space_turn <= ? ORDER BY space_turn, next_attempt_at_us LIMIT ?"
     )
+    # Some candidates may be passed over below: busy spaces and receivers, and rows
+    # another worker claims first.
+    params.extend((per_receiver, per_space, limit * 4))
+    # The claim's lock: PostgreSQL's; SQLite runs one write transaction at a time.
+    skip_locked = "" if st.is_sqlite else " FOR UPDATE SKIP LOCKED"
     spaces_taken: dict[str, int] = {}
     receivers_taken: dict[str, int] = {}
-    won = []
-    for row in (await conn.execute(candidates)).all():
+    won: list[tuple[Sequence[Any], int]] = []
+    for row in await st.rows(candidates, params):
         if len(won) == limit:
             break
-        if row.receiver is not None:
-            in_space = space_load.get(row.space_uuid, 0) + spaces_taken.get(row.space_uuid, 0)
-            at_receiver = receiver_load.get(row.receiver, 0) + receivers_taken.get(row.receiver, 0)
+        event_id, webhook_uuid, due_us, space_uuid, receiver = row[:5]
+        if receiver is not None:
+            in_space = space_load.get(space_uuid, 0) + spaces_taken.get(space_uuid, 0)
+            at_receiver = receiver_load.get(receiver, 0) + receivers_taken.get(receiver, 0)
             if in_space >= per_space or at_receiver >= per_receiver:
                 continue
-        still_due = (
-            deliveries.c.event_id == row.event_id,
-            deliveries.c.webhook_uuid == row.webhook_uuid,
-            deliveries.c.next_attempt_at_us == row.next_attempt_at_us,
-        )
-        if row.receiver is None:
+        still_due = (event_id, webhook_uuid, due_us)
+        if receiver is None:
             # Its webhook was deleted while the event was being fanned out: nothing to
             # deliver to, so settle it rather than claim it forever.
-            if (await conn.execute(delete(deliveries).where(*still_due))).rowcount == 1:
-                await delete_settled_events(conn, row.event_id)
+            if await st.rows(
+                f"DELETE FROM deliveries WHERE {_STILL_DUE} RETURNING event_id", still_due
+            ):
+                await delete_settled_events(st, event_id)
             continue
-        unlocked = select(deliveries.c.event_id).where(*still_due)
-        claimed = await conn.execute(
-            update(deliveries)
-            .where(
-                *still_due, deliveries.c.event_id.in_(unlocked.with_for_update(skip_locked=True))
-            )
-            .values(next_attempt_at_us=lease_until_us, attempts=deliveries.c.attempts + 1)
-            .returning(deliveries.c.attempts)
+        claimed = await st.rows(
+            "UPDATE deliveries SET next_attempt_at_us = ?, attempts = attempts + 1 "
+            f"WHERE {_STILL_DUE} AND event_id IN "
+            f"(SELECT event_id FROM deliveries WHERE {_STILL_DUE}{skip_locked}) "
+            "RETURNING attempts",
+            (lease_until_us, *still_due, *still_due),
         )
-        attempt = claimed.scalar()
-        if attempt is None:
+        if not claimed:
             continue  # another worker claimed it first
-        spaces_taken[row.space_uuid] = spaces_taken.get(row.space_uuid, 0) + 1
-        receivers_taken[row.receiver] = receivers_taken.get(row.receiver, 0) + 1
-        won.append((row, attempt))
+        spaces_taken[space_uuid] = spaces_taken.get(space_uuid, 0) + 1
+        receivers_taken[receiver] = receivers_taken.get(receiver, 0) + 1
+        won.append((row, claimed[0][0]))
     if not won:
         return []
     # Each event's payload is read once, however many of its deliveries were claimed.
+    events = list(dict.fromkeys(row[0] for row, _ in won))
     payloads = dict(
-        (
-            await conn.execute(
-                select(outbox.c.id, outbox.c.payload).where(
-                    outbox.c.id.in_({row.event_id for row, _ in won})
-                )
-            )
-        ).all()
+        await st.rows(f"SELECT id, payload FROM outbox WHERE id IN ({_marks(events)})", events)
     )
     return [
         Claim(
-            event_id=row.event_id,
-            webhook_uuid=row.webhook_uuid,
+            event_id=event_id,
+            webhook_uuid=webhook_uuid,
             attempt=attempt,
             lease_us=lease_until_us,
-            url=row.url,
-            secret=row.secret,
-            payload=payloads[row.event_id],
-            space_uuid=row.space_uuid,
-            receiver=row.receiver,
+            url=url,
+            secret=secret,
+            payload=payloads[event_id],
+            space_uuid=space_uuid,
+            receiver=receiver,
         )
-        for row, attempt in won
+        for (event_id, webhook_uuid, _, space_uuid, receiver, url, secret), attempt in won
     ]
 
 
-async def finish_delivery(conn: AsyncConnection, claim: Claim) -> bool:
+# The columns of a candidate delivery, in `claim_due`'s order.
+_CANDIDATE = "event_id, webhook_uuid, next_attempt_at_us, space_uuid, receiver, url, secret"
+# A delivery row still as a candidate showed it: (event id, webhook uuid, due time).
+_STILL_DUE = "event_id = ? AND webhook_uuid = ? AND next_attempt_at_us = ?"
+
+
+def _marks(values: Sequence[object]) -> str:
+    """One `?` for each value, for an IN list."""
+    return ", ".join("?" * len(values))
+
+
+async def finish_delivery(st: Statements, claim: Claim) -> bool:
     """Remove a delivered (or given-up) delivery, and its event once nothing is left.
     False: the claim had lapsed and another worker owns the row now."""
-    result = await conn.execute(delete(deliveries).where(*_owned(claim)))
-    await delete_settled_events(conn, claim.event_id)
-    return result.rowcount == 1
+    deleted = await st.rows(
+        f"DELETE FROM deliveries WHERE {_STILL_DUE} RETURNING event_id", _owned(claim)
+    )
+    await delete_settled_events(st, claim.event_id)
+    return len(deleted) == 1
 
 
-async def retry_delivery(
-    conn: AsyncConnection, claim: Claim, next_attempt_at_us: int, error: str
-) -> bool:
+async def retry_delivery(st: Statements, claim: Claim, next_attempt_at_us: int, error: str) -> bool:
     """Schedule the next attempt. False: the claim had lapsed."""
-    result = await conn.execute(
-        update(deliveries)
-        .where(*_owned(claim))
-        .values(next_attempt_at_us=next_attempt_at_us, last_error=error[:1000])
+    updated = await st.rows(
+        f"UPDATE deliveries SET next_attempt_at_us = ?, last_error = ? WHERE {_STILL_DUE} "
+        "RETURNING event_id",
+        (next_attempt_at_us, error[:1000], *_owned(claim)),
     )
-    return result.rowcount == 1
+    return len(updated) == 1
 
 
-def _owned(claim: Claim) -> tuple[object, ...]:
-    return (
-        deliveries.c.event_id == claim.event_id,
-        deliveries.c.webhook_uuid == claim.webhook_uuid,
-        deliveries.c.next_attempt_at_us == claim.lease_us,
+def _owned(claim: Claim) -> tuple[str, str, int]:
+    """The claimed row while the claim holds it (see `_STILL_DUE`)."""
+    return (claim.event_id, claim.webhook_uuid, claim.lease_us)
+
+
+async def delete_settled_events(st: Statements, event_id: str | None = None) -> int:
+    """Delete events with no delivery left to make (one event, or all of them); how many."""
+    sql = (
+        "DELETE FROM outbox WHERE NOT EXISTS "
+        "(SELECT 1 FROM deliveries WHERE deliveries.event_id = outbox.id)"
     )
+    if event_id is None:
+        return len(await st.rows(f"{sql} RETURNING id", ()))
+    return len(await st.rows(f"{sql} AND outbox.id = ? RETURNING id", (event_id,)))
 
 
-async def delete_settled_events(conn: AsyncConnection, event_id: str | None = None) -> int:
-    """Delete events with no delivery left to make (one event, or all of them)."""
-    pending = exists().where(deliveries.c.event_id == outbox.c.id)
-    query = delete(outbox).where(~pending)
-    if event_id is not None:
-        query = query.where(outbox.c.id == event_id)
-    return (await conn.execute(query)).rowcount
-
-
-async def next_due_at(conn: AsyncConnection) -> int | None:
+async def next_due_at(fetch: Fetch) -> int | None:
     """When the earliest delivery is due (None: nothing queued)."""
-    return (await conn.execute(select(func.min(deliveries.c.next_attempt_at_us)))).scalar()
+    found = await fetch("SELECT min(next_attempt_at_us) FROM deliveries", ())
+    return found[0][0]
+
+
+# Pending deliveries (due, leased or waiting to retry) and events still in the outbox.
+_BACKLOG = "SELECT (SELECT count(*) FROM deliveries), (SELECT count(*) FROM outbox)"
+
+
+async def backlog(fetch: Fetch) -> tuple[int, int]:
+    """How many deliveries are pending (due, leased or waiting to retry), and how many
+    events are still in the outbox."""
+    found = await fetch(_BACKLOG, ())
+    return found[0][0], found[0][1]
 
 
 # --- Heartbeats -------------------------------------------------------------------------
 
 
-async def beat(conn: AsyncConnection, worker_id: str, now_us: int) -> None:
-    updated = await conn.execute(
-        update(worker_heartbeats)
-        .where(worker_heartbeats.c.worker_id == worker_id)
-        .values(beat_at_us=now_us)
+async def beat(st: Statements, worker_id: str, now_us: int) -> None:
+    await st.many(
+        "INSERT INTO worker_heartbeats (worker_id, beat_at_us) VALUES (?, ?) "
+        "ON CONFLICT (worker_id) DO UPDATE SET beat_at_us = excluded.beat_at_us",
+        [(worker_id, now_us)],
     )
-    if updated.rowcount == 0:
-        await conn.execute(insert(worker_heartbeats).values(worker_id=worker_id, beat_at_us=now_us))
 
 
-async def forget_worker(conn: AsyncConnection, worker_id: str) -> None:
-    await conn.execute(delete(worker_heartbeats).where(worker_heartbeats.c.worker_id == worker_id))
+async def forget_worker(st: Statements, worker_id: str) -> None:
+    await st.many("DELETE FROM worker_heartbeats WHERE worker_id = ?", [(worker_id,)])
 
 
-async def latest_beat(conn: AsyncConnection) -> int | None:
-    return (await conn.execute(select(func.max(worker_heartbeats.c.beat_at_us)))).scalar()
+async def latest_beat(fetch: Fetch) -> int | None:
+    found = await fetch("SELECT max(beat_at_us) FROM worker_heartbeats", ())
+    return found[0][0]

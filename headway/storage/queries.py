@@ -1,4 +1,5 @@
-"""SQL of spaces and tasks, as functions of a connection (webhooks and the outbox are in
+"""SQL of spaces and tasks: reads take a `Fetch` (a reader, `Database.fetch`, or
+`Statements.rows` within a write), writes take `Statements` (webhooks and the outbox are in
 `storage.outbox`, share links in `storage.shares`, the schema's own in `storage.database`).
 The service decides which run together in one transaction."""
 
@@ -9,39 +10,10 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import Table, bindparam, func, insert, select, update
-from sqlalchemy.ext.asyncio import AsyncConnection
-
 from ..domain import TaskRow
 from .database import Fetch, Statements
-from .tables import outbox, spaces, tasks
 
 State = Literal["active", "finished"]
-
-_task_columns = (
-    tasks.c.uuid,
-    tasks.c.space_uuid,
-    tasks.c.parent_uuid,
-    tasks.c.title,
-    tasks.c.source,
-    tasks.c.created_at_us,
-    tasks.c.finished_at_us,
-    tasks.c.duration,
-)
-_select_tasks = select(*_task_columns)
-
-# Built once: every report runs it, and building a statement costs more than running it.
-_FAMILY = _select_tasks.where(
-    (tasks.c.uuid == bindparam("uuid")) | (tasks.c.parent_uuid == bindparam("uuid"))
-)
-
-
-async def insert_space(
-    conn: AsyncConnection, uuid: str, title: str | None, icon: str | None, now_us: int
-) -> None:
-    await conn.execute(
-        insert(spaces).values(uuid=uuid, title=title, icon=icon, created_at_us=now_us)
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,14 +35,6 @@ async def space_head(fetch: Fetch, uuid: str) -> tuple[str | None, str | None] |
     """The space's (title, icon), or None if there is no such space."""
     found = await fetch("SELECT title, icon FROM spaces WHERE uuid = ?", (uuid,))
     return (found[0][0], found[0][1]) if found else None
-
-
-async def get_space(conn: AsyncConnection, uuid: str) -> tuple[str | None, str | None] | None:
-    """The space's (title, icon), or None if there is no such space."""
-    row = (
-        await conn.execute(select(spaces.c.title, spaces.c.icon).where(spaces.c.uuid == uuid))
-    ).first()
-    return None if row is None else (row.title, row.icon)
 
 
 async def space_exists(st: Statements, uuid: str) -> bool:
@@ -122,18 +86,9 @@ async def tasks_by_uuid(st: Statements, uuids: Collection[str]) -> dict[str, Tas
     return {row.uuid: row for row in (TaskRow(*raw) for raw in found)}
 
 
-async def get_task(conn: AsyncConnection, uuid: str) -> TaskRow | None:
-    row = (await conn.execute(_select_tasks.where(tasks.c.uuid == uuid))).first()
-    return None if row is None else TaskRow(*row)
-
-
-async def get_family(conn: AsyncConnection, uuid: str) -> tuple[TaskRow | None, list[TaskRow]]:
-    """A task and its children (oldest first), in one query, within a transaction."""
-    return _family(uuid, await conn.execute(_FAMILY, {"uuid": uuid}))
-
-
 async def read_family(fetch: Fetch, uuid: str) -> tuple[TaskRow | None, list[TaskRow]]:
-    """A task and its children (oldest first), in one query, outside any transaction."""
+    """A task and its children (oldest first), in one query: outside any transaction
+    with a reader, within one with `Statements.rows`."""
     return _family(uuid, await fetch(_FAMILY_SQL, (uuid, uuid)))
 
 
@@ -322,7 +277,7 @@ class TopLevelPager:
             found = await fetch(top, (*params, size))
         else:
             # The children come in the same query: one round trip per page. Both parts
-            # are sorted here rather than in SQL (see `get_family`).
+            # are sorted here rather than in SQL (see `_family`).
             found = await fetch(
                 f"WITH top AS ({top}) SELECT {_COLUMNS} FROM top UNION ALL "
                 f"SELECT {_COLUMNS} FROM tasks WHERE parent_uuid IN (SELECT uuid FROM top)",
@@ -393,7 +348,9 @@ def families_of(
     return top, dict(children)
 
 
-async def space_holds_fewer(conn: AsyncConnection, table: Table, space_uuid: str, cap: int) -> bool:
+async def space_holds_fewer(
+    st: Statements, table: Literal["webhooks", "shares"], space_uuid: str, cap: int
+) -> bool:
     """Whether the space has fewer than `cap` rows in `table` (webhooks, share links).
 
     Exact under concurrent inserts when called first in their transaction: on PostgreSQL
@@ -402,38 +359,37 @@ async def space_holds_fewer(conn: AsyncConnection, table: Table, space_uuid: str
     key-share lock on the space for their foreign key, do not); SQLite runs one write
     transaction at a time anyway.
     """
-    await conn.execute(
-        select(spaces.c.uuid).where(spaces.c.uuid == space_uuid).with_for_update(key_share=True)
-    )
-    count = select(func.count()).select_from(table).where(table.c.space_uuid == space_uuid)
-    return (await conn.execute(count)).scalar_one() < cap
+    if not st.is_sqlite:
+        await st.rows("SELECT uuid FROM spaces WHERE uuid = ? FOR NO KEY UPDATE", (space_uuid,))
+    found = await st.rows(f"SELECT count(*) FROM {table} WHERE space_uuid = ?", (space_uuid,))
+    return found[0][0] < cap
 
 
 def _created(row: TaskRow) -> int:
     return row.created_at_us
 
 
-async def lock_task(conn: AsyncConnection, uuid: str) -> None:
+async def lock_task(st: Statements, uuid: str) -> None:
     """Take the task's row lock for the rest of the transaction (a no-op write).
 
     Finishing a child locks its parent first, so that two last children finishing at
     once on PostgreSQL cannot both see the other unfinished and leave the parent open.
     """
-    await conn.execute(update(tasks).where(tasks.c.uuid == uuid).values(duration=tasks.c.duration))
+    await st.many("UPDATE tasks SET duration = duration WHERE uuid = ?", [(uuid,)])
 
 
-async def finish_task(conn: AsyncConnection, uuid: str, finished_at_us: int, duration: int) -> bool:
+async def finish_task(st: Statements, uuid: str, finished_at_us: int, duration: int) -> bool:
     """Mark the task finished unless it already is. True: this call finished it."""
-    result = await conn.execute(
-        update(tasks)
-        .where(tasks.c.uuid == uuid, tasks.c.finished_at_us.is_(None))
-        .values(finished_at_us=finished_at_us, duration=duration)
+    found = await st.rows(
+        "UPDATE tasks SET finished_at_us = ?, duration = ? "
+        "WHERE uuid = ? AND finished_at_us IS NULL RETURNING uuid",
+        (finished_at_us, duration, uuid),
     )
-    return result.rowcount == 1
+    return len(found) == 1
 
 
 async def insert_event(
-    conn: AsyncConnection,
+    st: Statements,
     event_id: str,
     space_uuid: str,
     task_uuid: str,
@@ -441,13 +397,8 @@ async def insert_event(
     now_us: int,
     type_: str = "task.completed",
 ) -> None:
-    await conn.execute(
-        insert(outbox).values(
-            id=event_id,
-            space_uuid=space_uuid,
-            task_uuid=task_uuid,
-            type=type_,
-            payload=payload,
-            created_at_us=now_us,
-        )
+    await st.many(
+        "INSERT INTO outbox (id, space_uuid, task_uuid, type, payload, created_at_us) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        [(event_id, space_uuid, task_uuid, type_, payload, now_us)],
     )

@@ -19,7 +19,7 @@ from ..errors import DatabaseUnavailable
 
 
 class SqliteWriter:
-    """A SQLite connection for `Database.written`, used only on a thread of its own.
+    """A SQLite connection for `Database.write`, used only on a thread of its own.
 
     Each trip runs a list of statements there, and may end the transaction: a batch of
     creates takes two trips (BEGIN and the claim; the insert and COMMIT) where a pooled
@@ -106,6 +106,7 @@ class WriterStatements:
     next one, or with the COMMIT: their errors come there."""
 
     __slots__ = ("_begun", "_waiting", "_writer")
+    is_sqlite = True
 
     def __init__(self, writer: SqliteWriter) -> None:
         self._writer = writer
@@ -207,8 +208,9 @@ def on_connect(dbapi_connection: Any, _record: Any) -> None:
 
 
 def on_begin(conn: Connection) -> None:
-    # Writes take the write lock up front. Reads run without a transaction: each statement
-    # reads a consistent snapshot, and no BEGIN/ROLLBACK round trips through the thread.
+    # Pooled connections: a migration takes the write lock up front. Reads that found the
+    # database busy run without a transaction: each statement reads a consistent
+    # snapshot, and no BEGIN/ROLLBACK round trips through the thread.
     # On aiosqlite's connection itself: one trip to its thread, not a cursor's four.
     if conn.connection.info.pop("immediate", False):
         try:

@@ -1,4 +1,5 @@
-"""The schema. Instants are stored as whole microseconds since the epoch (UTC), which
+"""The schema, as Alembic's migrations know it (the service itself speaks SQL text: see
+`storage.queries`). Instants are stored as whole microseconds since the epoch (UTC), which
 round-trips exactly through cursors and compares the same on SQLite and PostgreSQL."""
 
 from __future__ import annotations
