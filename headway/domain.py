@@ -1,4 +1,5 @@
-"""Pure rules of Headway: task states, reports, ratio, aggregation, timestamps. No I/O."""
+"""Pure rules of Headway: task states, reports, ratio, aggregation, failure, timestamps.
+No I/O."""
 
 from __future__ import annotations
 
@@ -12,6 +13,15 @@ from typing import Any
 
 import msgspec
 import regex
+
+# Failure is decided in `failure` (light enough for the client and `headway watch`), and
+# named here with the other rules of a task's state.
+from .failure import FailedStep as FailedStep
+from .failure import Failure as Failure
+from .failure import failed_error as failed_error
+from .failure import failed_steps as failed_steps
+from .failure import failure_of as failure_of
+from .failure import task_failure as task_failure
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 ONE_US = timedelta(microseconds=1)
