@@ -258,6 +258,14 @@ def view_json(row: TaskRow, progress: Progress | None) -> msgspec.Raw:
     return msgspec.Raw(_encode_values(view(row, progress)))
 
 
+def view_failure(task: TaskView) -> Failure | None:
+    """How the task of this answer failed (see `failure`), judged on its whole answer with
+    every child's values, or None if it has not failed. Judge a finished task here, before
+    its completion event may leave its children's values out (`completion`). Costs one
+    encoding of the answer: meant for a finish, not for every read."""
+    return failure_of(msgspec.json.decode(_encode_values(task)))
+
+
 def duration_seconds(created_at_us: int, finished_at_us: int) -> int:
     """Whole seconds from creation to finish, rounded down."""
     return max(finished_at_us - created_at_us, 0) // 1_000_000

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import pytest
 
 from headway import domain
@@ -116,6 +117,27 @@ def test_the_failure_of_a_task_as_its_json_shows_it() -> None:
     assert failure.message == "1 of 3 steps failed (Run migrations: exit code 3)"
     assert failure_of(task("Quiet", finished=True, values=None)) is None
     assert failure_of(task("Busy", finished=False, values={"error": "x"})) is None
+
+
+def test_a_views_failure_is_judged_with_its_childrens_values() -> None:
+    def row(uuid: str, title: str, parent: str | None = None) -> domain.TaskRow:
+        return domain.TaskRow(uuid, "s", parent, title, None, 1_000_000, 2_000_000, 1)
+
+    def progress(values: bytes) -> domain.Progress:
+        return domain.Progress(None, None, msgspec.Raw(values), 1_500_000)
+
+    build = (row("b", "Build", "p"), progress(b'{"exit_code":0}'))
+    migrate = (row("m", "Run migrations", "p"), progress(b'{"error":"exit code 3"}'))
+    parent = row("p", "Deploy")
+    view = domain.view(parent, None, [build, migrate])
+    failure = domain.view_failure(view)
+    assert failure is not None
+    assert failure.message == "1 of 2 steps failed (Run migrations: exit code 3)"
+    # Children already encoded, as the family cache holds them, are judged the same.
+    encoded = [domain.view_json(*build), domain.view_json(*migrate)]
+    cached = domain.view(parent, None, children_json=encoded, aggregate=(2, 1_500_000))
+    assert domain.view_failure(cached) == failure
+    assert domain.view_failure(domain.view(*build)) is None
 
 
 def test_the_domain_names_the_same_rule() -> None:
