@@ -1,4 +1,5 @@
-"""Pure rules of Headway: task states, reports, ratio, aggregation, timestamps. No I/O."""
+"""Pure rules of Headway: task states, reports, ratio, aggregation, failure, timestamps.
+No I/O."""
 
 from __future__ import annotations
 
@@ -12,6 +13,15 @@ from typing import Any
 
 import msgspec
 import regex
+
+# Failure is decided in `failure` (light enough for the client and `headway watch`), and
+# named here with the other rules of a task's state.
+from .failure import FailedStep as FailedStep
+from .failure import Failure as Failure
+from .failure import failed_error as failed_error
+from .failure import failed_steps as failed_steps
+from .failure import failure_of as failure_of
+from .failure import task_failure as task_failure
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 ONE_US = timedelta(microseconds=1)
@@ -246,6 +256,14 @@ def view(
 def view_json(row: TaskRow, progress: Progress | None) -> msgspec.Raw:
     """The JSON of a childless task's answer."""
     return msgspec.Raw(_encode_values(view(row, progress)))
+
+
+def view_failure(task: TaskView) -> Failure | None:
+    """How the task of this answer failed (see `failure`), judged on its whole answer with
+    every child's values, or None if it has not failed. Judge a finished task here, before
+    its completion event may leave its children's values out (`completion`). Costs one
+    encoding of the answer: meant for a finish, not for every read."""
+    return failure_of(msgspec.json.decode(_encode_values(task)))
 
 
 def duration_seconds(created_at_us: int, finished_at_us: int) -> int:

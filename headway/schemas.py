@@ -55,6 +55,12 @@ class CreateTask(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     ) = None
 
 
+_VALUES = (
+    "Flat extras; omitted clears them. `log`: one line, the latest. `error`: a non-empty "
+    "string marks the task, once finished, as failed (a parent also fails through a step)."
+)
+
+
 class ReportBody(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """Body of `PUT /tasks/{task_uuid}`: the task's whole new state."""
 
@@ -68,11 +74,7 @@ class ReportBody(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         | UnsetType
         | None
     ) = UNSET
-    values: (
-        Annotated[Values, Meta(description="Flat extras; omitted clears them; `log`: one line.")]
-        | UnsetType
-        | None
-    ) = UNSET
+    values: Annotated[Values, Meta(description=_VALUES)] | UnsetType | None = UNSET
     done: (
         Annotated[bool, Meta(description="Finishes the task. Alone, keeps the last numbers.")]
         | UnsetType
@@ -99,7 +101,13 @@ class ProgressOut(msgspec.Struct):
     current: int | float | None
     end: int | float | None
     ratio: Annotated[float, Meta(ge=0, le=1)] | None
-    values: dict[str, str | int | float | bool]
+    values: Annotated[
+        dict[str, str | int | float | bool],
+        Meta(
+            description="As last reported. A finished task whose `error` is a non-empty "
+            "string has failed, as has a finished parent any of whose steps failed."
+        ),
+    ]
     updated_at: Annotated[str, Meta(extra_json_schema={"format": "date-time"})] | None
     aggregated: bool
 

@@ -103,7 +103,44 @@ def test_the_exit_code_is_reported_and_returned(
     assert result.stdout == b"something went wrong\n"
     task = only_task(server, served_space)
     assert task["title"] == "Failing job" and task["finished_at"] is not None
-    assert task["progress"]["values"] == {"exit_code": 3, "log": "something went wrong"}
+    assert task["progress"]["values"] == {
+        "exit_code": 3,
+        "error": "exit code 3",
+        "log": "something went wrong",
+    }
+
+
+@pytest.mark.parametrize(
+    ("number", "name"),
+    [(signal.SIGKILL, "SIGKILL"), (signal.SIGRTMIN + 3, "SIGRTMIN+3")],
+    ids=["SIGKILL", "real-time"],
+)
+def test_a_command_killed_by_a_signal_is_reported_failed_with_it(
+    number: int,
+    name: str,
+    script: Callable[[str], str],
+    env: dict[str, str],
+    server: LiveServer,
+    served_space: str,
+) -> None:
+    killed = script(
+        f"""
+        import os
+        print("about to go", flush=True)
+        os.kill(os.getpid(), {int(number)})
+        """
+    )
+    result = headway_run("--", PYTHON, killed, env=env)
+    assert result.returncode == 128 + number
+    assert b"Traceback" not in result.stderr
+    task = only_task(server, served_space)
+    assert task["finished_at"] is not None
+    assert task["progress"]["values"] == {
+        "exit_code": 128 + number,
+        "signal": name,
+        "error": f"killed by signal {int(number)} ({name})",
+        "log": "about to go",
+    }
 
 
 def test_a_tqdm_bar_in_the_output_reports_its_count(
@@ -190,8 +227,17 @@ def test_a_count_at_its_end_does_not_finish_the_task_before_the_command(
 @pytest.mark.parametrize(
     ("sent", "code", "values"),
     [
-        (signal.SIGTERM, 7, {"exit_code": 7, "log": "terminated"}),
-        (signal.SIGINT, 130, {"exit_code": 130, "signal": "SIGINT", "log": "KeyboardInterrupt"}),
+        (signal.SIGTERM, 7, {"exit_code": 7, "error": "exit code 7", "log": "terminated"}),
+        (
+            signal.SIGINT,
+            130,
+            {
+                "exit_code": 130,
+                "signal": "SIGINT",
+                "error": "killed by signal 2 (SIGINT)",
+                "log": "KeyboardInterrupt",
+            },
+        ),
     ],
     ids=["SIGTERM", "SIGINT"],
 )
@@ -237,7 +283,13 @@ def test_a_command_that_cannot_run_exits_127(
     result = headway_run("--", "no-such-command-here", env=env)
     assert result.returncode == 127
     assert result.stderr.startswith(b"headway run: cannot run no-such-command-here")
-    assert only_task(server, served_space)["progress"]["values"]["exit_code"] == 127
+    values = only_task(server, served_space)["progress"]["values"]
+    assert values["exit_code"] == 127
+    assert (
+        values["error"]
+        == values["log"]
+        == ("cannot run no-such-command-here: No such file or directory")
+    )
 
 
 def test_a_server_that_is_down_never_holds_up_the_command(script: Callable[[str], str]) -> None:

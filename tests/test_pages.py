@@ -20,10 +20,11 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Locator, Page, Response, expect, sync_playwright
 
+from headway.failure import failure_of
 from headway.web.pages import CONTENT_SECURITY_POLICY
 
 from .browser import RECORD_NOTIFICATIONS, UUID, Watch, chromium_path, launch
-from .live_server import LiveServer
+from .live_server import LiveServer, environment
 
 ROOT = Path(__file__).resolve().parent.parent
 WEB = ROOT / "headway" / "web"
@@ -452,6 +453,191 @@ def read_stream(client: httpx.Client, path: str, then: Callable[[], Any]) -> str
     return "\n".join(seen)
 
 
+# Failures
+
+DANGER = "rgb(207, 34, 46)"  # --danger in the light palette
+
+
+def test_a_failed_command_and_a_client_exception_show_failed_with_their_error(
+    new_page, api, server, tmp_path
+):
+    space = api.space("Nightly jobs", "🌙")
+    running = api.task(space, "Still copying")
+    api.report(running, current=3, end=10)
+    page = new_page(permissions=("notifications",))
+    page.goto(f"/spaces/{space}")
+    expect(page).to_have_title("(30%) Nightly jobs")
+    page.get_by_role("button", name="Notify me").click()
+
+    env = environment(HEADWAY_URL=server.url, HEADWAY_SPACE=space)
+    command = "import sys; print('no such table: users'); sys.exit(3)"
+    run = subprocess.run(
+        ["headway", "run", "--title", "Migrate", "--", sys.executable, "-c", command],
+        env=env,
+        capture_output=True,
+        timeout=30,
+    )
+    assert run.returncode == 3, run.stderr
+    migrate = task_card(page, "Migrate")
+    expect(migrate.locator(".badge")).to_have_text("Failed")
+    expect(migrate.locator(".task-error")).to_have_text("exit code 3")
+    expect(migrate.locator(".task-log")).to_have_text("no such table: users")
+    expect(migrate).to_have_class(re.compile(r"\bfailed\b"))
+    expect(migrate.locator(".task-facts")).to_contain_text(re.compile(r"took .+, failed "))
+    expect(page).to_have_title("(30%) ✗ 1 failed · Nightly jobs")
+    expect(page.locator("#announcer p").last).to_have_text("Migrate failed: exit code 3.")
+    assert page.evaluate("window.__notifications") == [
+        {"title": "Migrate failed", "body": "exit code 3 (Nightly jobs)"}
+    ]
+    colours = migrate.evaluate(
+        """card => ({
+          badge: getComputedStyle(card.querySelector(".badge")).color,
+          fill: getComputedStyle(card.querySelector(".bar-fill")).backgroundColor,
+          border: getComputedStyle(card).borderLeftColor,
+        })"""
+    )
+    assert colours == {"badge": DANGER, "fill": DANGER, "border": DANGER}
+
+    script = (
+        "import headway\n"
+        "with headway.Client().task('Import') as task:\n"
+        "    task.report(2, 5)\n"
+        "    raise ValueError('bad row 3')\n"
+    )
+    client = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert client.returncode == 1 and "ValueError: bad row 3" in client.stderr
+    imported = task_card(page, "Import")
+    expect(imported.locator(".badge")).to_have_text("Failed")
+    expect(imported.locator(".task-error")).to_have_text("ValueError: bad row 3")
+    expect(page).to_have_title("(30%) ✗ 2 failed · Nightly jobs")
+
+    api.report(running, done=True)
+    expect(task_card(page, "Still copying").locator(".badge")).to_have_text("Finished")
+    expect(task_card(page, "Still copying").locator(".task-error")).to_be_hidden()
+    expect(page).to_have_title("✗ 2 failed · Nightly jobs")
+    # A number or an empty string in `error` is just a value.
+    for title, error in (("Zero", 0), ("Empty", "")):
+        api.report(api.task(space, title), values={"error": error}, done=True)
+        expect(task_card(page, title).locator(".badge")).to_have_text("Finished")
+    expect(page).to_have_title("✗ 2 failed · Nightly jobs")
+
+
+def test_a_parent_with_a_failed_step_shows_failed_and_names_it(new_page, api, shots):
+    space = api.space("Releases", "🚀")
+    deploy = api.task(space, "Deploy", source="deploy.sh")
+    steps = {
+        title: api.task(space, title, parent_uuid=deploy)
+        for title in ("Build image", "Run migrations", "Switch traffic")
+    }
+    api.report(steps["Build image"], done=True)
+    share = api.client.post(f"/spaces/{space}/shares", json={}).json()["url"]
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    viewer = new_page()
+    viewer.goto(share)
+    card = task_card(page, "Deploy")
+    expect(card.locator(".steps-summary")).to_have_text("1 of 3 steps done")
+
+    api.report(
+        steps["Run migrations"],
+        values={"exit_code": 3, "error": "exit code 3", "log": "no such table"},
+        done=True,
+    )
+    expect(card.locator(".steps-summary")).to_have_text("2 of 3 steps done, 1 failed")
+    migrations = step_card(page, "Run migrations")
+    expect(migrations.locator(".badge")).to_have_text("Failed")
+    expect(migrations.locator(".task-error")).to_have_text("exit code 3")
+    expect(migrations.locator(".task-values dt")).to_have_text(["exit_code"])  # error shown once
+    expect(card.locator(".task-head .badge").first).to_have_text("Running")  # not finished
+    expect(page).to_have_title("(66%) Releases")
+
+    api.report(steps["Switch traffic"], done=True)  # the last step finishes Deploy
+    summary = "1 of 3 steps failed (Run migrations: exit code 3)"
+    for shown in (page, viewer):
+        card = task_card(shown, "Deploy")
+        expect(card.locator(".badge").first).to_have_text("Failed")
+        expect(card.locator(".task-error").first).to_have_text(summary)
+        expect(step_card(shown, "Switch traffic").locator(".badge")).to_have_text("Finished")
+        expect(shown).to_have_title("✗ 1 failed · Releases")
+    expect(page.locator("#announcer p").last).to_have_text(f"Deploy failed: {summary}.")
+    passed_fill = step_card(page, "Build image").locator(".bar-fill")
+    assert passed_fill.evaluate("fill => getComputedStyle(fill).backgroundColor") != DANGER
+    page.screenshot(path=shots / "failed-parent.png", full_page=True)
+    page.emulate_media(color_scheme="dark")
+    page.screenshot(path=shots / "failed-parent-dark.png", full_page=True)
+
+    read = api.client.get(f"/tasks/{deploy}").json()  # the JSON is unchanged: no new member
+    assert set(read) == {
+        "uuid", "space_uuid", "parent_uuid", "title", "source", "created_at", "finished_at",
+        "duration", "progress", "children",
+    }  # fmt: skip
+    failure = failure_of(read)
+    assert failure is not None and failure.message == summary
+
+
+def test_a_collapsed_family_still_shows_its_failed_steps(new_page, api):
+    space = api.space("Thumbnails")
+    parent = api.task(space, "Render")
+    steps = [api.task(space, f"Image {n}", parent_uuid=parent) for n in range(12)]
+    api.report(steps[4], values={"error": "corrupt JPEG"}, done=True)
+    api.report(steps[5], current=1, end=2)
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    card = task_card(page, "Render")
+    expect(card.locator(".steps-summary")).to_have_text("1 of 12 steps done, 1 failed, 1 running")
+    expect(card.locator("li.step .task-title")).to_have_text(["Image 4", "Image 5"])
+    expect(step_card(page, "Image 4").locator(".task-error")).to_have_text("corrupt JPEG")
+
+
+FAILURE_CASES = [
+    {"finished_at": None, "progress": {"values": {"error": "x"}}, "children": []},
+    {"finished_at": "t", "progress": {"values": {"error": "x"}}, "children": []},
+    {"finished_at": "t", "progress": {"values": {"error": ""}}, "children": []},
+    {"finished_at": "t", "progress": {"values": {"error": 3}}, "children": []},
+    {"finished_at": "t", "progress": {"values": {"error": True}}, "children": []},
+    {"finished_at": "t", "progress": None, "children": []},
+    {
+        "finished_at": "t",
+        "progress": {"values": {"error": "exit code 1"}},
+        "children": [
+            {"title": None, "finished_at": "t", "progress": {"values": {"error": "boom"}}},
+            {"title": "Busy", "finished_at": None, "progress": {"values": {"error": "retry"}}},
+        ],
+    },
+    {
+        "finished_at": "t",
+        "progress": {"values": {}},
+        "children": [
+            {"title": f"Step {n}", "finished_at": "t", "progress": {"values": {"error": f"e{n}"}}}
+            for n in range(5)
+        ]
+        + [{"title": "Ok", "finished_at": "t", "progress": None}],
+    },
+]
+
+
+def test_the_pages_judge_failure_as_the_server_does(new_page):
+    page = new_page()
+    page.goto("/")
+    cases = [
+        {**case, "children": [{**child, "created_at": f"{n:04}"} for n, child in enumerate(kids)]}
+        for case in FAILURE_CASES
+        for kids in [case["children"]]
+    ]
+    judged = page.evaluate(
+        """async (cases) => {
+          const { failureOf } = await import("/static/tasks.js");
+          return cases.map((task) => failureOf(task, task.children)?.message ?? null);
+        }""",
+        cases,
+    )
+    expected = [getattr(failure_of(case), "message", None) for case in cases]
+    assert judged == expected
+    assert expected[:6] == [None, "x", None, None, None, None]
+
+
 # Safety, layout, access
 
 
@@ -656,6 +842,8 @@ def test_the_palette_passes_wcag_aa_in_light_and_dark():
         for fg in ("--text", "--muted", "--accent", "--ok", "--danger")
         for bg in ("--bg", "--surface", "--code")
     ] + [
+        ("--danger", "--danger-bg"),
+        ("--text", "--danger-bg"),
         ("--warn", "--bg"),
         ("--warn", "--surface"),
         ("--warn", "--warn-bg"),
@@ -666,7 +854,7 @@ def test_the_palette_passes_wcag_aa_in_light_and_dark():
         for fg, bg in text_pairs:
             ratio = contrast(palette[fg], palette[bg])
             assert ratio >= 4.5, f"{name}: {fg} on {bg} is {ratio:.2f}:1"
-        for fg in ("--accent", "--ok"):  # a bar's fill against its track
+        for fg in ("--accent", "--ok", "--danger"):  # a bar's fill against its track
             assert contrast(palette[fg], palette["--track"]) >= 3, f"{name}: {fg} on --track"
 
 

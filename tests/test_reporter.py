@@ -19,6 +19,8 @@ import pytest
 
 import headway
 from headway import Client
+from headway.client.reporter import exception_line
+from headway.failure import Failure, failure_of
 
 from .live_server import Gate, LiveServer, environment
 
@@ -223,10 +225,39 @@ def test_an_exception_is_reported_with_its_type_message_and_last_line_then_raise
     assert (read["progress"]["current"], read["progress"]["end"]) == (2, 5)
     assert read["progress"]["values"] == {
         "host": "web-1",
+        "error": "ValueError: bad input",
         "error_type": "ValueError",
         "error_message": "bad input",
         "log": "ValueError: bad input",
     }
+    assert failure_of(read) == Failure("ValueError: bad input")
+
+
+def test_an_exceptions_error_is_its_last_line_in_one_line_without_notes() -> None:
+    noted = ValueError("bad input")
+    noted.add_note("while reading row 3")
+    assert exception_line(noted) == "ValueError: bad input"
+    assert exception_line(KeyError("missing")) == "KeyError: 'missing'"
+    assert exception_line(RuntimeError("first\nsecond\n")) == "RuntimeError: first second"
+    assert exception_line(TimeoutError()) == "TimeoutError"
+    with pytest.raises(SyntaxError) as caught:
+        compile("1 +", "job.py", "exec")
+    assert exception_line(caught.value) == "SyntaxError: invalid syntax"
+
+
+def test_an_exception_whose_text_cannot_be_made_is_still_reported(
+    client: Client, server: LiveServer, served_space: str
+) -> None:
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
+    with pytest.raises(Unprintable), client.task("unprintable") as task:
+        raise Unprintable()
+    assert task.flush(5)
+    values = server.task(task.uuid or "")["progress"]["values"]
+    assert values["error"].endswith(".Unprintable: <exception str() failed>")
+    assert values["error_message"] == "Unprintable"
 
 
 def test_a_decorated_function_is_a_new_task_at_each_call(
@@ -265,6 +296,7 @@ async def test_a_decorated_coroutine_is_a_new_task_at_each_call(
     [task] = server.space(served_space)["tasks"]
     assert task["finished_at"] is not None
     assert task["progress"]["values"]["error_type"] == "RuntimeError"
+    assert task["progress"]["values"]["error"] == "RuntimeError: gone wrong"
 
 
 def test_steps_are_child_tasks_and_a_step_of_a_step_is_another_step(

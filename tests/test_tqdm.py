@@ -122,6 +122,7 @@ def test_an_exception_out_of_a_bars_with_block_is_reported_and_finishes_it(
     assert task["finished_at"] is not None
     values = task["progress"]["values"]
     assert (values["error_type"], values["error_message"]) == ("OSError", "disk full")
+    assert values["error"] == "OSError: disk full"
     assert values["log"] == "OSError: disk full"
     assert task["progress"]["current"] == 3
 

@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import httpx
 import pytest
@@ -159,7 +160,7 @@ def test_the_board_draws_bars_steps_counts_rates_ages_and_marks() -> None:
                 current=3,
                 end=10,
                 duration=4000,
-                values={"exit_code": 2},
+                values={"exit_code": 2, "error": "exit code 2", "log": "rsync: error"},
             ),
             task_json("n", "Counting", current=12, updated=30),
             task_json("w", "Waiting"),
@@ -167,16 +168,71 @@ def test_the_board_draws_bars_steps_counts_rates_ages_and_marks() -> None:
     )
     lines = drawn(board)
     assert lines[0].strip() == "🌙 Nightly"
-    assert "live · 6 tasks" in lines[-1]
+    assert "live · 6 tasks · 1 failed ·" in lines[-1]
     titles = ("Deploy", "Build", "Upload", "Backup", "Counting", "Waiting")
     assert [lines.index(row(lines, title)) for title in titles] == list(range(2, 8))
     assert re.search(r"^•\s+Deploy\s.*50%\s+1/2", row(lines, "Deploy"))
     assert re.search(r"^✓\s{4}Build\s.*100%\s+5/5\s+took 1m15s", row(lines, "Build"))
     upload = row(lines, "Upload")
     assert re.search(r"^•\s{4}Upload\s.*45%\s+45/100\s+5 files/s\s+11s\s+2s ago\s+sending", upload)
-    assert re.search(r"^✗\s+Backup\s.*100%\s+3/10\s+took 1h06m", row(lines, "Backup"))
+    backup = row(lines, "Backup")
+    assert re.search(r"^✗\s+Backup\s.*100%\s+3/10\s+took 1h06m.*\sexit code 2$", backup)
     assert re.search(r"^•\s+Counting\s.*\s12\s+30s ago$", row(lines, "Counting"))
     assert re.search(r"^·\s+Waiting$", row(lines, "Waiting"))  # nothing reported yet
+
+
+def test_a_failed_task_is_marked_with_how_it_failed_and_its_parent_names_it() -> None:
+    board = Board()
+    parent = task_json("p", "Deploy", current=1, end=3)
+    parent["progress"]["aggregated"] = True
+    parent["children"] = [
+        task_json("c1", "Build image", parent="p", finished=True, current=1, end=1),
+        task_json("c2", "Run migrations", parent="p", current=2, end=5,
+                  values={"log": "migrating", "error": "retrying"}),  # active: not failed
+        task_json("c3", "Switch traffic", parent="p"),
+    ]  # fmt: skip
+    board.apply(
+        snapshot(
+            parent,
+            task_json("z", "Exit code only", finished=True, values={"exit_code": 1}),
+            task_json("e", "Empty error", finished=True, values={"error": "", "log": "fine"}),
+        )
+    )
+    lines = drawn(board)
+    assert re.search(r"^•\s{4}Run migrations\s.*migrating$", row(lines, "Run migrations"))
+    assert re.search(r"^✓\s+Exit code only\s", row(lines, "Exit code only"))  # only error decides
+    assert re.search(r"^✓\s+Empty error\s.*fine$", row(lines, "Empty error"))
+    assert "failed" not in lines[-1]
+
+    failed = task_json(
+        "c2",
+        "Run migrations",
+        parent="p",
+        finished=True,
+        current=2,
+        end=5,
+        values={"exit_code": 3, "error": "exit code 3", "log": "no such table"},
+    )
+    board.apply(Event("task", json.dumps(failed)))
+    for step in ("c3", "p"):  # the last step finishes, then its parent (an event of its own)
+        title = "Switch traffic" if step == "c3" else "Deploy"
+        done = task_json(
+            step,
+            title,
+            parent="p" if step == "c3" else None,
+            finished=True,
+            current=3 if step == "p" else None,
+            end=3 if step == "p" else None,
+        )
+        board.apply(Event("task", json.dumps(done)))
+    lines = drawn(board)
+    assert re.search(r"^✗\s{4}Run migrations\s.*\sexit code 3$", row(lines, "Run migrations"))
+    assert re.search(r"^✓\s{4}Switch traffic\s", row(lines, "Switch traffic"))
+    assert re.search(
+        r"^✗\s+Deploy\s.*\s1 of 3 steps failed \(Run migrations: exit code 3\)$",
+        row(lines, "Deploy"),
+    )
+    assert "· 1 failed ·" in lines[-1]
 
 
 def test_task_events_update_rows_add_tasks_and_steps_and_measure_rates() -> None:
@@ -379,6 +435,33 @@ def test_watch_follows_reports_as_they_come(server: LiveServer, terminals: list[
             task.report(3, 4, log="third part")
             terminal.wait_for(r"^•\s+Upload\s.*75%\s+3/4.*third part")
         terminal.wait_for(r"^✓\s+Upload\s.*100%")
+    assert terminal.interrupt() == 0
+
+
+def test_watch_shows_a_failed_command_and_the_parent_that_holds_it(
+    server: LiveServer, terminals: list[Terminal], tmp_path: Path
+) -> None:
+    space = server.new_space("Releases")
+    terminal = Terminal(f"headway watch {server.url}/spaces/{space}", environment())
+    terminals.append(terminal)
+    terminal.wait_for(r"live · 0 tasks")
+    with Client(server.url, space=space) as client:
+        deploy = client.create_task("Deploy")
+        build = client.create_task("Build image", parent=deploy)
+        script = tmp_path / "migrate.sh"
+        script.write_text("#!/bin/sh\necho 'no such table: users'\nexit 3\n")
+        script.chmod(0o755)
+        run = subprocess.run(
+            ["headway", "run", "--parent", deploy, "--title", "Run migrations", "--", str(script)],
+            env=environment(HEADWAY_URL=server.url),
+            capture_output=True,
+            timeout=30,
+        )
+        assert run.returncode == 3, run.stderr
+        client.finish(build)  # the last step: Deploy finishes, one step failed
+    terminal.wait_for(r"^✗\s{4}Run migrations\s.*\sexit code 3\s*$")
+    terminal.wait_for(r"^✗\s+Deploy\s.*\s1 of 2 steps failed \(Run migrations: exit code 3\)\s*$")
+    terminal.wait_for(r"live · \d+ tasks · 1 failed")
     assert terminal.interrupt() == 0
 
 

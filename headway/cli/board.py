@@ -16,6 +16,7 @@ from rich.text import Text
 
 from ..client.events import RECONNECTING, Event
 from ..client.models import Space, Task
+from ..failure import Failure, task_failure
 
 # A rate is measured over the counts of this many seconds (unless the task reports one).
 RATE_WINDOW = 30.0
@@ -99,15 +100,31 @@ class Board:
         row.task = task
         row.record()
 
+    def failure(self, key: str) -> Failure | None:
+        """How the task `key` failed, judged with its steps as the board holds them (a
+        parent's own event carries none); None if it has not failed."""
+        task = self.rows[key].task
+        steps = (self.rows[step].task for step in self.steps.get(key, ()))
+        return task_failure(
+            finished=task.finished,
+            values=task.progress.values if task.progress else None,
+            steps=((s.title, s.finished, s.progress.values if s.progress else None) for s in steps),
+        )
+
 
 def render(board: Board, now: datetime) -> RenderableType:
     """The board as a table: one bar per task, steps indented under their task, with
-    ratio, count, rate, time left, age of the last report, and the latest log line."""
+    ratio, count, rate, time left, age of the last report, and the latest log line; a
+    failed task is marked ✗ and shows how it failed instead of its log line."""
     with board.lock:
         heading = " ".join(part for part in (board.icon, board.title or "Untitled space") if part)
+        failures = {key: board.failure(key) for key in board.rows}
+        failed = sum(failures[key] is not None for key in board.top)
         table = Table(
             title=Text(heading, style="bold"),
-            caption=f"{board.status} · {len(board.rows)} tasks · Ctrl-C to quit",
+            caption=f"{board.status} · {len(board.rows)} tasks"
+            + (f" · {failed} failed" if failed else "")
+            + " · Ctrl-C to quit",
             box=None,
             pad_edge=False,
             header_style="bold dim",
@@ -119,20 +136,21 @@ def render(board: Board, now: datetime) -> RenderableType:
             table.add_column(name, justify="right", no_wrap=True)
         table.add_column("log", overflow="ellipsis", no_wrap=True, max_width=60)
         for key in board.top:
-            _add_row(table, board.rows[key], now, step=False)
+            _add_row(table, board.rows[key], now, failures[key], step=False)
             for child in board.steps.get(key, ()):
-                _add_row(table, board.rows[child], now, step=True)
+                _add_row(table, board.rows[child], now, failures[child], step=True)
         return table
 
 
-def _add_row(table: Table, row: Row, now: datetime, *, step: bool) -> None:
+def _add_row(table: Table, row: Row, now: datetime, failure: Failure | None, *, step: bool) -> None:
     task, progress = row.task, row.task.progress
     values = progress.values if progress else {}
     current = progress.current if progress else None
     end = progress.end if progress else None
-    failed = values.get("error_type") is not None or values.get("exit_code") not in (None, 0)
-    if task.finished:
-        mark = Text("✗", "bold red") if failed else Text("✓", "bold green")
+    if failure is not None:
+        mark = Text("✗", "bold red")
+    elif task.finished:
+        mark = Text("✓", "bold green")
     else:
         mark = Text("•", "cyan") if progress is not None else Text("·", "dim")
     rate = row.rate
@@ -157,7 +175,9 @@ def _add_row(table: Table, row: Row, now: datetime, *, step: bool) -> None:
         f"{_number(rate)} {unit if isinstance(unit, str) else ''}/s" if rate else "",
         left,
         updated,
-        Text(str(values.get("log", "")), style="dim"),
+        Text(failure.message, style="red")
+        if failure is not None
+        else Text(str(values.get("log", "")), style="dim"),
     )
 
 

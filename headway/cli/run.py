@@ -43,9 +43,11 @@ the line shows one: --pattern's named groups `current` and `end`, or tqdm's or p
 `N/M`, `NN%`. While the command runs, a count at its end is reported just below it, so that
 the task finishes when the command does. Then the task is finished, whatever the exit
 code, with `exit_code` (and `signal`, if a signal ended the command) in its values, and
-`headway run` exits with that code. Signals sent to `headway run` are passed on to the
-command; Ctrl-C in a terminal reaches the command directly. Reporting never holds the
-command up: a server that does not answer gets --wait seconds at the end, then is given up.
+`headway run` exits with that code. A non-zero code also sets `error` (`exit code 3`,
+`killed by signal 9 (SIGKILL)`), which shows the task as failed. Signals sent to
+`headway run` are passed on to the command; Ctrl-C in a terminal reaches the command
+directly. Reporting never holds the command up: a server that does not answer gets --wait
+seconds at the end, then is given up.
 Python commands run with PYTHONUNBUFFERED=1 (unless set) so that their lines arrive live."""
 
 
@@ -119,7 +121,7 @@ def run_command(args: argparse.Namespace) -> int:
         message = f"cannot run {command[0]}: {exc.strerror}"
         print(f"headway run: {message}", file=sys.stderr)
         if reporter is not None:
-            reporter.finish(values={"exit_code": code}, log=message)
+            reporter.finish(values={"exit_code": code, "error": message}, log=message)
         client.close()
         return code
     with _forwarding_signals(child):
@@ -129,12 +131,36 @@ def run_command(args: argparse.Namespace) -> int:
     code = returncode if returncode >= 0 else 128 - returncode
     if reporter is not None:
         relay.report(final=True)
-        values: dict[str, str | int] = {"exit_code": code}
-        if returncode < 0:
-            values["signal"] = signal.Signals(-returncode).name
-        reporter.finish(values=values)
+        reporter.finish(values=exit_values(returncode))
     client.close()
     return code
+
+
+def exit_values(returncode: int) -> dict[str, str | int]:
+    """The values that report how the command ended (`Popen.returncode`: negative when a
+    signal ended it): `exit_code` as a shell shows it, and for a signal its name; `error`
+    when the command failed, so that the task shows as failed."""
+    if returncode >= 0:
+        if returncode == 0:
+            return {"exit_code": 0}
+        return {"exit_code": returncode, "error": f"exit code {returncode}"}
+    name = signal_name(-returncode)
+    return {
+        "exit_code": 128 - returncode,
+        "signal": name,
+        "error": f"killed by signal {-returncode} ({name})",
+    }
+
+
+def signal_name(number: int) -> str:
+    """`SIGTERM`; a real-time signal, which has no name of its own, as `SIGRTMIN+3`."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        low = getattr(signal, "SIGRTMIN", None)
+        if low is not None and low < number <= signal.SIGRTMAX:
+            return f"SIGRTMIN+{number - low}"
+        return f"SIG{number}"
 
 
 class Relay:

@@ -14,10 +14,10 @@ from .parsers import add_url, command_parser
 DESCRIPTION = """\
 Show a space live: one bar per task with its steps indented below, ratio, count, rate,
 time left, the age of its last report and its latest log line; finished tasks are marked
-✓ (✗ when they report an error or a non-zero exit code). SPACE is a space's uuid (default
-HEADWAY_SPACE, on --url or HEADWAY_URL), a space's address (http://host/spaces/<uuid>) or
-a share link (http://host/shared/<id>). When the stream drops, watch reconnects and starts
-over from a fresh snapshot. Ctrl-C quits."""
+✓, or ✗ with how they failed (their `error` value, or their failed steps). SPACE is a
+space's uuid (default HEADWAY_SPACE, on --url or HEADWAY_URL), a space's address
+(http://host/spaces/<uuid>) or a share link (http://host/shared/<id>). When the stream
+drops, watch reconnects and starts over from a fresh snapshot. Ctrl-C quits."""
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -129,15 +129,22 @@ class Reporter:
         self._sender.schedule(self, 0.0)
 
     def fail(self, error: BaseException) -> None:
-        """Finish the task reporting `error`: its type and message in `values`
-        (`error_type`, `error_message`) and its last line (`ValueError: bad input`) as
-        `log`. Finished, so that the end of the work is notified, failed or not."""
+        """Finish the task reporting `error`: its last line (`ValueError: bad input`) as
+        `values.error`, which shows the task as failed, and as `log`; its type and message
+        as `error_type` and `error_message`. Finished, so that the end of the work is
+        notified, failed or not."""
+        line = exception_line(error)
+        try:
+            message = str(error)
+        except Exception:  # a broken __str__ must not replace the job's own exception
+            message = ""
         self.finish(
             values={
+                "error": calls.short_text(line),
                 "error_type": type(error).__name__,
-                "error_message": calls.short_text(str(error)) or type(error).__name__,
+                "error_message": calls.short_text(message) or type(error).__name__,
             },
-            log=traceback.format_exception_only(type(error), error)[-1],
+            log=line,
         )
 
     def step(self, title: str | None = None, *, source: str | None = None) -> Reporter:
@@ -178,6 +185,16 @@ class Reporter:
 
     def __repr__(self) -> str:
         return f"<Reporter {self.title!r} {'finished' if self._closed else 'open'}>"
+
+
+def exception_line(error: BaseException) -> str:
+    """The last line of `error`'s traceback, as `traceback.format_exception_only` gives it,
+    stripped (`ValueError: bad input`; a SyntaxError's message, not its source). Notes
+    added to the exception are left out; a message of several lines is joined into one."""
+    formatted = traceback.TracebackException(type(error), error, None, compact=True)
+    formatted.__notes__ = None  # type: ignore[attr-defined]  # only the exception's own line
+    last = list(formatted.format_exception_only())[-1]
+    return " ".join(part.strip() for part in last.splitlines() if part.strip())
 
 
 class _Gone(Exception):

@@ -1,7 +1,8 @@
 // The live dashboard of a space (for its owner) or of a share link (read-only). It reads
 // the space's stream, keeps what it holds in a SpaceState, and shows it, touching only
 // the tasks that changed; older tasks come a page at a time. Also: the filter, the tab
-// title's overall progress, a live age on every task, and finish announcements.
+// title's overall progress and failures, a live age on every task, and finish (or
+// failure) announcements.
 
 import { el, setText } from "./dom.js";
 import { iconUrl, parseTime } from "./format.js";
@@ -14,7 +15,8 @@ import { SpaceState, keyOf, overallProgress, parentKeyOf } from "./tasks.js";
 
 const PAGE_SIZE = 50; // top-level tasks in the snapshot and in each older page
 const SHOW_STEPS_UP_TO = 8; // bigger families start collapsed
-const RUNNING_STEPS_SHOWN = 3; // steps a collapsed family still shows
+const RUNNING_STEPS_SHOWN = 3; // running steps a collapsed family still shows
+const FAILED_STEPS_SHOWN = 3; // and failed ones
 const RENDER_DELAY_MS = 50; // events arriving together are shown together
 const ANNOUNCEMENTS_KEPT = 5;
 
@@ -98,14 +100,21 @@ function onTask(task) {
   const parent = parentKeyOf(task);
   if (parent != null) markDirty(parent);
   if (parent == null && before != null && before.finished_at == null && task.finished_at != null) {
-    finished(task);
+    finished(task, state.failure(key));
   }
 }
 
-function finished(task) {
+/** Announces a top-level task's finish; a parent's steps arrive before it, so `failure`
+ *  already counts them. */
+function finished(task, failure) {
   const title = task.title ?? "Untitled task";
-  say(`${title} finished.`);
-  notify(`${title} finished`, page.title.textContent);
+  if (failure == null) {
+    say(`${title} finished.`);
+    notify(`${title} finished`, page.title.textContent);
+  } else {
+    say(`${title} failed: ${failure.message}.`);
+    notify(`${title} failed`, `${failure.message} (${page.title.textContent})`);
+  }
 }
 
 function markDirty(key) {
@@ -139,11 +148,16 @@ function viewFor(key, isStep) {
 
 function showTask(key) {
   const view = views.get(key);
-  view.update(state.get(key), estimates.get(key), now());
+  view.update(state.get(key), estimates.get(key), now(), state.failure(key));
   if (!state.families.has(key)) return;
   const family = state.family(key);
   const expanded = expandedByHand.get(key) ?? family.steps.length <= SHOW_STEPS_UP_TO;
-  const steps = expanded ? family.steps : family.running.slice(0, RUNNING_STEPS_SHOWN);
+  const steps = expanded
+    ? family.steps
+    : [
+        ...family.failed.slice(0, FAILED_STEPS_SHOWN),
+        ...family.running.slice(0, RUNNING_STEPS_SHOWN),
+      ];
   syncList(view.showFamily(family, expanded), steps.map(keyOf), true);
 }
 
@@ -172,13 +186,18 @@ function showCounts(topLevel, shown) {
   page.empty.hidden = shown.length > 0;
   setText(page.empty, emptyText(topLevel.length));
   page.older.hidden = !state.hasOlder;
-  document.title = `${titlePrefix(overallProgress(topLevel))}${state.title ?? "Untitled space"}`;
+  const failed = topLevel.filter((task) => state.failure(keyOf(task)) != null).length;
+  const prefix = titlePrefix(overallProgress(topLevel), failed);
+  document.title = `${prefix}${state.title ?? "Untitled space"}`;
 }
 
-/** "(42%) " for overall progress, "✓ " when everything finished, nothing when unknown. */
-function titlePrefix(overall) {
-  if (overall === "done") return "✓ ";
-  return overall == null ? "" : `(${Math.floor(overall * 100)}%) `;
+/** "(42%) " for overall progress, "✓ " when everything finished, nothing when unknown;
+ *  with failed top-level tasks, "✗ 2 failed · " instead of the tick, after the
+ *  percentage while others run ("(42%) ✗ 1 failed · "). */
+function titlePrefix(overall, failed) {
+  const progress = overall == null || overall === "done" ? "" : `(${Math.floor(overall * 100)}%) `;
+  if (failed > 0) return `${progress}✗ ${failed} failed · `;
+  return overall === "done" ? "✓ " : progress;
 }
 
 function emptyText(held) {

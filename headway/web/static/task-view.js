@@ -1,5 +1,5 @@
-// One task on the dashboard: title, source, state, log line, bar, numbers, rate and time
-// left, age of the last report, values and, for a parent, its steps. Built once, then
+// One task on the dashboard: title, source, state, how it failed, log line, bar, numbers,
+// rate and time left, age of the last report, values and, for a parent, its steps. Built once, then
 // updated in place as reports arrive; `tick` refreshes what the passing time changes.
 
 import { el, setAttribute, setText } from "./dom.js";
@@ -18,6 +18,7 @@ import { secondsLeft } from "./rate.js";
 const STALE_AFTER_MS = 60_000;
 
 const BADGES = {
+  failed: "Failed",
   finished: "Finished",
   running: "Running",
   stale: "Stale",
@@ -26,9 +27,11 @@ const BADGES = {
 
 let lastListId = 0;
 
-/** What a task is doing at `now`: finished, waiting (never reported, or its report
- *  expired), stale (silent for STALE_AFTER_MS) or running. */
-function taskState(task, now) {
+/** What a task is doing at `now`: failed (finished with a `failure`, see tasks.js),
+ *  finished, waiting (never reported, or its report expired), stale (silent for
+ *  STALE_AFTER_MS) or running. */
+function taskState(task, failure, now) {
+  if (failure != null) return "failed";
   if (task.finished_at != null) return "finished";
   if (task.progress == null) return "waiting";
   const lastSign = parseTime(task.progress.updated_at ?? task.created_at);
@@ -64,12 +67,14 @@ export class TaskView {
   constructor(isStep, onToggleSteps) {
     this.onToggleSteps = onToggleSteps;
     this.task = null;
+    this.failure = null;
     this.estimate = null;
     this.valuesShown = null;
     this.steps = null;
     this.title = el(isStep ? "span" : "h3", { class: "task-title" });
     this.source = el("span", { class: "task-source" });
     this.badge = el("span", { class: "badge" });
+    this.error = el("p", { class: "task-error" });
     this.log = el("p", { class: "task-log" });
     this.fill = el("div", { class: "bar-fill" });
     this.bar = el(
@@ -85,6 +90,7 @@ export class TaskView {
       "li",
       { class: isStep ? "task step" : "task" },
       el("div", { class: "task-head" }, this.title, this.source, this.badge),
+      this.error,
       this.log,
       this.bar,
       el("p", { class: "task-facts" }, this.numbers, this.speed, this.age),
@@ -92,9 +98,11 @@ export class TaskView {
     );
   }
 
-  /** Shows `task` as it now stands; `estimate` is its rate (see rate.js). */
-  update(task, estimate, now) {
+  /** Shows `task` as it now stands; `estimate` is its rate (see rate.js), `failure` how
+   *  it failed (see tasks.js) or null. */
+  update(task, estimate, now, failure = null) {
     this.task = task;
+    this.failure = failure;
     this.estimate = estimate;
     const title = task.title ?? "Untitled task";
     setText(this.title, title);
@@ -104,8 +112,11 @@ export class TaskView {
     const log = task.progress?.values?.log;
     setText(this.log, log == null ? "" : String(log));
     this.log.hidden = log == null || log === "";
+    setText(this.error, failure?.message ?? "");
+    this.error.hidden = failure == null;
     this.showBar(task);
-    this.showValues(task.progress?.values ?? {});
+    // A failed task's own error is shown above: the values need not repeat it.
+    this.showValues(task.progress?.values ?? {}, failure?.error != null ? "error" : null);
     this.tick(now);
   }
 
@@ -119,8 +130,8 @@ export class TaskView {
     setAttribute(this.bar, "aria-valuetext", spoken);
   }
 
-  showValues(values) {
-    const entries = Object.entries(values).filter(([key]) => key !== "log");
+  showValues(values, shownAbove) {
+    const entries = Object.entries(values).filter(([key]) => key !== "log" && key !== shownAbove);
     const shown = JSON.stringify(entries);
     if (shown === this.valuesShown) return;
     this.valuesShown = shown;
@@ -135,8 +146,8 @@ export class TaskView {
   /** Refreshes what time changes: state, age of the last report, time left. */
   tick(now) {
     const task = this.task;
-    const state = taskState(task, now);
-    for (const name of ["finished", "waiting", "stale"]) {
+    const state = taskState(task, this.failure, now);
+    for (const name of ["failed", "finished", "waiting", "stale"]) {
       this.element.classList.toggle(name, state === name);
     }
     setText(this.badge, BADGES[state]);
@@ -146,10 +157,10 @@ export class TaskView {
   }
 
   ageText(task, state, now) {
-    if (state === "finished") {
+    if (state === "finished" || state === "failed") {
       const finished = parseTime(task.finished_at);
       setAttribute(this.age, "title", new Date(finished).toLocaleString());
-      return `took ${formatDuration(task.duration ?? 0)}, finished ${formatClock(finished)}`;
+      return `took ${formatDuration(task.duration ?? 0)}, ${state} ${formatClock(finished)}`;
     }
     if (state === "waiting") return `created ${formatAge(now - parseTime(task.created_at))}`;
     const age = now - parseTime(task.progress.updated_at ?? task.created_at);
@@ -167,10 +178,11 @@ export class TaskView {
   }
 
   /** Shows a parent's steps summary and toggle; returns the list its steps go in. */
-  showFamily({ steps, done, running }, expanded) {
+  showFamily({ steps, done, running, failed }, expanded) {
     if (this.steps == null) this.steps = this.buildSteps();
     const total = steps.length;
     let summary = `${done} of ${total} ${total === 1 ? "step" : "steps"} done`;
+    if (failed.length > 0) summary += `, ${failed.length} failed`;
     if (running.length > 0) summary += `, ${running.length} running`;
     setText(this.steps.summary, summary);
     setText(this.steps.toggle, expanded ? "Hide steps" : `Show all ${total} steps`);

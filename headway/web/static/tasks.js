@@ -1,6 +1,9 @@
 // The space as the page holds it: its tasks keyed by uuid (or, on a share link, by their
 // opaque id), families of steps, and where the next older page starts. Fed by the
-// stream's snapshot and task events and by older pages; knows nothing of the DOM.
+// stream's snapshot and task events and by older pages; knows nothing of the DOM. Also
+// the rule of failure, as headway/failure.py decides it (a test holds the two to the same
+// answers): a finished task whose `values.error` is a non-empty string has failed, and a
+// finished parent has failed when it did itself or any of its finished steps did.
 
 /** A task's key: its uuid, or its opaque id on a share link. */
 export const keyOf = (task) => task.uuid ?? task.id;
@@ -10,6 +13,43 @@ export const parentKeyOf = (task) => task.parent_uuid ?? task.parent_id ?? null;
 
 /** Timestamps share one format (UTC, microseconds, Z), so they sort as strings. */
 const newestFirst = (a, b) => (a.created_at < b.created_at ? 1 : -1);
+
+const NAMED_STEPS = 3; // failed steps a summary names before it only counts the rest
+const UNTITLED_STEP = "Untitled step";
+
+/** The error `values` report: `values.error` when it is a non-empty string, else null (a
+ *  number, a boolean or "" there is just a value). */
+export function failedError(values) {
+  const error = values?.error;
+  return typeof error === "string" && error !== "" ? error : null;
+}
+
+/** Whether `task` is a step that failed: finished, with an error. */
+const stepFailed = (task) => task.finished_at != null && failedError(task.progress?.values) != null;
+
+/** "1 of 3 steps failed (Run migrations: exit code 3)" for `failed` steps (oldest first)
+ *  out of `total`; null when none failed. */
+export function stepsSummary(failed, total) {
+  if (failed.length === 0) return null;
+  const named = failed
+    .slice(0, NAMED_STEPS)
+    .map((step) => `${step.title ?? UNTITLED_STEP}: ${failedError(step.progress?.values)}`);
+  if (failed.length > NAMED_STEPS) named.push(`${failed.length - NAMED_STEPS} more`);
+  const noun = total === 1 ? "step" : "steps";
+  return `${failed.length} of ${total} ${noun} failed (${named.join("; ")})`;
+}
+
+/** How `task` failed, with `steps` its children in any order: `{error, steps, message}`
+ *  (`error`: its own, or null when only steps failed; `steps`: the failed ones, oldest
+ *  first; `message`: both in one line), or null when it has not failed. */
+export function failureOf(task, steps = []) {
+  if (task.finished_at == null) return null;
+  const failed = steps.filter(stepFailed).sort((a, b) => -newestFirst(a, b));
+  const error = failedError(task.progress?.values);
+  if (error == null && failed.length === 0) return null;
+  const message = [error, stepsSummary(failed, steps.length)].filter((part) => part != null);
+  return { error, steps: failed, message: message.join("; ") };
+}
 
 export class SpaceState {
   constructor() {
@@ -73,15 +113,24 @@ export class SpaceState {
     return [...this.tasks.values()].filter((t) => parentKeyOf(t) == null).sort(newestFirst);
   }
 
-  /** A parent's steps in creation order, with counts: `{steps, done, running}` where
-   *  `running` are the unfinished steps that have reported. */
+  /** A parent's steps in creation order, with counts: `{steps, done, running, failed}`
+   *  where `running` are the unfinished steps that have reported and `failed` the
+   *  finished steps that failed. */
   family(key) {
     const steps = [...(this.families.get(key) ?? [])]
       .map((k) => this.tasks.get(k))
       .sort((a, b) => -newestFirst(a, b));
     const done = steps.filter((t) => t.finished_at != null).length;
     const running = steps.filter((t) => t.finished_at == null && t.progress != null);
-    return { steps, done, running };
+    const failed = steps.filter(stepFailed);
+    return { steps, done, running, failed };
+  }
+
+  /** How the task `key` failed, judged with the steps held (see failureOf), or null. */
+  failure(key) {
+    const task = this.tasks.get(key);
+    if (task.finished_at == null) return null;
+    return failureOf(task, [...(this.families.get(key) ?? [])].map((k) => this.tasks.get(k)));
   }
 }
 
