@@ -21,6 +21,14 @@ from headway.clock import ManualClock
 from headway.config import Settings
 
 from .live_server import LiveServer
+from .receivers import (  # noqa: F401 (fixtures: channels' receivers)
+    form_receiver,
+    gotify_receiver,
+    json_receiver,
+    ntfy_receiver,
+    smtp_receiver,
+    xml_receiver,
+)
 from .servers import PostgresServer, RedisServer, postgres_and_redis
 
 

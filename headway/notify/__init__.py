@@ -1,0 +1,7 @@
+"""Notification channels' parts that need no database: Apprise URLs checked and shown
+without their tokens (`notify.urls`), one send with the name lookups pinned to checked
+addresses (`notify.send`, on the threads of `notify.guard`), and the messages' text
+(`notify.messages`). Import them from those modules.
+
+Importing this package does not load Apprise; the first check or send does.
+"""

@@ -1,0 +1,301 @@
+"""The text of channel messages: a task finished, failed, stalled or moving again, a
+digest of several, and the test message. Pure functions; no I/O.
+
+A task arrives as `GET /tasks/{uuid}` shows it (the completion event's `data`, decoded)
+or as its `domain.TaskView`. A message never holds the uuid of the space or of any task
+(not even where a title or log line quotes one); a read-only link (`share_link`) is
+added when the channel names a share link, since its owner asked for it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, NamedTuple
+
+Kind = Literal["completed", "failed", "stalled", "recovered", "digest", "test"]
+Level = Literal["info", "success", "warning", "failure"]
+
+UNTITLED = "Untitled task"
+MAX_LOG_CHARS = 300
+MAX_FAILED_STEPS_NAMED = 3
+MAX_DIGEST_LINES = 20
+
+_LEVELS: dict[str, Level] = {
+    "completed": "success",
+    "failed": "failure",
+    "stalled": "warning",
+    "recovered": "info",
+    "digest": "info",
+    "test": "info",
+}
+
+
+class Message(NamedTuple):
+    """A message's title and body (a `(title, body)` pair), what it tells, and the
+    Apprise notification type that goes with it."""
+
+    title: str
+    body: str
+    kind: Kind
+    level: Level
+
+
+def share_link(public_url: str, share_uuid: str) -> str:
+    """The read-only page of a share link: `HEADWAY_PUBLIC_URL` + `/shared/{uuid}`."""
+    return f"{public_url.rstrip('/')}/shared/{share_uuid}"
+
+
+def duration_text(seconds: float) -> str:
+    """A duration as people say it: "45 s", "3 min 12 s", "2 h 5 min", "3 d 4 h"."""
+    total = max(int(seconds), 0) if math.isfinite(seconds) else 0
+    days, rest = divmod(total, 86_400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h" if hours else f"{days} d"
+    if hours:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    if minutes:
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
+    return f"{secs} s"
+
+
+def failure(task: Any) -> str | None:
+    """Why `task` failed, or None if it did not: its own `values.error` (a non-empty
+    string), and for a parent its failed steps ("1 of 3 steps failed (Run migrations:
+    exit code 3)"). Only a finished task has failed."""
+    task = _plain(task)
+    if not task.get("finished_at"):
+        return None
+    return _failure(task, _uuids(task))
+
+
+def finished(task: Any, *, space_title: str | None = None, link: str | None = None) -> Message:
+    """The message for a finish: "✓ Deploy finished in 3 min 12 s", or when it failed
+    "✗ Deploy failed: exit code 3"."""
+    task = _plain(task)
+    secrets = _uuids(task)
+    name = _name(task, secrets)
+    why = _failure(task, secrets)
+    if why is not None:
+        title, kind = f"✗ {name} failed: {why}", "failed"
+    else:
+        took = task.get("duration")
+        after = f" in {duration_text(took)}" if isinstance(took, int | float) else ""
+        title, kind = f"✓ {name} finished{after}", "completed"
+    return _message(title, _body(task, secrets, space_title, link), kind)
+
+
+def stalled(
+    task: Any,
+    *,
+    reason: Literal["flat", "silent"],
+    for_s: float,
+    space_title: str | None = None,
+    link: str | None = None,
+) -> Message:
+    """The message for a stall: "⏸ Deploy stalled at 80%: no progress for 10 min"
+    (`flat`: reports arrive, `current` does not move), "⏸ Deploy stalled: no report for
+    10 min" (`silent`), or "... no report since it started 10 min ago" when it never
+    reported. `for_s` is how long, by the stall's own clock."""
+    task = _plain(task)
+    secrets = _uuids(task)
+    name = _name(task, secrets)
+    progress = task.get("progress") or {}
+    at = _percent(progress)
+    where = f" at {at}" if at else ""
+    took = duration_text(for_s)
+    if reason == "flat":
+        title = f"⏸ {name} stalled{where}: no progress for {took}"
+    elif progress.get("updated_at") is None:
+        title = f"⏸ {name} stalled: no report since it started {took} ago"
+    else:
+        title = f"⏸ {name} stalled: no report for {took}"
+    return _message(title, _body(task, secrets, space_title, link), "stalled")
+
+
+def recovered(task: Any, *, space_title: str | None = None, link: str | None = None) -> Message:
+    """The message for the end of a stall: "▶ Deploy is moving again: 85%"."""
+    task = _plain(task)
+    secrets = _uuids(task)
+    at = _percent(task.get("progress") or {}, finished=bool(task.get("finished_at")))
+    title = f"▶ {_name(task, secrets)} is moving again" + (f": {at}" if at else "")
+    return _message(title, _body(task, secrets, space_title, link), "recovered")
+
+
+def digest(
+    messages: Sequence[Message],
+    *,
+    space_title: str | None = None,
+    link: str | None = None,
+    max_lines: int = MAX_DIGEST_LINES,
+) -> Message:
+    """One message for several: "12 tasks finished, 2 failed", and one line per message
+    (its title), at most `max_lines` of them, then how many more there were."""
+    counts = {kind: sum(1 for m in messages if m.kind == kind) for kind in _LEVELS}
+    parts = [
+        (counts["completed"], "finished"),
+        (counts["failed"], "failed"),
+        (counts["stalled"], "stalled"),
+        (counts["recovered"], "moving again"),
+    ]
+    said = [(count, verb) for count, verb in parts if count]
+    if said:
+        count, verb = said[0]
+        title = ", ".join(
+            [f"{count} {'task' if count == 1 else 'tasks'} {verb}"]
+            + [f"{n} {v}" for n, v in said[1:]]
+        )
+    else:
+        title = f"{len(messages)} {'update' if len(messages) == 1 else 'updates'}"
+    lines = [_clip(space_title, 200)] if space_title else []
+    lines += [m.title for m in messages[:max_lines]]
+    if len(messages) > max_lines:
+        lines.append(f"… and {len(messages) - max_lines} more")
+    if link:
+        lines.append(link)
+    level: Level = "failure" if counts["failed"] else "warning" if counts["stalled"] else "info"
+    return Message(title, "\n".join(lines), "digest", level)
+
+
+def test_message(*, space_title: str | None = None, link: str | None = None) -> Message:
+    """The message a channel's test sends."""
+    where = f" for {_clip(space_title, 200)}" if space_title else ""
+    lines = [f"This channel works: Headway will send task notifications here{where}."]
+    if link:
+        lines.append(link)
+    return _message("Headway test message", "\n".join(lines), "test")
+
+
+# --- The parts -----------------------------------------------------------------------------
+
+
+def _message(title: str, body: str, kind: Kind) -> Message:
+    return Message(title, body, kind, _LEVELS[kind])
+
+
+def _body(
+    task: Mapping[str, Any],
+    secrets: re.Pattern[str] | None,
+    space_title: str | None,
+    link: str | None,
+) -> str:
+    lines = []
+    name = _name(task, secrets)
+    lines.append(f"{_scrub(_clip(space_title, 200), secrets)} › {name}" if space_title else name)
+    progress = task.get("progress") or {}
+    if progress.get("aggregated"):
+        done, count = _number(progress.get("current")), _number(progress.get("end"))
+        lines.append(f"Steps: {done} of {count} done")
+    elif progress.get("current") is not None:
+        counts = _number(progress["current"])
+        if progress.get("end"):
+            counts += f" / {_number(progress['end'])}"
+        at = _percent(progress, finished=bool(task.get("finished_at")))
+        lines.append(f"Progress: {counts}" + (f" ({at})" if at else ""))
+    values = progress.get("values") or {}
+    log = values.get("log") if isinstance(values, Mapping) else None
+    if isinstance(log, str) and log.strip():
+        lines.append(f"Log: {_scrub(_clip(log.strip(), MAX_LOG_CHARS), secrets)}")
+    if link:
+        lines.append(link)
+    return "\n".join(lines)
+
+
+def _failure(task: Mapping[str, Any], secrets: re.Pattern[str] | None) -> str | None:
+    own = _failed_error(_values(task))
+    steps = [child for child in task.get("children") or () if isinstance(child, Mapping)]
+    failed = [
+        (child, why)
+        for child in steps
+        if child.get("finished_at") and (why := _failure(child, secrets))
+    ]
+    parts = [_scrub(_clip(own, MAX_LOG_CHARS), secrets)] if own else []
+    if failed:
+        named = "; ".join(
+            f"{_name(child, secrets)}: {why}" for child, why in failed[:MAX_FAILED_STEPS_NAMED]
+        )
+        more = len(failed) - MAX_FAILED_STEPS_NAMED
+        if more > 0:
+            named += f"; {more} more"
+        parts.append(f"{len(failed)} of {len(steps)} steps failed ({named})")
+    return "; ".join(parts) or None
+
+
+def _failed_error(values: Mapping[str, Any]) -> str | None:
+    """`values.error` when it is a non-empty string: the task failed, and this says why."""
+    # TODO: domain.failed_error (the same rule, added there on another branch)
+    error = values.get("error")
+    return error if isinstance(error, str) and error.strip() else None
+
+
+def _values(task: Mapping[str, Any]) -> Mapping[str, Any]:
+    values = (task.get("progress") or {}).get("values")
+    return values if isinstance(values, Mapping) else {}
+
+
+def _name(task: Mapping[str, Any], secrets: re.Pattern[str] | None) -> str:
+    title = task.get("title")
+    return (
+        _scrub(_clip(title, 200), secrets) if isinstance(title, str) and title.strip() else UNTITLED
+    )
+
+
+def _percent(progress: Mapping[str, Any], *, finished: bool = False) -> str | None:
+    ratio = progress.get("ratio")
+    if finished:
+        return "finished"
+    if isinstance(ratio, int | float) and math.isfinite(ratio):
+        return f"{math.floor(ratio * 100)}%"
+    return None
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "?"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:g}"
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())  # one line
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _uuids(task: Mapping[str, Any]) -> re.Pattern[str] | None:
+    """A pattern of every uuid the task's JSON holds (its own, its space's, its parent's,
+    its children's), in either spelling, to take out of the text users wrote."""
+    found: set[str] = set()
+
+    def collect(node: Mapping[str, Any]) -> None:
+        for key in ("uuid", "space_uuid", "parent_uuid"):
+            value = node.get(key)
+            if isinstance(value, str) and value:
+                found.add(value.lower())
+        for child in node.get("children") or ():
+            if isinstance(child, Mapping):
+                collect(child)
+
+    collect(task)
+    spellings = {form for value in found for form in (value, value.replace("-", ""))}
+    if not spellings:
+        return None
+    return re.compile("|".join(re.escape(s) for s in sorted(spellings)), re.IGNORECASE)
+
+
+def _scrub(text: str, secrets: re.Pattern[str] | None) -> str:
+    return secrets.sub("…", text) if secrets is not None else text
+
+
+def _plain(task: Any) -> Mapping[str, Any]:
+    """The task as plain JSON values (a `domain.TaskView` is encoded and decoded once)."""
+    if isinstance(task, Mapping):
+        return task
+    import msgspec
+
+    decoded: dict[str, Any] = json.loads(msgspec.json.encode(task))
+    return decoded

@@ -1,0 +1,262 @@
+"""The text of channel messages: finished, failed, stalled, moving again, digests and the
+test message; durations as people say them; never a space or task uuid."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import msgspec
+import pytest
+
+from headway.domain import Progress, TaskRow, view
+from headway.notify import messages
+from headway.notify.messages import (
+    digest,
+    duration_text,
+    failure,
+    finished,
+    recovered,
+    share_link,
+    stalled,
+)
+
+SPACE = str(uuid.uuid4())
+LINK = share_link("https://headway.example/", "5f0c2a4e-0000-4000-8000-00000000abcd")
+
+
+def task(
+    title: str | None = "Deploy",
+    *,
+    current: float | None = None,
+    end: float | None = None,
+    values: dict[str, Any] | None = None,
+    finished_at: str | None = "2026-11-24T10:03:12.000000Z",
+    duration: int | None = 192,
+    updated_at: str | None = "2026-11-24T10:03:12.000000Z",
+    children: list[dict[str, Any]] | None = None,
+    parent: str | None = None,
+) -> dict[str, Any]:
+    """A task as `GET /tasks/{uuid}` shows it."""
+    children = children or []
+    ratio = None
+    if finished_at:
+        ratio = 1
+    elif children:
+        ratio = sum(1 for c in children if c["finished_at"]) / len(children)
+    elif end and current is not None:
+        ratio = min(current / end, 1)
+    progress: dict[str, Any] | None = {
+        "current": sum(1 for c in children if c["finished_at"]) if children else current,
+        "end": len(children) if children else end,
+        "ratio": ratio,
+        "values": values or {},
+        "updated_at": updated_at,
+        "aggregated": bool(children),
+    }
+    if not children and current is None and not values and updated_at is None:
+        progress = None
+    return {
+        "uuid": str(uuid.uuid4()),
+        "space_uuid": SPACE,
+        "parent_uuid": parent,
+        "title": title,
+        "source": None,
+        "created_at": "2026-11-24T10:00:00.000000Z",
+        "finished_at": finished_at,
+        "duration": duration if finished_at else None,
+        "progress": progress,
+        "children": children,
+    }
+
+
+def uuids_in(data: dict[str, Any]) -> set[str]:
+    found = {data["uuid"], data["space_uuid"]} | ({data["parent_uuid"]} - {None})
+    for child in data["children"]:
+        found |= uuids_in(child)
+    return found
+
+
+def assert_no_uuid(message: messages.Message, *tasks: dict[str, Any]) -> None:
+    text = f"{message.title}\n{message.body}".lower()
+    for data in tasks:
+        for value in uuids_in(data):
+            assert value not in text
+            assert value.replace("-", "") not in text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "said"),
+    [
+        (0, "0 s"),
+        (45, "45 s"),
+        (60, "1 min"),
+        (192, "3 min 12 s"),
+        (600, "10 min"),
+        (3600, "1 h"),
+        (7500, "2 h 5 min"),
+        (7512, "2 h 5 min"),
+        (86_400, "1 d"),
+        (3 * 86_400 + 4 * 3600 + 59, "3 d 4 h"),
+        (-5, "0 s"),
+        (float("inf"), "0 s"),
+        (12.9, "12 s"),
+    ],
+)
+def test_durations_read_as_people_say_them(seconds: float, said: str) -> None:
+    assert duration_text(seconds) == said
+
+
+def test_a_finished_task_says_how_long_it_took() -> None:
+    data = task(current=10, end=10, values={"log": "all done"})
+    message = finished(data, space_title="Nightly builds", link=LINK)
+    assert message.title == "✓ Deploy finished in 3 min 12 s"
+    assert message.kind == "completed" and message.level == "success"
+    assert message.body.splitlines() == [
+        "Nightly builds › Deploy",
+        "Progress: 10 / 10 (finished)",
+        "Log: all done",
+        LINK,
+    ]
+    assert_no_uuid(message, data)
+
+
+def test_a_task_whose_error_is_set_failed() -> None:
+    data = task(values={"error": "exit code 3", "exit_code": 3, "log": "migrating"})
+    message = finished(data)
+    assert message.title == "✗ Deploy failed: exit code 3"
+    assert message.kind == "failed" and message.level == "failure"
+    assert "Log: migrating" in message.body
+    assert failure(data) == "exit code 3"
+
+
+@pytest.mark.parametrize("error", [3, "", "   ", None, True])
+def test_an_error_that_is_not_a_non_empty_string_is_only_a_value(error: object) -> None:
+    data = task(values={"error": error})
+    assert finished(data).title.startswith("✓ Deploy finished")
+    assert failure(data) is None
+
+
+def test_an_unfinished_task_has_not_failed() -> None:
+    assert failure(task(values={"error": "boom"}, finished_at=None)) is None
+
+
+def test_a_parent_with_a_failed_step_failed_and_names_it() -> None:
+    steps = [
+        task("Build", values={}),
+        task("Run migrations", values={"error": "exit code 3"}),
+        task("Smoke test", values={"log": "ok"}),
+    ]
+    parent = task(children=steps)
+    message = finished(parent, space_title="Releases")
+    assert message.title == "✗ Deploy failed: 1 of 3 steps failed (Run migrations: exit code 3)"
+    assert "Steps: 3 of 3 done" in message.body
+    assert_no_uuid(message, parent)
+
+
+def test_a_parent_that_failed_itself_and_in_steps_says_both_and_bounds_the_steps() -> None:
+    steps = [task(f"Step {n}", values={"error": f"exit code {n}"}) for n in range(1, 6)]
+    parent = task(values={"error": "rolled back"}, children=steps)
+    assert finished(parent).title == (
+        "✗ Deploy failed: rolled back; 5 of 5 steps failed (Step 1: exit code 1; "
+        "Step 2: exit code 2; Step 3: exit code 3; 2 more)"
+    )
+
+
+def test_a_step_still_running_has_not_failed_its_parent() -> None:
+    steps = [task("Build"), task("Late", values={"error": "not yet"}, finished_at=None)]
+    assert finished(task(children=steps)).kind == "completed"
+
+
+def test_a_flat_stall_says_where_it_stopped_and_for_how_long() -> None:
+    data = task(current=80, end=100, finished_at=None)
+    message = stalled(data, reason="flat", for_s=600)
+    assert message.title == "⏸ Deploy stalled at 80%: no progress for 10 min"
+    assert message.kind == "stalled" and message.level == "warning"
+    assert "Progress: 80 / 100 (80%)" in message.body
+
+
+def test_a_silent_stall_says_how_long_nothing_came() -> None:
+    data = task(current=80, end=100, finished_at=None)
+    assert stalled(data, reason="silent", for_s=600).title == (
+        "⏸ Deploy stalled: no report for 10 min"
+    )
+
+
+def test_a_task_that_never_reported_stalls_since_it_started() -> None:
+    data = task(finished_at=None, updated_at=None)
+    assert data["progress"] is None
+    assert stalled(data, reason="silent", for_s=600).title == (
+        "⏸ Deploy stalled: no report since it started 10 min ago"
+    )
+
+
+def test_a_stall_without_a_known_ratio_says_no_percentage() -> None:
+    data = task(current=80, finished_at=None)
+    assert stalled(data, reason="flat", for_s=90).title == (
+        "⏸ Deploy stalled: no progress for 1 min 30 s"
+    )
+
+
+def test_moving_again_says_where_it_is() -> None:
+    data = task(current=85, end=100, finished_at=None)
+    message = recovered(data, link=LINK)
+    assert message.title == "▶ Deploy is moving again: 85%"
+    assert message.body.endswith(LINK)
+
+
+def test_an_untitled_task_is_called_so() -> None:
+    assert finished(task(None)).title == "✓ Untitled task finished in 3 min 12 s"
+
+
+def test_a_uuid_quoted_in_a_title_or_log_line_is_taken_out() -> None:
+    data = task(values={"log": "x"})
+    data["title"] = f"Deploy {data['uuid']}"
+    data["progress"]["values"]["log"] = f"reported to /spaces/{SPACE.upper()} and {SPACE}"
+    message = finished(data, space_title=f"Space {SPACE.replace('-', '')}")
+    assert_no_uuid(message, data)
+    assert "Deploy …" in message.title
+
+
+def test_a_long_log_line_is_cut() -> None:
+    message = finished(task(values={"log": "x" * 1000}))
+    [log] = [line for line in message.body.splitlines() if line.startswith("Log: ")]
+    assert len(log) == len("Log: ") + messages.MAX_LOG_CHARS and log.endswith("…")
+
+
+def test_a_task_view_reads_as_its_json() -> None:
+    row = TaskRow(str(uuid.uuid4()), SPACE, None, "Deploy", None, 1_000_000, 193_000_000, 192)
+    values = msgspec.Raw(json.dumps({"error": "exit code 3"}).encode())
+    shown = view(row, Progress(3, 10, values, 193_000_000))
+    message = finished(shown, space_title="Nightly")
+    assert message.title == "✗ Deploy failed: exit code 3"
+    assert "Progress: 3 / 10 (finished)" in message.body
+    assert row.uuid not in message.body and SPACE not in message.body
+
+
+def test_a_digest_counts_and_lists_a_bounded_number_of_lines() -> None:
+    done = [finished(task(f"Job {n}")) for n in range(12)]
+    failed = [finished(task(f"Bad {n}", values={"error": "boom"})) for n in range(2)]
+    message = digest(done + failed, space_title="Nightly", link=LINK, max_lines=5)
+    assert message.title == "12 tasks finished, 2 failed"
+    assert message.kind == "digest" and message.level == "failure"
+    lines = message.body.splitlines()
+    assert lines[0] == "Nightly"
+    assert lines[1:6] == [m.title for m in (done + failed)[:5]]
+    assert lines[6] == "… and 9 more"
+    assert lines[7] == LINK
+
+
+def test_a_digest_of_one_kind_uses_its_verb() -> None:
+    one = digest([finished(task(values={"error": "boom"}))])
+    assert one.title == "1 task failed"
+    stalls = [stalled(task(finished_at=None, current=1, end=2), reason="flat", for_s=60)] * 3
+    assert digest(stalls).title == "3 tasks stalled"
+
+
+def test_the_test_message_names_the_space_and_link() -> None:
+    message = messages.test_message(space_title="Nightly", link=LINK)
+    assert message.title == "Headway test message"
+    assert "Nightly" in message.body and message.body.endswith(LINK)
+    assert (message.title, message.body) == message[:2]
