@@ -19,6 +19,7 @@ from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
 from . import metrics
+from .api import channels as channel_routes
 from .api import events, health, hot, openapi
 from .api import mcp as mcp_routes
 from .api import metrics as metrics_routes
@@ -41,11 +42,13 @@ from .dependencies import unavailable
 from .errors import UNAVAILABLE_MESSAGE, HeadwayError, Unavailable, error_body
 from .limits import RateLimiter
 from .live import Live
+from .notify.deliver import channel_sender
+from .notify.stalls import StallWatch
 from .progress import ProgressStore
 from .progress.feed import ChangeFeed
 from .progress.memory import MemoryProgressStore
 from .scope import RAW_SEND
-from .service import Service
+from .service import ChannelRules, Service
 from .storage.database import Database
 from .storage.families import FamilyVersions
 from .web import routes as web_routes
@@ -71,6 +74,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         app.state.loops = {}  # the app's own long-lived tasks, by name (see api.health)
         feed = make_feed(progress)
         worker_task = None
+        stalls_task = None
         live = None
         try:
             await db.migrate()
@@ -84,6 +88,12 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 allow_private_webhooks=settings.webhook_allow_private,
                 webhooks_per_space=settings.webhooks_per_space,
                 shares_per_space=settings.shares_per_space,
+                channel_rules=ChannelRules(
+                    settings.channel_schemes,
+                    settings.webhook_allow_private,
+                    settings.channels_per_space,
+                    settings.public_url,
+                ),
             )
             app.state.service = service
             app.state.live = live = Live(
@@ -92,16 +102,29 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 max_streams=settings.max_streams,
                 per_client=settings.streams_per_client if settings.rate_limits else None,
             )
+            stalls = StallWatch(db, progress, clock, service.event_views)
+            app.state.stalls = stalls
             if settings.run_worker:
-                worker = Worker(db, clock, allow_private=settings.webhook_allow_private)
-                service.on_event = worker.wake
+                worker = Worker(
+                    db,
+                    clock,
+                    allow_private=settings.webhook_allow_private,
+                    channels=channel_sender(settings, db, clock),
+                )
+                service.on_event = stalls.on_queued = worker.wake
                 worker_task = asyncio.create_task(worker.run(), name="headway-worker")
                 app.state.loops["worker"] = worker_task
+            stalls_task = asyncio.create_task(stalls.run(), name="headway-stalls")
+            app.state.loops["stalls"] = stalls_task
             async with mcp_endpoint.running():
                 yield
         finally:
             if live is not None:
                 live.end_all()
+            if stalls_task is not None:
+                stalls_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await stalls_task
             if worker_task is not None:
                 worker_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -123,6 +146,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             *events.routes,
             *share_routes.routes,
             *webhook_routes.routes,
+            *channel_routes.routes,
             *health.routes,
             *openapi.routes,
             *web_routes.routes,
@@ -145,6 +169,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             **events.openapi_paths,
             **share_routes.openapi_paths,
             **webhook_routes.openapi_paths,
+            **channel_routes.openapi_paths,
             **mcp_routes.openapi_paths,
             **(metrics_routes.openapi_paths if scraped_here else {}),
         }

@@ -37,6 +37,7 @@ class Settings:
     rate_tasks: str = "600/second;6000/minute"
     rate_webhooks: str = "30/second;300/minute"
     rate_shares: str = "30/second;300/minute"
+    rate_channels: str = "10/second;60/minute"
     rate_reports: str = "20000/second"
     # Bytes of live progress this process may hold (memory store only). None: sized from
     # the machine at start (an eighth of its memory, at most 512 MiB).
@@ -45,6 +46,14 @@ class Settings:
     progress_memory_per_space: float = 0.125
     webhooks_per_space: int = 20
     shares_per_space: int = 100
+    # --- Notification channels (see `headway.notify`) ------------------------------------
+    channels_per_space: int = 20
+    # Apprise schemes a channel may use (None: `notify.urls.DEFAULT_SCHEMES`).
+    channel_schemes: tuple[str, ...] | None = None
+    # Messages one channel may send per hour, in the `limits` notation (N/hour).
+    channel_messages: str = "60/hour"
+    # The service's public base URL, for read-only links in messages (None: no links).
+    public_url: str | None = None
     # Live streams (`GET /spaces/{s}/events`) open at once in this process, and per client
     # address (the latter is a rate limit: off with `rate_limits`).
     max_streams: int = 2000
@@ -84,6 +93,7 @@ class Settings:
             rate_tasks=_rate(env, "RATE_TASKS", defaults.rate_tasks),
             rate_webhooks=_rate(env, "RATE_WEBHOOKS", defaults.rate_webhooks),
             rate_shares=_rate(env, "RATE_SHARES", defaults.rate_shares),
+            rate_channels=_rate(env, "RATE_CHANNELS", defaults.rate_channels),
             rate_reports=_rate(env, "RATE_REPORTS", defaults.rate_reports),
             progress_memory=_size(env, "PROGRESS_MEMORY"),
             progress_memory_per_space=_fraction(
@@ -93,6 +103,13 @@ class Settings:
                 env, "WEBHOOKS_PER_SPACE", defaults.webhooks_per_space, minimum=1
             ),
             shares_per_space=_int(env, "SHARES_PER_SPACE", defaults.shares_per_space, minimum=1),
+            channels_per_space=_int(
+                env, "CHANNELS_PER_SPACE", defaults.channels_per_space, minimum=1
+            ),
+            channel_schemes=_schemes(env, "CHANNEL_SCHEMES"),
+            channel_messages=text("CHANNEL_MESSAGES", defaults.channel_messages)
+            or defaults.channel_messages,
+            public_url=text("PUBLIC_URL", None),
             max_streams=_int(env, "MAX_STREAMS", defaults.max_streams, minimum=1),
             streams_per_client=_int(
                 env, "STREAMS_PER_CLIENT", defaults.streams_per_client, minimum=1
@@ -128,12 +145,32 @@ class Settings:
             _check_host_patterns(self.mcp_allowed_hosts)
         for proxy in self.trusted_proxies:
             _network(proxy)
-        for name in ("spaces", "tasks", "webhooks", "shares", "reports"):
+        for name in ("spaces", "tasks", "webhooks", "shares", "channels", "reports"):
             _check_rate(f"HEADWAY_RATE_{name.upper()}", getattr(self, f"rate_{name}"))
         if self.progress_memory is not None and self.progress_memory < 1024 * 1024:
             raise ConfigError("HEADWAY_PROGRESS_MEMORY must be at least 1MiB")
+        self.channel_messages_per_hour  # noqa: B018  (raises ConfigError if malformed)
+        if self.public_url is not None and not re.fullmatch(
+            r"https?://[^\s/?#]+(/[^\s?#]*)?", self.public_url
+        ):
+            raise ConfigError(
+                "HEADWAY_PUBLIC_URL must be an absolute http(s) URL such as "
+                "https://progress.example.com"
+            )
         if not 0 < self.progress_memory_per_space <= 1:
             raise ConfigError("HEADWAY_PROGRESS_MEMORY_PER_SPACE must be above 0 and at most 1")
+
+    @property
+    def channel_messages_per_hour(self) -> int:
+        """HEADWAY_CHANNEL_MESSAGES as a count per hour ("60/hour", "1/minute" = 60)."""
+        match = re.fullmatch(r"\s*(\d+)\s*/\s*(minute|hour|day)\s*", self.channel_messages)
+        if match is None or int(match[1]) < 1:
+            raise ConfigError(
+                "HEADWAY_CHANNEL_MESSAGES must be N/hour (or N/minute, N/day), N at least 1, "
+                f"not {self.channel_messages!r}"
+            )
+        count = int(match[1])
+        return {"minute": count * 60, "hour": count, "day": max(1, count // 24)}[match[2]]
 
     @property
     def progress_memory_budget(self) -> int:
@@ -308,3 +345,17 @@ def sqlite_file(url: str) -> str:
     if not path or path == ":memory:" or path.startswith("file::memory:"):
         raise ValueError("a SQLite database must be a file, as in sqlite:///path/to/headway.db")
     return os.path.expanduser(path)
+
+
+def _schemes(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:
+    """A comma-separated list of Apprise schemes (`ntfy,tgram,mailtos`); unset gives None."""
+    raw = env.get(f"HEADWAY_{name}")
+    if raw is None or not raw.strip():
+        return None
+    schemes = tuple(part.strip().lower().removesuffix("://") for part in raw.split(","))
+    for scheme in schemes:
+        if not re.fullmatch(r"[a-z][a-z0-9+.-]{0,31}", scheme):
+            raise ConfigError(
+                f"HEADWAY_{name} holds schemes such as ntfy,tgram,mailtos, not {scheme!r}"
+            )
+    return schemes

@@ -1,6 +1,7 @@
 """What one client may do: request rates per client address, decided in one place.
 
-Every kind of request that creates or writes (spaces, tasks, webhooks, shares, reports)
+Every kind of request that creates or writes (spaces, tasks, webhooks, shares, channels,
+reports)
 has its limits, written in the `limits` library's notation ("600/second;6000/minute")
 and parsed by it. A request passes only within all of them; a refused one is answered
 429 with `Retry-After` and changes nothing.
@@ -38,14 +39,15 @@ if TYPE_CHECKING:
     from limits.aio.storage import Storage
     from starlette.types import Scope
 
-Kind = Literal["spaces", "tasks", "webhooks", "shares", "reports"]
-KINDS: tuple[Kind, ...] = ("spaces", "tasks", "webhooks", "shares", "reports")
+Kind = Literal["spaces", "tasks", "webhooks", "shares", "channels", "reports"]
+KINDS: tuple[Kind, ...] = ("spaces", "tasks", "webhooks", "shares", "channels", "reports")
 
 _WHAT = {
     "spaces": "spaces created",
     "tasks": "tasks created (and /mcp requests)",
     "webhooks": "webhooks registered",
     "shares": "share links created",
+    "channels": "channels registered or tested",
     "reports": "reports",
 }
 

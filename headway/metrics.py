@@ -211,6 +211,19 @@ class Instruments:
             ("outcome",),
             registry=registry,
         )
+        self.channel_messages = Counter(
+            "headway_channel_events",
+            "Events for notification channels, by outcome: delivered (alone or in a "
+            "digest), retry (a later attempt is scheduled) or given_up.",
+            ("outcome",),
+            registry=registry,
+        )
+        self.stalls = Counter(
+            "headway_stall_episodes",
+            "Stall episodes told to channels: stalled (began) and recovered (ended).",
+            ("change",),
+            registry=registry,
+        )
         self.loop_failures = Counter(
             "headway_loop_failures",
             "Unexpected errors of background loops (live_render, worker, ...), each logged "
@@ -284,6 +297,17 @@ def refused(reason: str) -> None:
 def delivery(outcome: str) -> None:
     """Count one webhook delivery attempt's outcome: delivered, retry or given_up."""
     (_instruments or instruments()).delivery(outcome)
+
+
+def channel_delivery(outcome: str, events: int = 1) -> None:
+    """Count `events` channel events with one outcome: delivered, retry or given_up."""
+    if events:
+        (_instruments or instruments()).channel_messages.labels(outcome).inc(events)
+
+
+def stall(change: str) -> None:
+    """Count one stall episode's `stalled` or `recovered`."""
+    (_instruments or instruments()).stalls.labels(change).inc()
 
 
 def loop_failed(loop: str) -> None:

@@ -87,6 +87,42 @@ class CreateWebhook(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     url: Annotated[str, Meta(max_length=2048, description="An http(s) URL on a public address.")]
 
 
+ChannelEvent = Literal["completed", "failed", "stalled"]
+MIN_STALLED_AFTER_S = 60
+MAX_STALLED_AFTER_S = 604_800
+
+
+class CreateChannel(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """Body of `POST /spaces/{space_uuid}/channels`."""
+
+    url: Annotated[
+        str,
+        Meta(
+            min_length=1,
+            max_length=2048,
+            description="An Apprise URL (ntfy://, tgram://, slack://, mailto://...).",
+        ),
+    ]
+    events: Annotated[
+        list[ChannelEvent],
+        Meta(min_length=1, max_length=3, description="What the channel hears."),
+    ] = msgspec.field(default_factory=lambda: ["completed"])
+    steps: Annotated[bool, Meta(description="Hear steps (child tasks) too.")] = False
+    stalled_after: Annotated[
+        int,
+        Meta(
+            ge=MIN_STALLED_AFTER_S,
+            le=MAX_STALLED_AFTER_S,
+            description="Seconds without a report, or without a change of `current`, "
+            "after which an active task is stalled.",
+        ),
+    ] = 600
+    share_uuid: (
+        Annotated[UuidText, Meta(description="A share link of the space, shown in messages.")]
+        | None
+    ) = None
+
+
 class CreateShare(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """Body of `POST /spaces/{space_uuid}/shares`: `{}` (a link has nothing to set)."""
 
@@ -197,6 +233,33 @@ class WebhookCreated(msgspec.Struct):
 class WebhookOut(msgspec.Struct):
     uuid: Uuid
     url: str
+
+
+Timestamp = Annotated[str, Meta(extra_json_schema={"format": "date-time"})]
+
+
+class ChannelOut(msgspec.Struct):
+    uuid: Uuid
+    url: Annotated[str, Meta(description="The Apprise URL, its tokens redacted.")]
+    events: list[ChannelEvent]
+    steps: bool
+    stalled_after: int
+    share_uuid: Uuid | None
+    created_at: Timestamp
+
+
+class ChannelDelivery(msgspec.Struct):
+    at: Timestamp
+    event: Annotated[
+        str,
+        Meta(description="completed, failed, stalled, recovered, digest (several) or test."),
+    ]
+    outcome: Annotated[str, Meta(description="delivered, failed (tried again) or given_up.")]
+    detail: str | None
+
+
+class ChannelWithDeliveries(ChannelOut):
+    deliveries: list[ChannelDelivery]
 
 
 class ErrorOut(msgspec.Struct):

@@ -1,4 +1,5 @@
-"""The background worker: delivers completion events from the outbox to webhooks.
+"""The background worker: delivers completion events from the outbox to webhooks, and
+has notification channels send what they have queued (`notify.deliver`).
 
 Each step is a function the tests call directly; `Worker.run` only repeats them and
 sleeps. Delivery is at least once per webhook: a claimed attempt whose worker dies is
@@ -34,6 +35,8 @@ from .storage.outbox import Claim
 
 if TYPE_CHECKING:
     import httpx
+
+    from .notify.deliver import ChannelSender
 
 log = logging.getLogger("headway.worker")
 
@@ -78,8 +81,12 @@ class Worker:
         per_receiver: int = PER_RECEIVER,
         poll_s: float = 1.0,
         attempt_timeout_s: float = ATTEMPT_TIMEOUT_S,
+        channels: ChannelSender | None = None,
     ) -> None:
         self.db = db
+        self.channels = channels
+        if channels is not None:
+            channels.on_end = self.wake
         self.clock = clock
         self.allow_private = allow_private
         self.id = f"worker-{uuid.uuid4().hex[:12]}"
@@ -252,6 +259,8 @@ class Worker:
                     claims = await self.claim()
                     for claim in claims:
                         self.start(claim)
+                    if self.channels is not None:
+                        await self.channels.start_due()
                     if claims:
                         continue
                 except Exception as exc:  # a dependency may be down: keep trying, never die
@@ -283,6 +292,8 @@ class Worker:
 
     async def close(self) -> None:
         await self._cancel_attempts()
+        if self.channels is not None:
+            await self.channels.close()
         if self._owns_http and self._http is not None:
             await self._http.aclose()
 

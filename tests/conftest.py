@@ -172,6 +172,11 @@ async def empty_backend(app: Starlette, settings: Settings) -> None:
 
 
 TABLES = (
+    "channel_deliveries",
+    "channel_log",
+    "stalls",
+    "leases",
+    "channels",
     "deliveries",
     "outbox",
     "webhooks",

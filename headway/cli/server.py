@@ -135,13 +135,20 @@ def _worker(settings: Settings) -> int:
     import signal
 
     from ..clock import SystemClock
+    from ..notify.deliver import channel_sender
     from ..storage.database import Database
     from ..worker import Worker
 
     async def run() -> None:
         db = Database(settings.database_url)
         await db.migrate()
-        worker = Worker(db, SystemClock(), allow_private=settings.webhook_allow_private)
+        clock = SystemClock()
+        worker = Worker(
+            db,
+            clock,
+            allow_private=settings.webhook_allow_private,
+            channels=channel_sender(settings, db, clock),
+        )
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()

@@ -5,7 +5,8 @@ stream and `/mcp` call and nothing else.
 - `reads`: space reads, and the one renderer of every answer that shows tasks;
 - `tasks`: creating and reading tasks, and reports (the hot path);
 - `families`: a task with its children, and the record of a finish;
-- `webhooks`, `shares`: a space's webhooks and share links;
+- `webhooks`, `channels`, `shares`: a space's webhooks, notification channels and share
+  links;
 - `changes`: the one point every write calls once it is stored.
 """
 
@@ -23,6 +24,7 @@ from ..storage.database import Database
 from ..storage.families import FamilyCache, FamilyVersions
 from ..storage.small_spaces import ShownTasks, SmallSpaces
 from .changes import Cache, Changes
+from .channels import ChannelRules, Channels
 from .context import Stores
 from .families import Families
 from .reads import SPACE_PAGE, SpaceReads, parse_limit
@@ -31,7 +33,7 @@ from .spaces import Head, Spaces
 from .tasks import Tasks
 from .webhooks import Webhooks
 
-__all__ = ["SPACE_PAGE", "Cache", "Changes", "Service", "parse_limit"]
+__all__ = ["SPACE_PAGE", "Cache", "Changes", "ChannelRules", "Service", "parse_limit"]
 
 
 class Service:
@@ -55,6 +57,7 @@ class Service:
         allow_private_webhooks: bool = False,
         webhooks_per_space: int = 20,
         shares_per_space: int = 100,
+        channel_rules: ChannelRules | None = None,
     ) -> None:
         self.changes = Changes(feed, versions)
         self.stores = stores = Stores(db, progress, clock, self.changes)
@@ -70,6 +73,11 @@ class Service:
             per_space=webhooks_per_space,
         )
         self.shares = Shares(stores, self.spaces, per_space=shares_per_space)
+        self.channels = Channels(
+            stores,
+            self.spaces,
+            channel_rules or ChannelRules((), allow_private_webhooks, 20, None),
+        )
         # A space with its top-level tasks, whole or a page at a time (see `SpaceReads`).
         self.get_space = self.reads.get
         self.read_space = self.reads.read

@@ -1,0 +1,145 @@
+"""Notification channel routes: register, list, test and remove a space's channels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ..schemas import CreateChannel, decode_create
+from ..service import Service
+from .openapi import SPACE, TOO_LARGE, TOO_MANY_REQUESTS, UNAVAILABLE, _error, _json, _link, _ref
+from .responses import NO_STORE, JSONResponse, read_body
+from .rest import count
+
+
+def _service(request: Request) -> Service:
+    return request.app.state.service
+
+
+async def channels(request: Request) -> Response:
+    """POST registers a channel; GET lists the space's channels with their deliveries."""
+    space_uuid = request.path_params["space_uuid"]
+    if request.method == "POST":
+        await count(request, "channels")
+        body = decode_create(await read_body(request), CreateChannel)
+        return JSONResponse(await _service(request).channels.create(space_uuid, body), 201)
+    return JSONResponse(await _service(request).channels.list(space_uuid))
+
+
+async def delete_channel(request: Request) -> Response:
+    params = request.path_params
+    await _service(request).channels.delete(params["space_uuid"], params["channel_uuid"])
+    return Response(status_code=204, headers=NO_STORE)
+
+
+async def test_channel(request: Request) -> Response:
+    """Send a test message now and answer how it went."""
+    await count(request, "channels")
+    params = request.path_params
+    outcome = await _service(request).channels.test(params["space_uuid"], params["channel_uuid"])
+    return JSONResponse(outcome)
+
+
+routes = [
+    Route("/spaces/{space_uuid}/channels", channels, methods=["GET", "POST"]),
+    Route("/spaces/{space_uuid}/channels/{channel_uuid}", delete_channel, methods=["DELETE"]),
+    Route("/spaces/{space_uuid}/channels/{channel_uuid}/test", test_channel, methods=["POST"]),
+]
+
+NO_SPACE = _error("No such space.")
+CHANNEL = {
+    "name": "channel_uuid",
+    "in": "path",
+    "required": True,
+    "description": "The channel's uuid, as its registration answered it.",
+    "schema": {"type": "string", "format": "uuid"},
+}
+
+openapi_paths: dict[str, Any] = {
+    "/spaces/{space_uuid}/channels": {
+        "post": {
+            "operationId": "createChannel",
+            "summary": "Add a notification channel",
+            "description": "Finishes (`completed`), failed finishes (`failed`) and stalls "
+            "(`stalled`, with `recovered` when the task moves again) of the space's "
+            "top-level tasks (and steps, with `steps`) are sent to the Apprise URL: Slack, "
+            "Discord, Telegram, ntfy, Gotify, email and many more. The URL holds your "
+            "tokens: it is shown back only redacted. Messages never hold a space or task "
+            "uuid; finishes arriving together go as one digest.",
+            "parameters": [SPACE],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref("CreateChannel")}},
+            },
+            "responses": {
+                "201": {
+                    **_json(_ref("ChannelOut"), "The channel, its URL redacted."),
+                    "links": {
+                        "TestChannel": _link(
+                            "testChannel",
+                            space_uuid="$request.path.space_uuid",
+                            channel_uuid="$response.body#/uuid",
+                        ),
+                        "DeleteChannel": _link(
+                            "deleteChannel",
+                            space_uuid="$request.path.space_uuid",
+                            channel_uuid="$response.body#/uuid",
+                        ),
+                    },
+                },
+                "404": NO_SPACE,
+                "413": TOO_LARGE,
+                "422": _error(
+                    "A URL Apprise cannot read; a scheme the operator does not allow; a "
+                    "host that is not public; an unknown event; `stalled_after` outside "
+                    "60-604800; a `share_uuid` that is not a share link of the space; the "
+                    "space's channel cap reached."
+                ),
+                "429": TOO_MANY_REQUESTS,
+                "503": UNAVAILABLE,
+            },
+        },
+        "get": {
+            "operationId": "listChannels",
+            "summary": "List notification channels",
+            "description": "Each with its last 20 deliveries, newest first.",
+            "parameters": [SPACE],
+            "responses": {
+                "200": _json(
+                    {"type": "array", "items": _ref("ChannelWithDeliveries")}, "The channels."
+                ),
+                "404": NO_SPACE,
+                "503": UNAVAILABLE,
+            },
+        },
+    },
+    "/spaces/{space_uuid}/channels/{channel_uuid}": {
+        "delete": {
+            "operationId": "deleteChannel",
+            "summary": "Remove a notification channel",
+            "description": "What it still had to send is dropped.",
+            "parameters": [SPACE, CHANNEL],
+            "responses": {
+                "204": {"description": "Removed."},
+                "404": _error("No such space or channel."),
+                "503": UNAVAILABLE,
+            },
+        }
+    },
+    "/spaces/{space_uuid}/channels/{channel_uuid}/test": {
+        "post": {
+            "operationId": "testChannel",
+            "summary": "Send a test message now",
+            "parameters": [SPACE, CHANNEL],
+            "responses": {
+                "200": _json(_ref("ChannelDelivery"), "How the test message went."),
+                "404": _error("No such space or channel."),
+                "429": TOO_MANY_REQUESTS,
+                "503": UNAVAILABLE,
+            },
+        }
+    },
+}

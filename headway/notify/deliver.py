@@ -1,0 +1,206 @@
+"""Sending what channels have queued: one step takes each channel that has something due
+and may send (see `storage.channels`), sends one message for all of it (a digest when
+there are several), and records the outcome.
+
+Each channel sends in a task of its own, so a channel that hangs holds only itself. A
+message that fails is tried again with backoff for about a day (`Retry-After` honoured);
+a message older than that, or tried `MAX_ATTEMPTS` times, is given up and logged. At
+least once: a worker that dies mid-send leaves the channel's lease to lapse, and the
+message goes again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from functools import partial
+
+from .. import metrics
+from ..clock import Clock
+from ..config import Settings
+from ..dependencies import unavailable
+from ..storage import channels
+from ..storage.database import Database
+
+log = logging.getLogger("headway.worker")
+
+LEASE_S = 60  # longer than one send can take (10 s), with room to record its outcome
+DIGEST_S = 5  # after a message, a channel waits this long: what comes meanwhile is one digest
+HOUR_US = 3600 * 1_000_000
+FIRST_RETRY_S = 10
+MAX_RETRY_S = 6 * 3600
+MAX_ATTEMPTS = 15  # 10 s doubling to 6 h, then 6 h: about a day
+GIVE_UP_US = 24 * HOUR_US
+CONCURRENCY = 16  # channels sending at once, in this process
+
+
+def retry_delay_s(attempt: int) -> float:
+    """Seconds to wait after failed attempt number `attempt` (1-based)."""
+    return float(min(FIRST_RETRY_S * 2 ** (attempt - 1), MAX_RETRY_S))
+
+
+def channel_sender(settings: Settings, db: Database, clock: Clock) -> ChannelSender:
+    """The sender the worker runs, as the settings configure it."""
+    from ..service.channels import read_only_link
+
+    return ChannelSender(
+        db,
+        clock,
+        allow_private=settings.webhook_allow_private,
+        messages_per_hour=settings.channel_messages_per_hour,
+        link=partial(read_only_link, settings.public_url),
+    )
+
+
+class ChannelSender:
+    """Starts a send for each channel with something due, up to CONCURRENCY at once."""
+
+    def __init__(
+        self,
+        db: Database,
+        clock: Clock,
+        *,
+        allow_private: bool,
+        messages_per_hour: int,
+        link: Callable[[str | None], str | None],
+        timeout_s: float = 10.0,
+    ) -> None:
+        self.db = db
+        self.clock = clock
+        self.allow_private = allow_private
+        self.cap = messages_per_hour
+        self.link = link
+        self.timeout_s = timeout_s
+        self._sending: dict[str, asyncio.Task[None]] = {}
+        self.on_end: Callable[[], None] = lambda: None
+
+    async def start_due(self) -> list[asyncio.Task[None]]:
+        """Start a send for each channel that has something due (one look at the
+        database); returns the sends started."""
+        room = CONCURRENCY - len(self._sending)
+        if room <= 0:
+            return []
+        now = self.clock.now_us()
+        async with self.db.rows() as fetch:
+            due = await channels.due_channels(fetch, now, room + len(self._sending))
+        started = []
+        for channel_uuid in due:
+            if channel_uuid in self._sending or len(self._sending) >= CONCURRENCY:
+                continue
+            task = asyncio.create_task(self._send(channel_uuid), name="headway-channel-send")
+            self._sending[channel_uuid] = task
+            task.add_done_callback(partial(self._ended, channel_uuid))
+            started.append(task)
+        return started
+
+    async def run_once(self) -> int:
+        """Start what is due and wait for those sends to end; how many were started."""
+        started = await self.start_due()
+        await asyncio.gather(*started)
+        return len(started)
+
+    def _ended(self, channel_uuid: str, _task: asyncio.Task[None]) -> None:
+        self._sending.pop(channel_uuid, None)
+        self.on_end()
+
+    async def _send(self, channel_uuid: str) -> None:
+        try:
+            await self.send(channel_uuid)
+        except Exception as exc:  # the database is down: the lease lapses, it goes again
+            if unavailable(exc):
+                log.warning("a channel's send could not be recorded (%s)", exc)
+            else:
+                log.exception("a channel's send failed")
+
+    async def send(self, channel_uuid: str) -> None:
+        """Take the channel, send one message for what it has due, record the outcome."""
+        from . import messages, send
+
+        now = self.clock.now_us()
+        async with self.db.written() as st:
+            taken = await channels.take(
+                st, channel_uuid, now, now + LEASE_S * 1_000_000, cap=self.cap, hour_us=HOUR_US
+            )
+        if taken is None:
+            return
+        stale = [p for p in taken.pending if now - p.created_at_us >= GIVE_UP_US]
+        live = [p for p in taken.pending if p not in stale]
+        if not live:
+            await self._settle(taken, [], stale, now, counted=False)
+            return
+        events = [(p.kind, json.loads(p.payload)) for p in live]
+        link = self.link(taken.share_uuid)
+        if len(events) == 1:
+            title, body = messages.event_message(
+                events[0][0], events[0][1], taken.space_title, link
+            )
+        else:
+            title, body = messages.digest_message(events, taken.space_title, link)
+        outcome = await send.send(
+            taken.url, title, body, allow_private=self.allow_private, timeout_s=self.timeout_s
+        )
+        now = self.clock.now_us()
+        if outcome.delivered:
+            metrics.channel_delivery("delivered", len(live))
+            await self._settle(taken, live, stale, now, counted=True)
+            return
+        attempt = max(p.attempts for p in live) + 1
+        give_up = [p for p in live if p.attempts + 1 >= MAX_ATTEMPTS]
+        again = [p for p in live if p not in give_up]
+        delay = outcome.retry_after_s if outcome.retry_after_s is not None else None
+        delay = retry_delay_s(attempt) if delay is None else min(max(delay, 1.0), MAX_RETRY_S)
+        due = now + round(delay * 1_000_000)
+        async with self.db.written() as st:
+            if not await channels.retry(st, taken, [p.id for p in again], due, outcome.detail):
+                return
+            if give_up or stale:
+                await st.many(
+                    "DELETE FROM channel_deliveries WHERE id = ?",
+                    [(p.id,) for p in (*give_up, *stale)],
+                )
+            await channels.log_delivery(
+                st, channel_uuid, now, _event(live), "failed", outcome.detail or None
+            )
+            for p in (*give_up, *stale):
+                await channels.log_delivery(st, channel_uuid, now, p.kind, "given_up", None)
+        metrics.channel_delivery("retry", len(again))
+        metrics.channel_delivery("given_up", len(give_up) + len(stale))
+
+    async def _settle(
+        self,
+        taken: channels.Taken,
+        delivered: list[channels.Pending],
+        stale: list[channels.Pending],
+        now: int,
+        *,
+        counted: bool,
+    ) -> None:
+        ids = [p.id for p in (*delivered, *stale)]
+        async with self.db.written() as st:
+            if not await channels.sent(st, taken, ids, now + DIGEST_S * 1_000_000, counted=counted):
+                return
+            if delivered:
+                await channels.log_delivery(
+                    st, taken.channel_uuid, now, _event(delivered), "delivered", _count(delivered)
+                )
+            for p in stale:
+                await channels.log_delivery(st, taken.channel_uuid, now, p.kind, "given_up", None)
+        if stale:
+            metrics.channel_delivery("given_up", len(stale))
+
+    async def close(self) -> None:
+        tasks = list(self._sending.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _event(pending: list[channels.Pending]) -> str:
+    """The event a log entry names: the message's kind, or `digest`."""
+    return pending[0].kind if len(pending) == 1 else "digest"
+
+
+def _count(pending: list[channels.Pending]) -> str | None:
+    return None if len(pending) == 1 else f"{len(pending)} events in one message"

@@ -1,0 +1,248 @@
+"""Stall clocks: which active tasks stopped advancing, told once per episode.
+
+An active task is stalled, for a channel that wants stalls, when nothing has been
+reported for the channel's `stalled_after` seconds since its last report (or its
+creation: never reported counts too), `silent`; or when reports come but `current` has
+not changed for that long, `flat`. A parent is judged by its own reports and its
+children's (a child's report or finish is activity; any child's `current` moving is
+progress). A finished task never stalls.
+
+One step looks at every space that has a channel wanting stalls: its active tasks'
+rows (one query) and progress (one round trip). The report path pays nothing. Only one
+instance looks at a time (a lease in the database, taken afresh each step); an episode
+is a row keyed by channel and task, inserted only if absent, in the same transaction
+as its message, so even two instances looking at once send one `stalled` message. A
+`recovered` message follows when `current` changes or the task finishes.
+
+When `current` last changed is known from this process's own looks (every
+`SCAN_S` seconds): a `flat` stall is seen within `stalled_after` + `SCAN_S` of its
+last change, except just after the instance that looks changed (a restart, the lease
+moving), when the flat clock starts again from the first look.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import msgspec
+
+from .. import domain, metrics
+from ..clock import Clock
+from ..domain import Progress, TaskView
+from ..progress import ProgressStore
+from ..storage import channels
+from ..storage.channels import Watcher
+from ..storage.database import Database
+
+log = logging.getLogger("headway")
+
+SCAN_S = 15.0
+LEASE_NAME = "stalls"
+# Active tasks looked at per space (oldest first); beyond, newer ones are not watched.
+MAX_WATCHED = 10_000
+
+Views = Callable[[Sequence[str]], Awaitable[list[TaskView]]]
+
+
+class StallWatch:
+    """Looks for stalled tasks, one `step` at a time."""
+
+    def __init__(
+        self,
+        db: Database,
+        progress: ProgressStore,
+        clock: Clock,
+        views: Views,
+        *,
+        scan_s: float = SCAN_S,
+        on_queued: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.db = db
+        self.progress = progress
+        self.clock = clock
+        self.views = views
+        self.scan_s = scan_s
+        self.on_queued = on_queued
+        self.holder = f"stalls-{uuid.uuid4().hex[:12]}"
+        # Per task: (what its `current` was, when this process first saw it so), µs.
+        self._moved: dict[str, tuple[str, int]] = {}
+        self.stalled = 0  # episodes open after the last step (a gauge)
+
+    async def run(self) -> None:
+        """Look every `scan_s` seconds until cancelled; a failed look is logged (and
+        counted) and the next one comes all the same."""
+        import asyncio
+
+        from ..dependencies import unavailable
+
+        while True:
+            try:
+                await self.step()
+            except Exception as exc:
+                if unavailable(exc):
+                    log.warning("stalls: a dependency is unavailable (%s); looking again", exc)
+                else:
+                    log.exception("stalls: a look failed; looking again")
+                    metrics.loop_failed("stalls")
+            await asyncio.sleep(self.scan_s)
+
+    async def step(self) -> int:
+        """One look; returns how many messages it queued. Does nothing unless this
+        process holds the lease (three looks: another instance takes over once it lapses)."""
+        now = self.clock.now_us()
+        async with self.db.written() as st:
+            held = await channels.take_lease(
+                st, LEASE_NAME, self.holder, now, now + round(self.scan_s * 3 * 1_000_000)
+            )
+        if not held:
+            self._moved.clear()  # another instance looks: its clocks are the ones kept
+            return 0
+        async with self.db.rows() as fetch:
+            watchers = await channels.stall_watchers(fetch)
+            episodes = await channels.episodes(fetch, [w.uuid for w in watchers])
+        by_space: dict[str, list[Watcher]] = defaultdict(list)
+        for watcher in watchers:
+            by_space[watcher.space_uuid].append(watcher)
+        open_ = {(row[0], row[1]): row for row in episodes}
+        moved: dict[str, tuple[str, int]] = {}
+        queued = 0
+        seen: set[str] = set()
+        for space_uuid, space_watchers in by_space.items():
+            queued += await self._space(space_uuid, space_watchers, open_, moved, seen, now)
+        # Episodes of tasks no longer active: finished (recovered) or gone (forgotten).
+        ended = [key for key in open_ if key[1] not in seen]
+        if ended:
+            queued += await self._ended(ended, now)
+        self._moved = moved
+        self.stalled = len(open_) - len(ended)
+        if queued:
+            self.on_queued()
+        return queued
+
+    async def _space(
+        self,
+        space_uuid: str,
+        watchers: list[Watcher],
+        open_: dict[tuple[str, str], Any],
+        moved: dict[str, tuple[str, int]],
+        seen: set[str],
+        now: int,
+    ) -> int:
+        async with self.db.rows() as fetch:
+            rows = await channels.active_tasks(fetch, space_uuid, MAX_WATCHED)
+            finished_children = await channels.children_last_finished(fetch, space_uuid)
+        if not rows:
+            return 0
+        found = await self.progress.get_many([row[0] for row in rows])
+        children: dict[str, list[tuple[Any, Progress | None]]] = defaultdict(list)
+        for row, progress in zip(rows, found, strict=True):
+            if row[1] is not None:
+                children[row[1]].append((row, progress))
+        queued = 0
+        for row, progress in zip(rows, found, strict=True):
+            task_uuid, parent_uuid, created_at_us = row[0], row[1], int(row[2])
+            seen.add(task_uuid)
+            active_children = children.get(task_uuid, [])
+            last_us, signature = _activity(progress, active_children)
+            child_finish = finished_children.get(task_uuid)
+            if child_finish is not None:
+                last_us = max(last_us or 0, child_finish)
+                signature += f"|{child_finish}"
+            before = self._moved.get(task_uuid) or moved.get(task_uuid)
+            since = before[1] if before is not None and before[0] == signature else now
+            moved[task_uuid] = (signature, since)
+            silent_us = now - (last_us if last_us is not None else created_at_us)
+            flat_us = now - since
+            for watcher in watchers:
+                if parent_uuid is not None and not watcher.steps:
+                    continue
+                after_us = watcher.stalled_after_s * 1_000_000
+                episode = open_.get((watcher.uuid, task_uuid))
+                if episode is not None:
+                    if episode[3] != signature:  # `current` moved: recovered
+                        queued += await self._recovered(watcher.uuid, task_uuid, now)
+                        del open_[(watcher.uuid, task_uuid)]
+                    continue
+                if silent_us >= after_us:
+                    reason, for_us = "silent", silent_us
+                elif last_us is not None and flat_us >= after_us:
+                    reason, for_us = "flat", flat_us
+                else:
+                    continue
+                if await self._stalled(watcher.uuid, task_uuid, reason, signature, for_us, now):
+                    open_[(watcher.uuid, task_uuid)] = (watcher.uuid, task_uuid, reason, signature)
+                    queued += 1
+        return queued
+
+    async def _message(self, task_uuid: str, extra: dict[str, Any], now: int) -> str | None:
+        views = await self.views([task_uuid])
+        if not views:
+            return None
+        event = {"type": f"task.{extra.pop('kind')}", "timestamp": domain.format_ts(now)}
+        event.update(extra, data=views[0])
+        return msgspec.json.encode(event).decode()
+
+    async def _stalled(
+        self, channel_uuid: str, task_uuid: str, reason: str, signature: str, for_us: int, now: int
+    ) -> bool:
+        payload = await self._message(
+            task_uuid, {"kind": "stalled", "reason": reason, "for_s": for_us // 1_000_000}, now
+        )
+        if payload is None:
+            return False
+        async with self.db.written() as st:
+            if not await channels.open_episode(
+                st, channel_uuid, task_uuid, reason, signature, now - for_us
+            ):
+                return False
+            await channels.queue(
+                st, f"stall_{uuid.uuid4().hex}", channel_uuid, "stalled", payload, now
+            )
+        metrics.stall("stalled")
+        return True
+
+    async def _recovered(self, channel_uuid: str, task_uuid: str, now: int) -> int:
+        payload = await self._message(task_uuid, {"kind": "recovered"}, now)
+        async with self.db.written() as st:
+            if not await channels.close_episode(st, channel_uuid, task_uuid):
+                return 0
+            if payload is None:
+                return 0
+            await channels.queue(
+                st, f"stall_{uuid.uuid4().hex}", channel_uuid, "recovered", payload, now
+            )
+        metrics.stall("recovered")
+        return 1
+
+    async def _ended(self, ended: list[tuple[str, str]], now: int) -> int:
+        async with self.db.rows() as fetch:
+            finished = await channels.task_states(fetch, list({task for _, task in ended}))
+        queued = 0
+        for channel_uuid, task_uuid in ended:
+            if finished.get(task_uuid):
+                queued += await self._recovered(channel_uuid, task_uuid, now)
+            else:  # deleted, or its progress and row gone: nothing to tell
+                async with self.db.written() as st:
+                    await channels.close_episode(st, channel_uuid, task_uuid)
+        return queued
+
+
+def _activity(
+    progress: Progress | None, children: list[tuple[Any, Progress | None]]
+) -> tuple[int | None, str]:
+    """When the task (with its active children) last reported, and a signature of its
+    `current` (its children's, for a parent) that changes exactly when it moves."""
+    last = None if progress is None else progress.updated_at_us
+    if not children:
+        return last, json.dumps(None if progress is None else progress.current)
+    currents = []
+    for _row, child in children:
+        if child is not None:
+            last = child.updated_at_us if last is None else max(last, child.updated_at_us)
+        currents.append(None if child is None else child.current)
+    return last, json.dumps(currents)

@@ -1,0 +1,154 @@
+"""Notification channels: the Apprise URLs a space's finishes, failures and stalls are
+told to, registered, listed (redacted, with their last deliveries), tested and removed."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from .. import domain
+from ..domain import canonical_uuid
+from ..errors import NotFound, Unprocessable
+from ..schemas import CreateChannel
+from ..storage import channels
+from ..storage.channels import ChannelRow
+from .context import Stores
+from .spaces import Spaces
+
+NO_CHANNEL = "No such channel in this space."
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelRules:
+    """What the operator allows (see CONTRACT "Notification channels")."""
+
+    schemes: tuple[str, ...] | None  # None: `notify.urls.DEFAULT_SCHEMES`
+    allow_private: bool
+    per_space: int
+    public_url: str | None
+
+
+class Channels:
+    """Registers, lists, tests and removes a space's channels (at most `per_space`)."""
+
+    def __init__(self, stores: Stores, spaces: Spaces, rules: ChannelRules) -> None:
+        self._stores = stores
+        self._spaces = spaces
+        self.rules = rules
+
+    async def create(self, space_uuid: str, body: CreateChannel) -> dict[str, Any]:
+        """Register a channel: its URL checked (scheme allowed, Apprise can read it, each
+        host it names public), shown back only redacted."""
+        from ..notify import urls
+
+        space_key = await self._spaces.existing(space_uuid)
+        checked = await self._checked(body.url)
+        share_uuid = None
+        if body.share_uuid is not None:
+            share_uuid = canonical_uuid(body.share_uuid)
+            if share_uuid is None or await self._share_space(share_uuid) != space_key:
+                raise Unprocessable("share_uuid is not a share link of this space.")
+        events = tuple(event for event in channels.EVENTS if event in set(body.events))
+        row = ChannelRow(
+            str(uuid.uuid4()),
+            urls.redacted(checked),
+            events,
+            body.steps,
+            body.stalled_after,
+            share_uuid,
+            self._stores.clock.now_us(),
+        )
+        db, cap = self._stores.db, self.rules.per_space
+        async with db.written() as st:
+            stored = await channels.insert_channel(
+                st, space_key, row, body.url, cap=cap, postgres=not db.is_sqlite
+            )
+        if not stored:
+            raise Unprocessable(f"A space holds at most {cap} channels; delete one first.")
+        shown = _shown(row, [])
+        del shown["deliveries"]
+        return shown
+
+    async def _checked(self, url: str) -> Any:
+        from ..notify import urls
+        from ..webhooks import RefusedAddress
+
+        checked = urls.check_channel_url(url, self.rules.schemes or urls.DEFAULT_SCHEMES)
+        try:
+            await urls.check_channel_hosts(checked, allow_private=self.rules.allow_private)
+        except RefusedAddress as exc:
+            raise Unprocessable(
+                f"url is refused: {exc}. Channels must reach a public address."
+            ) from None
+        return checked
+
+    async def _share_space(self, share_uuid: str) -> str | None:
+        found = await self._stores.db.fetch(
+            "SELECT space_uuid FROM shares WHERE uuid = ?", (share_uuid,)
+        )
+        return found[0][0] if found else None
+
+    async def list(self, space_uuid: str) -> list[dict[str, Any]]:
+        """The space's channels, oldest first, each with its last deliveries."""
+        space_key = await self._spaces.existing(space_uuid)
+        async with self._stores.db.rows() as fetch:
+            found = await channels.list_channels(fetch, space_key)
+            logs = await channels.channel_logs(fetch, [row.uuid for row in found])
+        return [_shown(row, logs[row.uuid]) for row in found]
+
+    async def delete(self, space_uuid: str, channel_uuid: str) -> None:
+        space_key = await self._spaces.existing(space_uuid)
+        key = canonical_uuid(channel_uuid)
+        async with self._stores.db.written() as st:
+            if key is None or not await channels.delete_channel(st, space_key, key):
+                raise NotFound(NO_CHANNEL)
+
+    async def test(self, space_uuid: str, channel_uuid: str) -> dict[str, Any]:
+        """Send a test message now; the outcome, as the channel's deliveries show it."""
+        from ..notify import messages, send
+
+        space_key = await self._spaces.existing(space_uuid)
+        key = canonical_uuid(channel_uuid)
+        found = None
+        if key is not None:
+            async with self._stores.db.rows() as fetch:
+                found = await channels.target(fetch, space_key, key)
+        if key is None or found is None:
+            raise NotFound(NO_CHANNEL)
+        title, body = messages.test_message(found.space_title, self.link(found.share_uuid))
+        outcome = await send.send(found.url, title, body, allow_private=self.rules.allow_private)
+        now_us = self._stores.clock.now_us()
+        result = "delivered" if outcome.delivered else "failed"
+        async with self._stores.db.written() as st:
+            await channels.log_delivery(st, key, now_us, "test", result, outcome.detail or None)
+        return _delivery((now_us, "test", result, outcome.detail or None))
+
+    def link(self, share_uuid: str | None) -> str | None:
+        return read_only_link(self.rules.public_url, share_uuid)
+
+
+def read_only_link(public_url: str | None, share_uuid: str | None) -> str | None:
+    """The read-only link a message shows, when the channel names a share link and the
+    operator set `HEADWAY_PUBLIC_URL`."""
+    if share_uuid is None or not public_url:
+        return None
+    return f"{public_url.rstrip('/')}/shared/{share_uuid}"
+
+
+def _delivery(entry: tuple[int, str, str, str | None]) -> dict[str, Any]:
+    at_us, event, outcome, detail = entry
+    return {"at": domain.format_ts(at_us), "event": event, "outcome": outcome, "detail": detail}
+
+
+def _shown(row: ChannelRow, log: list[tuple[int, str, str, str | None]]) -> dict[str, Any]:
+    return {
+        "uuid": row.uuid,
+        "url": row.redacted,
+        "events": list(row.events),
+        "steps": row.steps,
+        "stalled_after": row.stalled_after_s,
+        "share_uuid": row.share_uuid,
+        "created_at": domain.format_ts(row.created_at_us),
+        "deliveries": [_delivery(entry) for entry in log],
+    }

@@ -1,0 +1,440 @@
+"""SQL of notification channels: registrations, what each still has to send (its own
+queue, one row per message to make), its last deliveries, stall episodes, and the lease
+that lets one instance at a time look for stalls.
+
+A channel's row is also its sending lease: `hold_until_us` is when it may send next. A
+worker takes a channel by moving that forward with a conditional update (exactly one
+worker wins), sends one message for everything the channel has due (a digest when there
+are several), then sets it to the end of the digest window, or to when the hour's cap
+reopens. So a burst of finishes becomes one message, and one broken channel holds only
+its own queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .database import Fetch, Statements
+
+EVENTS = ("completed", "failed", "stalled")
+# Deliveries kept for each channel's `deliveries`.
+LOG_KEPT = 20
+# The most deliveries one message carries (a digest lists at most a few of them).
+BATCH = 200
+
+_COLUMNS = (
+    "uuid, redacted, on_completed, on_failed, on_stalled, steps, stalled_after_s, "
+    "share_uuid, created_at_us"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelRow:
+    """A channel as answers show it (its URL only redacted)."""
+
+    uuid: str
+    redacted: str
+    events: tuple[str, ...]
+    steps: bool
+    stalled_after_s: int
+    share_uuid: str | None
+    created_at_us: int
+
+
+def _channel(row: Sequence[Any]) -> ChannelRow:
+    wanted = (bool(row[2]), bool(row[3]), bool(row[4]))
+    events = tuple(event for event, on in zip(EVENTS, wanted, strict=True) if on)
+    return ChannelRow(row[0], row[1], events, bool(row[5]), int(row[6]), row[7], int(row[8]))
+
+
+async def lock_space(st: Statements, space_uuid: str, *, postgres: bool) -> bool:
+    """Take the space's row lock for registrations (see `queries.space_holds_fewer`);
+    False: no such space."""
+    lock = " FOR NO KEY UPDATE" if postgres else ""
+    return bool(await st.rows(f"SELECT uuid FROM spaces WHERE uuid = ?{lock}", (space_uuid,)))
+
+
+async def insert_channel(
+    st: Statements,
+    space_uuid: str,
+    channel: ChannelRow,
+    url: str,
+    *,
+    cap: int,
+    postgres: bool,
+) -> bool:
+    """Register a channel unless the space has `cap` already (False: nothing stored).
+    Exact under concurrent registrations: the space's row is locked first."""
+    await lock_space(st, space_uuid, postgres=postgres)
+    (count,) = (await st.rows("SELECT count(*) FROM channels WHERE space_uuid = ?", (space_uuid,)))[
+        0
+    ]
+    if count >= cap:
+        return False
+    await st.rows(
+        "INSERT INTO channels (uuid, space_uuid, url, redacted, on_completed, on_failed, "
+        "on_stalled, steps, stalled_after_s, share_uuid, created_at_us) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            channel.uuid,
+            space_uuid,
+            url,
+            channel.redacted,
+            *(event in channel.events for event in EVENTS),
+            channel.steps,
+            channel.stalled_after_s,
+            channel.share_uuid,
+            channel.created_at_us,
+        ),
+    )
+    return True
+
+
+async def list_channels(fetch: Fetch, space_uuid: str) -> list[ChannelRow]:
+    """The space's channels, oldest first."""
+    found = await fetch(
+        f"SELECT {_COLUMNS} FROM channels WHERE space_uuid = ? ORDER BY created_at_us, uuid",
+        (space_uuid,),
+    )
+    return [_channel(row) for row in found]
+
+
+async def channel_logs(
+    fetch: Fetch, channel_uuids: Sequence[str]
+) -> dict[str, list[tuple[int, str, str, str | None]]]:
+    """Each channel's last deliveries, newest first: (at, event, outcome, detail)."""
+    logs: dict[str, list[tuple[int, str, str, str | None]]] = {uuid: [] for uuid in channel_uuids}
+    if not channel_uuids:
+        return logs
+    marks = ", ".join("?" * len(channel_uuids))
+    found = await fetch(
+        "SELECT channel_uuid, at_us, event, outcome, detail FROM channel_log "
+        f"WHERE channel_uuid IN ({marks}) ORDER BY id DESC",
+        tuple(channel_uuids),
+    )
+    for channel_uuid, at_us, event, outcome, detail in found:
+        kept = logs[channel_uuid]
+        if len(kept) < LOG_KEPT:
+            kept.append((int(at_us), event, outcome, detail))
+    return logs
+
+
+async def delete_channel(st: Statements, space_uuid: str, channel_uuid: str) -> bool:
+    """Delete a channel, what it still had to send, its log and its stall episodes.
+    False: no such channel in this space."""
+    gone = await st.rows(
+        "DELETE FROM channels WHERE uuid = ? AND space_uuid = ? RETURNING uuid",
+        (channel_uuid, space_uuid),
+    )
+    if not gone:
+        return False
+    for table in ("channel_deliveries", "channel_log", "stalls"):
+        await st.many(f"DELETE FROM {table} WHERE channel_uuid = ?", [(channel_uuid,)])
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What sending to a channel needs: its URL, the share link its messages may show,
+    and its space's title."""
+
+    url: str
+    share_uuid: str | None
+    space_title: str | None
+
+
+async def target(fetch: Fetch, space_uuid: str, channel_uuid: str) -> Target | None:
+    found = await fetch(
+        "SELECT c.url, c.share_uuid, s.title FROM channels c JOIN spaces s ON s.uuid = "
+        "c.space_uuid WHERE c.uuid = ? AND c.space_uuid = ?",
+        (channel_uuid, space_uuid),
+    )
+    return Target(*found[0]) if found else None
+
+
+async def log_delivery(
+    st: Statements, channel_uuid: str, at_us: int, event: str, outcome: str, detail: str | None
+) -> None:
+    """Keep one delivery in the channel's log (at most `LOG_KEPT`, older ones go)."""
+    await st.many(
+        "INSERT INTO channel_log (channel_uuid, at_us, event, outcome, detail) "
+        "VALUES (?, ?, ?, ?, ?)",
+        [(channel_uuid, at_us, event, outcome, None if detail is None else detail[:500])],
+    )
+    await st.many(
+        "DELETE FROM channel_log WHERE channel_uuid = ? AND id NOT IN (SELECT id FROM "
+        "channel_log WHERE channel_uuid = ? ORDER BY id DESC LIMIT ?)",
+        [(channel_uuid, channel_uuid, LOG_KEPT)],
+    )
+
+
+# --- Queuing -----------------------------------------------------------------------------
+
+
+async def fan_out(
+    st: Statements,
+    event_id: str,
+    space_uuid: str,
+    payload: str,
+    *,
+    failed: bool,
+    step: bool,
+    now_us: int,
+) -> None:
+    """Queue a finish for every channel of the space that wants it: `completed` hears
+    every finish, `failed` only the failed ones; a step (a child task) only where the
+    channel asked for steps."""
+    wants = "(on_completed OR on_failed)" if failed else "on_completed"
+    kind = "failed" if failed else "completed"
+    await st.many(
+        "INSERT INTO channel_deliveries (id, channel_uuid, kind, payload, created_at_us, "
+        "next_attempt_at_us) SELECT ? || ':' || uuid, uuid, ?, ?, ?, ? FROM channels "
+        f"WHERE space_uuid = ? AND {wants}" + (" AND steps" if step else ""),
+        [(event_id, kind, payload, now_us, now_us, space_uuid)],
+    )
+
+
+async def queue(
+    st: Statements, delivery_id: str, channel_uuid: str, kind: str, payload: str, now_us: int
+) -> None:
+    """Queue one message for one channel (a stall, a recovery)."""
+    await st.many(
+        "INSERT INTO channel_deliveries (id, channel_uuid, kind, payload, created_at_us, "
+        "next_attempt_at_us) VALUES (?, ?, ?, ?, ?, ?)",
+        [(delivery_id, channel_uuid, kind, payload, now_us, now_us)],
+    )
+
+
+# --- Sending -----------------------------------------------------------------------------
+
+
+async def due_channels(fetch: Fetch, now_us: int, limit: int) -> list[str]:
+    """Channels with something due that may send now, longest waiting first."""
+    found = await fetch(
+        "SELECT d.channel_uuid FROM channel_deliveries d JOIN channels c ON c.uuid = "
+        "d.channel_uuid WHERE d.next_attempt_at_us <= ? AND c.hold_until_us <= ? "
+        "GROUP BY d.channel_uuid ORDER BY min(d.next_attempt_at_us) LIMIT ?",
+        (now_us, now_us, limit),
+    )
+    return [row[0] for row in found]
+
+
+async def next_due_at(fetch: Fetch) -> int | None:
+    """When the next channel may send something (None: nothing queued)."""
+    found = await fetch(
+        "SELECT min(CASE WHEN c.hold_until_us > d.next_attempt_at_us THEN c.hold_until_us "
+        "ELSE d.next_attempt_at_us END) FROM channel_deliveries d JOIN channels c "
+        "ON c.uuid = d.channel_uuid",
+        (),
+    )
+    return None if not found or found[0][0] is None else int(found[0][0])
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    id: str
+    kind: str
+    payload: str
+    created_at_us: int
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """A channel a worker has won, until `lease_us` (its token), and what it has due."""
+
+    channel_uuid: str
+    space_uuid: str
+    url: str
+    share_uuid: str | None
+    space_title: str | None
+    lease_us: int
+    pending: list[Pending]
+
+
+async def take(
+    st: Statements, channel_uuid: str, now_us: int, lease_us: int, *, cap: int, hour_us: int
+) -> Taken | None:
+    """Win the channel for one send and read what it has due; None when another worker
+    won it, nothing is due, or the hour's cap is reached (the channel is then held
+    until it reopens, when everything waiting goes as one digest)."""
+    won = await st.rows(
+        "UPDATE channels SET hold_until_us = ?, window_start_us = CASE WHEN "
+        "window_start_us + ? <= ? THEN ? ELSE window_start_us END, window_sent = CASE WHEN "
+        "window_start_us + ? <= ? THEN 0 ELSE window_sent END WHERE uuid = ? AND "
+        "hold_until_us <= ? RETURNING space_uuid, url, share_uuid, window_start_us, window_sent",
+        (lease_us, hour_us, now_us, now_us, hour_us, now_us, channel_uuid, now_us),
+    )
+    if not won:
+        return None
+    space_uuid, url, share_uuid, window_start_us, window_sent = won[0]
+    if window_sent >= cap:
+        await st.many(
+            "UPDATE channels SET hold_until_us = ? WHERE uuid = ?",
+            [(int(window_start_us) + hour_us, channel_uuid)],
+        )
+        return None
+    found = await st.rows(
+        "SELECT id, kind, payload, created_at_us, attempts FROM channel_deliveries "
+        "WHERE channel_uuid = ? AND next_attempt_at_us <= ? "
+        "ORDER BY created_at_us, id LIMIT ?",
+        (channel_uuid, now_us, BATCH),
+    )
+    title = await st.rows("SELECT title FROM spaces WHERE uuid = ?", (space_uuid,))
+    pending = [Pending(row[0], row[1], row[2], int(row[3]), int(row[4])) for row in found]
+    if not pending:
+        await st.many(
+            "UPDATE channels SET hold_until_us = ? WHERE uuid = ?", [(now_us, channel_uuid)]
+        )
+        return None
+    return Taken(
+        channel_uuid,
+        space_uuid,
+        url,
+        share_uuid,
+        title[0][0] if title else None,
+        lease_us,
+        pending,
+    )
+
+
+async def sent(
+    st: Statements, taken: Taken, ids: Sequence[str], hold_until_us: int, *, counted: bool
+) -> bool:
+    """Settle a send: remove `ids` (delivered or given up), count one message in the
+    hour's window (`counted`), hold the channel until `hold_until_us`. False: the lease
+    had lapsed, and another worker owns the channel now (nothing changed)."""
+    held = await st.rows(
+        "UPDATE channels SET hold_until_us = ?, window_sent = window_sent + ? "
+        "WHERE uuid = ? AND hold_until_us = ? RETURNING uuid",
+        (hold_until_us, 1 if counted else 0, taken.channel_uuid, taken.lease_us),
+    )
+    if not held:
+        return False
+    if ids:
+        await st.many("DELETE FROM channel_deliveries WHERE id = ?", [(id_,) for id_ in ids])
+    return True
+
+
+async def retry(st: Statements, taken: Taken, ids: Sequence[str], due_us: int, error: str) -> bool:
+    """Schedule the next attempt of `ids` at `due_us` (the channel waits for it).
+    False: the lease had lapsed."""
+    held = await st.rows(
+        "UPDATE channels SET hold_until_us = ? WHERE uuid = ? AND hold_until_us = ? RETURNING uuid",
+        (due_us, taken.channel_uuid, taken.lease_us),
+    )
+    if not held:
+        return False
+    await st.many(
+        "UPDATE channel_deliveries SET attempts = attempts + 1, next_attempt_at_us = ?, "
+        "last_error = ? WHERE id = ?",
+        [(due_us, error[:1000], id_) for id_ in ids],
+    )
+    return True
+
+
+# --- Stalls ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Watcher:
+    """A channel that wants to hear of stalls."""
+
+    uuid: str
+    space_uuid: str
+    stalled_after_s: int
+    steps: bool
+
+
+async def stall_watchers(fetch: Fetch) -> list[Watcher]:
+    found = await fetch(
+        "SELECT uuid, space_uuid, stalled_after_s, steps FROM channels WHERE on_stalled "
+        "ORDER BY space_uuid",
+        (),
+    )
+    return [Watcher(row[0], row[1], int(row[2]), bool(row[3])) for row in found]
+
+
+async def active_tasks(fetch: Fetch, space_uuid: str, limit: int) -> list[tuple[Any, ...]]:
+    """The space's unfinished tasks: (uuid, parent_uuid, created_at_us), at most `limit`
+    of them, oldest first."""
+    return list(
+        await fetch(
+            "SELECT uuid, parent_uuid, created_at_us FROM tasks WHERE space_uuid = ? "
+            "AND finished_at_us IS NULL ORDER BY created_at_us LIMIT ?",
+            (space_uuid, limit),
+        )
+    )
+
+
+async def children_last_finished(fetch: Fetch, space_uuid: str) -> dict[str, int]:
+    """For each unfinished parent of the space, when its last finished child finished."""
+    found = await fetch(
+        "SELECT c.parent_uuid, max(c.finished_at_us) FROM tasks c JOIN tasks p ON p.uuid = "
+        "c.parent_uuid WHERE p.space_uuid = ? AND p.finished_at_us IS NULL AND "
+        "c.finished_at_us IS NOT NULL GROUP BY c.parent_uuid",
+        (space_uuid,),
+    )
+    return {row[0]: int(row[1]) for row in found}
+
+
+async def episodes(fetch: Fetch, channel_uuids: Sequence[str]) -> list[tuple[Any, ...]]:
+    """Open stall episodes of these channels: (channel, task, reason, current, since)."""
+    if not channel_uuids:
+        return []
+    marks = ", ".join("?" * len(channel_uuids))
+    return list(
+        await fetch(
+            "SELECT channel_uuid, task_uuid, reason, current, since_us FROM stalls "
+            f"WHERE channel_uuid IN ({marks})",
+            tuple(channel_uuids),
+        )
+    )
+
+
+async def open_episode(
+    st: Statements, channel_uuid: str, task_uuid: str, reason: str, current: str, since_us: int
+) -> bool:
+    """Record a stall episode unless one is open (False: another instance has it)."""
+    opened = await st.rows(
+        "INSERT INTO stalls (channel_uuid, task_uuid, reason, current, since_us) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING task_uuid",
+        (channel_uuid, task_uuid, reason, current, since_us),
+    )
+    return bool(opened)
+
+
+async def close_episode(st: Statements, channel_uuid: str, task_uuid: str) -> bool:
+    """End a stall episode (False: already ended)."""
+    closed = await st.rows(
+        "DELETE FROM stalls WHERE channel_uuid = ? AND task_uuid = ? RETURNING task_uuid",
+        (channel_uuid, task_uuid),
+    )
+    return bool(closed)
+
+
+async def task_states(fetch: Fetch, task_uuids: Sequence[str]) -> dict[str, bool]:
+    """Whether each task that still exists has finished."""
+    if not task_uuids:
+        return {}
+    marks = ", ".join("?" * len(task_uuids))
+    found = await fetch(
+        f"SELECT uuid, finished_at_us FROM tasks WHERE uuid IN ({marks})", tuple(task_uuids)
+    )
+    return {row[0]: row[1] is not None for row in found}
+
+
+async def take_lease(st: Statements, name: str, holder: str, now_us: int, until_us: int) -> bool:
+    """Hold the named lease until `until_us` if it is free, lapsed or already ours."""
+    await st.many(
+        "INSERT INTO leases (name, holder, until_us) VALUES (?, '', 0) ON CONFLICT DO NOTHING",
+        [(name,)],
+    )
+    won = await st.rows(
+        "UPDATE leases SET holder = ?, until_us = ? WHERE name = ? AND (holder = ? OR "
+        "until_us <= ?) RETURNING name",
+        (holder, until_us, name, holder, now_us),
+    )
+    return bool(won)
