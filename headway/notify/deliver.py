@@ -83,7 +83,7 @@ class ChannelSender:
         if room <= 0:
             return []
         now = self.clock.now_us()
-        async with self.db.rows() as fetch:
+        async with self.db.read() as fetch:
             due = await channels.due_channels(fetch, now, room + len(self._sending))
         started = []
         for channel_uuid in due:
@@ -119,7 +119,7 @@ class ChannelSender:
         from . import messages, send
 
         now = self.clock.now_us()
-        async with self.db.written() as st:
+        async with self.db.write() as st:
             taken = await channels.take(
                 st, channel_uuid, now, now + LEASE_S * 1_000_000, cap=self.cap, hour_us=HOUR_US
             )
@@ -152,7 +152,7 @@ class ChannelSender:
         delay = outcome.retry_after_s if outcome.retry_after_s is not None else None
         delay = retry_delay_s(attempt) if delay is None else min(max(delay, 1.0), MAX_RETRY_S)
         due = now + round(delay * 1_000_000)
-        async with self.db.written() as st:
+        async with self.db.write() as st:
             if not await channels.retry(st, taken, [p.id for p in again], due, outcome.detail):
                 return
             if give_up or stale:
@@ -178,7 +178,7 @@ class ChannelSender:
         counted: bool,
     ) -> None:
         ids = [p.id for p in (*delivered, *stale)]
-        async with self.db.written() as st:
+        async with self.db.write() as st:
             if not await channels.sent(st, taken, ids, now + DIGEST_S * 1_000_000, counted=counted):
                 return
             if delivered:

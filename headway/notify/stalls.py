@@ -95,14 +95,14 @@ class StallWatch:
         """One look; returns how many messages it queued. Does nothing unless this
         process holds the lease (three looks: another instance takes over once it lapses)."""
         now = self.clock.now_us()
-        async with self.db.written() as st:
+        async with self.db.write() as st:
             held = await channels.take_lease(
                 st, LEASE_NAME, self.holder, now, now + round(self.scan_s * 3 * 1_000_000)
             )
         if not held:
             self._moved.clear()  # another instance looks: its clocks are the ones kept
             return 0
-        async with self.db.rows() as fetch:
+        async with self.db.read() as fetch:
             watchers = await channels.stall_watchers(fetch)
             episodes = await channels.episodes(fetch, [w.uuid for w in watchers])
         by_space: dict[str, list[Watcher]] = defaultdict(list)
@@ -133,7 +133,7 @@ class StallWatch:
         seen: set[str],
         now: int,
     ) -> int:
-        async with self.db.rows() as fetch:
+        async with self.db.read() as fetch:
             rows = await channels.active_tasks(fetch, space_uuid, MAX_WATCHED)
             finished_children = await channels.children_last_finished(fetch, space_uuid)
         if not rows:
@@ -195,7 +195,7 @@ class StallWatch:
         )
         if payload is None:
             return False
-        async with self.db.written() as st:
+        async with self.db.write() as st:
             if not await channels.open_episode(
                 st, channel_uuid, task_uuid, reason, signature, now - for_us
             ):
@@ -208,7 +208,7 @@ class StallWatch:
 
     async def _recovered(self, channel_uuid: str, task_uuid: str, now: int) -> int:
         payload = await self._message(task_uuid, {"kind": "recovered"}, now)
-        async with self.db.written() as st:
+        async with self.db.write() as st:
             if not await channels.close_episode(st, channel_uuid, task_uuid):
                 return 0
             if payload is None:
@@ -220,14 +220,14 @@ class StallWatch:
         return 1
 
     async def _ended(self, ended: list[tuple[str, str]], now: int) -> int:
-        async with self.db.rows() as fetch:
+        async with self.db.read() as fetch:
             finished = await channels.task_states(fetch, list({task for _, task in ended}))
         queued = 0
         for channel_uuid, task_uuid in ended:
             if finished.get(task_uuid):
                 queued += await self._recovered(channel_uuid, task_uuid, now)
             else:  # deleted, or its progress and row gone: nothing to tell
-                async with self.db.written() as st:
+                async with self.db.write() as st:
                     await channels.close_episode(st, channel_uuid, task_uuid)
         return queued
 

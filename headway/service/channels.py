@@ -60,10 +60,8 @@ class Channels:
             self._stores.clock.now_us(),
         )
         db, cap = self._stores.db, self.rules.per_space
-        async with db.written() as st:
-            stored = await channels.insert_channel(
-                st, space_key, row, body.url, cap=cap, postgres=not db.is_sqlite
-            )
+        async with db.write() as st:
+            stored = await channels.insert_channel(st, space_key, row, body.url, cap=cap)
         if not stored:
             raise Unprocessable(f"A space holds at most {cap} channels; delete one first.")
         shown = _shown(row, [])
@@ -92,7 +90,7 @@ class Channels:
     async def list(self, space_uuid: str) -> list[dict[str, Any]]:
         """The space's channels, oldest first, each with its last deliveries."""
         space_key = await self._spaces.existing(space_uuid)
-        async with self._stores.db.rows() as fetch:
+        async with self._stores.db.read() as fetch:
             found = await channels.list_channels(fetch, space_key)
             logs = await channels.channel_logs(fetch, [row.uuid for row in found])
         return [_shown(row, logs[row.uuid]) for row in found]
@@ -100,7 +98,7 @@ class Channels:
     async def delete(self, space_uuid: str, channel_uuid: str) -> None:
         space_key = await self._spaces.existing(space_uuid)
         key = canonical_uuid(channel_uuid)
-        async with self._stores.db.written() as st:
+        async with self._stores.db.write() as st:
             if key is None or not await channels.delete_channel(st, space_key, key):
                 raise NotFound(NO_CHANNEL)
 
@@ -112,7 +110,7 @@ class Channels:
         key = canonical_uuid(channel_uuid)
         found = None
         if key is not None:
-            async with self._stores.db.rows() as fetch:
+            async with self._stores.db.read() as fetch:
                 found = await channels.target(fetch, space_key, key)
         if key is None or found is None:
             raise NotFound(NO_CHANNEL)
@@ -120,7 +118,7 @@ class Channels:
         outcome = await send.send(found.url, title, body, allow_private=self.rules.allow_private)
         now_us = self._stores.clock.now_us()
         result = "delivered" if outcome.delivered else "failed"
-        async with self._stores.db.written() as st:
+        async with self._stores.db.write() as st:
             await channels.log_delivery(st, key, now_us, "test", result, outcome.detail or None)
         return _delivery((now_us, "test", result, outcome.detail or None))
 

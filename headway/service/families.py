@@ -12,7 +12,7 @@ from .. import domain
 from ..completion import completion_event
 from ..domain import Changed, Progress, TaskRow, canonical_uuid
 from ..errors import NotFound
-from ..storage import outbox, queries
+from ..storage import channels, outbox, queries
 from ..storage.database import Statements
 from ..storage.families import FamilyCache
 from .context import NO_TASK, Stores
@@ -152,8 +152,21 @@ class Families:
 
 async def _record_event(st: Statements, task: domain.TaskView, now_us: int) -> None:
     """Write the completion event (bounded in size: see `completion_event`) and queue it
-    for every webhook of the space."""
+    for every webhook of the space, and for each of its channels that wants it."""
     event_id = f"msg_{uuid.uuid4().hex}"
     payload = completion_event(task, now_us)
     await queries.insert_event(st, event_id, task.space_uuid, task.uuid, payload, now_us)
     await outbox.fan_out(st, event_id, task.space_uuid, now_us)
+    # Only an answer that names an error somewhere can have failed (a reduced event may
+    # have left the children's values out: judged on the whole answer then).
+    maybe = '"error"' in payload or '"children_omitted"' in payload
+    failed = maybe and domain.view_failure(task) is not None
+    await channels.fan_out(
+        st,
+        event_id,
+        task.space_uuid,
+        payload,
+        failed=failed,
+        step=task.parent_uuid is not None,
+        now_us=now_us,
+    )

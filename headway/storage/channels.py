@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .database import Fetch, Statements
+from .queries import space_holds_fewer
 
 EVENTS = ("completed", "failed", "stalled")
 # Deliveries kept for each channel's `deliveries`.
@@ -49,13 +50,6 @@ def _channel(row: Sequence[Any]) -> ChannelRow:
     return ChannelRow(row[0], row[1], events, bool(row[5]), int(row[6]), row[7], int(row[8]))
 
 
-async def lock_space(st: Statements, space_uuid: str, *, postgres: bool) -> bool:
-    """Take the space's row lock for registrations (see `queries.space_holds_fewer`);
-    False: no such space."""
-    lock = " FOR NO KEY UPDATE" if postgres else ""
-    return bool(await st.rows(f"SELECT uuid FROM spaces WHERE uuid = ?{lock}", (space_uuid,)))
-
-
 async def insert_channel(
     st: Statements,
     space_uuid: str,
@@ -63,15 +57,10 @@ async def insert_channel(
     url: str,
     *,
     cap: int,
-    postgres: bool,
 ) -> bool:
-    """Register a channel unless the space has `cap` already (False: nothing stored).
-    Exact under concurrent registrations: the space's row is locked first."""
-    await lock_space(st, space_uuid, postgres=postgres)
-    (count,) = (await st.rows("SELECT count(*) FROM channels WHERE space_uuid = ?", (space_uuid,)))[
-        0
-    ]
-    if count >= cap:
+    """Register a channel unless the space has `cap` already (False: nothing stored;
+    exact under concurrent registrations, see `queries.space_holds_fewer`)."""
+    if not await space_holds_fewer(st, "channels", space_uuid, cap):
         return False
     await st.rows(
         "INSERT INTO channels (uuid, space_uuid, url, redacted, on_completed, on_failed, "
@@ -190,7 +179,9 @@ async def fan_out(
     kind = "failed" if failed else "completed"
     await st.many(
         "INSERT INTO channel_deliveries (id, channel_uuid, kind, payload, created_at_us, "
-        "next_attempt_at_us) SELECT ? || ':' || uuid, uuid, ?, ?, ?, ? FROM channels "
+        "next_attempt_at_us) SELECT CAST(? AS VARCHAR(64)) || ':' || uuid, uuid, "
+        "CAST(? AS VARCHAR(16)), CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS BIGINT) "
+        "FROM channels "
         f"WHERE space_uuid = ? AND {wants}" + (" AND steps" if step else ""),
         [(event_id, kind, payload, now_us, now_us, space_uuid)],
     )

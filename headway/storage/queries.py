@@ -349,9 +349,10 @@ def families_of(
 
 
 async def space_holds_fewer(
-    st: Statements, table: Literal["webhooks", "shares"], space_uuid: str, cap: int
+    st: Statements, table: Literal["webhooks", "shares", "channels"], space_uuid: str, cap: int
 ) -> bool:
-    """Whether the space has fewer than `cap` rows in `table` (webhooks, share links).
+    """Whether the space has fewer than `cap` rows in `table` (webhooks, share links,
+    channels).
 
     Exact under concurrent inserts when called first in their transaction: on PostgreSQL
     the space's row is locked first (FOR NO KEY UPDATE: inserts of this kind in one space

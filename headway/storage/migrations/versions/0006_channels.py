@@ -37,7 +37,8 @@ def upgrade() -> None:
     op.create_index("channels_space", "channels", ["space_uuid", "created_at_us"])
     op.create_table(
         "channel_deliveries",
-        sa.Column("id", sa.String(64), primary_key=True),
+        # The event's id and the channel's uuid, or a stall message's own id.
+        sa.Column("id", sa.String(128), primary_key=True),
         sa.Column("channel_uuid", sa.String(36), nullable=False),
         sa.Column("kind", sa.String(16), nullable=False),  # completed, failed, stalled, recovered
         sa.Column("payload", sa.Text, nullable=False),  # what the message tells (JSON)

@@ -1,0 +1,149 @@
+"""Stall clocks on a moved clock, on every backend pair: a silent task, a flat one, one
+that never reported, a recovery, a finished task that never stalls, and two instances
+looking at once that send one message per episode."""
+
+from __future__ import annotations
+
+import pytest
+
+from headway.notify.deliver import DIGEST_S, ChannelSender
+from headway.notify.stalls import StallWatch
+
+from .conftest import pairs
+from .receivers import json_receiver  # noqa: F401
+
+pytestmark = pytest.mark.parametrize("backend", pairs(), indirect=True)
+
+AFTER = 600
+
+
+@pytest.fixture
+def settings(settings):
+    return settings.with_(webhook_allow_private=True)
+
+
+@pytest.fixture
+def watch(app, clock):
+    service = app.state.service
+    return StallWatch(service.db, service.progress, clock, service.event_views)
+
+
+@pytest.fixture
+async def sender(app, clock):
+    sender = ChannelSender(
+        app.state.service.db, clock, allow_private=True, messages_per_hour=60, link=lambda _: None
+    )
+    yield sender
+    await sender.close()
+
+
+@pytest.fixture
+async def channel(client, space, json_receiver):
+    body = {"url": json_receiver.url(), "events": ["stalled"], "stalled_after": AFTER}
+    answer = await client.post(f"/spaces/{space}/channels", json=body)
+    assert answer.status_code == 201, answer.text
+    return answer.json()
+
+
+async def look(watch, sender, clock, seconds: float) -> list[str]:
+    """Move the clock, look for stalls, send what was queued; the titles sent."""
+    clock.advance(seconds)
+    await watch.step()
+    clock.advance(DIGEST_S + 1)
+    await sender.run_once()
+    return []
+
+
+def titles(receiver) -> list[str]:
+    return [arrival.title for arrival in receiver.arrivals]
+
+
+async def report(client, task, **body):
+    answer = await client.put(f"/tasks/{task}", json=body)
+    assert answer.status_code == 200, answer.text
+
+
+async def test_a_silent_task_stalls_once_and_recovers_when_it_moves(
+    client, make_task, channel, watch, sender, clock, json_receiver
+):
+    task = await make_task(title="Deploy")
+    await report(client, task, current=80, end=100)
+    await look(watch, sender, clock, AFTER - 30)
+    assert titles(json_receiver) == []
+    await look(watch, sender, clock, 40)
+    assert titles(json_receiver) == ["⏸ Deploy stalled at 80%: no report for 10 min"]
+    await look(watch, sender, clock, 300)
+    await look(watch, sender, clock, 300)
+    assert len(json_receiver.arrivals) == 1  # one message per episode
+    await report(client, task, current=85, end=100)
+    await look(watch, sender, clock, 1)
+    assert titles(json_receiver)[1].startswith("▶ Deploy")
+    assert "85%" in titles(json_receiver)[1]
+
+
+async def test_a_task_that_reports_without_moving_stalls_as_flat(
+    client, make_task, channel, watch, sender, clock, json_receiver
+):
+    task = await make_task(title="Sync")
+    for _ in range(7):  # a report every 100 s, `current` stuck at 3 of 4
+        await report(client, task, current=3, end=4)
+        await look(watch, sender, clock, 100)
+    assert len(json_receiver.arrivals) == 1
+    assert json_receiver.arrivals[0].title == "⏸ Sync stalled at 75%: no progress for 10 min"
+
+
+async def test_a_task_that_never_reported_stalls_from_its_creation(
+    client, make_task, channel, watch, sender, clock, json_receiver
+):
+    await make_task(title="Import")
+    await look(watch, sender, clock, AFTER + 1)
+    assert len(json_receiver.arrivals) == 1
+    assert "Import stalled" in json_receiver.arrivals[0].title
+
+
+async def test_a_finished_task_never_stalls_and_a_finish_ends_an_episode(
+    client, make_task, channel, watch, sender, clock, json_receiver
+):
+    done = await make_task(title="Done early")
+    await report(client, done, done=True)
+    stuck = await make_task(title="Stuck")
+    await look(watch, sender, clock, AFTER + 1)
+    assert [t.split(" stalled")[0] for t in titles(json_receiver)] == ["⏸ Stuck"]
+    await report(client, stuck, done=True)
+    await look(watch, sender, clock, 1)
+    assert titles(json_receiver)[1].startswith("▶ Stuck")
+    await look(watch, sender, clock, AFTER * 2)
+    assert len(json_receiver.arrivals) == 2
+
+
+async def test_a_parent_moves_with_its_children(
+    client, make_task, channel, watch, sender, clock, json_receiver
+):
+    parent = await make_task(title="Release")
+    first = await make_task(title="a", parent_uuid=parent)
+    await make_task(title="b", parent_uuid=parent)
+    for n in range(1, 8):  # a child moves every 100 s: the parent is not stalled
+        await report(client, first, current=n, end=10)
+        await look(watch, sender, clock, 100)
+    assert titles(json_receiver) == []
+    await look(watch, sender, clock, AFTER)
+    assert [t.split(" stalled")[0] for t in titles(json_receiver)] == ["⏸ Release"]
+
+
+async def test_two_instances_looking_send_one_message_per_episode(
+    app, client, make_task, channel, sender, clock, json_receiver
+):
+    service = app.state.service
+    one = StallWatch(service.db, service.progress, clock, service.event_views)
+    two = StallWatch(service.db, service.progress, clock, service.event_views)
+    await make_task(title="Crawl")
+    clock.advance(AFTER + 1)
+    await one.step()
+    two.holder = one.holder  # as if the lease were theirs too: the episode row decides
+    await two.step()
+    clock.advance(DIGEST_S + 1)
+    await sender.run_once()
+    assert len(json_receiver.arrivals) == 1
+    # With the lease as it is, the second does not look at all.
+    other = StallWatch(service.db, service.progress, clock, service.event_views)
+    assert await other.step() == 0
