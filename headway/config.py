@@ -348,14 +348,14 @@ def sqlite_file(url: str) -> str:
 
 
 def _schemes(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:
-    """A comma-separated list of Apprise schemes (`ntfy,tgram,mailtos`); unset gives None."""
+    """A comma-separated list of Apprise schemes (`ntfy,tgram,mailtos`); unset gives None.
+    Schemes never allowed for channels (files, desktops, scripts) are refused here."""
     raw = env.get(f"HEADWAY_{name}")
     if raw is None or not raw.strip():
         return None
-    schemes = tuple(part.strip().lower().removesuffix("://") for part in raw.split(","))
-    for scheme in schemes:
-        if not re.fullmatch(r"[a-z][a-z0-9+.-]{0,31}", scheme):
-            raise ConfigError(
-                f"HEADWAY_{name} holds schemes such as ntfy,tgram,mailtos, not {scheme!r}"
-            )
-    return schemes
+    from .notify.urls import parse_schemes
+
+    try:
+        return tuple(sorted(parse_schemes(raw)))
+    except ValueError as exc:
+        raise ConfigError(f"HEADWAY_{name}: {exc}") from None

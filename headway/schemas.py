@@ -123,6 +123,10 @@ class CreateChannel(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     ) = None
 
 
+class TestChannel(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """Body of `POST /spaces/{space_uuid}/channels/{channel_uuid}/test`: `{}` or none."""
+
+
 class CreateShare(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """Body of `POST /spaces/{space_uuid}/shares`: `{}` (a link has nothing to set)."""
 

@@ -71,6 +71,15 @@ class _Receiver:
                 return "hang"
             return self._refusals.pop(0) if self._refusals else None
 
+    def __enter__(self) -> _Receiver:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
     def texts(self) -> str:
         """Everything that arrived, titles and messages, as one text (for `in` checks)."""
         return "\n".join(f"{a.title}\n{a.message}" for a in self.arrivals)

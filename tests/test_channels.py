@@ -12,7 +12,7 @@ import pytest
 from headway.notify.deliver import DIGEST_S, ChannelSender
 
 from .conftest import pairs
-from .receivers import HTTPReceiver, form_receiver, json_receiver, ntfy_receiver  # noqa: F401
+from .receivers import HTTPReceiver
 
 pytestmark = pytest.mark.parametrize("backend", pairs(), indirect=True)
 
@@ -97,7 +97,10 @@ async def test_a_channel_is_registered_listed_redacted_and_removed(client, space
         ({"url": "json://127.0.0.1:9/x", "events": []}, "events"),
         ({"url": "json://127.0.0.1:9/x", "stalled_after": 59}, "stalled_after"),
         ({"url": "json://127.0.0.1:9/x", "stalled_after": 604_801}, "stalled_after"),
-        ({"url": "json://127.0.0.1:9/x", "share_uuid": "0" * 8 + "-0000-4000-8000-" + "0" * 12}, "share"),
+        (
+            {"url": "json://127.0.0.1:9/x", "share_uuid": "0" * 8 + "-0000-4000-8000-" + "0" * 12},
+            "share",
+        ),
         ({"url": "json://127.0.0.1:9/x", "colour": "red"}, "colour"),
     ],
 )

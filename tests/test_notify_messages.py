@@ -180,7 +180,7 @@ def test_a_flat_stall_says_where_it_stopped_and_for_how_long() -> None:
 def test_a_silent_stall_says_how_long_nothing_came() -> None:
     data = task(current=80, end=100, finished_at=None)
     assert stalled(data, reason="silent", for_s=600).title == (
-        "⏸ Deploy stalled: no report for 10 min"
+        "⏸ Deploy stalled at 80%: no report for 10 min"
     )
 
 

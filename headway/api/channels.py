@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..schemas import CreateChannel, decode_create
+from ..schemas import CreateChannel, TestChannel, decode_create
 from ..service import Service
 from .openapi import SPACE, TOO_LARGE, TOO_MANY_REQUESTS, UNAVAILABLE, _error, _json, _link, _ref
 from .responses import NO_STORE, JSONResponse, read_body
@@ -36,8 +36,11 @@ async def delete_channel(request: Request) -> Response:
 
 
 async def test_channel(request: Request) -> Response:
-    """Send a test message now and answer how it went."""
+    """Send a test message now and answer how it went (a body, if any, is `{}`)."""
     await count(request, "channels")
+    body = await read_body(request)
+    if body.strip() not in (b"", b"{}"):
+        decode_create(body, TestChannel)
     params = request.path_params
     outcome = await _service(request).channels.test(params["space_uuid"], params["channel_uuid"])
     return JSONResponse(outcome)
@@ -134,9 +137,16 @@ openapi_paths: dict[str, Any] = {
             "operationId": "testChannel",
             "summary": "Send a test message now",
             "parameters": [SPACE, CHANNEL],
+            "requestBody": {
+                "required": True,
+                "description": "`{}`, or no body at all.",
+                "content": {"application/json": {"schema": _ref("TestChannel")}},
+            },
             "responses": {
                 "200": _json(_ref("ChannelDelivery"), "How the test message went."),
                 "404": _error("No such space or channel."),
+                "413": TOO_LARGE,
+                "422": _error("A body that is not `{}`."),
                 "429": TOO_MANY_REQUESTS,
                 "503": UNAVAILABLE,
             },

@@ -24,6 +24,7 @@ _MODELS = [
     schemas.WebhookCreated,
     schemas.WebhookOut,
     schemas.CreateChannel,
+    schemas.TestChannel,
     schemas.ChannelOut,
     schemas.ChannelWithDeliveries,
     schemas.ChannelDelivery,

@@ -16,6 +16,7 @@ import json
 import logging
 from collections.abc import Callable
 from functools import partial
+from typing import Any
 
 from .. import metrics
 from ..clock import Clock
@@ -51,6 +52,7 @@ def channel_sender(settings: Settings, db: Database, clock: Clock) -> ChannelSen
         allow_private=settings.webhook_allow_private,
         messages_per_hour=settings.channel_messages_per_hour,
         link=partial(read_only_link, settings.public_url),
+        schemes=settings.channel_schemes,
     )
 
 
@@ -65,6 +67,7 @@ class ChannelSender:
         allow_private: bool,
         messages_per_hour: int,
         link: Callable[[str | None], str | None],
+        schemes: tuple[str, ...] | None = None,
         timeout_s: float = 10.0,
     ) -> None:
         self.db = db
@@ -72,9 +75,18 @@ class ChannelSender:
         self.allow_private = allow_private
         self.cap = messages_per_hour
         self.link = link
+        self._schemes = schemes
         self.timeout_s = timeout_s
         self._sending: dict[str, asyncio.Task[None]] = {}
         self.on_end: Callable[[], None] = lambda: None
+
+    @property
+    def schemes(self) -> tuple[str, ...]:
+        """The schemes allowed now: a channel whose scheme the operator removed since is
+        not sent to (its messages fail, and are given up in time)."""
+        from .urls import DEFAULT_SCHEMES
+
+        return self._schemes or DEFAULT_SCHEMES
 
     async def start_due(self) -> list[asyncio.Task[None]]:
         """Start a send for each channel that has something due (one look at the
@@ -130,16 +142,21 @@ class ChannelSender:
         if not live:
             await self._settle(taken, [], stale, now, counted=False)
             return
-        events = [(p.kind, json.loads(p.payload)) for p in live]
         link = self.link(taken.share_uuid)
-        if len(events) == 1:
-            title, body = messages.event_message(
-                events[0][0], events[0][1], taken.space_title, link
-            )
-        else:
-            title, body = messages.digest_message(events, taken.space_title, link)
+        told = [_message(p, taken.space_title, link) for p in live]
+        message = (
+            told[0]
+            if len(told) == 1
+            else messages.digest(told, space_title=taken.space_title, link=link)
+        )
         outcome = await send.send(
-            taken.url, title, body, allow_private=self.allow_private, timeout_s=self.timeout_s
+            taken.url,
+            message.title,
+            message.body,
+            allow_private=self.allow_private,
+            timeout_s=self.timeout_s,
+            level=message.level,
+            schemes=self.schemes,
         )
         now = self.clock.now_us()
         if outcome.delivered:
@@ -195,6 +212,25 @@ class ChannelSender:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _message(pending: channels.Pending, space_title: str | None, link: str | None) -> Any:
+    """The message of one queued event (see `messages`)."""
+    from . import messages
+
+    event = json.loads(pending.payload)
+    task = event["data"]
+    if pending.kind == "stalled":
+        return messages.stalled(
+            task,
+            reason=event.get("reason", "silent"),
+            for_s=event.get("for_s", 0),
+            space_title=space_title,
+            link=link,
+        )
+    if pending.kind == "recovered":
+        return messages.recovered(task, space_title=space_title, link=link)
+    return messages.finished(task, space_title=space_title, link=link)
 
 
 def _event(pending: list[channels.Pending]) -> str:

@@ -98,8 +98,8 @@ def stalled(
     link: str | None = None,
 ) -> Message:
     """The message for a stall: "⏸ Deploy stalled at 80%: no progress for 10 min"
-    (`flat`: reports arrive, `current` does not move), "⏸ Deploy stalled: no report for
-    10 min" (`silent`), or "... no report since it started 10 min ago" when it never
+    (`flat`: reports arrive, `current` does not move), "⏸ Deploy stalled at 80%: no report
+    for 10 min" (`silent`), or "... no report since it started 10 min ago" when it never
     reported. `for_s` is how long, by the stall's own clock."""
     task = _plain(task)
     secrets = _uuids(task)
@@ -113,7 +113,7 @@ def stalled(
     elif progress.get("updated_at") is None:
         title = f"⏸ {name} stalled: no report since it started {took} ago"
     else:
-        title = f"⏸ {name} stalled: no report for {took}"
+        title = f"⏸ {name} stalled{where}: no report for {took}"
     return _message(title, _body(task, secrets, space_title, link), "stalled")
 
 

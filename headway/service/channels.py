@@ -40,8 +40,6 @@ class Channels:
     async def create(self, space_uuid: str, body: CreateChannel) -> dict[str, Any]:
         """Register a channel: its URL checked (scheme allowed, Apprise can read it, each
         host it names public), shown back only redacted."""
-        from ..notify import urls
-
         space_key = await self._spaces.existing(space_uuid)
         checked = await self._checked(body.url)
         share_uuid = None
@@ -52,7 +50,7 @@ class Channels:
         events = tuple(event for event in channels.EVENTS if event in set(body.events))
         row = ChannelRow(
             str(uuid.uuid4()),
-            urls.redacted(checked),
+            checked.redacted,
             events,
             body.steps,
             body.stalled_after,
@@ -69,10 +67,11 @@ class Channels:
         return shown
 
     async def _checked(self, url: str) -> Any:
-        from ..notify import urls
+        from ..notify import guard, urls
         from ..webhooks import RefusedAddress
 
-        checked = urls.check_channel_url(url, self.rules.schemes or urls.DEFAULT_SCHEMES)
+        # Apprise loads on first use (about 0.4 s): on the notify threads, not this loop.
+        checked = await guard.run(urls.check_channel_url, url, self.schemes)
         try:
             await urls.check_channel_hosts(checked, allow_private=self.rules.allow_private)
         except RefusedAddress as exc:
@@ -80,6 +79,13 @@ class Channels:
                 f"url is refused: {exc}. Channels must reach a public address."
             ) from None
         return checked
+
+    @property
+    def schemes(self) -> tuple[str, ...]:
+        """The Apprise schemes channels may use."""
+        from ..notify import urls
+
+        return self.rules.schemes or urls.DEFAULT_SCHEMES
 
     async def _share_space(self, share_uuid: str) -> str | None:
         found = await self._stores.db.fetch(
@@ -104,7 +110,7 @@ class Channels:
 
     async def test(self, space_uuid: str, channel_uuid: str) -> dict[str, Any]:
         """Send a test message now; the outcome, as the channel's deliveries show it."""
-        from ..notify import messages, send
+        from ..notify import send
 
         space_key = await self._spaces.existing(space_uuid)
         key = canonical_uuid(channel_uuid)
@@ -114,8 +120,13 @@ class Channels:
                 found = await channels.target(fetch, space_key, key)
         if key is None or found is None:
             raise NotFound(NO_CHANNEL)
-        title, body = messages.test_message(found.space_title, self.link(found.share_uuid))
-        outcome = await send.send(found.url, title, body, allow_private=self.rules.allow_private)
+        outcome = await send.send_test(
+            found.url,
+            allow_private=self.rules.allow_private,
+            schemes=self.schemes,
+            space_title=found.space_title,
+            link=self.link(found.share_uuid),
+        )
         now_us = self._stores.clock.now_us()
         result = "delivered" if outcome.delivered else "failed"
         async with self._stores.db.write() as st:
