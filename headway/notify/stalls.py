@@ -95,6 +95,9 @@ class StallWatch:
         """One look; returns how many messages it queued. Does nothing unless this
         process holds the lease (three looks: another instance takes over once it lapses)."""
         now = self.clock.now_us()
+        if not await self.db.fetch("SELECT 1 FROM channels WHERE on_stalled LIMIT 1", ()):
+            self._moved.clear()
+            return 0  # no channel wants stalls: nothing written, no lease taken
         async with self.db.write() as st:
             held = await channels.take_lease(
                 st, LEASE_NAME, self.holder, now, now + round(self.scan_s * 3 * 1_000_000)
