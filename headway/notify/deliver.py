@@ -24,6 +24,7 @@ from ..config import Settings
 from ..dependencies import unavailable
 from ..storage import channels
 from ..storage.database import Database
+from . import guard
 
 log = logging.getLogger("headway.worker")
 
@@ -34,7 +35,9 @@ FIRST_RETRY_S = 10
 MAX_RETRY_S = 6 * 3600
 MAX_ATTEMPTS = 15  # 10 s doubling to 6 h, then 6 h: about a day
 GIVE_UP_US = 24 * HOUR_US
-CONCURRENCY = 16  # channels sending at once, in this process
+# Channels sending at once, in this process: one sending thread each (`guard`), so that
+# no send waits for a thread while its timeout runs.
+CONCURRENCY = guard.POOL_THREADS
 
 
 def retry_delay_s(attempt: int) -> float:
