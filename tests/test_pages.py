@@ -21,6 +21,7 @@ import pytest
 from playwright.sync_api import Browser, Locator, Page, Response, expect, sync_playwright
 
 from headway.failure import failure_of
+from headway.schemas import CreateChannel
 from headway.web.pages import CONTENT_SECURITY_POLICY
 
 from .browser import RECORD_NOTIFICATIONS, UUID, Watch, chromium_path, launch
@@ -265,9 +266,13 @@ def test_age_goes_on_live_and_a_silent_task_is_marked_stale(new_page, api):
     page.clock.fast_forward(12_000)
     expect(card.locator(".age")).to_have_text(re.compile(r"updated 1[2-4] s ago"))
     expect(card.locator(".badge")).to_have_text("Running")
+    # With no channel, the channels' default stall threshold: 600 s, as the server's.
     page.clock.fast_forward(60_000)
+    expect(card.locator(".age")).to_have_text(re.compile(r"updated 1 min 1[2-4] s ago"))
+    expect(card.locator(".badge")).to_have_text("Running")
+    page.clock.fast_forward(528_000)
     expect(card.locator(".badge")).to_have_text("Stale")
-    expect(card.locator(".age")).to_have_text(re.compile(r"no report for 1 min \d+ s"))
+    expect(card.locator(".age")).to_have_text(re.compile(r"no report for 10 min( \d+ s)?$"))
     api.report(task, current=2, end=10)
     expect(card.locator(".badge")).to_have_text("Running")
 
@@ -451,6 +456,68 @@ def read_stream(client: httpx.Client, path: str, then: Callable[[], Any]) -> str
             elif line.startswith("data:") and seen[-2] == "event: task":
                 break
     return "\n".join(seen)
+
+
+# Stalls
+
+
+def test_the_pages_judge_stalls_as_the_server_does(new_page):
+    page = new_page()
+    page.goto("/")
+    judged = page.evaluate(
+        """async () => {
+          const { Motion, motionOf, staleAfterMs, stallOf } = await import("/static/stalls.js");
+          const at = (s) => new Date(Date.UTC(2026, 0, 1, 0, 0, s)).toISOString();
+          const now = Date.UTC(2026, 0, 1, 0, 0, 100);
+          const task = (created, updated, current, finished = null) => ({
+            created_at: at(created),
+            finished_at: finished,
+            progress: updated == null ? null : { updated_at: at(updated), current },
+          });
+          const judge = (t, movedAt) => stallOf(t, movedAt, now, 60_000);
+          const motion = new Motion();
+          motion.note("a", task(0, 20, 1));
+          motion.note("a", task(0, 90, 1)); // a report, its count unchanged
+          const flatSince = motion.movedAt("a");
+          motion.note("a", task(0, 95, 2));
+          const step = (created, current, finished = null) => ({
+            created_at: at(created), finished_at: finished, progress: { current },
+          });
+          return {
+            thresholds: [
+              staleAfterMs(null),
+              staleAfterMs([{ events: ["completed"], stalled_after: 60 }]),
+              staleAfterMs([
+                { events: ["stalled"], stalled_after: 900 },
+                { events: ["completed", "stalled"], stalled_after: 120 },
+                { events: ["failed"], stalled_after: 60 },
+              ]),
+            ],
+            neverReported: judge(task(39, null, null), null),
+            neverReportedYet: judge(task(41, null, null), null),
+            silent: judge(task(0, 30, 1), Date.parse(at(30))),
+            flat: judge(task(0, 90, 1), flatSince),
+            moving: judge(task(0, 95, 2), motion.movedAt("a")),
+            finished: judge(task(0, 1, 1, at(2)), Date.parse(at(1))),
+            flatSince: flatSince === Date.parse(at(20)),
+            parent: [
+              motionOf(task(0, 1, 0), [step(1, 3), step(2, 5)]),
+              motionOf(task(0, 1, 0), [step(1, 3), step(2, 6)]),
+              motionOf(task(0, 1, 1), [step(1, 3, at(9)), step(2, 6)]),
+            ],
+          };
+        }"""
+    )
+    default = CreateChannel(url="ntfys://ntfy.sh/t").stalled_after
+    assert judged["thresholds"] == [default * 1000, default * 1000, 120_000]
+    assert judged["neverReported"] == {"reason": "silent", "forMs": 61_000}
+    assert judged["neverReportedYet"] is None
+    assert judged["silent"] == {"reason": "silent", "forMs": 70_000}
+    assert judged["flat"] == {"reason": "flat", "forMs": 80_000}
+    assert judged["moving"] is None
+    assert judged["finished"] is None
+    assert judged["flatSince"] is True
+    assert len(set(judged["parent"])) == 3, "a step moving or finishing moves its parent"
 
 
 # Failures
