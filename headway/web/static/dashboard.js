@@ -43,7 +43,7 @@ const estimates = new Map(); // task key -> rate estimate
 const expandedByHand = new Map(); // parent key -> whether its steps were opened by hand
 const dirty = new Set(); // keys of tasks changed since the last render
 const motion = new Motion(); // when each task's `current` last changed
-const staleAfter = staleAfterMs(null); // ms: the channels' default
+let staleAfter = staleAfterMs(null); // ms; the owner's page follows its channels
 let filter = "all";
 let renderTimer = null;
 let clockAhead = null; // how far the browser's clock runs ahead of the server's, in ms
@@ -89,6 +89,15 @@ function track(task) {
 /** How the task `key` is stalled at `time`, or null (see stalls.js). */
 function stallFor(key, task, time) {
   return stallOf(task, motion.movedAt(key), time, staleAfter);
+}
+
+/** Follows the space's channels (owner's page): the smallest `stalled_after` among those
+ *  that want stalls decides when a task is stale. */
+function onChannels(channels) {
+  const after = staleAfterMs(channels);
+  if (after === staleAfter) return;
+  staleAfter = after;
+  tick();
 }
 
 function onSnapshot(space) {
@@ -272,6 +281,6 @@ for (const button of page.filters) {
 }
 page.older.addEventListener("click", loadOlder);
 const notify = setUpNotifier(document.getElementById("notify"), say);
-if (!shared) setUpOwner(main.dataset.space, say);
+if (!shared) setUpOwner(main.dataset.space, say, onChannels);
 connect(base, `limit=${PAGE_SIZE}`, { onSnapshot, onTask, onStatus: showStatus, onGone });
 setInterval(tick, 1000);
