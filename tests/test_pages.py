@@ -495,7 +495,7 @@ def test_the_owner_adds_tests_and_removes_a_channel(new_page, api, json_receiver
     # The examples fill the field; the stall threshold shows once stalls are picked.
     panel.get_by_text("Examples of URLs").click()
     panel.get_by_role("button", name="Use the Telegram example").click()
-    expect(url).to_have_value("tgram://bottoken/ChatID")
+    expect(url).to_have_value("tgram://123456789:BotToken/ChatID")
     expect(url).to_be_focused()
     minutes = panel.get_by_role("spinbutton", name="Stalled after, in minutes")
     expect(minutes).to_be_hidden()
