@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from .conftest import pairs
+from .live_server import serving
 from .test_events import WITHIN_S, new_space, new_task, watching
 
 pytestmark = pytest.mark.parametrize("backend", pairs(), indirect=True)
@@ -21,6 +22,12 @@ UNKNOWN = "00000000-0000-4000-8000-000000000000"
 @pytest.fixture
 def settings(settings):
     return settings.with_(webhook_allow_private=True)
+
+
+@pytest.fixture
+def base_url(settings):
+    with serving(settings.with_(run_worker=False)) as (host, port):
+        yield f"http://{host}:{port}"
 
 
 async def status(client, method, path, **kwargs) -> int:

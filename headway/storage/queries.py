@@ -76,6 +76,8 @@ async def count_top_level(st: Statements, space_uuid: str, delta: int) -> None:
 
 async def count_children(st: Statements, added: dict[str, int]) -> None:
     """Count new steps of parents, by parent (see the caps)."""
+    if not added:
+        return
     await st.many(
         "UPDATE tasks SET children = children + ? WHERE uuid = ?",
         [(count, parent) for parent, count in added.items()],
