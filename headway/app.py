@@ -123,7 +123,9 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             retention_us = (
                 None if settings.space_retention is None else settings.space_retention * 1_000_000
             )
-            app.state.sweeper = sweeper = Sweeper(service, clock, retention_us)
+            app.state.sweeper = sweeper = Sweeper(
+                service, clock, retention_us, step_s=settings.sweep_every
+            )
             sweeper_task = asyncio.create_task(sweeper.run(), name="headway-sweeper")
             app.state.loops["sweeper"] = sweeper_task
             async with mcp_endpoint.running():

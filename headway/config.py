@@ -51,6 +51,8 @@ class Settings:
     # Seconds a space may go without a create, report or read before it is deleted (None:
     # never).
     space_retention: int | None = 90 * 86_400
+    # Seconds between two steps of the sweeper (retention).
+    sweep_every: float = 60.0
     children_per_parent: int = 10_000
     tasks_per_space: int = 100_000
     shares_per_space: int = 100
@@ -105,6 +107,14 @@ class Settings:
             rate_reports=_rate(env, "RATE_REPORTS", defaults.rate_reports),
             rate_creates=_rate(env, "RATE_CREATES", defaults.rate_creates),
             space_retention=_retention(env, "SPACE_RETENTION", defaults.space_retention),
+            sweep_every=_float(
+                env,
+                "SWEEP_EVERY",
+                defaults.sweep_every,
+                high=3600,
+                inclusive=True,
+                what="a number of seconds above 0, at most 3600",
+            ),
             children_per_parent=_int(
                 env, "CHILDREN_PER_PARENT", defaults.children_per_parent, minimum=1
             ),

@@ -289,3 +289,19 @@ async def test_a_delete_on_one_instance_is_404_on_another_at_once(clients):
     assert (await two.get(f"/spaces/{space}")).status_code == 404
     assert (await two.put(f"/tasks/{kept}", json={"current": 2})).status_code == 404
     assert (await two.get(f"/tasks/{parent}")).status_code == 404
+
+
+async def test_deleting_a_space_on_one_instance_ends_its_streams_on_another(clients):
+    a, b = clients
+    space = (await a.post("/spaces", json={"title": "doomed"})).json()["uuid"]
+    share = (await a.post(f"/spaces/{space}/shares", json={})).json()
+    async with (
+        watching(b, f"/spaces/{space}/events") as owner,
+        watching(b, share["url"] + "/events") as shared,
+    ):
+        await owner.snapshot()
+        await shared.snapshot()
+        assert (await a.delete(f"/spaces/{space}")).status_code == 204
+        await asyncio.wait_for(owner.ended.wait(), WITHIN_S)
+        await asyncio.wait_for(shared.ended.wait(), WITHIN_S)
+    assert (await b.get(f"/spaces/{space}/events")).status_code == 404
