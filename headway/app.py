@@ -51,6 +51,7 @@ from .scope import RAW_SEND
 from .service import ChannelRules, Service
 from .storage.database import Database
 from .storage.families import FamilyVersions
+from .sweeper import Sweeper
 from .web import routes as web_routes
 from .worker import Worker
 
@@ -75,6 +76,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         feed = make_feed(progress)
         worker_task = None
         stalls_task = None
+        sweeper_task = None
         live = None
         try:
             await db.migrate()
@@ -95,6 +97,8 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                     settings.public_url,
                 ),
             )
+            service.caps.steps_per_parent = settings.children_per_parent
+            service.caps.tasks_per_space = settings.tasks_per_space
             app.state.service = service
             app.state.live = live = Live(
                 service,
@@ -116,15 +120,24 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 app.state.loops["worker"] = worker_task
             stalls_task = asyncio.create_task(stalls.run(), name="headway-stalls")
             app.state.loops["stalls"] = stalls_task
+            retention_us = (
+                None if settings.space_retention is None else settings.space_retention * 1_000_000
+            )
+            app.state.sweeper = sweeper = Sweeper(
+                service, clock, retention_us, step_s=settings.sweep_every
+            )
+            sweeper_task = asyncio.create_task(sweeper.run(), name="headway-sweeper")
+            app.state.loops["sweeper"] = sweeper_task
             async with mcp_endpoint.running():
                 yield
         finally:
             if live is not None:
                 live.end_all()
-            if stalls_task is not None:
-                stalls_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await stalls_task
+            for task in (stalls_task, sweeper_task):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             if worker_task is not None:
                 worker_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

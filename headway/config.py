@@ -39,12 +39,22 @@ class Settings:
     rate_shares: str = "30/second;300/minute"
     rate_channels: str = "10/second;60/minute"
     rate_reports: str = "20000/second"
+    # Creates of every kind (spaces, tasks, webhooks, shares, channels) per client address.
+    rate_creates: str = "100000/day"
     # Bytes of live progress this process may hold (memory store only). None: sized from
     # the machine at start (an eighth of its memory, at most 512 MiB).
     progress_memory: int | None = None
     # The share of that budget one space may hold.
     progress_memory_per_space: float = 0.125
     webhooks_per_space: int = 20
+    # --- What is kept (see the README's "Data and retention") ------------------------------
+    # Seconds a space may go without a create, report or read before it is deleted (None:
+    # never).
+    space_retention: int | None = 90 * 86_400
+    # Seconds between two steps of the sweeper (retention).
+    sweep_every: float = 60.0
+    children_per_parent: int = 10_000
+    tasks_per_space: int = 100_000
     shares_per_space: int = 100
     # --- Notification channels (see `headway.notify`) ------------------------------------
     channels_per_space: int = 20
@@ -95,6 +105,20 @@ class Settings:
             rate_shares=_rate(env, "RATE_SHARES", defaults.rate_shares),
             rate_channels=_rate(env, "RATE_CHANNELS", defaults.rate_channels),
             rate_reports=_rate(env, "RATE_REPORTS", defaults.rate_reports),
+            rate_creates=_rate(env, "RATE_CREATES", defaults.rate_creates),
+            space_retention=_retention(env, "SPACE_RETENTION", defaults.space_retention),
+            sweep_every=_float(
+                env,
+                "SWEEP_EVERY",
+                defaults.sweep_every,
+                high=3600,
+                inclusive=True,
+                what="a number of seconds above 0, at most 3600",
+            ),
+            children_per_parent=_int(
+                env, "CHILDREN_PER_PARENT", defaults.children_per_parent, minimum=1
+            ),
+            tasks_per_space=_int(env, "TASKS_PER_SPACE", defaults.tasks_per_space, minimum=1),
             progress_memory=_size(env, "PROGRESS_MEMORY"),
             progress_memory_per_space=_fraction(
                 env, "PROGRESS_MEMORY_PER_SPACE", defaults.progress_memory_per_space
@@ -145,7 +169,7 @@ class Settings:
             _check_host_patterns(self.mcp_allowed_hosts)
         for proxy in self.trusted_proxies:
             _network(proxy)
-        for name in ("spaces", "tasks", "webhooks", "shares", "channels", "reports"):
+        for name in ("spaces", "tasks", "webhooks", "shares", "channels", "reports", "creates"):
             _check_rate(f"HEADWAY_RATE_{name.upper()}", getattr(self, f"rate_{name}"))
         if self.progress_memory is not None and self.progress_memory < 1024 * 1024:
             raise ConfigError("HEADWAY_PROGRESS_MEMORY must be at least 1MiB")
@@ -359,3 +383,23 @@ def _schemes(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:
         return tuple(sorted(parse_schemes(raw)))
     except ValueError as exc:
         raise ConfigError(f"HEADWAY_{name}: {exc}") from None
+
+
+_DURATION = re.compile(r"\s*(\d+)\s*(s|m|h|d|w)?\s*", re.IGNORECASE)
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+
+
+def _retention(env: Mapping[str, str], name: str, default: int | None) -> int | None:
+    """A duration (`90d`, `12h`, `3600` seconds...) of at least an hour, or `never`."""
+    raw = env.get(f"HEADWAY_{name}")
+    if raw is None or not raw.strip():
+        return default
+    if raw.strip().lower() == "never":
+        return None
+    match = _DURATION.fullmatch(raw)
+    if match is None:
+        raise ConfigError(f"HEADWAY_{name} must be a duration such as 90d or 12h, or never")
+    seconds = int(match[1]) * _DURATION_UNITS[(match[2] or "s").lower()]
+    if seconds < 3600:
+        raise ConfigError(f"HEADWAY_{name} must be at least 1h (activity is known to the hour)")
+    return seconds

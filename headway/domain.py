@@ -40,6 +40,8 @@ class Changed(StrEnum):
     REPORT = "report"  # a task's live progress was replaced; no row changed
     FINISH = "finish"  # a task finished (and maybe its parent with it)
     REVOKE = "revoke"  # a share link of the space was revoked (`task_uuid` names it)
+    DELETE = "delete"  # a task was deleted with its children (its parent's family changed)
+    DROP = "drop"  # the whole space was deleted (`task_uuid` is "")
 
 
 class TaskRow(msgspec.Struct, frozen=True, gc=False):

@@ -39,8 +39,18 @@ if TYPE_CHECKING:
     from limits.aio.storage import Storage
     from starlette.types import Scope
 
-Kind = Literal["spaces", "tasks", "webhooks", "shares", "channels", "reports"]
-KINDS: tuple[Kind, ...] = ("spaces", "tasks", "webhooks", "shares", "channels", "reports")
+Kind = Literal["spaces", "tasks", "webhooks", "shares", "channels", "reports", "creates"]
+KINDS: tuple[Kind, ...] = (
+    "spaces",
+    "tasks",
+    "webhooks",
+    "shares",
+    "channels",
+    "reports",
+    "creates",
+)
+# The kinds that create something: each also counts against the daily cap on creates.
+CREATES: frozenset[str] = frozenset({"spaces", "tasks", "webhooks", "shares", "channels"})
 
 _WHAT = {
     "spaces": "spaces created",
@@ -49,6 +59,7 @@ _WHAT = {
     "shares": "share links created",
     "channels": "channels registered or tested",
     "reports": "reports",
+    "creates": "creates (of every kind)",
 }
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -74,9 +85,15 @@ class RateLimiter:
             self._buckets = TokenBuckets(clock or SystemClock(), longest_s)
 
     async def check(self, kind: Kind, address: str) -> None:
-        """Count one `kind` for `address`; raise TooManyRequests if it is over a limit."""
+        """Count one `kind` for `address` (a create also against the daily cap on creates);
+        raise TooManyRequests if it is over a limit."""
         if not self.enabled:
             return
+        if kind in CREATES:
+            await self._check("creates", address)
+        await self._check(kind, address)
+
+    async def _check(self, kind: Kind, address: str) -> None:
         items = self._limits[kind]
         if self._buckets is not None:
             wait_s = self._buckets.take((kind, address), items)

@@ -23,7 +23,7 @@ from . import metrics
 from .dependencies import unavailable
 from .domain import TaskView
 from .errors import TooManyRequests, Unavailable
-from .progress.feed import RESYNC, REVOKED, TASK, Change, ChangeFeed
+from .progress.feed import DROPPED, RESYNC, REVOKED, TASK, Change, ChangeFeed
 from .shares import ShareView
 
 if TYPE_CHECKING:
@@ -272,6 +272,9 @@ class SpaceWatch:
         elif change.kind == RESYNC:
             for stream in tuple(self.streams):
                 stream.end("resync")
+        elif change.kind == DROPPED:
+            for stream in tuple(self.streams):
+                stream.end("deleted")
 
     def remove(self, stream: Stream) -> None:
         self.streams.discard(stream)

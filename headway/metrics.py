@@ -79,6 +79,8 @@ REFUSAL_REASONS = (
     "rate_webhooks",
     "rate_shares",
     "rate_reports",
+    "rate_channels",
+    "rate_creates",
     "rate_streams",
     "streams",
     "progress_budget",
@@ -224,6 +226,19 @@ class Instruments:
             ("change",),
             registry=registry,
         )
+        self.deleted_tasks = Counter(
+            "headway_deleted_tasks",
+            "Tasks deleted, by reason: owner (a DELETE), retention (an idle space), cap (a "
+            "full space made room for a new task).",
+            ("reason",),
+            registry=registry,
+        )
+        self.deleted_spaces = Counter(
+            "headway_deleted_spaces",
+            "Spaces deleted, by reason: owner or retention.",
+            ("reason",),
+            registry=registry,
+        )
         self.loop_failures = Counter(
             "headway_loop_failures",
             "Unexpected errors of background loops (live_render, worker, ...), each logged "
@@ -310,6 +325,15 @@ def stall(change: str) -> None:
     (_instruments or instruments()).stalls.labels(change).inc()
 
 
+def deleted(reason: str, tasks: int, spaces: int = 0) -> None:
+    """Count what was deleted and why: `owner`, `retention` or `cap`."""
+    instruments_ = _instruments or instruments()
+    if tasks:
+        instruments_.deleted_tasks.labels(reason).inc(tasks)
+    if spaces:
+        instruments_.deleted_spaces.labels(reason).inc(spaces)
+
+
 def loop_failed(loop: str) -> None:
     """Count one unexpected error of a background loop (`loop` a constant of the
     caller's): `live_render`, `worker`, `feed_publish`, `feed_subscribe`."""
@@ -349,13 +373,31 @@ class ServiceState:
 
 async def measure(db: Database, progress: ProgressStore | None) -> ServiceState:
     """The state gauges, now. Never raises for a dependency that is down or slow."""
-    (outbox_gauges, database_up), (progress_gauges, store_up) = await asyncio.gather(
-        _measure_outbox(db), _measure_progress(progress)
+    (outbox_gauges, database_up), (progress_gauges, store_up), held = await asyncio.gather(
+        _measure_outbox(db), _measure_progress(progress), _measure_held(db)
     )
     up = {"database": database_up}
     if store_up is not None:
         up["progress_store"] = store_up
-    return ServiceState(progress_gauges + outbox_gauges, up)
+    return ServiceState(progress_gauges + outbox_gauges + held, up)
+
+
+async def _measure_held(db: Database) -> list[Metric]:
+    """How many spaces and tasks the database holds (see the README's "Data and
+    retention")."""
+    try:
+        async with asyncio.timeout(SCRAPE_TIMEOUT_S):
+            found = await db.fetch(
+                "SELECT (SELECT count(*) FROM spaces), (SELECT count(*) FROM tasks)", ()
+            )
+    except Exception as exc:  # whatever the failure, the scrape still answers
+        log.warning("metrics: what is held could not be counted: %s", type(exc).__name__)
+        return []
+    spaces, tasks = found[0]
+    return [
+        _gauge("headway_spaces", "Spaces the database holds.", spaces),
+        _gauge("headway_tasks", "Tasks the database holds (steps included).", tasks),
+    ]
 
 
 async def _measure_outbox(db: Database) -> tuple[list[Metric], bool]:

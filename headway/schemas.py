@@ -25,7 +25,7 @@ MAX_VALUE_TEXT = 1_024
 MAX_ICON = 64  # code points: the one grapheme cluster of an icon fits the icon column
 
 Text = Annotated[str, Meta(max_length=MAX_TEXT)]
-UuidText = Annotated[str, Meta(max_length=64)]
+UuidText = Annotated[str, Meta(max_length=64, extra_json_schema={"format": "uuid"})]
 Count = Annotated[int, Meta(ge=0)] | Annotated[float, Meta(ge=0)]
 ValueKey = Annotated[str, Meta(min_length=1, max_length=MAX_KEY)]
 Value = Annotated[str, Meta(max_length=MAX_VALUE_TEXT)] | int | float | bool
@@ -264,6 +264,10 @@ class ChannelDelivery(msgspec.Struct):
 
 class ChannelWithDeliveries(ChannelOut):
     deliveries: list[ChannelDelivery]
+
+
+class Deleted(msgspec.Struct):
+    deleted: bool
 
 
 class ErrorOut(msgspec.Struct):

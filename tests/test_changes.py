@@ -20,6 +20,8 @@ NOT_CACHES = {
     "Live": "the open streams: each space's watch hears changes through the feed",
     "MemoryProgressStore": "the progress store: the live state itself, not a copy of it",
     "Coalesced": "script calls of the Redis store waiting to share one round trip",
+    "Activity": "spaces used lately, to be written: a note about a deleted space updates nothing",
+    "Caps": "tasks removed to make room, held only until their commit is told to Changes",
 }
 CONTAINERS = (dict, set, list)
 

@@ -30,7 +30,15 @@ from headway.config import ConfigError, Settings
 
 from .live_server import serving
 
-TOOLS = {"create_space", "get_space", "create_task", "get_task", "report_progress"}
+TOOLS = {
+    "create_space",
+    "get_space",
+    "create_task",
+    "get_task",
+    "report_progress",
+    "delete_task",
+    "delete_space",
+}
 MODES = ["auto", "legacy", "streamable_http"]
 JSON_RPC = {"accept": "application/json, text/event-stream"}
 HANDSHAKE = "2025-11-25"
@@ -175,6 +183,12 @@ async def test_agent_reports_a_job_and_reads_back_what_rest_shows(
         )
         assert active == rest_active.json()
 
+        assert await call(client, "delete_task", task_uuid=steps[0]) == {"deleted": True}
+        assert (await rest.get(f"/tasks/{steps[0]}")).status_code == 404
+        assert await call(client, "delete_space", space_uuid=space["uuid"]) == {"deleted": True}
+        assert (await rest.get(f"/spaces/{space['uuid']}")).status_code == 404
+        assert (await rest.get(f"/tasks/{job['uuid']}")).status_code == 404
+
 
 @pytest.mark.parametrize("mode", MODES)
 async def test_errors_are_tool_results_with_the_rest_message(
@@ -190,6 +204,8 @@ async def test_errors_are_tool_results_with_the_rest_message(
         ("get_task", {"task_uuid": unknown}, ("GET", f"/tasks/{unknown}", None), 404),
         ("get_task", {"task_uuid": "not-a-uuid"}, ("GET", "/tasks/not-a-uuid", None), 404),
         ("get_space", {"space_uuid": unknown}, ("GET", f"/spaces/{unknown}", None), 404),
+        ("delete_task", {"task_uuid": unknown}, ("DELETE", f"/tasks/{unknown}", None), 404),
+        ("delete_space", {"space_uuid": unknown}, ("DELETE", f"/spaces/{unknown}", None), 404),
         ("get_space", {"space_uuid": space, "before": "yesterday"},
          ("GET", f"/spaces/{space}?before=yesterday", None), 400),
         ("create_space", {"title": "x" * 201}, ("POST", "/spaces", {"title": "x" * 201}), 422),

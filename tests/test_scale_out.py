@@ -265,3 +265,43 @@ async def test_a_space_read_on_one_instance_sees_every_create_and_finish_made_on
     await cluster_redis.flushall()
     await one.post(f"/spaces/{space}/tasks", json={"title": "d"})
     assert [title for title, _ in await titles_and_finished()] == ["a", "p", "b", "d"]
+
+
+async def test_a_delete_on_one_instance_is_404_on_another_at_once(clients):
+    """Instance two holds the space's rows and the families of its tasks; a delete made
+    through instance one shows there in the very next read and report."""
+    one, two = clients
+    space = (await one.post("/spaces", json={})).json()["uuid"]
+    parent = (await one.post(f"/spaces/{space}/tasks", json={"title": "p"})).json()["uuid"]
+    body = {"title": "c", "parent_uuid": parent}
+    child = (await one.post(f"/spaces/{space}/tasks", json=body)).json()["uuid"]
+    kept = (await one.post(f"/spaces/{space}/tasks", json={"title": "k"})).json()["uuid"]
+    for _ in range(2):  # two caches everything
+        assert (await two.get(f"/spaces/{space}")).status_code == 200
+        assert (await two.put(f"/tasks/{child}", json={"current": 1})).status_code == 200
+        assert (await two.put(f"/tasks/{kept}", json={"current": 1})).status_code == 200
+    assert (await one.delete(f"/tasks/{child}")).status_code == 204
+    assert (await two.put(f"/tasks/{child}", json={"current": 2})).status_code == 404
+    assert (await two.get(f"/tasks/{child}")).status_code == 404
+    shown = (await two.get(f"/tasks/{parent}")).json()
+    assert shown["children"] == []
+    assert (await one.delete(f"/spaces/{space}")).status_code == 204
+    assert (await two.get(f"/spaces/{space}")).status_code == 404
+    assert (await two.put(f"/tasks/{kept}", json={"current": 2})).status_code == 404
+    assert (await two.get(f"/tasks/{parent}")).status_code == 404
+
+
+async def test_deleting_a_space_on_one_instance_ends_its_streams_on_another(clients):
+    a, b = clients
+    space = (await a.post("/spaces", json={"title": "doomed"})).json()["uuid"]
+    share = (await a.post(f"/spaces/{space}/shares", json={})).json()
+    async with (
+        watching(b, f"/spaces/{space}/events") as owner,
+        watching(b, share["url"] + "/events") as shared,
+    ):
+        await owner.snapshot()
+        await shared.snapshot()
+        assert (await a.delete(f"/spaces/{space}")).status_code == 204
+        await asyncio.wait_for(owner.ended.wait(), WITHIN_S)
+        await asyncio.wait_for(shared.ended.wait(), WITHIN_S)
+    assert (await b.get(f"/spaces/{space}/events")).status_code == 404

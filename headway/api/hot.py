@@ -57,9 +57,9 @@ class HotRoute:
 # The most used first: the short way tries them in this order, and so does the router
 # (the first route of a path names the methods in a 405's Allow header).
 HOT = (
-    HotRoute("/tasks/{task_uuid}", rest.task, frozenset({"GET", "PUT"})),
+    HotRoute("/tasks/{task_uuid}", rest.task, frozenset({"GET", "PUT", "DELETE"})),
     HotRoute("/spaces/{space_uuid}/tasks", rest.create_task, frozenset({"POST"})),
-    HotRoute("/spaces/{space_uuid}", rest.get_space, frozenset({"GET"}), pages=True),
+    HotRoute("/spaces/{space_uuid}", rest.get_space, frozenset({"GET", "DELETE"}), pages=True),
     HotRoute("/tasks/{task_uuid}/report", rest.report_by_url, frozenset({"GET"})),
 )
 

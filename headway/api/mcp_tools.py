@@ -115,6 +115,12 @@ class TaskRef(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     task_uuid: Annotated[str, Meta(description=_TASK_UUID, extra_json_schema={"format": "uuid"})]
 
 
+class SpaceRef(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    """Arguments of `delete_space`."""
+
+    space_uuid: Annotated[str, Meta(description=_SPACE_UUID, extra_json_schema={"format": "uuid"})]
+
+
 def _convert(arguments: dict[str, Any], model: type[msgspec.Struct]) -> Any:
     try:
         return msgspec.convert(arguments, model)
@@ -219,6 +225,22 @@ async def _report_progress(service: Service, arguments: dict[str, Any]) -> Any:
     return await service.report(task_uuid, decode_report(_body(arguments)))
 
 
+async def _delete_task(service: Service, arguments: dict[str, Any]) -> Any:
+    ref: TaskRef = _convert(arguments, TaskRef)
+    await service.delete_task(ref.task_uuid)
+    return {"deleted": True}
+
+
+async def _delete_space(service: Service, arguments: dict[str, Any]) -> Any:
+    ref: SpaceRef = _convert(arguments, SpaceRef)
+    await service.delete_space(ref.space_uuid)
+    return {"deleted": True}
+
+
+_DESTRUCTIVE = ToolAnnotations(
+    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+)
+
 _TOOLS: list[tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnnotations]] = [
     (
         "create_space",
@@ -299,6 +321,24 @@ _TOOLS: list[tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnno
             idempotent_hint=True,
             open_world_hint=False,
         ),
+    ),
+    (
+        "delete_task",
+        "Delete a task with its steps and their progress, for good. Deleting a step updates "
+        "its parent, which finishes if every step left has finished.",
+        _delete_task,
+        _input_schema(TaskRef),
+        schemas.Deleted,
+        ToolAnnotations(**_DESTRUCTIVE.model_dump(exclude_none=True), title="Delete a task"),
+    ),
+    (
+        "delete_space",
+        "Delete a space and everything in it (tasks, progress, share links, webhooks, "
+        "channels), for good. Its live streams end.",
+        _delete_space,
+        _input_schema(SpaceRef),
+        schemas.Deleted,
+        ToolAnnotations(**_DESTRUCTIVE.model_dump(exclude_none=True), title="Delete a space"),
     ),
 ]
 

@@ -210,7 +210,20 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                     "404": _error("No such space (or not a UUID)."),
                     "503": UNAVAILABLE,
                 },
-            }
+            },
+            "delete": {
+                "operationId": "deleteSpace",
+                "summary": "Delete a space and everything in it",
+                "description": "Its tasks and their progress, share links, webhooks, channels "
+                "and undelivered events go for good; its live streams (the owner's and share "
+                "links') end on every instance. Every read is 404 at once.",
+                "parameters": [SPACE],
+                "responses": {
+                    "204": {"description": "Deleted."},
+                    "404": _error("No such space (or not a UUID)."),
+                    "503": UNAVAILABLE,
+                },
+            },
         },
         "/spaces/{space_uuid}/tasks": {
             "post": {
@@ -283,6 +296,20 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                     "413": TOO_LARGE,
                     "429": TOO_MANY_REQUESTS,
                     "503": UNAVAILABLE_OR_FULL,
+                },
+            },
+            "delete": {
+                "operationId": "deleteTask",
+                "summary": "Delete a task and its steps",
+                "description": "The task, its children and their progress go for good, with "
+                "undelivered events about them. A deleted step's parent shows its steps "
+                "without it, and finishes (with its one event) if every step left has "
+                "finished. The space's open streams start over from a snapshot.",
+                "parameters": [TASK],
+                "responses": {
+                    "204": {"description": "Deleted."},
+                    "404": NOT_FOUND_TASK,
+                    "503": UNAVAILABLE,
                 },
             },
             "patch": {

@@ -20,7 +20,7 @@ from ..schemas import (
 from ..service import Service
 from ..web import pages
 from ..web.pages import wants_html
-from .responses import JSONResponse, read_body
+from .responses import NO_STORE, JSONResponse, read_body
 from .streaming import JSONStream, space_pieces, task_pieces
 
 
@@ -42,8 +42,12 @@ async def create_space(request: Request) -> Response:
 
 
 async def get_space(request: Request) -> Response:
-    """The space as JSON, or its dashboard for a browser (see `web.pages.wants_html`)."""
+    """The space as JSON, or its dashboard for a browser (see `web.pages.wants_html`);
+    DELETE removes it and everything it holds."""
     space_uuid = request.path_params["space_uuid"]
+    if request.method == "DELETE":
+        await _service(request).delete_space(space_uuid)
+        return Response(status_code=204, headers=NO_STORE)
     if wants_html(request):
         try:
             head = await _service(request).space_head(space_uuid)
@@ -69,8 +73,12 @@ async def create_task(request: Request) -> Response:
 
 
 async def task(request: Request) -> Response:
-    """GET reads a task; PUT reports its whole new state."""
+    """GET reads a task; PUT reports its whole new state; DELETE removes it (and its
+    steps)."""
     task_uuid = request.path_params["task_uuid"]
+    if request.method == "DELETE":
+        await _service(request).delete_task(task_uuid)
+        return Response(status_code=204, headers=NO_STORE)
     if request.method == "PUT":
         await count(request, "reports")
         report = decode_report(await read_body(request))
@@ -87,7 +95,7 @@ async def patch_task(_request: Request) -> Response:
     """Always refused, whether or not the task exists: a merge would be implied."""
     raise MethodNotAllowed(
         "PATCH is not supported: every report replaces the whole state, so use PUT.",
-        headers={"allow": "GET, HEAD, PUT"},
+        headers={"allow": "DELETE, GET, HEAD, PUT"},
     )
 
 

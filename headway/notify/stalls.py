@@ -204,7 +204,7 @@ class StallWatch:
             ):
                 return False
             await channels.queue(
-                st, f"stall_{uuid.uuid4().hex}", channel_uuid, "stalled", payload, now
+                st, f"stall_{uuid.uuid4().hex}", channel_uuid, task_uuid, "stalled", payload, now
             )
         metrics.stall("stalled")
         return True
@@ -217,7 +217,13 @@ class StallWatch:
             if payload is None:
                 return 0
             await channels.queue(
-                st, f"stall_{uuid.uuid4().hex}", channel_uuid, "recovered", payload, now
+                st,
+                f"stall_{uuid.uuid4().hex}",
+                channel_uuid,
+                task_uuid,
+                "recovered",
+                payload,
+                now,
             )
         metrics.stall("recovered")
         return 1

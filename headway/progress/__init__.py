@@ -61,6 +61,10 @@ class ProgressStore(Protocol):
     async def put(self, task_uuid: str, progress: Progress, space_uuid: str) -> None:
         """Store `progress`; raise ProgressBudgetFull if the store itself is full."""
 
+    async def delete(self, task_uuids: Sequence[str]) -> None:
+        """Forget the progress of these tasks (deleted), freeing what it held."""
+        ...
+
     def change_feed(self) -> ChangeFeed:
         """A new change feed beside this store, reaching every instance the store serves
         (the caller closes it)."""

@@ -15,6 +15,7 @@ from typing import NamedTuple, Protocol
 TASK = "task"  # a task was created, reported or finished
 REVOKED = "revoked"  # a share link of the space was revoked: `task_uuid` names the share
 RESYNC = "resync"  # changes may have been missed: read everything again
+DROPPED = "dropped"  # the space was deleted: its streams end
 
 
 class Change(NamedTuple):

@@ -126,6 +126,20 @@ class MemoryProgressStore:
         if first.updated_at_us + self._ttl_us <= self._clock.now_us():
             self._drop_expired()
 
+    async def delete(self, task_uuids: Sequence[str]) -> None:
+        entries, used = self._entries, self._space_used
+        for uuid in task_uuids:
+            entry = entries.pop(uuid, None)
+            if entry is None:
+                continue
+            size = entry_bytes(entry)
+            self.bytes_used -= size
+            left = used[entry.space_uuid] - size
+            if left:
+                used[entry.space_uuid] = left
+            else:
+                del used[entry.space_uuid]
+
     def _drop_expired(self) -> None:
         oldest_live = self._clock.now_us() - self._ttl_us
         entries = self._entries

@@ -223,6 +223,11 @@ class RedisProgressStore:
             found.extend(self._live(raw) for raw in await self._redis.mget(keys))
         return found
 
+    async def delete(self, task_uuids: Sequence[str]) -> None:
+        for start in range(0, len(task_uuids), 1000):
+            keys = [self.PREFIX + uuid for uuid in task_uuids[start : start + 1000]]
+            await self._redis.unlink(*keys)
+
     def admit(self, task_uuid: str, space_uuid: str, progress: Progress) -> None:
         """Redis bounds its own memory (`maxmemory` with `noeviction`): see `put`."""
 

@@ -5,6 +5,8 @@ stream and `/mcp` call and nothing else.
 - `reads`: space reads, and the one renderer of every answer that shows tasks;
 - `tasks`: creating and reading tasks, and reports (the hot path);
 - `families`: a task with its children, and the record of a finish;
+- `caps`, `deletes`, `activity`: what a space may hold, deleting tasks and spaces, and
+  when each space was last used (for retention);
 - `webhooks`, `channels`, `shares`: a space's webhooks, notification channels and share
   links;
 - `changes`: the one point every write calls once it is stored.
@@ -23,9 +25,12 @@ from ..schemas import CreateSpace, CreateTask, CreateWebhook
 from ..storage.database import Database
 from ..storage.families import FamilyCache, FamilyVersions
 from ..storage.small_spaces import ShownTasks, SmallSpaces
+from .activity import Activity
+from .caps import Caps
 from .changes import Cache, Changes
 from .channels import ChannelRules, Channels
 from .context import Stores
+from .deletes import Deletes
 from .families import Families
 from .reads import SPACE_PAGE, SpaceReads, parse_limit
 from .shares import Shares
@@ -62,10 +67,13 @@ class Service:
         self.changes = Changes(feed, versions)
         self.stores = stores = Stores(db, progress, clock, self.changes)
         self.db, self.progress, self.clock, self.feed = db, progress, clock, feed
+        self.activity = Activity(clock)
         self.spaces = Spaces(stores)
-        self.reads = SpaceReads(stores, self.spaces, versions=versions)
+        self.reads = SpaceReads(stores, self.spaces, versions=versions, activity=self.activity)
         self.families = Families(stores, FamilyCache(versioned=versions is not None))
-        self.tasks = Tasks(stores, self.families)
+        self.caps = Caps(stores)
+        self.tasks = Tasks(stores, self.families, self.caps, self.activity)
+        self.deletes = Deletes(stores, self.families)
         self.webhooks = Webhooks(
             stores,
             self.spaces,
@@ -132,6 +140,12 @@ class Service:
 
     async def create_task(self, space_uuid: str, body: CreateTask) -> dict[str, Any]:
         return await self.tasks.create(space_uuid, body)
+
+    async def delete_task(self, task_uuid: str) -> None:
+        await self.deletes.task(task_uuid)
+
+    async def delete_space(self, space_uuid: str) -> None:
+        await self.deletes.space(space_uuid)
 
     async def get_task(self, task_uuid: str) -> TaskView:
         return await self.tasks.get(task_uuid)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 from typing import ClassVar, Protocol
 
 from ..dependencies import unavailable
 from ..domain import Changed
-from ..progress.feed import RESYNC, REVOKED, TASK, Change, ChangeFeed
+from ..progress.feed import DROPPED, RESYNC, REVOKED, TASK, Change, ChangeFeed
 from ..storage.families import FamilyVersions
 from ..storage.small_spaces import space_version_key
 
@@ -128,6 +129,32 @@ class Changes:
                 log.exception("a change could not be announced; watchers resync")
             with contextlib.suppress(Exception):
                 self.feed.publish(Change(RESYNC, space_uuid, ""))
+
+    async def deleted(
+        self,
+        space_uuid: str,
+        task_uuids: Sequence[str],
+        parent_uuid: str | None = None,
+        *,
+        whole_space: bool = False,
+    ) -> None:
+        """Tasks were deleted (with `whole_space`, the space and everything in it):
+        every cache forgets each of them (and the space), the other instances see new
+        versions of their families and of the space's rows, and the space's streams end
+        (`DROPPED`: they have nothing to show) or start over (`RESYNC`: their tasks went).
+        Never raises."""
+        kind = Changed.DROP if whole_space else Changed.DELETE
+        for task_uuid in task_uuids or ("",):
+            self.forget(kind, space_uuid, task_uuid, parent_uuid)
+        try:
+            if self.versions is not None:
+                keys = [*task_uuids, parent_uuid, space_version_key(space_uuid)]
+                for start in range(0, len(keys), 1000):
+                    await self.versions.bump_families(*keys[start : start + 1000])
+        except Exception as exc:
+            log.warning("a delete could not be announced to other instances (%s)", exc)
+        with contextlib.suppress(Exception):
+            self.feed.publish(Change(DROPPED if whole_space else RESYNC, space_uuid, ""))
 
     @staticmethod
     def change(

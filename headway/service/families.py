@@ -132,22 +132,34 @@ class Families:
     async def _finish_parent_if_done(
         self, st: Statements, child: TaskRow, child_progress: Progress, now_us: int
     ) -> None:
-        parent_uuid = child.parent_uuid
-        assert parent_uuid is not None
-        # Read after this child's finish, under the parent's row lock (see `_record`).
-        parent, siblings = await queries.read_family(st.rows, parent_uuid)
-        if parent is None or any(not sibling.finished for sibling in siblings):
-            return
+        assert child.parent_uuid is not None
+        await self.finish_if_steps_done(st, child.parent_uuid, now_us, {child.uuid: child_progress})
+
+    async def finish_if_steps_done(
+        self,
+        st: Statements,
+        parent_uuid: str,
+        now_us: int,
+        known: dict[str, Progress] | None = None,
+    ) -> bool:
+        """Finish the parent, with its event, if it has steps and every one of them has
+        finished (after a step's finish, or a step's delete). Call under the parent's row
+        lock (`queries.lock_task`), within the transaction that changed its steps.
+        `known`: progress just written and not yet stored. True: it finished here."""
+        parent, steps = await queries.read_family(st.rows, parent_uuid)
+        if parent is None or parent.finished or not steps:
+            return False
+        if any(not step.finished for step in steps):
+            return False
         duration = domain.duration_seconds(parent.created_at_us, now_us)
         if not await queries.finish_task(st, parent.uuid, now_us, duration):
-            return
+            return False
         parent = msgspec.structs.replace(parent, finished_at_us=now_us, duration=duration)
-        found = await self._stores.progress.get_many([parent.uuid, *(s.uuid for s in siblings)])
-        family = [
-            (s, child_progress if s.uuid == child.uuid else p)
-            for s, p in zip(siblings, found[1:], strict=True)
-        ]
+        found = await self._stores.progress.get_many([parent.uuid, *(s.uuid for s in steps)])
+        known = known or {}
+        family = [(s, known.get(s.uuid, p)) for s, p in zip(steps, found[1:], strict=True)]
         await _record_event(st, domain.view(parent, found[0], family), now_us)
+        return True
 
 
 async def _record_event(st: Statements, task: domain.TaskView, now_us: int) -> None:
@@ -165,6 +177,7 @@ async def _record_event(st: Statements, task: domain.TaskView, now_us: int) -> N
         st,
         event_id,
         task.space_uuid,
+        task.uuid,
         payload,
         failed=failed,
         step=task.parent_uuid is not None,

@@ -22,6 +22,7 @@ from ..storage.small_spaces import (
     SmallSpaces,
     space_version_key,
 )
+from .activity import Activity
 from .context import NO_SPACE, Stores
 from .spaces import Head, Spaces
 
@@ -56,9 +57,15 @@ class SpaceReads:
     are reused too (`ShownTasks`: progress read from Redis is a new object each time)."""
 
     def __init__(
-        self, stores: Stores, spaces: Spaces, *, versions: FamilyVersions | None = None
+        self,
+        stores: Stores,
+        spaces: Spaces,
+        *,
+        versions: FamilyVersions | None = None,
+        activity: Activity | None = None,
     ) -> None:
         self._stores = stores
+        self._activity = activity
         self._spaces = spaces
         self._versions = versions
         self.small: SmallSpaces | None = SmallSpaces()
@@ -105,6 +112,10 @@ class SpaceReads:
             version = await self._versions.family_version(space_version_key(key))
             now_us = self._stores.clock.now_us()
         held = None if self.small is None else self.small.get(key, version, now_us)
+        if held is None and self._versions is not None:
+            head = None  # another instance may have deleted the space: ask the database
+        if head is not None and self._activity is not None:
+            self._activity.note(key)  # an existing space was read
         if head is not None and isinstance(held, SmallSpace):
             return head, await self._rendered(held.rows_of(window), *self._held_shown(held))
         if head is not None and isinstance(held, BigSpace):
@@ -118,6 +129,8 @@ class SpaceReads:
                 if found is None:
                     raise NotFound(NO_SPACE)
                 head = self._spaces.heads.keep(key, *found)
+                if self._activity is not None:
+                    self._activity.note(key)
             if self.small is not None and held is None:
                 held = await self.small.load(fetch, key, version, now_us)
             if isinstance(held, SmallSpace):

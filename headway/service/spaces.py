@@ -24,9 +24,9 @@ Head = dict[str, str | None]
 
 class SpaceHeads:
     """The `{"title", "icon"}` of the spaces last read, at most SPACE_HEADS of them (past
-    that, the one held longest goes). No write changes them: it hears no change."""
+    that, the one held longest goes). Nothing changes them; the space's delete drops them."""
 
-    hears: ClassVar[frozenset[Changed]] = frozenset()
+    hears: ClassVar[frozenset[Changed]] = frozenset({Changed.DROP})
 
     def __init__(self, held: int = SPACE_HEADS) -> None:
         self._held = held
@@ -45,7 +45,8 @@ class SpaceHeads:
     def on_change(
         self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
     ) -> None:
-        """Nothing to drop: no change of tasks changes a space's title or icon."""
+        """After the space's delete (no change of tasks changes its title or icon)."""
+        self._heads.pop(space_uuid, None)
 
 
 class Spaces:

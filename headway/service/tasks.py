@@ -19,6 +19,8 @@ from ..storage import queries
 from ..storage.batch import GroupCommit
 from ..storage.database import Statements
 from ..storage.families import FamilyVersion, FamilyVersions
+from .activity import Activity
+from .caps import Caps
 from .context import NO_SPACE, NO_TASK, NOT_A_PARENT, Stores
 from .families import Families, Family
 
@@ -32,9 +34,17 @@ FAMILY_RELOADS = 3
 class Tasks:
     """Creates (concurrent ones share a commit), reads and reports of tasks."""
 
-    def __init__(self, stores: Stores, families: Families) -> None:
+    def __init__(
+        self,
+        stores: Stores,
+        families: Families,
+        caps: Caps | None = None,
+        activity: Activity | None = None,
+    ) -> None:
         self._stores = stores
         self._families = families
+        self.caps = caps or Caps(stores)
+        self._activity = activity or Activity(stores.clock)
         # Caches forget as each batch's commit ends, before anyone is answered: a create
         # whose caller was cancelled meanwhile commits all the same.
         self.creates = GroupCommit(stores.db, self._insert, after=self._forget)
@@ -68,6 +78,7 @@ class Tasks:
     ) -> None:
         """After a batch's commit: its tasks, not those refused; after its failure (it
         may have committed all the same): all of them."""
+        self.caps.committed(outcomes is not None)
         forget = self._stores.changes.forget
         for index, new in enumerate(batch):
             if outcomes is None or isinstance(outcomes[index], TaskRow):
@@ -80,13 +91,17 @@ class Tasks:
         (unknown space 404, bad parent 422) is refused alone, before anything is written
         for it; the others of a space get its next instants, in the order they arrived."""
         wanted = {new.parent_uuid for new in batch if new.parent_uuid is not None}
-        parents = await queries.tasks_by_uuid(st, wanted)
+        parents = await queries.parents_by_uuid(st, wanted)
         refused: dict[int, HeadwayError] = {}
         by_space: dict[str, list[int]] = defaultdict(list)
+        steps = self.caps.steps_of(parents)
         for index, new in enumerate(batch):
             by_space[new.space_uuid].append(index)
             if new.parent_uuid is not None:
-                refusal = _parent_refusal(parents.get(new.parent_uuid), new.space_uuid)
+                found = parents.get(new.parent_uuid)
+                refusal = _parent_refusal(found and found[0], new.space_uuid) or steps.add(
+                    new.parent_uuid
+                )
                 if refusal is not None:
                     refused[index] = refusal
         now_us = self._stores.clock.now_us()
@@ -97,18 +112,26 @@ class Tasks:
         for space_key in sorted(by_space):
             members = by_space[space_key]
             accepted = [index for index in members if index not in refused]
+            top = [index for index in accepted if batch[index].parent_uuid is None]
+            claimed = None
             if accepted:
-                first_us = await queries.claim_created_at(st, space_key, now_us, len(accepted))
-            else:  # only refusals: which one depends on whether the space exists
-                first_us = 0 if await queries.space_exists(st, space_key) else None
-            if first_us is None:
+                claimed = await queries.claim_created_at(
+                    st, space_key, now_us, len(accepted), len(top)
+                )
+            elif await queries.space_exists(st, space_key):
+                claimed = (0, 0)  # only refusals: which one depends on whether it exists
+            if claimed is None:
                 for index in members:
                     outcomes[index] = NotFound(NO_SPACE)  # before any parent's refusal
                 continue
+            first_us, held = claimed
+            beyond = await self.caps.make_room(st, space_key, held, len(top))
+            for index in top[len(top) - beyond :] if beyond else ():
+                refused[index] = self.caps.full()
             for index in members:
                 if index in refused:
                     outcomes[index] = refused[index]
-            for offset, index in enumerate(accepted):
+            for offset, index in enumerate(i for i in accepted if i not in refused):
                 new = batch[index]
                 row = TaskRow(
                     new.uuid, space_key, new.parent_uuid, new.title, new.source, first_us + offset
@@ -117,10 +140,12 @@ class Tasks:
                 rows.append(row)
         if rows:
             await queries.insert_tasks(st, rows)
+            await queries.count_children(st, steps.added)
         return [outcomes[index] for index in range(len(batch))]
 
     async def get(self, task_uuid: str) -> domain.TaskView:
         row, children = await self._families.get(task_uuid)
+        self._activity.note(row.space_uuid)
         progress = self._stores.progress
         if not children:
             return domain.view(row, await progress.get(row.uuid))
@@ -204,6 +229,7 @@ class Tasks:
         progress, finishing = domain.apply_report(
             previous, report, now_us, is_parent=bool(children)
         )
+        self._activity.note(row.space_uuid)
         family: Family = []
         found: list[Progress | None] = []
         if children:

@@ -166,6 +166,7 @@ async def fan_out(
     st: Statements,
     event_id: str,
     space_uuid: str,
+    task_uuid: str,
     payload: str,
     *,
     failed: bool,
@@ -178,23 +179,29 @@ async def fan_out(
     wants = "(on_completed OR on_failed)" if failed else "on_completed"
     kind = "failed" if failed else "completed"
     await st.many(
-        "INSERT INTO channel_deliveries (id, channel_uuid, kind, payload, created_at_us, "
-        "next_attempt_at_us) SELECT CAST(? AS VARCHAR(64)) || ':' || uuid, uuid, "
-        "CAST(? AS VARCHAR(16)), CAST(? AS TEXT), CAST(? AS BIGINT), CAST(? AS BIGINT) "
-        "FROM channels "
+        "INSERT INTO channel_deliveries (id, channel_uuid, task_uuid, kind, payload, "
+        "created_at_us, next_attempt_at_us) SELECT CAST(? AS VARCHAR(64)) || ':' || uuid, "
+        "uuid, CAST(? AS VARCHAR(36)), CAST(? AS VARCHAR(16)), CAST(? AS TEXT), "
+        "CAST(? AS BIGINT), CAST(? AS BIGINT) FROM channels "
         f"WHERE space_uuid = ? AND {wants}" + (" AND steps" if step else ""),
-        [(event_id, kind, payload, now_us, now_us, space_uuid)],
+        [(event_id, task_uuid, kind, payload, now_us, now_us, space_uuid)],
     )
 
 
 async def queue(
-    st: Statements, delivery_id: str, channel_uuid: str, kind: str, payload: str, now_us: int
+    st: Statements,
+    delivery_id: str,
+    channel_uuid: str,
+    task_uuid: str,
+    kind: str,
+    payload: str,
+    now_us: int,
 ) -> None:
-    """Queue one message for one channel (a stall, a recovery)."""
+    """Queue one message about a task for one channel (a stall, a recovery)."""
     await st.many(
-        "INSERT INTO channel_deliveries (id, channel_uuid, kind, payload, created_at_us, "
-        "next_attempt_at_us) VALUES (?, ?, ?, ?, ?, ?)",
-        [(delivery_id, channel_uuid, kind, payload, now_us, now_us)],
+        "INSERT INTO channel_deliveries (id, channel_uuid, task_uuid, kind, payload, "
+        "created_at_us, next_attempt_at_us) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [(delivery_id, channel_uuid, task_uuid, kind, payload, now_us, now_us)],
     )
 
 

@@ -127,8 +127,11 @@ class FamilyCache:
     bare row, and the space uuid it shares with its space's other tasks is stored once.
     """
 
-    # A family changes when a child is added to it or one of its members finishes.
-    hears: ClassVar[frozenset[Changed]] = frozenset({Changed.CREATE, Changed.FINISH})
+    # A family changes when a child is added to it, one of its members finishes or is
+    # deleted, or its space is.
+    hears: ClassVar[frozenset[Changed]] = frozenset(
+        {Changed.CREATE, Changed.FINISH, Changed.DELETE, Changed.DROP}
+    )
 
     def __init__(self, max_entries: int = 100_000, *, versioned: bool = False) -> None:
         self._entries: dict[str, TaskRow | _Parent] = {}
@@ -227,8 +230,10 @@ class FamilyCache:
         """After a create or a finish committed (or may have): a new task's parent's
         family changed; a finished task's, and its parent's (its children and maybe its
         own finish)."""
-        if kind is Changed.FINISH:
+        if kind is Changed.FINISH or kind is Changed.DELETE:
             self.forget(task_uuid, parent_uuid)
+        elif kind is Changed.DROP:
+            self.forget(task_uuid)
         elif parent_uuid is not None:
             self.forget(parent_uuid)
 

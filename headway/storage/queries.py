@@ -26,8 +26,9 @@ class NewSpace:
 async def insert_spaces(st: Statements, new: Sequence[NewSpace], now_us: int) -> None:
     """Insert several spaces in one statement (executemany)."""
     await st.many(
-        "INSERT INTO spaces (uuid, title, icon, created_at_us) VALUES (?, ?, ?, ?)",
-        [(space.uuid, space.title, space.icon, now_us) for space in new],
+        "INSERT INTO spaces (uuid, title, icon, created_at_us, active_at_us) "
+        "VALUES (?, ?, ?, ?, ?)",
+        [(space.uuid, space.title, space.icon, now_us, now_us) for space in new],
     )
 
 
@@ -45,21 +46,82 @@ async def space_exists(st: Statements, uuid: str) -> bool:
 _CLAIM = (
     "UPDATE spaces SET last_task_at_us = CASE WHEN last_task_at_us < CAST(? AS BIGINT) "
     "THEN CAST(? AS BIGINT) + CAST(? AS BIGINT) - 1 ELSE last_task_at_us + CAST(? AS BIGINT) "
-    "END WHERE uuid = ? RETURNING last_task_at_us"
+    "END, top_tasks = top_tasks + ?, active_at_us = CASE WHEN active_at_us < 0 "
+    "THEN active_at_us ELSE CAST(? AS BIGINT) END WHERE uuid = ? "
+    "RETURNING last_task_at_us, top_tasks"
 )
 
 
 async def claim_created_at(
-    st: Statements, space_uuid: str, now_us: int, count: int = 1
-) -> int | None:
+    st: Statements, space_uuid: str, now_us: int, count: int = 1, top_level: int = 0
+) -> tuple[int, int] | None:
     """Reserve the next `count` creation instants of a space and return the first: now,
-    or 1 µs after the newest task; the others follow it 1 µs apart.
+    or 1 µs after the newest task; the others follow it 1 µs apart. Also counts the
+    `top_level` ones among them, and the space's activity. Returns the first instant and
+    how many top-level tasks the space holds with them.
 
     One conditional UPDATE, so concurrent creates (even on several instances) queue on
     the space's row and each gets a distinct, increasing instant. None: no such space.
     """
-    found = await st.rows(_CLAIM, (now_us, now_us, count, count, space_uuid))
-    return found[0][0] - count + 1 if found else None
+    found = await st.rows(_CLAIM, (now_us, now_us, count, count, top_level, now_us, space_uuid))
+    return (found[0][0] - count + 1, found[0][1]) if found else None
+
+
+async def count_top_level(st: Statements, space_uuid: str, delta: int) -> None:
+    """Move the space's count of top-level tasks by `delta` (see the caps)."""
+    await st.many(
+        "UPDATE spaces SET top_tasks = top_tasks + ? WHERE uuid = ?", [(delta, space_uuid)]
+    )
+
+
+async def count_children(st: Statements, added: dict[str, int]) -> None:
+    """Count new steps of parents, by parent (see the caps)."""
+    if not added:
+        return
+    await st.many(
+        "UPDATE tasks SET children = children + ? WHERE uuid = ?",
+        [(count, parent) for parent, count in added.items()],
+    )
+
+
+async def count_deleted(st: Statements, space_uuid: str, parent_uuid: str | None) -> None:
+    """A task deleted: one step less for its parent, or one top-level task less."""
+    if parent_uuid is not None:
+        await count_children(st, {parent_uuid: -1})
+    else:
+        await count_top_level(st, space_uuid, -1)
+
+
+async def parents_by_uuid(st: Statements, uuids: Collection[str]) -> dict[str, tuple[TaskRow, int]]:
+    """The tasks of these uuids that exist, by uuid, each with how many steps it holds."""
+    if not uuids:
+        return {}
+    found = await st.rows(
+        f"SELECT {_ROW_COLUMNS}, children FROM tasks WHERE uuid IN ({', '.join('?' * len(uuids))})",
+        list(uuids),
+    )
+    return {raw[0]: (TaskRow(*raw[:8]), int(raw[8])) for raw in found}
+
+
+async def oldest_finished_top_level(st: Statements, space_uuid: str, count: int) -> list[str]:
+    """The space's `count` oldest finished top-level tasks (fewer if it has fewer)."""
+    found = await st.rows(
+        "SELECT uuid FROM tasks WHERE space_uuid = ? AND parent_uuid IS NULL AND "
+        "finished_at_us IS NOT NULL ORDER BY created_at_us LIMIT ?",
+        (space_uuid, count),
+    )
+    return [row[0] for row in found]
+
+
+async def children_uuids(st: Statements, parents: Sequence[str]) -> list[str]:
+    """The steps of these parents."""
+    if not parents:
+        return []
+    found = await st.rows(
+        f"SELECT uuid FROM tasks WHERE parent_uuid IN ({', '.join('?' * len(parents))})",
+        list(parents),
+    )
+    return [row[0] for row in found]
 
 
 async def insert_tasks(st: Statements, rows: Sequence[TaskRow]) -> None:

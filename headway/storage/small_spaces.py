@@ -121,8 +121,10 @@ Page = tuple[list[TaskRow], dict[str, list[TaskRow]]]
 class SmallSpaces:
     """Small spaces by uuid, least recently read first, and big ones (`BigSpace`)."""
 
-    # A space's rows change when a task is created in it or finishes.
-    hears: ClassVar[frozenset[Changed]] = frozenset({Changed.CREATE, Changed.FINISH})
+    # A space's rows change when a task is created in it, finishes or is deleted.
+    hears: ClassVar[frozenset[Changed]] = frozenset(
+        {Changed.CREATE, Changed.FINISH, Changed.DELETE, Changed.DROP}
+    )
 
     def __init__(
         self, small: int = SMALL_SPACE, held: int = ROWS_HELD, page_rows: int = PAGE_ROWS_HELD
@@ -228,7 +230,11 @@ class SmallSpaces:
     def on_change(
         self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
     ) -> None:
-        """After a create or a finish in the space committed (or may have)."""
+        """After a create, a finish or a delete in the space committed (or may have)."""
+        if kind is Changed.DROP:
+            self.generation += 1
+            self._drop(space_uuid)
+            return
         self.forget(space_uuid, children=kind is Changed.CREATE and parent_uuid is not None)
 
     def forget(self, *space_uuids: str, children: bool = False) -> None:

@@ -1,0 +1,59 @@
+"""When each space was last used, noted coarsely: a create, a report or a read marks its
+space active, and what was marked is written at most once per space per hour
+(`ACTIVITY_GRAIN_US`), by `flush`, so that reads and reports cost no write. Retention
+(`sweeper`) deletes spaces idle for longer than `HEADWAY_SPACE_RETENTION`."""
+
+from __future__ import annotations
+
+from ..clock import Clock
+from ..storage.database import Database
+
+# Activity is known to within this much: a space is written active at most this often.
+ACTIVITY_GRAIN_US = 3600 * 1_000_000
+# Spaces whose last noted hour is remembered; past that, the older half is forgotten (the
+# only cost: one more write for those spaces).
+NOTED = 100_000
+AT_ONCE = 500
+
+
+class Activity:
+    """Spaces used since the last `flush`, each noted once per hour."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._noted: dict[str, int] = {}  # space -> the hour it was last noted in
+        self._pending: dict[str, int] = {}  # space -> when it was used, to write
+
+    def note(self, space_uuid: str) -> None:
+        """The space was used now (cheap: a lookup, most of the time)."""
+        now_us = self._clock.now_us()
+        hour = now_us // ACTIVITY_GRAIN_US
+        if self._noted.get(space_uuid) == hour:
+            return
+        noted = self._noted
+        if len(noted) >= NOTED:
+            for old in list(noted)[: NOTED // 2]:
+                del noted[old]
+        noted[space_uuid] = hour
+        self._pending[space_uuid] = now_us
+
+    async def flush(self, db: Database) -> int:
+        """Write what was noted; how many spaces. A space being deleted for its idleness
+        (`active_at_us` below 0) stays so."""
+        pending, self._pending = self._pending, {}
+        if not pending:
+            return 0
+        items = sorted(pending.items())
+        try:
+            async with db.write() as st:
+                for start in range(0, len(items), AT_ONCE):
+                    await st.many(
+                        "UPDATE spaces SET active_at_us = ? WHERE uuid = ? AND active_at_us >= 0 "
+                        "AND active_at_us < ?",
+                        [(at_us, uuid, at_us) for uuid, at_us in items[start : start + AT_ONCE]],
+                    )
+        except BaseException:
+            for uuid, at_us in items:  # written next time
+                self._pending.setdefault(uuid, at_us)
+            raise
+        return len(items)

@@ -1,0 +1,102 @@
+"""The caps on what a space holds: steps per parent (422 beyond), and top-level tasks per
+space, beyond which a new task takes the place of the oldest finished one (with its
+steps), as a log keeps its last lines; 422 when every task is still active."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+
+from .. import metrics
+from ..domain import Changed, TaskRow
+from ..errors import Unprocessable
+from ..storage import deletes, queries
+from ..storage.database import Statements
+from .context import Stores
+
+log = logging.getLogger("headway")
+
+STEPS_PER_PARENT = 10_000
+TASKS_PER_SPACE = 100_000
+
+
+class Steps:
+    """Steps each parent of a batch holds, as the batch adds them."""
+
+    def __init__(self, held: dict[str, int], cap: int) -> None:
+        self._held = held
+        self._cap = cap
+        self.added: dict[str, int] = {}
+
+    def add(self, parent_uuid: str) -> Unprocessable | None:
+        """Count one new step of the parent; the refusal if it holds its cap already."""
+        if self._held.get(parent_uuid, 0) + self.added.get(parent_uuid, 0) >= self._cap:
+            return Unprocessable(
+                f"A task holds at most {self._cap:,} steps (HEADWAY_CHILDREN_PER_PARENT)."
+            )
+        self.added[parent_uuid] = self.added.get(parent_uuid, 0) + 1
+        return None
+
+
+class Caps:
+    """Applies the caps within a batch of creates, and makes room when a space is full."""
+
+    def __init__(
+        self,
+        stores: Stores,
+        *,
+        steps_per_parent: int = STEPS_PER_PARENT,
+        tasks_per_space: int = TASKS_PER_SPACE,
+    ) -> None:
+        self._stores = stores
+        self.steps_per_parent = steps_per_parent
+        self.tasks_per_space = tasks_per_space
+        # Tasks removed to make room, by space, until their commit is announced.
+        self.pruned: list[tuple[str, list[str]]] = []
+        self._announcing: set[asyncio.Task[None]] = set()
+
+    def steps_of(self, parents: Mapping[str, tuple[TaskRow, int]]) -> Steps:
+        return Steps({uuid: count for uuid, (_, count) in parents.items()}, self.steps_per_parent)
+
+    def full(self) -> Unprocessable:
+        return Unprocessable(
+            f"This space holds {self.tasks_per_space:,} top-level tasks, all still active "
+            "(HEADWAY_TASKS_PER_SPACE): finish or delete one first."
+        )
+
+    async def make_room(self, st: Statements, space_uuid: str, held: int, new: int) -> int:
+        """The space holds `held` top-level tasks with `new` ones being created: remove
+        the oldest finished ones (with their steps) beyond the cap; returns how many of
+        the new ones find no room (every other task is still active)."""
+        excess = min(held - self.tasks_per_space, new)
+        if excess <= 0:
+            return 0
+        oldest = await queries.oldest_finished_top_level(st, space_uuid, excess)
+        if oldest:
+            gone = [*await queries.children_uuids(st, oldest), *oldest]
+            await deletes.delete_tasks(st, gone)
+            self.pruned.append((space_uuid, gone))
+        refused = excess - len(oldest)
+        await queries.count_top_level(st, space_uuid, -excess)
+        return refused
+
+    def committed(self, ok: bool) -> None:
+        """After a batch's commit (`ok`) or failure: tell what was removed to make room."""
+        pruned, self.pruned = self.pruned, []
+        changes = self._stores.changes
+        for space_uuid, gone in pruned:
+            for task_uuid in gone:
+                changes.forget(Changed.DELETE, space_uuid, task_uuid)
+            if ok:
+                metrics.deleted("cap", len(gone))
+                task = asyncio.ensure_future(self._announce(space_uuid, gone))
+                self._announcing.add(task)
+                task.add_done_callback(self._announcing.discard)
+
+    async def _announce(self, space_uuid: str, gone: list[str]) -> None:
+        try:
+            await self._stores.progress.delete(gone)
+        except Exception as exc:  # it expires in its time
+            log.warning("progress of pruned tasks not deleted (%s)", exc)
+        await self._stores.changes.deleted(space_uuid, gone)
