@@ -305,3 +305,18 @@ async def test_deleting_a_space_on_one_instance_ends_its_streams_on_another(clie
         await asyncio.wait_for(owner.ended.wait(), WITHIN_S)
         await asyncio.wait_for(shared.ended.wait(), WITHIN_S)
     assert (await b.get(f"/spaces/{space}/events")).status_code == 404
+
+
+async def test_one_idempotency_key_sent_to_two_instances_at_once_creates_one_task(clients):
+    space = (await clients[0].post("/spaces", json={})).json()["uuid"]
+    answers = await asyncio.gather(
+        *(
+            client.post(
+                f"/spaces/{space}/tasks", json={"title": "once"}, headers={"idempotency-key": "k"}
+            )
+            for client in clients * 6
+        )
+    )
+    assert {answer.status_code for answer in answers} == {201}
+    assert len({answer.json()["uuid"] for answer in answers}) == 1
+    assert len((await clients[1].get(f"/spaces/{space}")).json()["tasks"]) == 1

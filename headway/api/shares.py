@@ -30,7 +30,7 @@ from .openapi import (
     _uuid_param,
 )
 from .responses import NO_STORE, JSONResponse, read_body
-from .rest import count
+from .rest import count, created, idempotency_of
 from .streaming import JSONStream, space_pieces
 
 
@@ -43,8 +43,10 @@ async def shares(request: Request) -> Response:
     space_uuid = request.path_params["space_uuid"]
     if request.method == "POST":
         await count(request, "shares")
-        decode_create(await read_body(request), CreateShare)
-        return JSONResponse(await _service(request).create_share(space_uuid), 201)
+        raw = await read_body(request)
+        idempotency = idempotency_of(request, "shares", raw)
+        decode_create(raw, CreateShare)
+        return created(await _service(request).create_share(space_uuid, idempotency), idempotency)
     return JSONResponse(await _service(request).list_shares(space_uuid))
 
 

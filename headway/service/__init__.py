@@ -9,6 +9,7 @@ stream and `/mcp` call and nothing else.
   when each space was last used (for retention);
 - `webhooks`, `channels`, `shares`: a space's webhooks, notification channels and share
   links;
+- `idempotency`: creates made once, however often they are retried with one key;
 - `changes`: the one point every write calls once it is stored.
 """
 
@@ -32,13 +33,22 @@ from .channels import ChannelRules, Channels
 from .context import Stores
 from .deletes import Deletes
 from .families import Families
+from .idempotency import Idempotency, Keys
 from .reads import SPACE_PAGE, SpaceReads, parse_limit
 from .shares import Shares
 from .spaces import Head, Spaces
 from .tasks import Tasks
 from .webhooks import Webhooks
 
-__all__ = ["SPACE_PAGE", "Cache", "Changes", "ChannelRules", "Service", "parse_limit"]
+__all__ = [
+    "SPACE_PAGE",
+    "Cache",
+    "Changes",
+    "ChannelRules",
+    "Idempotency",
+    "Service",
+    "parse_limit",
+]
 
 
 class Service:
@@ -74,6 +84,8 @@ class Service:
         self.caps = Caps(stores)
         self.tasks = Tasks(stores, self.families, self.caps, self.activity)
         self.deletes = Deletes(stores, self.families)
+        # Idempotency keys' first answers, as a whole (each create reads and writes its own).
+        self.keys = Keys(stores)
         self.webhooks = Webhooks(
             stores,
             self.spaces,
@@ -129,8 +141,10 @@ class Service:
 
     # --- Spaces and their reads ------------------------------------------------------------
 
-    async def create_space(self, body: CreateSpace) -> dict[str, Any]:
-        return await self.spaces.create(body)
+    async def create_space(
+        self, body: CreateSpace, idempotency: Idempotency | None = None
+    ) -> dict[str, Any]:
+        return await self.spaces.create(body, idempotency)
 
     async def space_head(self, space_uuid: str) -> Head:
         """A space's `{"title", "icon"}`; NotFound if there is no such space."""
@@ -138,8 +152,10 @@ class Service:
 
     # --- Tasks and reports ----------------------------------------------------------------
 
-    async def create_task(self, space_uuid: str, body: CreateTask) -> dict[str, Any]:
-        return await self.tasks.create(space_uuid, body)
+    async def create_task(
+        self, space_uuid: str, body: CreateTask, idempotency: Idempotency | None = None
+    ) -> dict[str, Any]:
+        return await self.tasks.create(space_uuid, body, idempotency)
 
     async def delete_task(self, task_uuid: str) -> None:
         await self.deletes.task(task_uuid)
@@ -158,8 +174,10 @@ class Service:
 
     # --- Webhooks and share links ---------------------------------------------------------
 
-    async def create_webhook(self, space_uuid: str, body: CreateWebhook) -> dict[str, Any]:
-        return await self.webhooks.create(space_uuid, body)
+    async def create_webhook(
+        self, space_uuid: str, body: CreateWebhook, idempotency: Idempotency | None = None
+    ) -> dict[str, Any]:
+        return await self.webhooks.create(space_uuid, body, idempotency)
 
     async def list_webhooks(self, space_uuid: str) -> list[dict[str, str]]:
         return await self.webhooks.list(space_uuid)
@@ -167,8 +185,10 @@ class Service:
     async def delete_webhook(self, space_uuid: str, webhook_uuid: str) -> None:
         await self.webhooks.delete(space_uuid, webhook_uuid)
 
-    async def create_share(self, space_uuid: str) -> dict[str, str]:
-        return await self.shares.create(space_uuid)
+    async def create_share(
+        self, space_uuid: str, idempotency: Idempotency | None = None
+    ) -> dict[str, Any]:
+        return await self.shares.create(space_uuid, idempotency)
 
     async def list_shares(self, space_uuid: str) -> list[dict[str, str]]:
         return await self.shares.list(space_uuid)

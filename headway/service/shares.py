@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from .. import domain
 from ..domain import Changed, canonical_uuid
 from ..errors import NotFound, Unprocessable
 from ..storage import shares
+from ..storage.database import Statements
 from .context import NO_SHARE, Stores
+from .idempotency import Idempotency, Keys
 from .spaces import Spaces
 
 
@@ -20,21 +23,28 @@ class Shares:
         self._stores = stores
         self._spaces = spaces
         self.per_space = per_space
+        self.keys = Keys(stores)
 
-    async def create(self, space_uuid: str) -> dict[str, str]:
-        """A new read-only link to the space."""
+    async def create(
+        self, space_uuid: str, idempotency: Idempotency | None = None
+    ) -> dict[str, Any]:
+        """A new read-only link to the space. With an `idempotency` key, the first answer
+        under it again, if there is one."""
         space_key = await self._spaces.existing(space_uuid)
         share_uuid = str(uuid.uuid4())
         cap = self.per_space
         now_us = self._stores.clock.now_us()
-        async with self._stores.db.write() as st:
+
+        async def write(st: Statements) -> dict[str, Any]:
             if not await shares.insert_share(st, share_uuid, space_key, now_us, cap=cap):
                 raise Unprocessable(f"A space holds at most {cap} share links; revoke one first.")
-        return {
-            "uuid": share_uuid,
-            "url": f"/shared/{share_uuid}",
-            "created_at": domain.format_ts(now_us),
-        }
+            return {
+                "uuid": share_uuid,
+                "url": f"/shared/{share_uuid}",
+                "created_at": domain.format_ts(now_us),
+            }
+
+        return await self.keys.once(space_key, space_key, idempotency, write)
 
     async def list(self, space_uuid: str) -> list[dict[str, str]]:
         space_key = await self._spaces.existing(space_uuid)

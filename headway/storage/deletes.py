@@ -1,5 +1,6 @@
 """SQL of deleting: a task with its children, a whole space, and what refers to them
-(undelivered events, channel messages, stall episodes, share links, webhooks, channels).
+(undelivered events, channel messages, stall episodes, share links, webhooks, channels,
+the first answers of creates made with an idempotency key).
 
 Children go before their parents and tasks before their space (the foreign keys), each
 statement naming its rows by a key the schema indexes. Nothing here decides; the use
@@ -78,6 +79,7 @@ async def delete_space(st: Statements, space_uuid: str) -> list[str] | None:
         f"DELETE FROM stalls WHERE {by_channel}",
         "DELETE FROM channels WHERE space_uuid = ?",
         "DELETE FROM shares WHERE space_uuid = ?",
+        "DELETE FROM idempotency_keys WHERE space_uuid = ?",
     ):
         await st.many(sql, [(space_uuid,)])
     tasks = [
