@@ -97,6 +97,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                     settings.public_url,
                 ),
             )
+            await service.shares.load_secret()  # made by the first start of all
             service.caps.steps_per_parent = settings.children_per_parent
             service.caps.tasks_per_space = settings.tasks_per_space
             app.state.service = service

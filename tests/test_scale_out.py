@@ -307,6 +307,15 @@ async def test_deleting_a_space_on_one_instance_ends_its_streams_on_another(clie
     assert (await b.get(f"/spaces/{space}/events")).status_code == 404
 
 
+async def test_a_share_links_task_ids_are_the_same_on_every_instance(clients):
+    a, b = clients
+    space = (await a.post("/spaces", json={})).json()["uuid"]
+    await a.post(f"/spaces/{space}/tasks", json={"title": "t"})
+    share = (await b.post(f"/spaces/{space}/shares", json={})).json()
+    shown = [(await client.get(share["url"])).json() for client in clients]
+    assert shown[0] == shown[1] and shown[0]["tasks"][0]["id"]
+
+
 async def test_one_idempotency_key_sent_to_two_instances_at_once_creates_one_task(clients):
     space = (await clients[0].post("/spaces", json={})).json()["uuid"]
     answers = await asyncio.gather(

@@ -14,7 +14,6 @@ from ..domain import canonical_uuid
 from ..errors import NotFound
 from ..schemas import CreateShare, decode_create, query_params
 from ..service import Service
-from ..shares import ShareView
 from ..web import pages
 from .events import open_stream, stream_operation
 from .openapi import (
@@ -67,7 +66,7 @@ async def shared(request: Request) -> Response:
         if html:
             return pages.not_found_page(exc.message)
         raise
-    view = ShareView(cast(str, canonical_uuid(share_uuid)))  # a uuid: the link was found
+    view = await service.shares.view(cast(str, canonical_uuid(share_uuid)))  # it was found
     if html:
         return pages.shared_page(share_uuid, await service.space_head(space_uuid))
     params = query_params(request.scope["query_string"])
@@ -83,9 +82,10 @@ async def shared(request: Request) -> Response:
 
 async def shared_events(request: Request) -> Response:
     share_uuid = request.path_params["share_uuid"]
-    space_uuid = await _service(request).space_of_share(share_uuid)
+    service = _service(request)
+    space_uuid = await service.space_of_share(share_uuid)
     # Keyed by the link's canonical uuid, which its revocation names, however it was spelled.
-    share = ShareView(cast(str, canonical_uuid(share_uuid)))
+    share = await service.shares.view(cast(str, canonical_uuid(share_uuid)))
     return await open_stream(request, space_uuid, share)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from .. import domain
 from ..domain import Changed, canonical_uuid
 from ..errors import NotFound, Unprocessable
+from ..shares import ShareView
 from ..storage import shares
 from ..storage.database import Statements
 from .context import NO_SHARE, Stores
@@ -24,6 +25,7 @@ class Shares:
         self._spaces = spaces
         self.per_space = per_space
         self.keys = Keys(stores)
+        self._secret: bytes | None = None
 
     async def create(
         self, space_uuid: str, idempotency: Idempotency | None = None
@@ -62,6 +64,17 @@ class Shares:
             if share_key is None or not await shares.delete_share(st, space_key, share_key):
                 raise NotFound("No such share link in this space.")
         await self._stores.changes.changed(Changed.REVOKE, space_key, share_key)
+
+    async def load_secret(self) -> bytes:
+        """The server secret share links' task ids are keyed by, made at the first start
+        and the same on every instance (read once, then held)."""
+        if self._secret is None:
+            self._secret = await shares.share_secret(self._stores.db, self._stores.clock.now_us())
+        return self._secret
+
+    async def view(self, share_uuid: str) -> ShareView:
+        """How a link shows its space's tasks (`share_uuid`: canonical, of a link found)."""
+        return ShareView(share_uuid, await self.load_secret())
 
     async def space_of(self, share_uuid: str) -> str:
         """The uuid of the space a share link shows; NotFound if it was revoked or never
