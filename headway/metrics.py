@@ -336,7 +336,7 @@ def deleted(reason: str, tasks: int, spaces: int = 0) -> None:
 
 def loop_failed(loop: str) -> None:
     """Count one unexpected error of a background loop (`loop` a constant of the
-    caller's): `live_render`, `worker`, `feed_publish`, `feed_subscribe`."""
+    caller's): `live_render`, `live_links`, `worker`, `feed_publish`, `feed_subscribe`."""
     (_instruments or instruments()).loop_failures.labels(loop).inc()
 
 

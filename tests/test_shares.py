@@ -179,6 +179,69 @@ async def test_a_link_spelled_in_capitals_shows_the_same_and_is_revoked_all_the_
             await asyncio.wait_for(watcher.ended.wait(), WITHIN_S)
 
 
+async def _behind_the_feeds_back(settings, sql: str, *params: str) -> None:
+    """A write made as another instance with no change feed in common makes it (several
+    instances without Redis): in the database, announced to no one."""
+    from headway.storage.database import Database
+
+    db = Database(settings.database_url)
+    try:
+        async with db.write() as st:
+            await st.rows(sql, params)
+    finally:
+        await db.close()
+
+
+async def test_a_revocation_no_feed_announced_ends_its_streams_within_a_second(settings, base_url):
+    async with httpx.AsyncClient(base_url=base_url, timeout=10) as http:
+        space = await new_space(http)
+        await new_task(http, space, title="quiet")
+        share = (await http.post(f"/spaces/{space}/shares", json={})).json()
+        async with (
+            watching(http, share["url"] + "/events") as revoked,
+            watching(http, f"/spaces/{space}/events") as owner,
+        ):
+            for watcher in (revoked, owner):
+                await watcher.snapshot()
+            await _behind_the_feeds_back(
+                settings, "DELETE FROM shares WHERE uuid = ?", share["uuid"]
+            )
+            started = time.monotonic()
+            await asyncio.wait_for(revoked.ended.wait(), WITHIN_S)
+            assert time.monotonic() - started < WITHIN_S
+            assert not owner.ended.is_set()
+
+
+async def test_a_space_deleted_where_no_feed_announced_it_ends_every_stream_within_a_second(
+    settings, base_url
+):
+    from headway.storage import deletes
+
+    async with httpx.AsyncClient(base_url=base_url, timeout=10) as http:
+        space = await new_space(http)
+        await new_task(http, space, title="quiet")
+        share = (await http.post(f"/spaces/{space}/shares", json={})).json()
+        async with (
+            watching(http, share["url"] + "/events") as shared,
+            watching(http, f"/spaces/{space}/events") as owner,
+        ):
+            for watcher in (shared, owner):
+                await watcher.snapshot()
+            from headway.storage.database import Database
+
+            db = Database(settings.database_url)
+            try:
+                async with db.write() as st:
+                    await deletes.delete_space(st, space)
+            finally:
+                await db.close()
+            started = time.monotonic()
+            for watcher in (shared, owner):
+                await asyncio.wait_for(watcher.ended.wait(), WITHIN_S)
+            assert time.monotonic() - started < WITHIN_S
+        assert (await http.get(share["url"] + "/events")).status_code == 404
+
+
 def _shared(server: LiveServer, share: dict) -> dict:
     answer = httpx.get(server.url + share["url"], timeout=10)
     assert answer.status_code == 200, answer.text

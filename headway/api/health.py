@@ -54,9 +54,9 @@ async def up(request: Request) -> Response:
 
 
 def loops(request: Request) -> dict[str, Any]:
-    """The process's long-lived tasks (worker, change feed, live streams' watchdog): a
-    loop that ended is named here (each survives any failure, so it should not), though,
-    like a dead worker, it does not fail the check."""
+    """The process's long-lived tasks (worker, change feed, live streams' watchdog and
+    link check): a loop that ended is named here (each survives any failure, so it should
+    not), though, like a dead worker, it does not fail the check."""
     state = request.app.state
     tasks = {**state.loops, **state.live.loops(), **state.live.feed.loops()}
     stopped = sorted(name for name, task in tasks.items() if task.done())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
 from typing import Any
 
 from .. import domain
@@ -75,6 +76,15 @@ class Shares:
     async def view(self, share_uuid: str) -> ShareView:
         """How a link shows its space's tasks (`share_uuid`: canonical, of a link found)."""
         return ShareView(share_uuid, await self.load_secret())
+
+    async def still_shown(
+        self, spaces: Collection[str], links: Collection[str]
+    ) -> tuple[set[str], set[str]]:
+        """Of these spaces and share links (canonical uuids), those that still exist."""
+        async with self._stores.db.read() as fetch:
+            found_spaces = await shares.existing(fetch, "spaces", list(spaces)) if spaces else set()
+            found_links = await shares.existing(fetch, "shares", list(links)) if links else set()
+        return found_spaces, found_links
 
     async def space_of(self, share_uuid: str) -> str:
         """The uuid of the space a share link shows; NotFound if it was revoked or never

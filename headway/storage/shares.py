@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import secrets
+from typing import Literal
 
 from .database import Database, Fetch, Statements
 from .queries import space_holds_fewer
@@ -45,6 +46,21 @@ async def space_of_share(fetch: Fetch, uuid: str) -> str | None:
     """The space a share link shows, or None if there is no such link."""
     found = await fetch("SELECT space_uuid FROM shares WHERE uuid = ?", (uuid,))
     return found[0][0] if found else None
+
+
+# Uuids named in one statement.
+AT_ONCE = 500
+
+
+async def existing(fetch: Fetch, table: Literal["spaces", "shares"], uuids: list[str]) -> set[str]:
+    """Which of `uuids` are still rows of `table` (spaces, or share links)."""
+    found: set[str] = set()
+    for start in range(0, len(uuids), AT_ONCE):
+        chunk = uuids[start : start + AT_ONCE]
+        marks = ", ".join("?" * len(chunk))
+        rows = await fetch(f"SELECT uuid FROM {table} WHERE uuid IN ({marks})", chunk)
+        found.update(row[0] for row in rows)
+    return found
 
 
 SHARE_SECRET = "share_task_ids"
