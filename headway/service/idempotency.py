@@ -4,8 +4,9 @@ within a day, answers the first answer again and creates nothing; the same key w
 another request is refused (422).
 
 The key, a fingerprint of the request and the first answer are written in the create's
-own transaction (as Stripe's keys and the IETF draft `draft-ietf-httpapi-idempotency-key-
-header` describe), so that an answer is recorded exactly when its create is. Of two
+own transaction (as Stripe's keys and the IETF draft
+`draft-ietf-httpapi-idempotency-key-header` describe), so that an answer is recorded
+exactly when its create is. Of two
 concurrent creates with one key, one commits; the other answers its answer once it has
 committed (on SQLite the second transaction begins after the first; on PostgreSQL the
 second's insert of the key waits for the first's commit, fails on the unique key, and is
