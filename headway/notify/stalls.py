@@ -14,10 +14,12 @@ is a row keyed by channel and task, inserted only if absent, in the same transac
 as its message, so even two instances looking at once send one `stalled` message. A
 `recovered` message follows when `current` changes or the task finishes.
 
-When `current` last changed is known from this process's own looks (every
-`SCAN_S` seconds): a `flat` stall is seen within `stalled_after` + `SCAN_S` of its
-last change, except just after the instance that looks changed (a restart, the lease
-moving), when the flat clock starts again from the first look.
+Each `headway serve` looks every `HEADWAY_STALL_SCAN` seconds (`SCAN_S` by default,
+at most 30), so a stall is told within `stalled_after` + that wait. When `current` last
+changed is known from this process's own looks: a `flat` stall is seen within
+`stalled_after` + the wait of its last change, except just after the instance that
+looks changed (a restart, the lease moving), when the flat clock starts again from the
+first look.
 """
 
 from __future__ import annotations
