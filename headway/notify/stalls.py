@@ -73,7 +73,6 @@ class StallWatch:
         self.holder = f"stalls-{uuid.uuid4().hex[:12]}"
         # Per task: (what its `current` was, when this process first saw it so), µs.
         self._moved: dict[str, tuple[str, int]] = {}
-        self.stalled = 0  # episodes open after the last step (a gauge)
 
     async def run(self) -> None:
         """Look every `scan_s` seconds until cancelled; a failed look is logged (and
@@ -124,7 +123,6 @@ class StallWatch:
         if ended:
             queued += await self._ended(ended, now)
         self._moved = moved
-        self.stalled = len(open_) - len(ended)
         if queued:
             self.on_queued()
         return queued
