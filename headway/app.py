@@ -106,7 +106,9 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 max_streams=settings.max_streams,
                 per_client=settings.streams_per_client if settings.rate_limits else None,
             )
-            stalls = StallWatch(db, progress, clock, service.event_views)
+            stalls = StallWatch(
+                db, progress, clock, service.event_views, scan_s=settings.stall_scan
+            )
             app.state.stalls = stalls
             if settings.run_worker:
                 worker = Worker(

@@ -8,6 +8,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+# The longest wait between two looks for stalls: a stall is told within its channel's
+# `stalled_after` + 30 s (one look's wait, and the look itself).
+MAX_STALL_SCAN = 30
+
 
 class ConfigError(ValueError):
     """A setting has a value Headway cannot use; the message names the variable."""
@@ -64,6 +68,9 @@ class Settings:
     channel_messages: str = "60/hour"
     # The service's public base URL, for read-only links in messages (None: no links).
     public_url: str | None = None
+    # Seconds between two looks for stalled tasks (`notify.stalls`). At most 30: the
+    # contract tells a stall within `stalled_after` + 30 s.
+    stall_scan: int = 15
     # Live streams (`GET /spaces/{s}/events`) open at once in this process, and per client
     # address (the latter is a rate limit: off with `rate_limits`).
     max_streams: int = 2000
@@ -134,6 +141,9 @@ class Settings:
             channel_messages=text("CHANNEL_MESSAGES", defaults.channel_messages)
             or defaults.channel_messages,
             public_url=text("PUBLIC_URL", None),
+            stall_scan=_int(
+                env, "STALL_SCAN", defaults.stall_scan, minimum=1, maximum=MAX_STALL_SCAN
+            ),
             max_streams=_int(env, "MAX_STREAMS", defaults.max_streams, minimum=1),
             streams_per_client=_int(
                 env, "STREAMS_PER_CLIENT", defaults.streams_per_client, minimum=1
@@ -180,6 +190,10 @@ class Settings:
             raise ConfigError(
                 "HEADWAY_PUBLIC_URL must be an absolute http(s) URL such as "
                 "https://progress.example.com"
+            )
+        if not 1 <= self.stall_scan <= MAX_STALL_SCAN:
+            raise ConfigError(
+                f"HEADWAY_STALL_SCAN must be from 1 to {MAX_STALL_SCAN}, not {self.stall_scan}"
             )
         if not 0 < self.progress_memory_per_space <= 1:
             raise ConfigError("HEADWAY_PROGRESS_MEMORY_PER_SPACE must be above 0 and at most 1")

@@ -13,11 +13,12 @@ Under `headway serve --workers N` (N > 1), the server sets PROMETHEUS_MULTIPROC_
 fresh directory before its worker processes start; each writes its values to files there
 and a scrape merges every process's files (prometheus_client's multiprocess mode).
 
-Gauges of the service's state (live progress, the outbox's backlog) are measured when
-scraped, each with a short timeout: a scrape answers while a dependency is down, without
-that dependency's gauges, and `headway_dependency_up` says which one did not answer. The
-metrics port's scrape, in a thread of its own, measures what this process serves from
-(`serving`) on their own event loop and connections: it opens nothing per scrape.
+Gauges of the service's state (live progress, the backlogs of webhooks and channels,
+open stall episodes) are measured when scraped, each with a short timeout: a scrape
+answers while a dependency is down, without that dependency's gauges, and
+`headway_dependency_up` says which one did not answer. The metrics port's scrape, in a
+thread of its own, measures what this process serves from (`serving`) on their own
+event loop and connections: it opens nothing per scrape.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from .storage import outbox
+from .storage import channels, outbox
 
 if TYPE_CHECKING:
     from starlette.types import Message, Scope, Send
@@ -91,6 +92,7 @@ REFUSAL_REASONS = (
     "timeout",
 )
 DELIVERY_OUTCOMES = ("delivered", "retry", "given_up")
+STALL_CHANGES = ("stalled", "recovered")
 # A report takes well under a millisecond, a space read a few; 10 s is a dependency's limit.
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 SCRAPE_TIMEOUT_S = 2.0  # per dependency; a scraper's own timeout is usually 10 s
@@ -254,6 +256,10 @@ class Instruments:
         )
         self._refusals = {reason: self.refusals.labels(reason) for reason in REFUSAL_REASONS}
         self._deliveries = {o: self.deliveries.labels(o) for o in DELIVERY_OUTCOMES}
+        for outcome in DELIVERY_OUTCOMES:  # counted from 0, like the webhooks' outcomes
+            self.channel_messages.labels(outcome)
+        for change in STALL_CHANGES:
+            self.stalls.labels(change)
         if self.multiprocess_dir is None:
             ProcessCollector(registry=registry)
             PlatformCollector(registry=registry)
@@ -401,13 +407,27 @@ async def _measure_held(db: Database) -> list[Metric]:
 
 
 async def _measure_outbox(db: Database) -> tuple[list[Metric], bool]:
+    """The webhooks' and the channels' backlogs, and the open stall episodes: the
+    database's gauges, all or none."""
     try:
         async with asyncio.timeout(SCRAPE_TIMEOUT_S):
             pending, events = await outbox.backlog(db.fetch)
+            channel_pending, stalls_open = await channels.backlog(db.fetch)
     except Exception as exc:  # whatever the failure, the scrape still answers
         log.warning("metrics: the outbox could not be measured: %s", type(exc).__name__)
         return [], False
     return [
+        _gauge(
+            "headway_channel_deliveries_pending",
+            "Channel events not yet delivered or given up (due, being sent or waiting to "
+            "retry); a digest sends several in one message.",
+            channel_pending,
+        ),
+        _gauge(
+            "headway_stall_episodes_open",
+            "Stall episodes open: a task told stalled to a channel and not yet recovered.",
+            stalls_open,
+        ),
         _gauge(
             "headway_outbox_deliveries_pending",
             "Webhook deliveries not yet made or given up (due, in flight or waiting to retry).",

@@ -70,6 +70,8 @@ def test_empty_variables_read_as_unset():
         ("BODY_TIMEOUT", "60", "body_timeout", 60.0),
         ("METRICS", "false", "metrics", False),
         ("METRICS_PORT", "9100", "metrics_port", 9100),
+        ("STALL_SCAN", "1", "stall_scan", 1),
+        ("STALL_SCAN", "30", "stall_scan", 30),
     ],
 )
 def test_each_variable_is_parsed(variable, value, field, expected):
@@ -120,6 +122,9 @@ def test_from_env_reads_the_process_environment(bare_env):
         ("BODY_TIMEOUT", "never"),
         ("METRICS", "maybe"),
         ("METRICS_PORT", "70000"),
+        ("STALL_SCAN", "0"),
+        ("STALL_SCAN", "31"),
+        ("STALL_SCAN", "2.5"),
     ],
 )
 def test_bad_value_raises_config_error_naming_the_variable(variable, value):
@@ -130,6 +135,22 @@ def test_bad_value_raises_config_error_naming_the_variable(variable, value):
 def test_settings_changed_in_code_are_validated_too():
     with pytest.raises(ConfigError, match="HEADWAY_PROGRESS_TTL"):
         Settings().with_(progress_ttl=0)
+    with pytest.raises(ConfigError, match="HEADWAY_STALL_SCAN"):
+        Settings().with_(stall_scan=31)
+
+
+async def test_the_app_looks_for_stalls_as_often_as_configured(tmp_path):
+    from headway.app import create_app
+
+    from .conftest import running
+
+    for scan, expected in ((None, 15), (2, 2)):
+        settings = Settings(database_url=f"sqlite:///{tmp_path}/h{scan}.db", run_worker=False)
+        if scan is not None:
+            settings = settings.with_(stall_scan=scan)
+        app = create_app(settings)
+        async with running(app):
+            assert app.state.stalls.scan_s == expected
 
 
 def test_serve_with_several_workers_without_redis_is_refused(bare_env, capsys):
