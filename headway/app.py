@@ -39,6 +39,7 @@ from .api.responses import (
 from .clock import Clock, SystemClock
 from .config import Settings
 from .dependencies import unavailable
+from .disk import DiskBudget
 from .errors import UNAVAILABLE_MESSAGE, HeadwayError, Unavailable, error_body
 from .limits import RateLimiter
 from .live import Live
@@ -68,16 +69,23 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         db = Database(settings.database_url)
         progress = make_progress_store(settings, clock)
-        metrics.serving(db, progress)  # for HEADWAY_METRICS_PORT's scrape, in another thread
+        disk = DiskBudget.from_settings(settings, db)
+        # For HEADWAY_METRICS_PORT's scrape, in another thread.
+        metrics.serving(db, progress, disk)
         # Rates run on real time even where a test moves the service's clock.
         app.state.limiter = limiter = RateLimiter(settings)
         app.state.loops = {}  # the app's own long-lived tasks, by name (see api.health)
         feed = make_feed(progress)
         worker_task = None
         stalls_task = None
+        disk_task = None
         live = None
         try:
             await db.migrate()
+            await disk.refresh()
+            if disk.watched:
+                disk_task = asyncio.create_task(disk.run(), name="headway-disk")
+                app.state.loops["disk"] = disk_task
             service = Service(
                 db,
                 progress,
@@ -94,6 +102,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                     settings.channels_per_space,
                     settings.public_url,
                 ),
+                disk=disk,
             )
             app.state.service = service
             app.state.live = live = Live(
@@ -121,10 +130,11 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         finally:
             if live is not None:
                 live.end_all()
-            if stalls_task is not None:
-                stalls_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await stalls_task
+            for task in (stalls_task, disk_task):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             if worker_task is not None:
                 worker_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
