@@ -18,6 +18,40 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class FreeMin:
+    """HEADWAY_DISK_FREE_MIN: the free space a filesystem must keep, as bytes, as a share
+    of the filesystem, or (the default) the smaller of both. 0 bytes: no minimum."""
+
+    bytes: int | None = 1024**3
+    share: float | None = 0.05
+
+    def of(self, disk_bytes: int) -> int:
+        """The minimum in bytes on a filesystem of `disk_bytes`."""
+        found = [] if self.bytes is None else [self.bytes]
+        if self.share is not None:
+            found.append(int(disk_bytes * self.share))
+        return min(found)
+
+    def __str__(self) -> str:
+        share = None if self.share is None else f"{self.share * 100:g}%"
+        if self.bytes is None:
+            return f"{share} of the disk"
+        if share is None:
+            return size_text(self.bytes)
+        return f"{size_text(self.bytes)} or {share} of the disk, whichever is smaller"
+
+    def validate(self) -> None:
+        if self.bytes is None and self.share is None:
+            raise ConfigError("HEADWAY_DISK_FREE_MIN needs a size or a percentage")
+        if (self.bytes is not None and self.bytes < 0) or (
+            self.share is not None and not 0 <= self.share <= 1
+        ):
+            raise ConfigError(
+                "HEADWAY_DISK_FREE_MIN must be a size (1GiB) or a percentage from 0% to 100%"
+            )
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """Everything configurable. The defaults are the embedded default."""
 
@@ -82,6 +116,11 @@ class Settings:
     # `GET /metrics`: on the service's port (True), off (False), or only on `metrics_port`.
     metrics: bool = True
     metrics_port: int | None = None
+    # --- Disk (see `headway.disk`) -------------------------------------------------------
+    # The database's size on disk past which creates are refused (None: no limit).
+    database_max_size: int | None = None
+    # Free space the database's filesystem must keep for creates to pass.
+    disk_free_min: FreeMin = FreeMin()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -153,6 +192,8 @@ class Settings:
             body_timeout=_seconds(env, "BODY_TIMEOUT", defaults.body_timeout),
             metrics=_bool(env, "METRICS", defaults.metrics),
             metrics_port=_optional_port(env, "METRICS_PORT"),
+            database_max_size=_size(env, "DATABASE_MAX_SIZE"),
+            disk_free_min=_free_min(env, "DISK_FREE_MIN") or defaults.disk_free_min,
         )
         settings.validate()
         return settings
@@ -197,6 +238,9 @@ class Settings:
             )
         if not 0 < self.progress_memory_per_space <= 1:
             raise ConfigError("HEADWAY_PROGRESS_MEMORY_PER_SPACE must be above 0 and at most 1")
+        if self.database_max_size is not None and self.database_max_size < 1:
+            raise ConfigError("HEADWAY_DATABASE_MAX_SIZE must be a size above 0, such as 10GiB")
+        self.disk_free_min.validate()
 
     @property
     def channel_messages_per_hour(self) -> int:
@@ -311,6 +355,32 @@ def _size(env: Mapping[str, str], name: str) -> int | None:
     if match is None:
         raise ConfigError(f"HEADWAY_{name} must be a size such as 512MiB, not {raw!r}")
     return int(match[1]) * _UNITS[match[2].lower()]
+
+
+def size_text(size: int) -> str:
+    """`size` bytes as people read it: `512 B`, `20 KiB`, `1.5 GiB`."""
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if size >= scale:
+            return f"{size / scale:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{size} B"
+
+
+_PERCENT = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*")
+
+
+def _free_min(env: Mapping[str, str], name: str) -> FreeMin | None:
+    """A size (`2GiB`, bytes) or a percentage of the disk (`5%`); unset gives None."""
+    raw = env.get(f"HEADWAY_{name}")
+    if raw is None or not raw.strip():
+        return None
+    match = _PERCENT.fullmatch(raw)
+    if match is not None and float(match[1]) <= 100:
+        return FreeMin(bytes=None, share=float(match[1]) / 100)
+    if match is None and _SIZE.fullmatch(raw):
+        return FreeMin(bytes=_size(env, name), share=None)
+    raise ConfigError(
+        f"HEADWAY_{name} must be a size such as 1GiB or a percentage such as 5%, not {raw!r}"
+    )
 
 
 def _float(

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from starlette.types import Message, Scope, Send
 
     from .config import Settings
+    from .disk import DiskBudget
     from .progress import ProgressStore
     from .storage.database import Database
 
@@ -90,6 +91,7 @@ REFUSAL_REASONS = (
     "connections",
     "header_too_large",
     "timeout",
+    "disk",
 )
 DELIVERY_OUTCOMES = ("delivered", "retry", "given_up")
 STALL_CHANGES = ("stalled", "recovered")
@@ -377,15 +379,22 @@ class ServiceState:
         yield up
 
 
-async def measure(db: Database, progress: ProgressStore | None) -> ServiceState:
+async def measure(
+    db: Database, progress: ProgressStore | None, disk: DiskBudget | None = None
+) -> ServiceState:
     """The state gauges, now. Never raises for a dependency that is down or slow."""
-    (outbox_gauges, database_up), (progress_gauges, store_up), held = await asyncio.gather(
-        _measure_outbox(db), _measure_progress(progress), _measure_held(db)
+    (
+        (outbox_gauges, database_up),
+        (progress_gauges, store_up),
+        held,
+        disk_gauges,
+    ) = await asyncio.gather(
+        _measure_outbox(db), _measure_progress(progress), _measure_held(db), _measure_disk(disk)
     )
     up = {"database": database_up}
     if store_up is not None:
         up["progress_store"] = store_up
-    return ServiceState(progress_gauges + outbox_gauges + held, up)
+    return ServiceState(progress_gauges + outbox_gauges + held + disk_gauges, up)
 
 
 async def _measure_held(db: Database) -> list[Metric]:
@@ -404,6 +413,19 @@ async def _measure_held(db: Database) -> list[Metric]:
         _gauge("headway_spaces", "Spaces the database holds.", spaces),
         _gauge("headway_tasks", "Tasks the database holds (steps included).", tasks),
     ]
+
+
+async def _measure_disk(disk: DiskBudget | None) -> list[Metric]:
+    """The database's size and its disk's free space, as the disk budget last measured
+    them (again if that was a period ago: see `headway.disk`)."""
+    if disk is None:
+        return []
+    try:
+        async with asyncio.timeout(SCRAPE_TIMEOUT_S):
+            await disk.current()
+    except Exception as exc:  # whatever the failure, the scrape still answers
+        log.warning("metrics: the disk could not be measured: %s", type(exc).__name__)
+    return [_gauge(*measurement) for measurement in disk.gauges()]
 
 
 async def _measure_outbox(db: Database) -> tuple[list[Metric], bool]:
@@ -474,9 +496,9 @@ def _together(*collectors: Collector) -> CollectorRegistry:
     return registry
 
 
-async def scrape(db: Database, progress: ProgressStore) -> bytes:
+async def scrape(db: Database, progress: ProgressStore, disk: DiskBudget | None = None) -> bytes:
     """The text of `GET /metrics`: the counters and the state gauges."""
-    state = await measure(db, progress)
+    state = await measure(db, progress, disk)
     return generate_latest(_together(_counted(), state))
 
 
@@ -495,20 +517,22 @@ class _Served(NamedTuple):
 
     db: weakref.ReferenceType[Database]
     progress: weakref.ReferenceType[ProgressStore] | None
+    disk: weakref.ReferenceType[DiskBudget] | None
     loop: asyncio.AbstractEventLoop
 
 
 _served: _Served | None = None
 
 
-def serving(db: Database, progress: ProgressStore | None) -> None:
-    """Name the database and the progress store (None: none to measure) this process
-    serves from, for the metrics port's scrape, which measures them on the event loop
-    this is called from: call it from theirs. Weak references: what an app that is gone
-    used is not kept alive."""
+def serving(db: Database, progress: ProgressStore | None, disk: DiskBudget | None = None) -> None:
+    """Name the database, the progress store and the disk budget (None: none to measure)
+    this process serves from, for the metrics port's scrape, which measures them on the
+    event loop this is called from: call it from theirs. Weak references: what an app
+    that is gone used is not kept alive."""
     global _served
     store = None if progress is None else weakref.ref(progress)
-    _served = _Served(weakref.ref(db), store, asyncio.get_running_loop())
+    budget = None if disk is None else weakref.ref(disk)
+    _served = _Served(weakref.ref(db), store, budget, asyncio.get_running_loop())
 
 
 def _measure_served() -> ServiceState:
@@ -519,7 +543,8 @@ def _measure_served() -> ServiceState:
     if served is None or db is None or not served.loop.is_running():
         return ServiceState([], {})
     progress = None if served.progress is None else served.progress()
-    measuring = asyncio.run_coroutine_threadsafe(measure(db, progress), served.loop)
+    disk = None if served.disk is None else served.disk()
+    measuring = asyncio.run_coroutine_threadsafe(measure(db, progress, disk), served.loop)
     try:
         # `measure` bounds each dependency; this bounds a loop too busy to run it at all.
         return measuring.result(timeout=2 * SCRAPE_TIMEOUT_S)

@@ -10,7 +10,17 @@ from starlette.routing import Route
 
 from ..schemas import CreateChannel, TestChannel, decode_create
 from ..service import Service
-from .openapi import SPACE, TOO_LARGE, TOO_MANY_REQUESTS, UNAVAILABLE, _error, _json, _link, _ref
+from .openapi import (
+    CREATE_UNAVAILABLE,
+    SPACE,
+    TOO_LARGE,
+    TOO_MANY_REQUESTS,
+    UNAVAILABLE,
+    _error,
+    _json,
+    _link,
+    _ref,
+)
 from .responses import NO_STORE, JSONResponse, read_body
 from .rest import count
 
@@ -25,7 +35,7 @@ async def channels(request: Request) -> Response:
     if request.method == "POST":
         await count(request, "channels")
         body = decode_create(await read_body(request), CreateChannel)
-        return JSONResponse(await _service(request).channels.create(space_uuid, body), 201)
+        return JSONResponse(await _service(request).create_channel(space_uuid, body), 201)
     return JSONResponse(await _service(request).channels.list(space_uuid))
 
 
@@ -102,7 +112,7 @@ openapi_paths: dict[str, Any] = {
                     "space's channel cap reached."
                 ),
                 "429": TOO_MANY_REQUESTS,
-                "503": UNAVAILABLE,
+                "503": CREATE_UNAVAILABLE,
             },
         },
         "get": {

@@ -18,6 +18,7 @@ from ..shares import ShareView
 from ..web import pages
 from .events import open_stream, stream_operation
 from .openapi import (
+    CREATE_UNAVAILABLE,
     SPACE,
     TOO_LARGE,
     TOO_MANY_REQUESTS,
@@ -143,7 +144,7 @@ openapi_paths: dict[str, Any] = {
                     "most share links (100 by default)."
                 ),
                 "429": TOO_MANY_REQUESTS,
-                "503": UNAVAILABLE,
+                "503": CREATE_UNAVAILABLE,
             },
         },
         "get": {

@@ -10,6 +10,9 @@ stream and `/mcp` call and nothing else.
 - `webhooks`, `channels`, `shares`: a space's webhooks, notification channels and share
   links;
 - `changes`: the one point every write calls once it is stored.
+
+Every create passes the disk budget first (`headway.disk`): when the database's storage
+runs short, creates are refused before anything is written, and reports go on.
 """
 
 from __future__ import annotations
@@ -18,10 +21,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..clock import Clock
+from ..disk import DiskBudget
 from ..domain import Report, TaskRow, TaskView
 from ..progress import ProgressStore
 from ..progress.feed import ChangeFeed
-from ..schemas import CreateSpace, CreateTask, CreateWebhook
+from ..schemas import CreateChannel, CreateSpace, CreateTask, CreateWebhook
 from ..storage.database import Database
 from ..storage.families import FamilyCache, FamilyVersions
 from ..storage.small_spaces import ShownTasks, SmallSpaces
@@ -63,7 +67,10 @@ class Service:
         webhooks_per_space: int = 20,
         shares_per_space: int = 100,
         channel_rules: ChannelRules | None = None,
+        disk: DiskBudget | None = None,
     ) -> None:
+        # Admits creates while the database has room (a budget of the defaults if none).
+        self.disk = disk or DiskBudget(db)
         self.changes = Changes(feed, versions)
         self.stores = stores = Stores(db, progress, clock, self.changes)
         self.db, self.progress, self.clock, self.feed = db, progress, clock, feed
@@ -130,6 +137,7 @@ class Service:
     # --- Spaces and their reads ------------------------------------------------------------
 
     async def create_space(self, body: CreateSpace) -> dict[str, Any]:
+        self.disk.admit()
         return await self.spaces.create(body)
 
     async def space_head(self, space_uuid: str) -> Head:
@@ -139,6 +147,7 @@ class Service:
     # --- Tasks and reports ----------------------------------------------------------------
 
     async def create_task(self, space_uuid: str, body: CreateTask) -> dict[str, Any]:
+        self.disk.admit()
         return await self.tasks.create(space_uuid, body)
 
     async def delete_task(self, task_uuid: str) -> None:
@@ -159,6 +168,7 @@ class Service:
     # --- Webhooks and share links ---------------------------------------------------------
 
     async def create_webhook(self, space_uuid: str, body: CreateWebhook) -> dict[str, Any]:
+        self.disk.admit()
         return await self.webhooks.create(space_uuid, body)
 
     async def list_webhooks(self, space_uuid: str) -> list[dict[str, str]]:
@@ -168,6 +178,7 @@ class Service:
         await self.webhooks.delete(space_uuid, webhook_uuid)
 
     async def create_share(self, space_uuid: str) -> dict[str, str]:
+        self.disk.admit()
         return await self.shares.create(space_uuid)
 
     async def list_shares(self, space_uuid: str) -> list[dict[str, str]]:
@@ -178,3 +189,9 @@ class Service:
 
     async def space_of_share(self, share_uuid: str) -> str:
         return await self.shares.space_of(share_uuid)
+
+    # --- Notification channels ------------------------------------------------------------
+
+    async def create_channel(self, space_uuid: str, body: CreateChannel) -> dict[str, Any]:
+        self.disk.admit()
+        return await self.channels.create(space_uuid, body)
