@@ -229,8 +229,13 @@ def sql(app: Starlette) -> Callable[..., Awaitable[list[Any]]]:
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """The real `headway serve` the client, command-line and page tests share (one per
-    run, on SQLite, rate limits off)."""
-    with LiveServer(tmp_path_factory.mktemp("served"), HEADWAY_RATE_LIMITS="false") as server:
+    run, on SQLite, rate limits off, private addresses allowed so that channels reach
+    the tests' receivers on 127.0.0.1)."""
+    with LiveServer(
+        tmp_path_factory.mktemp("served"),
+        HEADWAY_RATE_LIMITS="false",
+        HEADWAY_WEBHOOK_ALLOW_PRIVATE="true",
+    ) as server:
         yield server
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -166,3 +167,27 @@ def test_head_revision_names_the_newest_migration():
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     assert ScriptDirectory.from_config(config).get_current_head() == HEAD_REVISION
+
+
+class _Recorded(dict[str, str]):
+    """An empty environment that records every variable asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[str] = []
+
+    def get(self, name: str, default: object = None) -> object:  # type: ignore[override]
+        self.asked.append(name)
+        return default
+
+
+def test_every_setting_is_in_the_readme_configuration_table():
+    env = _Recorded()
+    Settings.from_env(env)
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    table = readme.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    assert "HEADWAY_CHANNEL_SCHEMES" in env.asked
+    for name in env.asked:
+        # The rates share one row: `HEADWAY_RATE_SPACES`, `…_TASKS`, ...
+        short = f"`…_{name.removeprefix('HEADWAY_RATE_')}`" if "_RATE_" in name else None
+        assert f"`{name}`" in table or (short and short in table), f"{name} is not in the table"

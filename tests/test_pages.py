@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,11 +21,13 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, Locator, Page, Response, expect, sync_playwright
 
+from headway.config import Settings
 from headway.failure import failure_of
+from headway.schemas import CreateChannel
 from headway.web.pages import CONTENT_SECURITY_POLICY
 
 from .browser import RECORD_NOTIFICATIONS, UUID, Watch, chromium_path, launch
-from .live_server import LiveServer, environment
+from .live_server import LiveServer, environment, serving
 
 ROOT = Path(__file__).resolve().parent.parent
 WEB = ROOT / "headway" / "web"
@@ -265,9 +268,13 @@ def test_age_goes_on_live_and_a_silent_task_is_marked_stale(new_page, api):
     page.clock.fast_forward(12_000)
     expect(card.locator(".age")).to_have_text(re.compile(r"updated 1[2-4] s ago"))
     expect(card.locator(".badge")).to_have_text("Running")
+    # With no channel, the channels' default stall threshold: 600 s, as the server's.
     page.clock.fast_forward(60_000)
+    expect(card.locator(".age")).to_have_text(re.compile(r"updated 1 min 1[2-4] s ago"))
+    expect(card.locator(".badge")).to_have_text("Running")
+    page.clock.fast_forward(528_000)
     expect(card.locator(".badge")).to_have_text("Stale")
-    expect(card.locator(".age")).to_have_text(re.compile(r"no report for 1 min \d+ s"))
+    expect(card.locator(".age")).to_have_text(re.compile(r"no report for 10 min( \d+ s)?$"))
     api.report(task, current=2, end=10)
     expect(card.locator(".badge")).to_have_text("Running")
 
@@ -406,6 +413,8 @@ def test_a_share_link_shows_the_same_live_and_reveals_no_uuid(new_page, api, ser
     expect(viewer.locator("#connection")).to_have_text("Live")
     expect(viewer.get_by_text("Read-only", exact=True)).to_be_visible()
     expect(viewer.get_by_role("button", name="Create a read-only link")).to_have_count(0)
+    expect(viewer.get_by_role("heading", name="Notifications")).to_have_count(0)
+    expect(viewer.locator("#channel-form")).to_have_count(0)
     card = task_card(viewer, "Deploy")
     expect(step_card(viewer, "Push image").locator(".task-log")).to_have_text("pushing layer 2")
 
@@ -416,6 +425,7 @@ def test_a_share_link_shows_the_same_live_and_reveals_no_uuid(new_page, api, ser
 
     assert uuids_in(viewer.content()) <= {share}
     for response in responses:
+        assert not re.search(r"/channels(/|\?|$)", response.url), "the channels were read"
         assert uuids_in(response.url) <= {share}, response.url
         assert uuids_in(json.dumps(response.headers)) <= {share}, response.url
         if "text/event-stream" not in response.headers.get("content-type", ""):
@@ -451,6 +461,300 @@ def read_stream(client: httpx.Client, path: str, then: Callable[[], Any]) -> str
             elif line.startswith("data:") and seen[-2] == "event: task":
                 break
     return "\n".join(seen)
+
+
+# Notifications (the owner's channels) and stalls
+
+
+def channel_item(page: Page, url: str) -> Locator:
+    """A channel in the owner's list, by its redacted URL."""
+    return page.locator("#channel-list > li").filter(
+        has=page.locator("code", has_text=re.compile(f"^{re.escape(url)}$"))
+    )
+
+
+def test_the_owner_adds_tests_and_removes_a_channel(new_page, api, json_receiver, watch, shots):
+    space = api.space("Notified space", "📣")
+    share = api.client.post(f"/spaces/{space}/shares", json={}).json()["uuid"]
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    panel = page.locator("section").filter(has=page.get_by_role("heading", name="Notifications"))
+    expect(panel.get_by_text("No channels yet.")).to_be_visible()
+    add = panel.get_by_role("button", name="Add channel")
+
+    # The server's 422, shown as it is.
+    refused = api.client.post(f"/spaces/{space}/channels", json={"url": "file:///etc/passwd"})
+    assert refused.status_code == 422
+    watch.expect_error(r"status of 422")
+    url = panel.get_by_role("textbox", name="Apprise URL")
+    url.fill("file:///etc/passwd")
+    add.click()
+    expect(panel.get_by_role("alert")).to_have_text(refused.json()["error"])
+    expect(panel.locator("#channel-list > li")).to_have_count(0)
+
+    # The examples fill the field; the stall threshold shows once stalls are picked.
+    panel.get_by_text("Examples of URLs").click()
+    panel.get_by_role("button", name="Use the Telegram example").click()
+    expect(url).to_have_value("tgram://123456789:BotToken/ChatID")
+    expect(url).to_be_focused()
+    minutes = panel.get_by_role("spinbutton", name="Stalled after, in minutes")
+    expect(minutes).to_be_hidden()
+    panel.get_by_role("checkbox", name="stalls").check()
+    expect(minutes).to_be_visible()
+    minutes.fill("0")
+    url.fill(json_receiver.url())
+    add.click()
+    expect(panel.get_by_role("alert")).to_contain_text("from 1 to 10,080")
+
+    minutes.fill("5")
+    panel.get_by_role("checkbox", name="fails").check()
+    panel.get_by_role("checkbox", name="Steps too").check()
+    picker = panel.get_by_role("combobox", name="Read-only link in messages")
+    expect(picker.locator("option")).to_have_count(2)
+    picker.select_option(share)
+    add.click()
+    expect(panel.locator("#channel-list > li")).to_have_count(1)
+    expect(panel.get_by_role("alert")).to_be_hidden()
+    [stored] = api.client.get(f"/spaces/{space}/channels").json()
+    assert (stored["events"], stored["steps"], stored["stalled_after"], stored["share_uuid"]) == (
+        ["completed", "failed", "stalled"],
+        True,
+        300,
+        share,
+    )
+    item = channel_item(page, stored["url"])
+    expect(item).to_contain_text("finishes, failures · stalls after 5 min · steps too")
+    expect(item).to_contain_text("with a read-only link")
+    expect(url).to_have_value("")
+    expect(item.get_by_role("button", name="Send test")).to_be_focused()
+    expect(page.locator("#announcer p").last).to_have_text(f"Channel added: {stored['url']}.")
+
+    # A test message: its outcome in a live region, the message at the receiver, and a
+    # row in the channel's deliveries.
+    item.get_by_role("button", name="Send test").click()
+    outcome = item.get_by_role("status")
+    expect(outcome).to_have_text("Test message delivered.")
+    expect(outcome).to_have_attribute("aria-live", "polite")
+    assert len(json_receiver.arrivals) == 1
+    assert "Notified space" in json_receiver.texts()
+    item.get_by_text("Recent deliveries (1)").click()
+    row = item.locator("tbody tr")
+    expect(row).to_have_count(1)
+    expect(row.locator("td").nth(1)).to_have_text("test")
+    expect(row.locator("td").nth(2)).to_have_text("delivered")
+    expect(row.locator("td").nth(3)).to_contain_text("HTTP 200")
+    json_receiver.refuse(1, status=503, retry_after=None)
+    item.get_by_role("button", name="Send test").click()
+    expect(outcome).to_have_text(re.compile(r"^Test message not delivered: .*HTTP 503.*\.$"))
+    expect(item.locator("summary")).to_have_text("Recent deliveries (2)")
+    expect(row.first.locator("td").nth(2)).to_have_text("failed")
+    page.screenshot(path=shots / "notifications.png", full_page=True)
+    page.emulate_media(color_scheme="dark")
+    page.screenshot(path=shots / "notifications-dark.png", full_page=True)
+    page.set_viewport_size(PHONE)
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    page.screenshot(path=shots / "notifications-phone.png", full_page=True)
+
+    # The list as another visit reads it, deliveries included.
+    again = new_page()
+    again.goto(f"/spaces/{space}")
+    expect(channel_item(again, stored["url"]).locator("summary")).to_have_text(
+        "Recent deliveries (2)"
+    )
+    again.close()
+
+    # Remove asks first; keeping it changes nothing.
+    item.get_by_role("button", name="Remove", exact=True).click()
+    expect(item.get_by_role("button", name="Remove channel")).to_be_focused()
+    item.get_by_role("button", name="Keep it").click()
+    expect(item.get_by_role("button", name="Remove", exact=True)).to_be_focused()
+    assert len(api.client.get(f"/spaces/{space}/channels").json()) == 1
+    item.get_by_role("button", name="Remove", exact=True).click()
+    item.get_by_role("button", name="Remove channel").click()
+    expect(panel.locator("#channel-list > li")).to_have_count(0)
+    expect(panel.get_by_text("No channels yet.")).to_be_visible()
+    expect(url).to_be_focused()
+    expect(page.locator("#announcer p").last).to_have_text(
+        "Channel removed: it sends nothing more."
+    )
+    assert api.client.get(f"/spaces/{space}/channels").json() == []
+
+
+def test_the_read_only_link_picker_follows_the_links(new_page, api):
+    space = api.space("Links for channels")
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    picker = page.get_by_role("combobox", name="Read-only link in messages")
+    expect(picker.locator("option")).to_have_text(["None"])
+    page.get_by_role("button", name="Create a read-only link").click()
+    link = page.get_by_role("textbox", name="Read-only link").input_value()
+    expect(picker.locator("option")).to_have_count(2)
+    picker.select_option(link.rsplit("/", 1)[1])
+    page.get_by_role("button", name="Revoke").click()
+    expect(picker.locator("option")).to_have_text(["None"])
+    expect(picker).to_have_value("")
+
+
+class ShiftedClock:
+    """Real time, moved forward by hand: the server's side of a page's `page.clock`, so
+    that the two agree on what time it is while a test jumps minutes ahead."""
+
+    def __init__(self) -> None:
+        self.offset_us = 0
+
+    def now_us(self) -> int:
+        return time.time_ns() // 1000 + self.offset_us
+
+    def advance(self, seconds: float) -> None:
+        self.offset_us += round(seconds * 1_000_000)
+
+
+def test_the_stale_marker_follows_the_servers_stall_rule(browser, watch, tmp_path, json_receiver):
+    from headway.app import create_app
+
+    clock = ShiftedClock()
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'stalls.db'}",
+        webhook_allow_private=True,
+        rate_limits=False,
+        run_worker=False,
+    )
+    with serving(settings, create_app(settings, clock)) as (host, port):
+        base = f"http://{host}:{port}"
+        pages = []
+
+        def open_page(path: str) -> Page:
+            context = browser.new_context(base_url=base, viewport=DESKTOP)
+            page = watch.attach(context.new_page())
+            page.clock.install()
+            page.goto(path)
+            pages.append(page)
+            return page
+
+        def later(seconds: int) -> None:
+            clock.advance(seconds)
+            for page in pages:
+                page.clock.fast_forward(seconds * 1000)
+
+        try:
+            with httpx.Client(base_url=base, timeout=10) as client:
+                api = Api(client)
+                space = api.space("Stalls")
+                quiet, flat = api.task(space, "Quiet"), api.task(space, "Flat")
+                api.report(quiet, current=1, end=10)
+                api.report(flat, current=1, end=10)
+                share = client.post(f"/spaces/{space}/shares", json={}).json()["url"]
+                channel = {"url": json_receiver.url(), "events": ["stalled"], "stalled_after": 60}
+                assert client.post(f"/spaces/{space}/channels", json=channel).status_code == 201
+                owner, viewer = open_page(f"/spaces/{space}"), open_page(share)
+                expect(owner.locator("#channel-list > li")).to_have_count(1)
+                expect(viewer.locator("#connection")).to_have_text("Live")
+                cards = {
+                    (p, title): task_card(p, title) for p in pages for title in ("Quiet", "Flat")
+                }
+                badges = {key: card.locator(".badge") for key, card in cards.items()}
+                ages = {key: card.locator(".age") for key, card in cards.items()}
+
+                later(30)  # Flat reports again, its count unchanged; Quiet says nothing
+                api.report(flat, current=1, end=10, values={"log": "still at 1"})
+                expect(task_card(owner, "Flat").locator(".task-log")).to_have_text("still at 1")
+                expect(task_card(viewer, "Flat").locator(".task-log")).to_have_text("still at 1")
+                for badge in badges.values():
+                    expect(badge).to_have_text("Running")
+
+                # 65 s: past the channel's 60 s on the owner's page, silent and flat alike;
+                # the share link cannot read the channels and keeps the default 600 s.
+                later(35)
+                expect(badges[owner, "Quiet"]).to_have_text("Stale")
+                expect(ages[owner, "Quiet"]).to_have_text(
+                    re.compile(r"^no report for 1 min \d+ s$")
+                )
+                expect(badges[owner, "Flat"]).to_have_text("Stale")
+                expect(ages[owner, "Flat"]).to_have_text(
+                    re.compile(r"^no progress for 1 min \d+ s$")
+                )
+                expect(badges[viewer, "Quiet"]).to_have_text("Running")
+                expect(badges[viewer, "Flat"]).to_have_text("Running")
+
+                api.report(flat, current=2, end=10)  # it moves: running again
+                expect(badges[owner, "Flat"]).to_have_text("Running")
+
+                # Without the channel, the owner's page is back to the default.
+                item = owner.locator("#channel-list > li")
+                item.get_by_role("button", name="Remove", exact=True).click()
+                item.get_by_role("button", name="Remove channel").click()
+                expect(item).to_have_count(0)
+                expect(badges[owner, "Quiet"]).to_have_text("Running")
+
+                later(540)  # 605 s: Quiet is stale everywhere; Flat moved 540 s ago
+                for page in pages:
+                    expect(badges[page, "Quiet"]).to_have_text("Stale")
+                    expect(ages[page, "Quiet"]).to_have_text(re.compile(r"^no report for 10 min"))
+                    expect(badges[page, "Flat"]).to_have_text("Running")
+        finally:
+            for page in pages:
+                page.context.close()
+    assert watch.dialogs == []
+    assert watch.unexpected() == []
+
+
+def test_the_pages_judge_stalls_as_the_server_does(new_page):
+    page = new_page()
+    page.goto("/")
+    judged = page.evaluate(
+        """async () => {
+          const { Motion, motionOf, staleAfterMs, stallOf } = await import("/static/stalls.js");
+          const at = (s) => new Date(Date.UTC(2026, 0, 1, 0, 0, s)).toISOString();
+          const now = Date.UTC(2026, 0, 1, 0, 0, 100);
+          const task = (created, updated, current, finished = null) => ({
+            created_at: at(created),
+            finished_at: finished,
+            progress: updated == null ? null : { updated_at: at(updated), current },
+          });
+          const judge = (t, movedAt) => stallOf(t, movedAt, now, 60_000);
+          const motion = new Motion();
+          motion.note("a", task(0, 20, 1));
+          motion.note("a", task(0, 90, 1)); // a report, its count unchanged
+          const flatSince = motion.movedAt("a");
+          motion.note("a", task(0, 95, 2));
+          const step = (created, current, finished = null) => ({
+            created_at: at(created), finished_at: finished, progress: { current },
+          });
+          return {
+            thresholds: [
+              staleAfterMs(null),
+              staleAfterMs([{ events: ["completed"], stalled_after: 60 }]),
+              staleAfterMs([
+                { events: ["stalled"], stalled_after: 900 },
+                { events: ["completed", "stalled"], stalled_after: 120 },
+                { events: ["failed"], stalled_after: 60 },
+              ]),
+            ],
+            neverReported: judge(task(39, null, null), null),
+            neverReportedYet: judge(task(41, null, null), null),
+            silent: judge(task(0, 30, 1), Date.parse(at(30))),
+            flat: judge(task(0, 90, 1), flatSince),
+            moving: judge(task(0, 95, 2), motion.movedAt("a")),
+            finished: judge(task(0, 1, 1, at(2)), Date.parse(at(1))),
+            flatSince: flatSince === Date.parse(at(20)),
+            parent: [
+              motionOf(task(0, 1, 0), [step(1, 3), step(2, 5)]),
+              motionOf(task(0, 1, 0), [step(1, 3), step(2, 6)]),
+              motionOf(task(0, 1, 1), [step(1, 3, at(9)), step(2, 6)]),
+            ],
+          };
+        }"""
+    )
+    default = CreateChannel(url="ntfys://ntfy.sh/t").stalled_after
+    assert judged["thresholds"] == [default * 1000, default * 1000, 120_000]
+    assert judged["neverReported"] == {"reason": "silent", "forMs": 61_000}
+    assert judged["neverReportedYet"] is None
+    assert judged["silent"] == {"reason": "silent", "forMs": 70_000}
+    assert judged["flat"] == {"reason": "flat", "forMs": 80_000}
+    assert judged["moving"] is None
+    assert judged["finished"] is None
+    assert judged["flatSince"] is True
+    assert len(set(judged["parent"])) == 3, "a step moving or finishing moves its parent"
 
 
 # Failures

@@ -1,14 +1,15 @@
 // The live dashboard of a space (for its owner) or of a share link (read-only). It reads
 // the space's stream, keeps what it holds in a SpaceState, and shows it, touching only
 // the tasks that changed; older tasks come a page at a time. Also: the filter, the tab
-// title's overall progress and failures, a live age on every task, and finish (or
-// failure) announcements.
+// title's overall progress and failures, a live age on every task, stale tasks (by the
+// server's stall rule, see stalls.js), and finish (or failure) announcements.
 
 import { el, setText } from "./dom.js";
 import { iconUrl, parseTime } from "./format.js";
 import { setUpNotifier } from "./notify.js";
 import { setUpOwner } from "./owner.js";
 import { observe } from "./rate.js";
+import { Motion, staleAfterMs, stallOf } from "./stalls.js";
 import { connect } from "./stream.js";
 import { TaskView } from "./task-view.js";
 import { SpaceState, keyOf, overallProgress, parentKeyOf } from "./tasks.js";
@@ -41,6 +42,8 @@ const views = new Map(); // task key -> TaskView, for every task shown so far
 const estimates = new Map(); // task key -> rate estimate
 const expandedByHand = new Map(); // parent key -> whether its steps were opened by hand
 const dirty = new Set(); // keys of tasks changed since the last render
+const motion = new Motion(); // when each task's `current` last changed
+let staleAfter = staleAfterMs(null); // ms; the owner's page follows its channels
 let filter = "all";
 let renderTimer = null;
 let clockAhead = null; // how far the browser's clock runs ahead of the server's, in ms
@@ -72,17 +75,36 @@ function showSpace(space) {
   if (space.icon) page.favicon.href = iconUrl(space.icon);
 }
 
+/** Notes a task as an event or a page shows it (with its nested children): its rate and
+ *  when it last moved. A parent's motion is noted with its own event, which follows its
+ *  step's: its steps are then as the event left them. */
 function track(task) {
   const key = keyOf(task);
   const { current, updated_at: updatedAt } = task.progress ?? {};
   estimates.set(key, observe(estimates.get(key), current, parseTime(updatedAt)));
   for (const child of task.children ?? []) track(child);
+  motion.note(key, state.get(key), state.steps(key));
+}
+
+/** How the task `key` is stalled at `time`, or null (see stalls.js). */
+function stallFor(key, task, time) {
+  return stallOf(task, motion.movedAt(key), time, staleAfter);
+}
+
+/** Follows the space's channels (owner's page): the smallest `stalled_after` among those
+ *  that want stalls decides when a task is stale. */
+function onChannels(channels) {
+  const after = staleAfterMs(channels);
+  if (after === staleAfter) return;
+  staleAfter = after;
+  tick();
 }
 
 function onSnapshot(space) {
   state.replace(space, PAGE_SIZE);
   showSpace(space);
   space.tasks.forEach(track);
+  motion.keepOnly((key) => state.get(key) != null);
   views.clear();
   page.list.replaceChildren();
   page.gone.hidden = true;
@@ -140,7 +162,8 @@ function render() {
 
 function viewFor(key, isStep) {
   if (!views.has(key)) {
-    views.set(key, new TaskView(isStep, () => toggleSteps(key)));
+    const stallAt = (task, time) => stallFor(key, task, time);
+    views.set(key, new TaskView(isStep, () => toggleSteps(key), stallAt));
     showTask(key);
   }
   return views.get(key);
@@ -258,6 +281,6 @@ for (const button of page.filters) {
 }
 page.older.addEventListener("click", loadOlder);
 const notify = setUpNotifier(document.getElementById("notify"), say);
-if (!shared) setUpOwner(main.dataset.space, say);
+if (!shared) setUpOwner(main.dataset.space, say, onChannels);
 connect(base, `limit=${PAGE_SIZE}`, { onSnapshot, onTask, onStatus: showStatus, onGone });
 setInterval(tick, 1000);

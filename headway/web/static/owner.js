@@ -1,11 +1,11 @@
 // The owner's panel of a space's dashboard: copy-paste snippets to report to this space
-// (this server's address and the space's uuid filled in) and its read-only links:
-// create, copy, open, revoke.
+// (this server's address and the space's uuid filled in), its read-only links (create,
+// copy, open, revoke) and its notification channels (channels.js).
 
+import { setUpChannels } from "./channels.js";
 import { confirmCopy, copyText, el } from "./dom.js";
 import { formatClock, parseTime } from "./format.js";
-
-const JSON_HEADERS = { Accept: "application/json", "Content-Type": "application/json" };
+import { JSON_HEADERS, errorOf } from "./http.js";
 
 /** The snippets, keyed by the id of the `<code>` element that shows each. */
 function snippets(origin, space) {
@@ -49,9 +49,10 @@ function snippets(origin, space) {
   };
 }
 
-/** Fills the snippets, wires their copy buttons and the read-only links of `space`;
- *  `say` announces a result to screen readers. */
-export function setUpOwner(space, say) {
+/** Fills the snippets, wires their copy buttons, the read-only links and the channels of
+ *  `space`; `say` announces a result to screen readers; `onChannels(channels)` is called
+ *  with the space's channels each time they are read or change. */
+export function setUpOwner(space, say, onChannels) {
   for (const [id, text] of Object.entries(snippets(window.location.origin, space))) {
     const code = document.getElementById(id);
     if (code) code.textContent = text;
@@ -62,11 +63,13 @@ export function setUpOwner(space, say) {
       confirmCopy(button, await copyText(code.textContent, code));
     });
   }
-  setUpShares(space, say);
+  const channels = setUpChannels(space, say, onChannels);
+  setUpShares(space, say, (shares) => channels.showShares(shares));
 }
 
-/** The space's read-only links: listed newest first, each with copy, open and revoke. */
-function setUpShares(space, say) {
+/** The space's read-only links: listed newest first, each with copy, open and revoke;
+ *  `onShares(shares)` hears the list, newest first, each time it is read or changes. */
+function setUpShares(space, say, onShares) {
   const collection = `/spaces/${space}/shares`;
   const list = document.getElementById("share-list");
   const create = document.getElementById("share-create");
@@ -77,8 +80,10 @@ function setUpShares(space, say) {
     error.textContent = message;
     error.hidden = message == null;
   };
-  const showNone = () => {
-    none.hidden = list.childElementCount > 0;
+  const shares = [];
+  const changed = () => {
+    none.hidden = shares.length > 0;
+    onShares([...shares]);
   };
 
   const revoke = async (share, item) => {
@@ -92,7 +97,8 @@ function setUpShares(space, say) {
       return;
     }
     item.remove();
-    showNone();
+    if (shares.includes(share)) shares.splice(shares.indexOf(share), 1);
+    changed();
     create.focus();
     say("Read-only link revoked: it no longer opens this space.");
   };
@@ -116,9 +122,11 @@ function setUpShares(space, say) {
         showError((await errorOf(response)) ?? "The link could not be created; try again.");
         return;
       }
-      const item = itemOf({ created_at: new Date().toISOString(), ...(await response.json()) });
+      const share = { created_at: new Date().toISOString(), ...(await response.json()) };
+      const item = itemOf(share);
       list.prepend(item);
-      showNone();
+      shares.unshift(share);
+      changed();
       item.querySelector("button").focus();
       say("Read-only link created.");
     } finally {
@@ -128,10 +136,11 @@ function setUpShares(space, say) {
 
   fetch(collection, { headers: JSON_HEADERS })
     .then((response) => (response.ok ? response.json() : Promise.reject(response)))
-    .then((shares) => {
-      shares.sort((a, b) => (a.created_at < b.created_at ? 1 : -1));
+    .then((found) => {
+      found.sort((a, b) => (a.created_at < b.created_at ? 1 : -1));
+      shares.splice(0, shares.length, ...found);
       list.replaceChildren(...shares.map(itemOf));
-      showNone();
+      changed();
     })
     .catch(() => showError("The read-only links could not be loaded."));
 }
@@ -153,13 +162,4 @@ function shareItem(share) {
     el("span", { class: "muted" }, created),
   );
   return el("li", { class: "share" }, field, actions);
-}
-
-/** The `error` message of a JSON error answer, if it has one. */
-async function errorOf(response) {
-  try {
-    return (await response.json()).error;
-  } catch {
-    return null;
-  }
 }

@@ -1,6 +1,7 @@
 // One task on the dashboard: title, source, state, how it failed, log line, bar, numbers,
 // rate and time left, age of the last report, values and, for a parent, its steps. Built once, then
 // updated in place as reports arrive; `tick` refreshes what the passing time changes.
+// Whether it is stale is decided by the stall rule (stalls.js), given to the view.
 
 import { el, setAttribute, setText } from "./dom.js";
 import {
@@ -14,9 +15,6 @@ import {
 } from "./format.js";
 import { secondsLeft } from "./rate.js";
 
-/** A running task that has not reported for this long is marked stale. */
-const STALE_AFTER_MS = 60_000;
-
 const BADGES = {
   failed: "Failed",
   finished: "Finished",
@@ -27,15 +25,15 @@ const BADGES = {
 
 let lastListId = 0;
 
-/** What a task is doing at `now`: failed (finished with a `failure`, see tasks.js),
- *  finished, waiting (never reported, or its report expired), stale (silent for
- *  STALE_AFTER_MS) or running. */
-function taskState(task, failure, now) {
+/** What a task is doing: failed (finished with a `failure`, see tasks.js), finished,
+ *  stale (`stall`: stalled by the server's rule, see stalls.js), waiting (never
+ *  reported, or its report expired) or running. */
+function taskState(task, failure, stall) {
   if (failure != null) return "failed";
   if (task.finished_at != null) return "finished";
+  if (stall != null) return "stale";
   if (task.progress == null) return "waiting";
-  const lastSign = parseTime(task.progress.updated_at ?? task.created_at);
-  return now - lastSign > STALE_AFTER_MS ? "stale" : "running";
+  return "running";
 }
 
 /** A task's counts as shown ("3 / 10 · 30%") and as a screen reader says its bar. */
@@ -63,9 +61,11 @@ function describeCounts(task, ratio) {
 
 export class TaskView {
   /** `isStep`: a child shown inside its parent; `onToggleSteps`: called when a parent's
-   *  "show steps" button is pressed. */
-  constructor(isStep, onToggleSteps) {
+   *  "show steps" button is pressed; `stallAt(task, now)`: how the task is stalled at
+   *  `now` (see stalls.js `stallOf`), or null. */
+  constructor(isStep, onToggleSteps, stallAt) {
     this.onToggleSteps = onToggleSteps;
+    this.stallAt = stallAt;
     this.task = null;
     this.failure = null;
     this.estimate = null;
@@ -146,26 +146,29 @@ export class TaskView {
   /** Refreshes what time changes: state, age of the last report, time left. */
   tick(now) {
     const task = this.task;
-    const state = taskState(task, this.failure, now);
+    const stall = this.stallAt(task, now);
+    const state = taskState(task, this.failure, stall);
     for (const name of ["failed", "finished", "waiting", "stale"]) {
       this.element.classList.toggle(name, state === name);
     }
     setText(this.badge, BADGES[state]);
     this.badge.className = `badge ${state}`;
-    setText(this.age, this.ageText(task, state, now));
+    setText(this.age, this.ageText(task, state, stall, now));
     setText(this.speed, state === "running" ? this.speedText(task, now) : "");
   }
 
-  ageText(task, state, now) {
+  ageText(task, state, stall, now) {
     if (state === "finished" || state === "failed") {
       const finished = parseTime(task.finished_at);
       setAttribute(this.age, "title", new Date(finished).toLocaleString());
       return `took ${formatDuration(task.duration ?? 0)}, ${state} ${formatClock(finished)}`;
     }
+    if (state === "stale") {
+      const quiet = stall.reason === "flat" ? "no progress" : "no report";
+      return `${quiet} for ${formatDuration(stall.forMs / 1000)}`;
+    }
     if (state === "waiting") return `created ${formatAge(now - parseTime(task.created_at))}`;
-    const age = now - parseTime(task.progress.updated_at ?? task.created_at);
-    if (state === "stale") return `no report for ${formatDuration(age / 1000)}`;
-    return `updated ${formatAge(age)}`;
+    return `updated ${formatAge(now - parseTime(task.progress.updated_at ?? task.created_at))}`;
   }
 
   speedText(task, now) {

@@ -113,6 +113,11 @@ export class SpaceState {
     return [...this.tasks.values()].filter((t) => parentKeyOf(t) == null).sort(newestFirst);
   }
 
+  /** A task's steps as held, in no particular order (none for a task without any). */
+  steps(key) {
+    return [...(this.families.get(key) ?? [])].map((k) => this.tasks.get(k));
+  }
+
   /** A parent's steps in creation order, with counts: `{steps, done, running, failed}`
    *  where `running` are the unfinished steps that have reported and `failed` the
    *  finished steps that failed. */
@@ -130,7 +135,7 @@ export class SpaceState {
   failure(key) {
     const task = this.tasks.get(key);
     if (task.finished_at == null) return null;
-    return failureOf(task, [...(this.families.get(key) ?? [])].map((k) => this.tasks.get(k)));
+    return failureOf(task, this.steps(key));
   }
 }
 
