@@ -62,13 +62,13 @@ async def shared(request: Request) -> Response:
     html = pages.wants_html(request)
     try:
         space_uuid = await service.space_of_share(share_uuid)
-    except NotFound as exc:
+        if html:  # the space may go in between: the link then no longer works either
+            return pages.shared_page(share_uuid, await service.space_head(space_uuid))
+    except NotFound:
         if html:
-            return pages.not_found_page(exc.message)
+            return pages.link_gone_page()
         raise
     view = ShareView(cast(str, canonical_uuid(share_uuid)))  # a uuid: the link was found
-    if html:
-        return pages.shared_page(share_uuid, await service.space_head(space_uuid))
     params = query_params(request.scope["query_string"])
     head, found = await service.read_space(
         space_uuid,
