@@ -176,6 +176,12 @@ def scenario_titles(o: Options) -> dict[str, str]:
         "put_report_notified": (
             "the same PUT and server, its pool's space with completed, failed and stalled channels"
         ),
+        "put_report_unswept": (
+            f"the same PUT on a fresh server holding an idle space of {o.big:,} tasks, kept"
+        ),
+        "put_report_swept": (
+            "the same PUT and server, the sweeper deleting the idle space meanwhile"
+        ),
         "stall_latency": (
             "a stall's deadline to its message: 50 tasks reported once over 15 s, "
             "stalled_after 60 s, a look every 15 s (full run only)"

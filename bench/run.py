@@ -36,12 +36,19 @@ from .measure import Harness
 from .options import Options, parse_options
 from .processes import start_baseline
 from .report import Row, Target
-from .scenarios import busy, channels, embedded, reads, reports, scale_out
+from .scenarios import busy, channels, embedded, reads, reports, scale_out, sweep
 from .scenarios.busy import BUSY_ROWS
 from .scenarios.channels import CHANNEL_ROWS
 from .scenarios.flood import FLOOD_ROWS, flood
 from .scenarios.streams import STREAM_ROWS, streams
-from .targets import busy_targets, issue6_targets, notify_targets, streams_targets
+from .scenarios.sweep import SWEEP_ROWS
+from .targets import (
+    busy_targets,
+    issue6_targets,
+    notify_targets,
+    streams_targets,
+    sweep_targets,
+)
 
 # The phases that run only the bare baseline, or measure no CPU per request (a stall's
 # latency): --compare leaves them out.
@@ -56,6 +63,7 @@ def phases(bench: Harness) -> list[Phase]:
         "baseline_put",
         "put_report_limited",
         *CHANNEL_ROWS,
+        *SWEEP_ROWS,
         "stall_latency",
         *FLOOD_ROWS,
         *STREAM_ROWS,
@@ -71,6 +79,7 @@ def phases(bench: Harness) -> list[Phase]:
         (["baseline_put"], reports.baseline_put),
         (["put_report_limited"], reports.limited),
         (CHANNEL_ROWS, channels.notified),
+        (SWEEP_ROWS, sweep.swept),
         (["stall_latency"], channels.stall_latency),
         (FLOOD_ROWS, flood),
         (STREAM_ROWS, streams),
@@ -104,6 +113,7 @@ def targets(rows: dict[str, Row], o: Options) -> list[Target]:
         + streams_targets(rows)
         + busy_targets(rows, o)
         + notify_targets(rows, o)
+        + sweep_targets(rows, o)
     )
 
 

@@ -39,6 +39,9 @@ BUSY_GROWTH_MS = 100.0
 NOTIFY = "notification channels and stalls"
 NOTIFIED_CPU_RATIO = 1.05
 STALL_P99_S = 30.0
+# The sweeper's target: PUT while it deletes an idle space, against a server that keeps it.
+SWEEP = "retention: the sweeper at work"
+SWEPT_RPS_RATIO = 0.9
 BUSY_BACKENDS = [("", "embedded", ["busy_embedded"]), ("_scale_out", "PostgreSQL + Redis",
                  ["busy_a", "busy_b"])]  # fmt: skip
 
@@ -379,3 +382,26 @@ def notify_targets(rows: dict[str, Row], o: Options) -> list[Target]:
         why = (latency.reason if latency else "") or "not measured"
         found.append(Target("stall_latency", description, "skipped", "–", why, NOTIFY))
     return found
+
+
+def sweep_targets(rows: dict[str, Row], o: Options) -> list[Target]:
+    """The sweeper's target: reporters keep their throughput while it deletes."""
+    unswept, swept = ok(rows, "put_report_unswept"), ok(rows, "put_report_swept")
+    description = (
+        f"PUT while the sweeper deletes an idle space ≥ {SWEPT_RPS_RATIO:g}x the req/s of "
+        "the same server keeping it"
+    )
+    ratio = swept.extra.get("rps_vs_unswept") if swept else None
+    if unswept and swept and ratio is not None:
+        return [
+            Target(
+                "swept_put",
+                description,
+                "pass" if ratio >= SWEPT_RPS_RATIO else "fail",
+                f"{ratio:.3f}x; p99 {_num(swept.p99_ms, 2)} vs {_num(unswept.p99_ms, 2)} ms",
+                str(swept.extra.get("deleted", "")),
+                SWEEP,
+            )
+        ]
+    why = (rows.get("put_report_swept") or Row("", "")).reason or "not measured"
+    return [Target("swept_put", description, "skipped", "–", why, SWEEP)]

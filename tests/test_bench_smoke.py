@@ -27,7 +27,7 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
 
     from bench.cost_targets import READS_CREATES
     from bench.options import parse_options, scenario_titles
-    from bench.targets import BUSY, ISSUE6, LIVE, NOTIFY
+    from bench.targets import BUSY, ISSUE6, LIVE, NOTIFY, SWEEP
 
     results = json.loads((tmp_path / "latest.json").read_text())
     found = {row["name"]: row for row in results["scenarios"]}
@@ -103,6 +103,7 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
             "busy_streams_scale_out",
         },
         NOTIFY: {"notified_put_cpu", "stall_latency"},
+        SWEEP: {"swept_put"},
     }
     # Channels and stall looks on the PUT: both servers measured, the channels alive.
     notified = found["put_report_notified"]
@@ -110,6 +111,10 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
     assert notified["extra"]["cpu_vs_plain"] > 0
     assert notified["extra"]["check"] == "a failed finish told to 2 of 2 channels"
     assert notified["extra"]["stall_lease_ahead_s"] > 0
+    # The sweeper deleted the idle space's tasks (some of them at least) during the load.
+    swept = found["put_report_swept"]
+    assert swept["extra"]["rps_vs_unswept"] > 0
+    assert not swept["extra"]["deleted"].startswith("0 of")
     # A stall takes a minute: its latency runs in the full bench only, and says so.
     assert found["stall_latency"]["status"] == "skipped"
     assert "full bench only" in found["stall_latency"]["reason"]
