@@ -106,9 +106,7 @@ class Sweeper:
                 gone = await deletes.space_steps(db.fetch, space_uuid, self.batch)
                 steps_left = len(gone) == self.batch
             if not steps_left:
-                gone += await deletes.space_top_level(
-                    db.fetch, space_uuid, self.batch - len(gone)
-                )
+                gone += await deletes.space_top_level(db.fetch, space_uuid, self.batch - len(gone))
             if len(gone) < self.batch:
                 break  # the rest goes with the space, in one last short transaction
             async with db.write() as st:
