@@ -104,8 +104,14 @@ class Sweeper:
             )
         if not marked:
             return False
+        steps_left = True  # steps go first: none is ever left without its parent
         while True:
-            gone = await deletes.space_task_uuids(db.fetch, space_uuid, self.batch)
+            gone: list[str] = []
+            if steps_left:
+                gone = await deletes.space_steps(db.fetch, space_uuid, self.batch)
+                steps_left = len(gone) == self.batch
+            if not steps_left:
+                gone += await deletes.space_top_level(db.fetch, space_uuid, self.batch - len(gone))
             if len(gone) < self.batch:
                 break  # the rest goes with the space, in one last short transaction
             async with db.write() as st:

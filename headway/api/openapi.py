@@ -95,11 +95,20 @@ UNAVAILABLE = _error(
     "A dependency (database or progress store) is down; retry after Retry-After seconds.",
     RETRY_AFTER,
 )
+# Creates add rows that stay: they are refused when the database's storage runs short.
+CREATE_UNAVAILABLE = _error(
+    "A dependency (database or progress store) is down, or the database's storage is "
+    "short: it is past HEADWAY_DATABASE_MAX_SIZE, its disk has less free than "
+    "HEADWAY_DISK_FREE_MIN, or its disk is full. Nothing was written; reports still work. "
+    "Retry after Retry-After seconds.",
+    RETRY_AFTER,
+)
 # Reports also write live progress, which has a memory budget.
 UNAVAILABLE_OR_FULL = _error(
     "A dependency (database or progress store) is down, or the live-progress memory budget "
-    "is full (of the whole service, or of this task's space); nothing was written. Retry "
-    "after Retry-After seconds.",
+    "is full (of the whole service, or of this task's space), or a report that finishes "
+    "its task found the database's disk full; nothing was written. Retry after "
+    "Retry-After seconds.",
     RETRY_AFTER,
 )
 TOO_MANY_REQUESTS = _response_ref("TooManyRequests")
@@ -213,7 +222,7 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                         "surrogate, or malformed JSON."
                     ),
                     "429": TOO_MANY_REQUESTS,
-                    "503": UNAVAILABLE,
+                    "503": CREATE_UNAVAILABLE,
                 },
             }
         },
@@ -315,7 +324,7 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                         "that is not UTF-8 or holds a lone surrogate, or malformed JSON."
                     ),
                     "429": TOO_MANY_REQUESTS,
-                    "503": UNAVAILABLE,
+                    "503": CREATE_UNAVAILABLE,
                 },
             }
         },
@@ -428,9 +437,14 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                 "operationId": "health",
                 "summary": "Health check",
                 "description": "Checks the database and the progress store; reports the "
-                "background worker, whose death does not fail the check.",
+                "background worker and loops, whose death does not fail the check, and the "
+                "database's disk.",
                 "responses": {
-                    "200": _json(_ref("HealthOut"), "Healthy."),
+                    "200": _json(
+                        _ref("HealthOut"),
+                        "Healthy (ok), or degraded: the database's disk is low or full "
+                        "(creates may be refused) while reports and reads work.",
+                    ),
                     "503": _json(_ref("HealthOut"), "A dependency is down."),
                 },
             }

@@ -82,7 +82,8 @@ async def get_space(request: Request) -> Response:
             head = await _service(request).space_head(space_uuid)
         except NotFound as exc:
             return pages.not_found_page(exc.message)
-        return pages.space_page(space_uuid, head)
+        retention = request.app.state.settings.space_retention
+        return pages.space_page(space_uuid, head, retention)
     params = query_params(request.scope["query_string"])
     head, pages_ = await _service(request).read_space(
         space_uuid,

@@ -17,6 +17,7 @@ from ..service import Service
 from ..web import pages
 from .events import open_stream, stream_operation
 from .openapi import (
+    CREATE_UNAVAILABLE,
     SPACE,
     TOO_LARGE,
     TOO_MANY_REQUESTS,
@@ -62,13 +63,13 @@ async def shared(request: Request) -> Response:
     html = pages.wants_html(request)
     try:
         space_uuid = await service.space_of_share(share_uuid)
-    except NotFound as exc:
+        if html:  # the space may go in between: the link then no longer works either
+            return pages.shared_page(share_uuid, await service.space_head(space_uuid))
+    except NotFound:
         if html:
-            return pages.not_found_page(exc.message)
+            return pages.link_gone_page()
         raise
     view = await service.shares.view(cast(str, canonical_uuid(share_uuid)))  # it was found
-    if html:
-        return pages.shared_page(share_uuid, await service.space_head(space_uuid))
     params = query_params(request.scope["query_string"])
     head, found = await service.read_space(
         space_uuid,
@@ -145,7 +146,7 @@ openapi_paths: dict[str, Any] = {
                     "most share links (100 by default)."
                 ),
                 "429": TOO_MANY_REQUESTS,
-                "503": UNAVAILABLE,
+                "503": CREATE_UNAVAILABLE,
             },
         },
         "get": {

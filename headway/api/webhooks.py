@@ -10,7 +10,17 @@ from starlette.routing import Route
 
 from ..schemas import CreateWebhook, decode_create
 from ..service import Service
-from .openapi import SPACE, TOO_LARGE, TOO_MANY_REQUESTS, UNAVAILABLE, _error, _json, _link, _ref
+from .openapi import (
+    CREATE_UNAVAILABLE,
+    SPACE,
+    TOO_LARGE,
+    TOO_MANY_REQUESTS,
+    UNAVAILABLE,
+    _error,
+    _json,
+    _link,
+    _ref,
+)
 from .responses import NO_STORE, JSONResponse, read_body
 from .rest import count, created, idempotency_of
 
@@ -80,7 +90,7 @@ openapi_paths: dict[str, Any] = {
                     "embeds a refused IPv4 address); text that is not UTF-8; malformed JSON."
                 ),
                 "429": TOO_MANY_REQUESTS,
-                "503": UNAVAILABLE,
+                "503": CREATE_UNAVAILABLE,
             },
         },
         "get": {

@@ -11,6 +11,9 @@ stream and `/mcp` call and nothing else.
   links;
 - `idempotency`: creates made once, however often they are retried with one key;
 - `changes`: the one point every write calls once it is stored.
+
+Every create passes the disk budget first (`headway.disk`): when the database's storage
+runs short, creates are refused before anything is written, and reports go on.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..clock import Clock
+from ..disk import DiskBudget
 from ..domain import Report, TaskRow, TaskView
 from ..progress import ProgressStore
 from ..progress.feed import ChangeFeed
-from ..schemas import CreateSpace, CreateTask, CreateWebhook
+from ..schemas import CreateChannel, CreateSpace, CreateTask, CreateWebhook
 from ..storage.database import Database
 from ..storage.families import FamilyCache, FamilyVersions
 from ..storage.small_spaces import ShownTasks, SmallSpaces
@@ -73,7 +77,10 @@ class Service:
         webhooks_per_space: int = 20,
         shares_per_space: int = 100,
         channel_rules: ChannelRules | None = None,
+        disk: DiskBudget | None = None,
     ) -> None:
+        # Admits creates while the database has room (a budget of the defaults if none).
+        self.disk = disk or DiskBudget(db)
         self.changes = Changes(feed, versions)
         self.stores = stores = Stores(db, progress, clock, self.changes)
         self.db, self.progress, self.clock, self.feed = db, progress, clock, feed
@@ -144,6 +151,7 @@ class Service:
     async def create_space(
         self, body: CreateSpace, idempotency: Idempotency | None = None
     ) -> dict[str, Any]:
+        self.disk.admit()
         return await self.spaces.create(body, idempotency)
 
     async def space_head(self, space_uuid: str) -> Head:
@@ -155,6 +163,7 @@ class Service:
     async def create_task(
         self, space_uuid: str, body: CreateTask, idempotency: Idempotency | None = None
     ) -> dict[str, Any]:
+        self.disk.admit()
         return await self.tasks.create(space_uuid, body, idempotency)
 
     async def delete_task(self, task_uuid: str) -> None:
@@ -177,6 +186,7 @@ class Service:
     async def create_webhook(
         self, space_uuid: str, body: CreateWebhook, idempotency: Idempotency | None = None
     ) -> dict[str, Any]:
+        self.disk.admit()
         return await self.webhooks.create(space_uuid, body, idempotency)
 
     async def list_webhooks(self, space_uuid: str) -> list[dict[str, str]]:
@@ -188,6 +198,7 @@ class Service:
     async def create_share(
         self, space_uuid: str, idempotency: Idempotency | None = None
     ) -> dict[str, Any]:
+        self.disk.admit()
         return await self.shares.create(space_uuid, idempotency)
 
     async def list_shares(self, space_uuid: str) -> list[dict[str, str]]:
@@ -198,3 +209,11 @@ class Service:
 
     async def space_of_share(self, share_uuid: str) -> str:
         return await self.shares.space_of(share_uuid)
+
+    # --- Notification channels ------------------------------------------------------------
+
+    async def create_channel(
+        self, space_uuid: str, body: CreateChannel, idempotency: Idempotency | None = None
+    ) -> dict[str, Any]:
+        self.disk.admit()
+        return await self.channels.create(space_uuid, body, idempotency)
