@@ -10,6 +10,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import schemas
+from ..health_out import HealthOut
 from .responses import JSONResponse
 
 _MODELS = [
@@ -33,7 +34,7 @@ _MODELS = [
     schemas.ShareOut,
     schemas.SharedSpaceOut,
     schemas.ErrorOut,
-    schemas.HealthOut,
+    HealthOut,
 ]
 
 
