@@ -115,6 +115,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 feed,
                 max_streams=settings.max_streams,
                 per_client=settings.streams_per_client if settings.rate_limits else None,
+                per_network=settings.streams_per_network if settings.rate_limits else None,
             )
             stalls = StallWatch(
                 db, progress, clock, service.event_views, scan_s=settings.stall_scan
@@ -294,16 +295,20 @@ class HeadwayApp(Starlette):
 
 def make_progress_store(settings: Settings, clock: Clock) -> ProgressStore:
     """The progress store the settings ask for: Redis when HEADWAY_REDIS_URL is set."""
+    budget = settings.progress_memory_budget
+    client_bytes = int(budget * settings.progress_memory_per_client)
     if settings.redis_url is not None:
         from .progress.redis import RedisProgressStore
 
-        return RedisProgressStore(settings.redis_url, settings.progress_ttl, clock)
-    budget = settings.progress_memory_budget
+        return RedisProgressStore(
+            settings.redis_url, settings.progress_ttl, clock, client_bytes=client_bytes
+        )
     return MemoryProgressStore(
         settings.progress_ttl,
         clock,
         budget_bytes=budget,
         space_bytes=int(budget * settings.progress_memory_per_space),
+        client_bytes=client_bytes,
     )
 
 

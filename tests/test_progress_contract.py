@@ -27,7 +27,12 @@ TTL_US = TTL_S * 1_000_000
 SPACE = "5a1e0000-0000-4000-8000-000000000000"
 # What a scrape shows of each store (see headway.metrics).
 GAUGES = {
-    "memory": {"headway_live_tasks", "headway_progress_bytes", "headway_progress_budget_bytes"},
+    "memory": {
+        "headway_live_tasks",
+        "headway_progress_bytes",
+        "headway_progress_finished_bytes",
+        "headway_progress_budget_bytes",
+    },
     "redis": {"headway_redis_used_memory_bytes", "headway_redis_maxmemory_bytes"},
 }
 

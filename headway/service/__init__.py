@@ -24,7 +24,7 @@ from typing import Any
 from ..clock import Clock
 from ..disk import DiskBudget
 from ..domain import Report, TaskRow, TaskView
-from ..progress import ProgressStore
+from ..progress import NO_CLIENT, ProgressStore
 from ..progress.feed import ChangeFeed
 from ..schemas import CreateChannel, CreateSpace, CreateTask, CreateWebhook
 from ..storage.database import Database
@@ -161,9 +161,16 @@ class Service:
     # --- Tasks and reports ----------------------------------------------------------------
 
     async def create_task(
-        self, space_uuid: str, body: CreateTask, idempotency: Idempotency | None = None
+        self,
+        space_uuid: str,
+        body: CreateTask,
+        idempotency: Idempotency | None = None,
+        client: str = NO_CLIENT,
     ) -> dict[str, Any]:
+        """A new task; refused before anything is written when the disk runs short, or
+        when `client` holds its whole share of the progress budget."""
         self.disk.admit()
+        await self.progress.admit_client(client)
         return await self.tasks.create(space_uuid, body, idempotency)
 
     async def delete_task(self, task_uuid: str) -> None:
@@ -175,8 +182,8 @@ class Service:
     async def get_task(self, task_uuid: str) -> TaskView:
         return await self.tasks.get(task_uuid)
 
-    async def report(self, task_uuid: str, report: Report) -> TaskView:
-        return await self.tasks.report(task_uuid, report)
+    async def report(self, task_uuid: str, report: Report, client: str = NO_CLIENT) -> TaskView:
+        return await self.tasks.report(task_uuid, report, client)
 
     async def event_views(self, task_uuids: Sequence[str]) -> list[TaskView]:
         return await self.tasks.event_views(task_uuids)

@@ -73,10 +73,14 @@ class FamilyVersions(Protocol):
         space_uuid: str,
         version: FamilyVersion,
         announce: tuple[str, str] | None = None,
+        *,
+        client: str = "unknown",
+        finished: bool = False,
     ) -> FamilyVersion | None:
         """`put`, atomically only if the task's family is still at `version`: returns
         None once written, or the family's version now, having written nothing.
-        `announce`: a (channel, message) published once written, in the same call."""
+        `announce`: a (channel, message) published once written, in the same call.
+        Counted for `client` as `put` counts a write (raising as it does)."""
 
 
 class ChildrenJSON(list[msgspec.Raw]):
