@@ -160,10 +160,13 @@ class TokenBuckets:
 
     Idle buckets are dropped once they have refilled (a full bucket is the same as no
     bucket), whenever there are many of them, so memory follows the addresses active
-    within the longest period, not every address ever seen.
+    within the longest period, not every address ever seen; and never more than MOST are
+    kept (about 250 bytes each): past that, those updated longest ago go, as if they had
+    refilled (an address that many others followed has little left to count).
     """
 
     SWEEP_ABOVE = 10_000
+    MOST = 200_000
 
     def __init__(self, clock: Clock, longest_s: int) -> None:
         self._clock = clock
@@ -207,8 +210,12 @@ class TokenBuckets:
 
     def _sweep(self, now: int) -> None:
         idle_before = now - self._longest_us
-        self._state = {k: v for k, v in self._state.items() if v[-1] > idle_before}
-        self._sweep_at = max(self.SWEEP_ABOVE, 2 * len(self._state))
+        state = {k: v for k, v in self._state.items() if v[-1] > idle_before}
+        if len(state) > self.MOST // 2:
+            newest = sorted(state.items(), key=lambda item: item[1][-1])[-self.MOST // 2 :]
+            state = dict(newest)
+        self._state = state
+        self._sweep_at = min(self.MOST, max(self.SWEEP_ABOVE, 2 * len(state)))
 
     def __len__(self) -> int:
         return len(self._state)

@@ -170,6 +170,23 @@ async def test_idle_buckets_are_dropped_so_many_addresses_cannot_grow_memory(lim
     assert len(buckets) == 1
 
 
+def test_buckets_of_addresses_all_active_at_once_are_bounded_too(clock, monkeypatch):
+    """Addresses active within the longest period (a day, for creates) are many for a
+    client holding many IPv6 /64s: past MOST, those updated longest ago go."""
+    from headway.limits import TokenBuckets
+
+    monkeypatch.setattr(TokenBuckets, "MOST", 2_000)
+    monkeypatch.setattr(TokenBuckets, "SWEEP_ABOVE", 500)
+    buckets = TokenBuckets(clock, longest_s=86_400)
+    items = parse_many("100000/day")
+    for i in range(10_000):
+        clock.advance(us=1)
+        assert buckets.take(("creates", f"2001:db8:{i}::/64"), items) == 0
+        assert len(buckets) <= 2_000
+    buckets.take(("creates", "2001:db8:9999::/64"), items)  # the newest are still counted
+    assert buckets._state[("creates", "2001:db8:9999::/64")][0] < 100_000 - 1
+
+
 def test_ipv6_clients_are_counted_per_slash_64(settings):
     limiter = RateLimiter(settings.with_(rate_limits=True))
     first = limiter.client_address("2001:db8:1:2::1")
