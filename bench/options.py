@@ -203,6 +203,17 @@ def scenario_titles(o: Options) -> dict[str, str]:
             "(spread over 1,000 tasks) per request"
         ),
         "memory": f"memory: RSS with {o.big:,} tasks holding progress",
+        **{
+            name: (
+                f"memory against the progress budget: {count:,} tasks holding progress, "
+                "filled in-process"
+            )
+            for name, count in zip(
+                ("memory_budget", "memory_budget_large"),
+                (1_000, 10_000) if o.mode == "smoke" else (100_000, 1_000_000),
+                strict=True,
+            )
+        },
         "flood_create": (
             f"flood from {flood.FLOOD_ADDRESS}, defaults: {o.flood_concurrency} at once create "
             f"{o.flood_spaces} spaces, then tasks ({o.flood_s:g} s)"

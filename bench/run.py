@@ -36,13 +36,15 @@ from .measure import Harness
 from .options import Options, parse_options
 from .processes import start_baseline
 from .report import Row, Target
-from .scenarios import busy, channels, embedded, reads, reports, scale_out, sweep
+from .scenarios import budget, busy, channels, embedded, reads, reports, scale_out, sweep
+from .scenarios.budget import BUDGET_ROWS
 from .scenarios.busy import BUSY_ROWS
 from .scenarios.channels import CHANNEL_ROWS
 from .scenarios.flood import FLOOD_ROWS, flood
 from .scenarios.streams import STREAM_ROWS, streams
 from .scenarios.sweep import SWEEP_ROWS
 from .targets import (
+    budget_targets,
     busy_targets,
     issue6_targets,
     notify_targets,
@@ -52,7 +54,7 @@ from .targets import (
 
 # The phases that run only the bare baseline, or measure no CPU per request (a stall's
 # latency): --compare leaves them out.
-BARE = {"baseline", "baseline_parent", "baseline_put", "stall_latency"}
+BARE = {"baseline", "baseline_parent", "baseline_put", "stall_latency", *BUDGET_ROWS}
 
 
 def phases(bench: Harness) -> list[Phase]:
@@ -65,6 +67,7 @@ def phases(bench: Harness) -> list[Phase]:
         *CHANNEL_ROWS,
         *SWEEP_ROWS,
         "stall_latency",
+        *BUDGET_ROWS,
         *FLOOD_ROWS,
         *STREAM_ROWS,
         *BUSY_ROWS,
@@ -81,6 +84,7 @@ def phases(bench: Harness) -> list[Phase]:
         (CHANNEL_ROWS, channels.notified),
         (SWEEP_ROWS, sweep.swept),
         (["stall_latency"], channels.stall_latency),
+        (BUDGET_ROWS, budget.budget),
         (FLOOD_ROWS, flood),
         (STREAM_ROWS, streams),
         (["busy_embedded"], busy.embedded),
@@ -114,6 +118,7 @@ def targets(rows: dict[str, Row], o: Options) -> list[Target]:
         + busy_targets(rows, o)
         + notify_targets(rows, o)
         + sweep_targets(rows, o)
+        + budget_targets(rows)
     )
 
 

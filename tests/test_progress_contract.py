@@ -285,9 +285,10 @@ async def test_versions_read_before_the_store_lost_everything_never_match(
 
 @pytest.mark.parametrize("finished", [False, True])
 async def test_the_memory_store_counts_what_its_entries_really_hold(clock, finished):
-    """What the budget counts is what the process's memory holds for the entries (as
-    tracemalloc sees it): keys, structs, numbers, values, and a finished entry's place in
-    its writer's order, within a few percent."""
+    """What the budget counts is what the process's memory holds for the entries: keys,
+    structs, numbers, values, and a finished entry's place in its writer's order, as
+    tracemalloc sees them, and a little more (allocator size classes and dict tables,
+    which the process's RSS shows: see the bench's `memory_budget`); never less."""
     import gc
     import tracemalloc
     import uuid
@@ -307,4 +308,4 @@ async def test_the_memory_store_counts_what_its_entries_really_hold(clock, finis
     finally:
         tracemalloc.stop()
     held += sum(map(sys.getsizeof, uuids))  # the keys, made before (the store keeps them)
-    assert 0.9 < store.bytes_used / held < 1.1
+    assert 1.0 < store.bytes_used / held < 1.25

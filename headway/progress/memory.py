@@ -17,11 +17,13 @@ from .feed import LocalFeed
 
 # What one entry costs beyond its values' JSON text, as the process's memory holds it:
 # the uuid key, the ordered dict's slot and link, the struct, its numbers and the
-# values' bytes object; a finished entry also its place in its writer's order (measured
-# with tracemalloc over 100,000 entries: 405 and 497 bytes with 11 bytes of values; the
-# bench's `memory_budget` shows RSS against the budget).
-ENTRY_BYTES = 400
-KEPT_ENTRY_BYTES = 490
+# values' bytes object; a finished entry also its place in its writer's order. Python's
+# allocator sees 405 and 497 bytes with 11 bytes of values (tracemalloc, 100,000
+# entries); the process's RSS grows by about 460 per live entry at 100,000 and at
+# 1,000,000 tasks (size classes, dict tables: the bench's `memory_budget`), which is
+# what is counted.
+ENTRY_BYTES = 460
+KEPT_ENTRY_BYTES = 550
 # When finished progress must give way, this share of the budget more is freed at once,
 # so that who gives it is decided rarely.
 ROOM_SLACK = 1 / 64
