@@ -300,3 +300,28 @@ async def test_open_streams_are_capped_per_48(settings):
 def test_client_share_full_is_a_429_with_retry_after():
     refusal = ClientShareFull()
     assert refusal.status == 429 and int(refusal.headers["retry-after"]) > 0
+
+
+async def test_a_parent_finished_by_its_last_step_frees_its_own_progress(limited, clients):
+    """A parent's own values count as live while it is active; when its last step
+    finishes it, they are kept for reading and no longer count against its client."""
+    app = await fair(limited, progress_memory_per_client=0.03)  # about 31 KB
+    greedy, _ = greedy_and_other(app, clients)
+    space = await new_space(greedy)
+    parents = []
+    for _ in range(30):
+        parent = (await greedy.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
+        step = await greedy.post(f"/spaces/{space}/tasks", json={"parent_uuid": parent})
+        response = await greedy.put(f"/tasks/{parent}", json={"values": big_values()})
+        if response.status_code == 429:
+            break
+        parents.append((parent, step.json()["uuid"]))
+    else:
+        pytest.fail("the client's share never refused it")
+    for _, step in parents:
+        assert (await greedy.put(f"/tasks/{step}", json={"done": True})).status_code == 200
+    read = (await greedy.get(f"/tasks/{parents[-1][0]}")).json()  # (its share of finished
+    assert read["finished_at"] is not None  # progress holds the newest, at least)
+    assert read["progress"]["values"] == big_values()
+    task = (await greedy.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
+    assert (await greedy.put(f"/tasks/{task}", json={"values": big_values()})).status_code == 200

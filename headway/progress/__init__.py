@@ -116,6 +116,10 @@ class ProgressStore(Protocol):
         """Forget the progress of these tasks (deleted), freeing what it held."""
         ...
 
+    async def release(self, task_uuids: Sequence[str]) -> None:
+        """These tasks finished without a write of their progress (a parent finished by
+        its last step): keep their progress as finished, no longer live."""
+
     def change_feed(self) -> ChangeFeed:
         """A new change feed beside this store, reaching every instance the store serves
         (the caller closes it)."""

@@ -9,6 +9,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from operator import itemgetter
 
+import msgspec
+
 from .. import metrics
 from ..clock import Clock
 from ..domain import Progress
@@ -286,6 +288,21 @@ class MemoryProgressStore:
             self._give_way(next(iter(kept)))
             while self.bytes_used > target and kept_bytes.get(client, 0) > floor:
                 self._give_way(next(iter(kept)))
+
+    async def release(self, task_uuids: Sequence[str]) -> None:
+        entries = self._entries
+        for uuid in task_uuids:
+            old = entries.get(uuid)
+            if old is None or old.finished:
+                continue
+            self._uncount(uuid, old)
+            held = Held(*msgspec.structs.astuple(old)[:-1], True)  # in place: not a write
+            entries[uuid] = held
+            self._count(uuid, held)
+            if self._kept_bytes[held.client] > self.client_bytes:
+                self._trim_kept(held.client)
+        if self.bytes_used > self.budget_bytes:
+            self._make_room()
 
     async def delete(self, task_uuids: Sequence[str]) -> None:
         entries = self._entries

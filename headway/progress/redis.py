@@ -218,6 +218,7 @@ class RedisProgressStore:
         self._put = Coalesced(self._redis, shares.PUT)
         self._admit_client = Coalesced(self._redis, shares.ADMIT_CLIENT)
         self._delete = Coalesced(self._redis, shares.DELETE)
+        self._release = Coalesced(self._redis, shares.RELEASE)
         # Candidate epochs: this process's random prefix and a count, never the same
         # twice (and cheaper than a random id per call, on the path of every report).
         self._epochs = itertools.count()
@@ -251,6 +252,12 @@ class RedisProgressStore:
         for start in range(0, len(task_uuids), 1000):
             keys = [self.PREFIX + uuid for uuid in task_uuids[start : start + 1000]]
             await self._delete(keys=keys, args=[])
+
+    async def release(self, task_uuids: Sequence[str]) -> None:
+        """Count these tasks' progress as finished, no longer live (see
+        `redis_shares.RELEASE`)."""
+        if task_uuids:
+            await self._release(keys=[self.PREFIX + uuid for uuid in task_uuids], args=[])
 
     def admit(
         self,

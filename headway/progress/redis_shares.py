@@ -136,6 +136,31 @@ return 0
 """
 )
 
+# KEYS: progress keys of tasks that finished without a write (a parent finished by its
+# last step): each live value becomes finished, counted as its writer's kept progress.
+RELEASE = (
+    HELPERS
+    + """
+for _, key in ipairs(KEYS) do
+  local kind, size, client = held(key)
+  if kind == 'L' then
+    local member = string.sub(key, #PREFIX + 1) .. ' ' .. size
+    local score = redis.call('ZSCORE', 'headway:live:' .. client, member)
+    if score then
+      uncount(client, 'live', string.sub(key, #PREFIX + 1), size)
+      redis.call('SETRANGE', key, 0, 'F')
+      local kept, h = 'headway:kept:' .. client, 'headway:client:' .. client
+      redis.call('ZADD', kept, score, member)
+      redis.call('HINCRBY', h, 'kept', size)
+      local ttl = redis.call('PTTL', h)
+      if ttl > 0 then redis.call('PEXPIRE', kept, ttl) end
+    end
+  end
+end
+return 0
+"""
+)
+
 # ARGV: the client, the expiry cutoff (µs), the most it may hold for a new task to be
 # admitted. 1 if it holds that much or more (after uncounting what expired), else 0.
 ADMIT_CLIENT = (
