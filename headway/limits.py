@@ -166,7 +166,7 @@ class TokenBuckets:
     """
 
     SWEEP_ABOVE = 10_000
-    MOST = 200_000
+    MOST = 100_000
 
     def __init__(self, clock: Clock, longest_s: int) -> None:
         self._clock = clock

@@ -24,7 +24,7 @@ from ..schemas import query_params
 from ..scope import CONNECTION, RAW_SEND
 from ..service import Service, parse_limit
 from ..shares import ShareView
-from .openapi import RETRY_AFTER, SPACE, TOO_MANY_REQUESTS, _error, _query
+from .openapi import RETRY_AFTER, SPACE, _error, _query
 from .streaming import PIECE_BYTES, space_pieces
 
 _HEADERS = [
@@ -243,7 +243,12 @@ def stream_operation(operation_id: str, summary: str, path_parameter: dict[str, 
                 "stream follows the newest tasks)."
             ),
             "404": _error("No such space or share link (or not a UUID)."),
-            "429": TOO_MANY_REQUESTS,
+            "429": _error(
+                "This client address holds as many live streams as one may "
+                "(HEADWAY_STREAMS_PER_CLIENT), or its network, an IPv6 /48, does "
+                "(HEADWAY_STREAMS_PER_NETWORK).",
+                RETRY_AFTER,
+            ),
             "503": _error(
                 "The server holds as many live streams as it may, or a dependency is down.",
                 RETRY_AFTER,

@@ -116,8 +116,10 @@ TOO_MANY_REQUESTS = _response_ref("TooManyRequests")
 NOT_FOUND_TASK = _error("No such task (or not a UUID).")
 RESPONSES = {
     "TooManyRequests": _error(
-        "This client address is over its rate for this kind of request; nothing was done. "
-        "Retry after Retry-After seconds.",
+        "This client address is over its rate for this kind of request, or (creating a task, "
+        "reporting) holds its share of the live-progress budget over all its spaces "
+        "(HEADWAY_PROGRESS_MEMORY_PER_CLIENT); nothing was done. Retry after Retry-After "
+        "seconds.",
         RETRY_AFTER,
     ),
     "HeaderFieldsTooLarge": _error(
