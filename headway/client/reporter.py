@@ -5,11 +5,16 @@ thread per client.
 thread: it never waits on the network and never raises. The thread sends one request at
 a time (like tqdm's `MonoWorker`): a newer state replaces one not yet sent, so a task
 costs at most one request per `min_interval` however often it reports, and its final
-state is sent at once. A server that is down, slow, or answers 429/503/5xx is retried
-with exponential backoff (or after its Retry-After) and logged once per outage on the
-`headway` logger; a state that no retry can help (refused with a 4xx, or values JSON
-cannot carry) is logged, once per task, and dropped. At interpreter exit, pending states
-get a bounded time (`exit_timeout`) to go.
+state is sent at once. A server that is down, slow, or answers 408/425/429 or a 5xx is
+retried with exponential backoff (or after its Retry-After, read as 0-60 s) for as long
+as the process runs, and logged once per outage on the `headway` logger; a task's create
+is retried with the same Idempotency-Key, so that it is made once. A state that no retry
+can help (refused with another 4xx, or values JSON cannot carry) is logged, once per task
+and once more if it was the final one, and dropped. No answer and no error ends the
+thread. At interpreter exit (or `close()`), pending states get a bounded time
+(`exit_timeout`, HEADWAY_FLUSH_TIMEOUT) to go, with one last try just before it ends
+even when a Retry-After asked for longer; what is still pending then is named in one
+warning.
 """
 
 from __future__ import annotations
@@ -34,6 +39,14 @@ from .models import Value
 
 log = logging.getLogger("headway")
 
+# The last try of a flush, when the server asked to wait past its end, goes this long
+# (or a quarter of the flush, if shorter) before the flush gives up.
+LAST_TRY_AHEAD = 1.0
+# The longest the thread waits in one go: it then looks at the queue again.
+LONGEST_WAIT = 60.0
+# How many titles the warning about undelivered reports names.
+NAMED_TASKS = 3
+
 T = TypeVar("T")
 # (current, end, values, log): the arguments of the latest `report()`.
 State = tuple[float | None, float | None, Mapping[str, Value] | None, str | None]
@@ -53,6 +66,7 @@ class Reporter:
         "_closed",
         "_done_sent",
         "_gone",
+        "_key",
         "_next_at",
         "_refused",
         "_scheduled",
@@ -92,6 +106,7 @@ class Reporter:
         self._gone = False  # the task cannot be created: every report is dropped
         self._refused = False  # a refusal was logged already
         self._next_at = 0.0  # monotonic time before which no report is sent
+        self._key = calls.new_key()  # the create's Idempotency-Key, the same on each try
         self._scheduled = uuid is None
         if uuid is None:
             sender.schedule(self, 0.0)  # create the task now, in the background
@@ -228,6 +243,8 @@ class Sender:
         self._delay = backoff[0]
         self._failing = False
         self._closed = False
+        self._last_tries: list[float] = []  # of the flushes waiting: when each tries last
+        self._last_try_spent: float | None = None  # the last try already made
         _SENDERS.add(self)
 
     def schedule(self, reporter: Reporter, due: float) -> None:
@@ -242,28 +259,44 @@ class Sender:
 
     def flush(self, timeout: float, reporter: Reporter | None = None) -> bool:
         """Send what is pending now and wait, at most `timeout` seconds, until nothing
-        (of `reporter`, if given) is left to send; True if nothing is."""
+        (of `reporter`, if given) is left to send; True if nothing is. A server that asked
+        to wait (Retry-After, backoff) past the end still gets one last try before it."""
         deadline = time.monotonic() + timeout
+        last_try = deadline - min(LAST_TRY_AHEAD, timeout / 4)
         with self._cond:
             self._hurry += 1
+            self._last_tries.append(last_try)
             self._cond.notify_all()
             try:
                 while self._pending(reporter):
                     remaining = deadline - time.monotonic()
                     if remaining <= 0 or self._thread is None:
                         return False
-                    self._cond.wait(remaining)
+                    self._cond.wait(min(remaining, LONGEST_WAIT))
                 return True
             finally:
                 self._hurry -= 1
+                self._last_tries.remove(last_try)
 
     def close(self, timeout: float | None = None) -> bool:
-        """Flush (at most `timeout`, default `exit_timeout`), then stop taking reports."""
-        delivered = self.flush(self.exit_timeout if timeout is None else timeout)
+        """Flush (at most `timeout`, default `exit_timeout`), then stop taking reports.
+        What could not be delivered is named in one warning. True if everything was."""
+        timeout = self.exit_timeout if timeout is None else timeout
+        delivered = self.flush(timeout)
         with self._cond:
+            lost = [] if self._in_flight is None else [self._in_flight]
+            lost += [entry[2] for entry in sorted(self._queue)]
             self._closed = True
             self._queue.clear()
             self._cond.notify_all()
+        lost_words = undelivered(lost)
+        if not delivered and lost_words:
+            log.warning(
+                "Headway at %s: not delivered within %s s, given up: %s",
+                self.url,
+                f"{timeout:.1f}".removesuffix(".0"),
+                lost_words,
+            )
         return delivered
 
     def _pending(self, reporter: Reporter | None) -> bool:
@@ -282,23 +315,31 @@ class Sender:
         self._thread = thread
 
     def _run(self) -> None:
-        self._http = httpx.Client(
-            base_url=self.url, timeout=self.timeout, headers={"user-agent": calls.user_agent()}
-        )
-        while True:
+        try:
+            while self._step():
+                pass
+        finally:
+            if self._http is not None:
+                self._http.close()
+
+    def _step(self) -> bool:
+        """Deliver the next reporter due; False once closed. Whatever goes wrong on the
+        way is logged and leaves the thread running: later reports still go."""
+        try:
             with self._cond:
                 reporter = self._next()
                 if reporter is None:
-                    self._http.close()
-                    return
+                    return False
                 self._in_flight = reporter
-            try:
-                self._deliver(reporter)
-            except Exception:  # a bug here must not end the thread: later reports still go
-                log.exception("Headway: a report could not be prepared")
+            self._deliver(reporter)
+        except Exception:
+            log.exception("Headway: a report could not be prepared")
+            self._retry_at = time.monotonic() + self.backoff[0]  # never a busy loop
+        finally:
             with self._cond:
                 self._in_flight = None
                 self._cond.notify_all()
+        return True
 
     def _next(self) -> Reporter | None:
         """Wait (holding the condition) for the next reporter due; None once closed."""
@@ -306,12 +347,16 @@ class Sender:
             now = time.monotonic()
             if self._queue:
                 due = now if self._hurry else self._queue[0][0]
-                wait = max(due, self._retry_at) - now
+                ready = max(due, self._retry_at)
+                last_try = min(self._last_tries, default=None)
+                if last_try is not None and last_try != self._last_try_spent:
+                    ready = min(ready, max(due, last_try))
+                wait = ready - now
                 if wait <= 0:
                     return heapq.heappop(self._queue)[2]
-                self._cond.wait(wait)
+                self._cond.wait(min(wait, LONGEST_WAIT))
             else:
-                self._cond.wait()
+                self._cond.wait(LONGEST_WAIT)
         return None
 
     def _deliver(self, reporter: Reporter) -> None:
@@ -338,7 +383,7 @@ class Sender:
             return
         except (NetworkError, APIError) as exc:
             if isinstance(exc, APIError) and not exc.retryable:
-                self._refused(reporter, exc)
+                self._refused(reporter, exc, final=closed)
             else:
                 self._failed(exc)
                 reporter._next_at = 0.0  # the backoff decides when it goes again
@@ -346,7 +391,7 @@ class Sender:
                 self.schedule(reporter, 0.0)
                 return
         except (TypeError, ValueError) as exc:  # values JSON cannot carry (NaN, objects)
-            self._refused(reporter, exc)
+            self._refused(reporter, exc, final=closed)
         reporter._sent = state
         reporter._done_sent = closed
 
@@ -367,7 +412,11 @@ class Sender:
             log.warning("Headway: task %r not reported: no space given", reporter.title)
             raise _Gone
         call = calls.create_task(
-            reporter.space, reporter.title, reporter.source, parent.uuid if parent else None
+            reporter.space,
+            reporter.title,
+            reporter.source,
+            parent.uuid if parent else None,
+            key=reporter._key,
         )
         try:
             reporter.uuid = self._send(call)
@@ -388,21 +437,29 @@ class Sender:
             return None
 
     def _send(self, call: calls.Call[T]) -> T:
-        assert self._http is not None
+        if self._http is None:
+            self._http = httpx.Client(
+                base_url=self.url, timeout=self.timeout, headers={"user-agent": calls.user_agent()}
+            )
         request = call.request(self._http)
         try:
             response = self._http.send(request)
-        except httpx.TransportError as exc:
+        except httpx.HTTPError as exc:  # no answer, or one that cannot be read
             raise NetworkError(f"{type(exc).__name__}: {exc}") from exc
         result = call.result(response)
         self._recovered()
         return result
 
     def _failed(self, exc: NetworkError | APIError) -> None:
+        now = time.monotonic()
         wait = self._delay
         if isinstance(exc, APIError) and exc.retry_after is not None:
-            wait = max(wait, exc.retry_after)
-        self._retry_at = time.monotonic() + wait
+            wait = max(wait, min(exc.retry_after, calls.MAX_RETRY_AFTER))
+        self._retry_at = now + wait
+        with self._cond:
+            last_try = min(self._last_tries, default=None)
+            if last_try is not None and now >= last_try:
+                self._last_try_spent = last_try  # the flush's last try was this one
         self._delay = min(self._delay * 2, self.backoff[1])
         if not self._failing:
             self._failing = True
@@ -419,10 +476,38 @@ class Sender:
             self._failing = False
             log.info("Headway at %s takes reports again", self.url)
 
-    def _refused(self, reporter: Reporter, exc: Exception) -> None:
-        if not reporter._refused:
+    def _refused(self, reporter: Reporter, exc: Exception, *, final: bool) -> None:
+        """Log a state that was dropped: once per task, and the final one always."""
+        if final:
+            log.warning("Headway: the final report of task %r was dropped: %s", reporter.title, exc)
+        elif not reporter._refused:
             reporter._refused = True
             log.warning("Headway: a report of task %r was dropped: %s", reporter.title, exc)
+
+
+def undelivered(reporters: list[Reporter]) -> str:
+    """What `reporters`, still pending, had to send, in words that name tasks by their
+    titles (never a uuid): `the final report of task 'Backup'; the latest progress of 2
+    tasks`; empty when none of them had anything left to send."""
+    finals: list[str] = []
+    progress = 0
+    for reporter in dict.fromkeys(reporters):  # once each, in order
+        if reporter._gone or reporter._done_sent:
+            continue
+        if reporter._closed:
+            finals.append(repr(reporter.title) if reporter.title else "(untitled)")
+        else:
+            progress += 1
+    parts = []
+    if finals:
+        named = ", ".join(finals[:NAMED_TASKS])
+        if len(finals) > NAMED_TASKS:
+            named += f" and {len(finals) - NAMED_TASKS} more"
+        noun = "report of task" if len(finals) == 1 else "reports of tasks"
+        parts.append(f"the final {noun} {named}")
+    if progress:
+        parts.append(f"the latest progress of {progress} task{'s' if progress > 1 else ''}")
+    return "; ".join(parts)
 
 
 _SENDERS: weakref.WeakSet[Sender] = weakref.WeakSet()
@@ -430,11 +515,11 @@ _SENDERS: weakref.WeakSet[Sender] = weakref.WeakSet()
 
 @atexit.register
 def _flush_at_exit() -> None:
-    """Give every client's pending reports their `exit_timeout` (together) to go."""
+    """Give every client's pending reports their `exit_timeout` (together) to go; each
+    client names what it could not deliver in one warning."""
     senders = [sender for sender in _SENDERS if not sender._closed]
     if not senders:
         return
     deadline = time.monotonic() + max(sender.exit_timeout for sender in senders)
     for sender in senders:
-        if not sender.flush(max(deadline - time.monotonic(), 0.0)):
-            log.warning("Headway at %s: some reports were not delivered before exit", sender.url)
+        sender.close(max(deadline - time.monotonic(), 0.0))
