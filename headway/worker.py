@@ -5,6 +5,11 @@ Each step is a function the tests call directly; `Worker.run` only repeats them 
 sleeps. Delivery is at least once per webhook: a claimed attempt whose worker dies is
 claimed again when its lease lapses, with the same event id (`webhook-id`).
 
+The backlog is bounded: a claim costs the same whatever it holds (see
+`outbox.claim_due`), and an event still undelivered `give_up_s` after its creation is
+given up (`sweep`), as the oldest are beyond a webhook's cap when new ones come
+(`outbox.fan_out`).
+
 Delivery is fair: each attempt runs as a task of its own, up to CONCURRENCY at once;
 new deliveries are claimed whenever one ends, taking turns across spaces and receivers
 (see `outbox.claim_due`); and no space has more than PER_SPACE, no receiver (scheme,
@@ -45,12 +50,16 @@ LEASE_S = 60  # longer than one attempt can take, with room to record its outcom
 FIRST_RETRY_S = 10
 MAX_RETRY_S = 6 * 3600
 MAX_ATTEMPTS = 15  # 10 s doubling to 6 h, then 6 h: retries span about a day
+GIVE_UP_S = 86_400  # HEADWAY_DELIVERY_GIVE_UP's default
 HEARTBEAT_S = 5.0
 STALE_AFTER_S = 30.0
 CONCURRENCY = 64  # attempts in flight at once, in all
 PER_SPACE = 8  # attempts in flight for one space
 PER_RECEIVER = 4  # attempts in flight to one receiver (scheme://host:port)
 BATCH = 32  # deliveries claimed in one transaction
+CLAIM_ROUNDS = 4  # claims in a row while each finds more due (see `outbox.Round.again`)
+SWEEP_BATCH = 200  # events given up or swept in one short transaction
+SWEEP_ROUNDS = 20  # such transactions per sweep, at most
 
 
 def retry_delay_s(attempt: int, jitter: float = 1.0) -> float:
@@ -82,6 +91,7 @@ class Worker:
         poll_s: float = 1.0,
         attempt_timeout_s: float = ATTEMPT_TIMEOUT_S,
         channels: ChannelSender | None = None,
+        give_up_s: float = GIVE_UP_S,
     ) -> None:
         self.db = db
         self.channels = channels
@@ -101,6 +111,7 @@ class Worker:
         self._per_receiver = per_receiver
         self._poll_s = poll_s
         self._attempt_timeout_s = attempt_timeout_s
+        self._give_up_us = round(give_up_s * 1_000_000)
         self._wake = asyncio.Event()
         self._attempts: set[asyncio.Task[None]] = set()
         self._space_load: Counter[str] = Counter()
@@ -122,24 +133,33 @@ class Worker:
         """Claim due deliveries for the free places (at most a batch), taking turns
         across spaces and receivers and within the limits of attempts in flight (see
         `outbox.claim_due`). The caller `start`s each claim at once: its lease runs."""
-        room = min(self._batch, self._concurrency - len(self._attempts))
-        if room <= 0:
-            return []
-        now = self.clock.now_us()
-        due = await outbox.next_due_at(self.db.fetch)
-        if due is None or due > now:
-            return []  # nothing due: no write transaction (and on SQLite, no write lock)
-        async with self.db.write() as st:
-            return await outbox.claim_due(
-                st,
+        claims: list[Claim] = []
+        for _ in range(CLAIM_ROUNDS):
+            room = min(self._batch, self._concurrency - len(self._attempts)) - len(claims)
+            if room <= 0:
+                break
+            now = self.clock.now_us()
+            due = await outbox.next_due_at(self.db.fetch)
+            if due is None or due > now:
+                break  # nothing due: no write transaction (and on SQLite, no write lock)
+            space_load, receiver_load = Counter(self._space_load), Counter(self._receiver_load)
+            for claim in claims:  # won in an earlier round, not started yet
+                space_load[claim.space_uuid] += 1
+                receiver_load[claim.receiver] += 1
+            found = await outbox.claim_due(
+                self.db,
                 now,
                 now + LEASE_S * 1_000_000,
                 room,
                 per_space=self._per_space,
                 per_receiver=self._per_receiver,
-                space_load=self._space_load,
-                receiver_load=self._receiver_load,
+                space_load=space_load,
+                receiver_load=receiver_load,
             )
+            claims.extend(found.claims)
+            if not found.again:
+                break
+        return claims
 
     def start(self, claim: Claim) -> asyncio.Task[None]:
         """Attempt a claimed delivery in a task of its own and record its outcome as soon
@@ -211,13 +231,16 @@ class Worker:
         return Outcome(False, f"HTTP {status}")
 
     async def record(self, claim: Claim, outcome: Outcome) -> None:
-        """Settle a delivered attempt, or schedule the next one, or give up after the last."""
+        """Settle a delivered attempt, or schedule the next one, or give up after the last;
+        each in the webhook's log."""
+        now = self.clock.now_us()
         async with self.db.write() as st:
             if outcome.delivered:
                 metrics.delivery("delivered")
-                await outbox.finish_delivery(st, claim)
+                await outbox.finish_delivery(st, claim, now, "delivered")
             elif claim.attempt >= MAX_ATTEMPTS:
                 metrics.delivery("given_up")
+                metrics.given_up("webhook", "attempts")
                 log.warning(
                     "giving up on event %s to webhook %s after %d attempts: %s",
                     claim.event_id,
@@ -225,21 +248,39 @@ class Worker:
                     claim.attempt,
                     outcome.error,
                 )
-                await outbox.finish_delivery(st, claim)
+                detail = f"the last of {claim.attempt} attempts failed: {outcome.error}"
+                await outbox.finish_delivery(st, claim, now, "given_up", detail)
             else:
                 metrics.delivery("retry")
                 delay = retry_delay_s(claim.attempt, self._jitter())
-                due = self.clock.now_us() + round(delay * 1_000_000)
-                await outbox.retry_delivery(st, claim, due, outcome.error)
+                due = now + round(delay * 1_000_000)
+                await outbox.retry_delivery(st, claim, due, now, outcome.error)
 
     async def heartbeat(self) -> None:
         async with self.db.write() as st:
             await outbox.beat(st, self.id, self.clock.now_us())
 
     async def sweep(self) -> int:
-        """Delete events that have nothing left to deliver (e.g. a space with no webhooks)."""
-        async with self.db.write() as st:
-            return await outbox.delete_settled_events(st)
+        """Give up events undelivered `give_up_s` after their creation, and delete events
+        no webhook was waiting for; each a few short transactions of an index range,
+        whatever the backlog. How many deliveries were given up."""
+        given_up = 0
+        for _ in range(SWEEP_ROUNDS):
+            now = self.clock.now_us()
+            async with self.db.write() as st:
+                found = await outbox.give_up_old(st, now - self._give_up_us, now, SWEEP_BATCH)
+            given_up += found
+            if found < SWEEP_BATCH:
+                break
+        if given_up:
+            log.warning("gave up %d deliveries undelivered since their creation", given_up)
+            metrics.delivery("given_up", given_up)
+            metrics.given_up("webhook", "age", given_up)
+        for _ in range(SWEEP_ROUNDS):
+            async with self.db.write() as st:
+                if await outbox.sweep_unwatched(st, SWEEP_BATCH) < SWEEP_BATCH:
+                    break
+        return given_up
 
     async def run(self) -> None:
         """Deliver until cancelled: heartbeat, sweep, claim and start attempts, and sleep

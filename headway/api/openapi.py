@@ -23,6 +23,7 @@ _MODELS = [
     schemas.TaskOut,
     schemas.WebhookCreated,
     schemas.WebhookOut,
+    schemas.WebhookDelivery,
     schemas.CreateChannel,
     schemas.TestChannel,
     schemas.ChannelOut,

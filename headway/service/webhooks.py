@@ -6,7 +6,7 @@ import uuid
 from typing import Any
 
 from .. import webhooks
-from ..domain import canonical_uuid
+from ..domain import canonical_uuid, format_ts
 from ..errors import NotFound, Unprocessable
 from ..schemas import CreateWebhook
 from ..storage import outbox
@@ -35,6 +35,7 @@ class Webhooks:
             raise Unprocessable(
                 f"url is refused: {exc}. Webhooks must reach a public address."
             ) from None
+
         webhook_uuid, secret = str(uuid.uuid4()), webhooks.new_secret()
         cap, now_us = self.per_space, self._stores.clock.now_us()
         async with self._stores.db.write() as st:  # spaces are never deleted: it still exists
@@ -44,10 +45,16 @@ class Webhooks:
                 raise Unprocessable(f"A space holds at most {cap} webhooks; delete one first.")
         return {"uuid": webhook_uuid, "url": body.url, "secret": secret}
 
-    async def list(self, space_uuid: str) -> list[dict[str, str]]:
+    async def list(self, space_uuid: str) -> list[dict[str, Any]]:
+        """The space's webhooks, oldest first, each with its last deliveries."""
         space_key = await self._spaces.existing(space_uuid)
-        found = await outbox.list_webhooks(self._stores.db.fetch, space_key)
-        return [{"uuid": hook, "url": url} for hook, url in found]
+        async with self._stores.db.read() as fetch:
+            found = await outbox.list_webhooks(fetch, space_key)
+            logs = await outbox.webhook_logs(fetch, [hook for hook, _ in found])
+        return [
+            {"uuid": hook, "url": url, "deliveries": [_delivery(e) for e in logs[hook]]}
+            for hook, url in found
+        ]
 
     async def delete(self, space_uuid: str, webhook_uuid: str) -> None:
         space_key = await self._spaces.existing(space_uuid)
@@ -55,3 +62,8 @@ class Webhooks:
         async with self._stores.db.write() as st:
             if hook is None or not await outbox.delete_webhook(st, space_key, hook):
                 raise NotFound("No such webhook in this space.")
+
+
+def _delivery(entry: tuple[int, str, str, str | None]) -> dict[str, Any]:
+    at_us, event, outcome, detail = entry
+    return {"at": format_ts(at_us), "event": event, "outcome": outcome, "detail": detail}
