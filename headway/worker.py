@@ -3,7 +3,10 @@ has notification channels send what they have queued (`notify.deliver`).
 
 Each step is a function the tests call directly; `Worker.run` only repeats them and
 sleeps. Delivery is at least once per webhook: a claimed attempt whose worker dies is
-claimed again when its lease lapses, with the same event id (`webhook-id`).
+claimed again when its lease lapses, with the same event id (`webhook-id`). An attempt,
+its name lookup included, ends within ATTEMPT_TIMEOUT_S, well within its lease, so no
+other worker claims it while it runs; the lookup runs on the webhooks' own threads
+(`webhooks.lookup`), never on the event loop's default executor.
 
 The backlog is bounded: a claim costs the same whatever it holds (see
 `outbox.claim_due`), and an event still undelivered `give_up_s` after its creation is
@@ -92,6 +95,7 @@ class Worker:
         attempt_timeout_s: float = ATTEMPT_TIMEOUT_S,
         channels: ChannelSender | None = None,
         give_up_s: float = GIVE_UP_S,
+        resolve: webhooks.Resolver | None = None,
     ) -> None:
         self.db = db
         self.channels = channels
@@ -112,6 +116,7 @@ class Worker:
         self._poll_s = poll_s
         self._attempt_timeout_s = attempt_timeout_s
         self._give_up_us = round(give_up_s * 1_000_000)
+        self._resolve = resolve or webhooks.lookup
         self._wake = asyncio.Event()
         self._attempts: set[asyncio.Task[None]] = set()
         self._space_load: Counter[str] = Counter()
@@ -194,7 +199,10 @@ class Worker:
             )
 
     async def attempt(self, claim: Claim) -> Outcome:
-        """POST one event to one webhook, signed. A 2xx is delivered; anything else is not."""
+        """POST one event to one webhook, signed. A 2xx is delivered; anything else is not.
+
+        The whole attempt, the name lookup included, has `attempt_timeout_s`: a resolver
+        that hangs cannot hold it past its lease."""
         import httpx
 
         if self._http is None:
@@ -202,33 +210,56 @@ class Worker:
                 timeout=ATTEMPT_TIMEOUT_S, follow_redirects=False, trust_env=False
             )
         url = httpx.URL(claim.url)
-        try:
-            address = await webhooks.check_destination(url, allow_private=self.allow_private)
-        except webhooks.RefusedAddress as exc:
-            return Outcome(False, f"refused: {exc}")
-        headers = webhooks.signed_headers(
-            claim.secret, claim.event_id, self.clock.now_us() // 1_000_000, claim.payload
-        )
-        extensions: dict[str, str] = {}
-        if address is not None:
-            url, host, extensions = webhooks.pinned(url, address)
-            headers.update(host)
+        looking_up = True
         try:
             # httpx's timeout bounds each read; this bounds the whole attempt, so a receiver
             # trickling bytes cannot hold it past its lease. The body is never read.
             async with asyncio.timeout(self._attempt_timeout_s):
-                request = self._http.stream(
-                    "POST", url, content=claim.payload, headers=headers, extensions=extensions
-                )
-                async with request as response:
-                    status = response.status_code
+                try:
+                    found = await webhooks.addresses(
+                        url, allow_private=self.allow_private, resolve=self._resolve
+                    )
+                except webhooks.RefusedAddress as exc:
+                    return Outcome(False, f"refused: {exc}")
+                looking_up = False
+                status = await self._post(claim, url, found)
         except TimeoutError:
+            if looking_up:
+                return Outcome(False, f"the name lookup took over {self._attempt_timeout_s:g} s")
             return Outcome(False, f"no answer within {self._attempt_timeout_s:g} s")
         except httpx.HTTPError as exc:
             return Outcome(False, f"{type(exc).__name__}: {exc}")
         if 200 <= status < 300:
             return Outcome(True)
         return Outcome(False, f"HTTP {status}")
+
+    async def _post(self, claim: Claim, url: httpx.URL, found: list[webhooks.Address]) -> int:
+        """POST to each address in turn until one connects (the name's other addresses are
+        tried only when connecting fails, so a request is never sent twice); its status."""
+        import httpx
+
+        assert self._http is not None
+        headers = webhooks.signed_headers(
+            claim.secret, claim.event_id, self.clock.now_us() // 1_000_000, claim.payload
+        )
+        for n, address in enumerate(found):
+            # Connect to an address checked (see `webhooks.pinned`): the name is never
+            # looked up again, on the default executor or anywhere.
+            target, host, extensions = webhooks.pinned(url, address)
+            try:
+                request = self._http.stream(
+                    "POST",
+                    target,
+                    content=claim.payload,
+                    headers={**headers, **host},
+                    extensions=extensions,
+                )
+                async with request as response:
+                    return response.status_code
+            except httpx.ConnectError:
+                if n == len(found) - 1:
+                    raise
+        raise AssertionError("no address to connect to")  # `addresses` returns at least one
 
     async def record(self, claim: Claim, outcome: Outcome) -> None:
         """Settle a delivered attempt, or schedule the next one, or give up after the last;

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -12,6 +13,8 @@ from ..schemas import CreateWebhook
 from ..storage import outbox
 from .context import Stores
 from .spaces import Spaces
+
+LOOKUP_TIMEOUT_S = 10.0  # a registration's name lookup, as a delivery attempt's
 
 
 class Webhooks:
@@ -30,12 +33,18 @@ class Webhooks:
         space_key = await self._spaces.existing(space_uuid)
         url = webhooks.check_url_syntax(body.url)
         try:
-            await webhooks.check_destination(url, allow_private=self.allow_private)
+            # On the webhooks' own threads (`webhooks.lookup`), and bounded: a name whose
+            # resolver hangs holds neither the request nor the default executor.
+            async with asyncio.timeout(LOOKUP_TIMEOUT_S):
+                await webhooks.check_destination(url, allow_private=self.allow_private)
         except webhooks.RefusedAddress as exc:
             raise Unprocessable(
                 f"url is refused: {exc}. Webhooks must reach a public address."
             ) from None
-
+        except TimeoutError:
+            raise Unprocessable(
+                f"url is refused: its host did not resolve within {LOOKUP_TIMEOUT_S:g} s."
+            ) from None
         webhook_uuid, secret = str(uuid.uuid4()), webhooks.new_secret()
         cap, now_us = self.per_space, self._stores.clock.now_us()
         async with self._stores.db.write() as st:  # spaces are never deleted: it still exists
