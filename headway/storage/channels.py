@@ -258,12 +258,13 @@ async def _push_out(
     st: Statements, channel_uuid: str, count: int, newest: str, now_us: int, cap: int
 ) -> int:
     """Give up the `count` oldest messages of a full channel (not `newest`), by the index
-    on its messages' creation; rows another transaction holds are skipped."""
+    on its messages' creation; rows another transaction holds are skipped (chosen once:
+    see `outbox._push_out`)."""
     skip = "" if st.is_sqlite else " FOR UPDATE SKIP LOCKED"
     gone = await st.rows(
-        "DELETE FROM channel_deliveries WHERE id IN (SELECT id FROM channel_deliveries "
-        "WHERE channel_uuid = ? AND id <> ? "
-        f"ORDER BY created_at_us, id LIMIT ?{skip}) RETURNING kind",
+        "WITH doomed AS MATERIALIZED (SELECT id FROM channel_deliveries WHERE channel_uuid = ? "
+        f"AND id <> ? ORDER BY created_at_us LIMIT ?{skip}) DELETE FROM channel_deliveries "
+        "WHERE id IN (SELECT id FROM doomed) RETURNING kind",
         (channel_uuid, newest, count),
     )
     if not gone:

@@ -233,11 +233,13 @@ async def _push_out(
     how many were. Rows another transaction holds (an attempt's outcome being recorded)
     are skipped: the next oldest go instead."""
     skip = "" if st.is_sqlite else " FOR UPDATE SKIP LOCKED"
+    # Chosen once (MATERIALIZED): PostgreSQL may run a subquery in IN again for each row,
+    # and a locking one then skips the rows it deleted and yields the next ones.
     gone = await st.rows(
-        "DELETE FROM deliveries WHERE webhook_uuid = ? AND event_id IN (SELECT event_id FROM "
-        "deliveries WHERE webhook_uuid = ? AND event_id <> ? "
-        f"ORDER BY created_at_us, event_id LIMIT ?{skip}) RETURNING event_id",
-        (webhook_uuid, webhook_uuid, newest, count),
+        "WITH doomed AS MATERIALIZED (SELECT event_id FROM deliveries WHERE webhook_uuid = ? "
+        f"AND event_id <> ? ORDER BY created_at_us LIMIT ?{skip}) DELETE FROM deliveries "
+        "WHERE webhook_uuid = ? AND event_id IN (SELECT event_id FROM doomed) RETURNING event_id",
+        (webhook_uuid, newest, count, webhook_uuid),
     )
     if not gone:
         return 0
@@ -472,14 +474,16 @@ async def _claim(
             f"LIMIT ?{skip}) AS turn{n}"
             for n in range(len(turns.quotas))
         )
-        params: list[object] = [lease_until_us, now_us]
+        params: list[object] = []
         for webhook_uuid, quota in turns.quotas.items():
             params.extend((webhook_uuid, now_us, quota))
+        # The turns are chosen once (MATERIALIZED; see `_push_out`).
         found = await st.rows(
-            "UPDATE deliveries SET next_attempt_at_us = ?, attempts = attempts + 1 "
-            f"WHERE next_attempt_at_us <= ? AND (event_id, webhook_uuid) IN ({ranges}) "
+            f"WITH turns AS MATERIALIZED ({ranges}) UPDATE deliveries SET next_attempt_at_us = ?, "
+            "attempts = attempts + 1 WHERE next_attempt_at_us <= ? AND (event_id, webhook_uuid) "
+            "IN (SELECT event_id, webhook_uuid FROM turns) "
             "RETURNING event_id, webhook_uuid, attempts",
-            params,
+            (*params, lease_until_us, now_us),
         )
         won = [(row[0], row[1], int(row[2])) for row in found]
     # Behind those that waited: now while it has more due, else its next due time.
