@@ -13,11 +13,12 @@ Under `headway serve --workers N` (N > 1), the server sets PROMETHEUS_MULTIPROC_
 fresh directory before its worker processes start; each writes its values to files there
 and a scrape merges every process's files (prometheus_client's multiprocess mode).
 
-Gauges of the service's state (live progress, the outbox's backlog) are measured when
-scraped, each with a short timeout: a scrape answers while a dependency is down, without
-that dependency's gauges, and `headway_dependency_up` says which one did not answer. The
-metrics port's scrape, in a thread of its own, measures what this process serves from
-(`serving`) on their own event loop and connections: it opens nothing per scrape.
+Gauges of the service's state (live progress, the backlogs of webhooks and channels,
+open stall episodes) are measured when scraped, each with a short timeout: a scrape
+answers while a dependency is down, without that dependency's gauges, and
+`headway_dependency_up` says which one did not answer. The metrics port's scrape, in a
+thread of its own, measures what this process serves from (`serving`) on their own
+event loop and connections: it opens nothing per scrape.
 """
 
 from __future__ import annotations
@@ -58,12 +59,13 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from .storage import outbox
+from .storage import channels, outbox
 
 if TYPE_CHECKING:
     from starlette.types import Message, Scope, Send
 
     from .config import Settings
+    from .disk import DiskBudget
     from .progress import ProgressStore
     from .storage.database import Database
 
@@ -89,8 +91,10 @@ REFUSAL_REASONS = (
     "connections",
     "header_too_large",
     "timeout",
+    "disk",
 )
 DELIVERY_OUTCOMES = ("delivered", "retry", "given_up")
+STALL_CHANGES = ("stalled", "recovered")
 # A report takes well under a millisecond, a space read a few; 10 s is a dependency's limit.
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 SCRAPE_TIMEOUT_S = 2.0  # per dependency; a scraper's own timeout is usually 10 s
@@ -263,6 +267,10 @@ class Instruments:
         )
         self._refusals = {reason: self.refusals.labels(reason) for reason in REFUSAL_REASONS}
         self._deliveries = {o: self.deliveries.labels(o) for o in DELIVERY_OUTCOMES}
+        for outcome in DELIVERY_OUTCOMES:  # counted from 0, like the webhooks' outcomes
+            self.channel_messages.labels(outcome)
+        for change in STALL_CHANGES:
+            self.stalls.labels(change)
         if self.multiprocess_dir is None:
             ProcessCollector(registry=registry)
             PlatformCollector(registry=registry)
@@ -353,7 +361,7 @@ def deleted(reason: str, tasks: int, spaces: int = 0) -> None:
 
 def loop_failed(loop: str) -> None:
     """Count one unexpected error of a background loop (`loop` a constant of the
-    caller's): `live_render`, `worker`, `feed_publish`, `feed_subscribe`."""
+    caller's): `live_render`, `live_links`, `worker`, `feed_publish`, `feed_subscribe`."""
     (_instruments or instruments()).loop_failures.labels(loop).inc()
 
 
@@ -388,15 +396,22 @@ class ServiceState:
         yield up
 
 
-async def measure(db: Database, progress: ProgressStore | None) -> ServiceState:
+async def measure(
+    db: Database, progress: ProgressStore | None, disk: DiskBudget | None = None
+) -> ServiceState:
     """The state gauges, now. Never raises for a dependency that is down or slow."""
-    (outbox_gauges, database_up), (progress_gauges, store_up), held = await asyncio.gather(
-        _measure_outbox(db), _measure_progress(progress), _measure_held(db)
+    (
+        (outbox_gauges, database_up),
+        (progress_gauges, store_up),
+        held,
+        disk_gauges,
+    ) = await asyncio.gather(
+        _measure_outbox(db), _measure_progress(progress), _measure_held(db), _measure_disk(disk)
     )
     up = {"database": database_up}
     if store_up is not None:
         up["progress_store"] = store_up
-    return ServiceState(progress_gauges + outbox_gauges + held, up)
+    return ServiceState(progress_gauges + outbox_gauges + held + disk_gauges, up)
 
 
 async def _measure_held(db: Database) -> list[Metric]:
@@ -417,14 +432,41 @@ async def _measure_held(db: Database) -> list[Metric]:
     ]
 
 
+async def _measure_disk(disk: DiskBudget | None) -> list[Metric]:
+    """The database's size and its disk's free space, as the disk budget last measured
+    them (again if that was a period ago: see `headway.disk`)."""
+    if disk is None:
+        return []
+    try:
+        async with asyncio.timeout(SCRAPE_TIMEOUT_S):
+            await disk.current()
+    except Exception as exc:  # whatever the failure, the scrape still answers
+        log.warning("metrics: the disk could not be measured: %s", type(exc).__name__)
+    return [_gauge(*measurement) for measurement in disk.gauges()]
+
+
 async def _measure_outbox(db: Database) -> tuple[list[Metric], bool]:
+    """The webhooks' and the channels' backlogs, and the open stall episodes: the
+    database's gauges, all or none."""
     try:
         async with asyncio.timeout(SCRAPE_TIMEOUT_S):
             pending, events = await outbox.backlog(db.fetch)
+            channel_pending, stalls_open = await channels.backlog(db.fetch)
     except Exception as exc:  # whatever the failure, the scrape still answers
         log.warning("metrics: the outbox could not be measured: %s", type(exc).__name__)
         return [], False
     return [
+        _gauge(
+            "headway_channel_deliveries_pending",
+            "Channel events not yet delivered or given up (due, being sent or waiting to "
+            "retry); a digest sends several in one message.",
+            channel_pending,
+        ),
+        _gauge(
+            "headway_stall_episodes_open",
+            "Stall episodes open: a task told stalled to a channel and not yet recovered.",
+            stalls_open,
+        ),
         _gauge(
             "headway_outbox_deliveries_pending",
             "Webhook deliveries not yet made or given up (due, in flight or waiting to retry).",
@@ -471,9 +513,9 @@ def _together(*collectors: Collector) -> CollectorRegistry:
     return registry
 
 
-async def scrape(db: Database, progress: ProgressStore) -> bytes:
+async def scrape(db: Database, progress: ProgressStore, disk: DiskBudget | None = None) -> bytes:
     """The text of `GET /metrics`: the counters and the state gauges."""
-    state = await measure(db, progress)
+    state = await measure(db, progress, disk)
     return generate_latest(_together(_counted(), state))
 
 
@@ -492,20 +534,22 @@ class _Served(NamedTuple):
 
     db: weakref.ReferenceType[Database]
     progress: weakref.ReferenceType[ProgressStore] | None
+    disk: weakref.ReferenceType[DiskBudget] | None
     loop: asyncio.AbstractEventLoop
 
 
 _served: _Served | None = None
 
 
-def serving(db: Database, progress: ProgressStore | None) -> None:
-    """Name the database and the progress store (None: none to measure) this process
-    serves from, for the metrics port's scrape, which measures them on the event loop
-    this is called from: call it from theirs. Weak references: what an app that is gone
-    used is not kept alive."""
+def serving(db: Database, progress: ProgressStore | None, disk: DiskBudget | None = None) -> None:
+    """Name the database, the progress store and the disk budget (None: none to measure)
+    this process serves from, for the metrics port's scrape, which measures them on the
+    event loop this is called from: call it from theirs. Weak references: what an app
+    that is gone used is not kept alive."""
     global _served
     store = None if progress is None else weakref.ref(progress)
-    _served = _Served(weakref.ref(db), store, asyncio.get_running_loop())
+    budget = None if disk is None else weakref.ref(disk)
+    _served = _Served(weakref.ref(db), store, budget, asyncio.get_running_loop())
 
 
 def _measure_served() -> ServiceState:
@@ -516,7 +560,8 @@ def _measure_served() -> ServiceState:
     if served is None or db is None or not served.loop.is_running():
         return ServiceState([], {})
     progress = None if served.progress is None else served.progress()
-    measuring = asyncio.run_coroutine_threadsafe(measure(db, progress), served.loop)
+    disk = None if served.disk is None else served.disk()
+    measuring = asyncio.run_coroutine_threadsafe(measure(db, progress, disk), served.loop)
     try:
         # `measure` bounds each dependency; this bounds a loop too busy to run it at all.
         return measuring.result(timeout=2 * SCRAPE_TIMEOUT_S)

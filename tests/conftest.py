@@ -182,6 +182,7 @@ TABLES = (
     "webhook_log",
     "webhooks",
     "shares",
+    "idempotency_keys",
     "worker_heartbeats",
     "tasks",
     "spaces",

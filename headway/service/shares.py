@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Collection
+from typing import Any
 
 from .. import domain
 from ..domain import Changed, canonical_uuid
 from ..errors import NotFound, Unprocessable
+from ..shares import ShareView
 from ..storage import shares
+from ..storage.database import Statements
 from .context import NO_SHARE, Stores
+from .idempotency import Idempotency, Keys
 from .spaces import Spaces
 
 
@@ -20,21 +25,29 @@ class Shares:
         self._stores = stores
         self._spaces = spaces
         self.per_space = per_space
+        self.keys = Keys(stores)
+        self._secret: bytes | None = None
 
-    async def create(self, space_uuid: str) -> dict[str, str]:
-        """A new read-only link to the space."""
+    async def create(
+        self, space_uuid: str, idempotency: Idempotency | None = None
+    ) -> dict[str, Any]:
+        """A new read-only link to the space. With an `idempotency` key, the first answer
+        under it again, if there is one."""
         space_key = await self._spaces.existing(space_uuid)
         share_uuid = str(uuid.uuid4())
         cap = self.per_space
         now_us = self._stores.clock.now_us()
-        async with self._stores.db.write() as st:
+
+        async def write(st: Statements) -> dict[str, Any]:
             if not await shares.insert_share(st, share_uuid, space_key, now_us, cap=cap):
                 raise Unprocessable(f"A space holds at most {cap} share links; revoke one first.")
-        return {
-            "uuid": share_uuid,
-            "url": f"/shared/{share_uuid}",
-            "created_at": domain.format_ts(now_us),
-        }
+            return {
+                "uuid": share_uuid,
+                "url": f"/shared/{share_uuid}",
+                "created_at": domain.format_ts(now_us),
+            }
+
+        return await self.keys.once(space_key, space_key, idempotency, write)
 
     async def list(self, space_uuid: str) -> list[dict[str, str]]:
         space_key = await self._spaces.existing(space_uuid)
@@ -52,6 +65,26 @@ class Shares:
             if share_key is None or not await shares.delete_share(st, space_key, share_key):
                 raise NotFound("No such share link in this space.")
         await self._stores.changes.changed(Changed.REVOKE, space_key, share_key)
+
+    async def load_secret(self) -> bytes:
+        """The server secret share links' task ids are keyed by, made at the first start
+        and the same on every instance (read once, then held)."""
+        if self._secret is None:
+            self._secret = await shares.share_secret(self._stores.db, self._stores.clock.now_us())
+        return self._secret
+
+    async def view(self, share_uuid: str) -> ShareView:
+        """How a link shows its space's tasks (`share_uuid`: canonical, of a link found)."""
+        return ShareView(share_uuid, await self.load_secret())
+
+    async def still_shown(
+        self, spaces: Collection[str], links: Collection[str]
+    ) -> tuple[set[str], set[str]]:
+        """Of these spaces and share links (canonical uuids), those that still exist."""
+        async with self._stores.db.read() as fetch:
+            found_spaces = await shares.existing(fetch, "spaces", list(spaces)) if spaces else set()
+            found_links = await shares.existing(fetch, "shares", list(links)) if links else set()
+        return found_spaces, found_links
 
     async def space_of(self, share_uuid: str) -> str:
         """The uuid of the space a share link shows; NotFound if it was revoked or never

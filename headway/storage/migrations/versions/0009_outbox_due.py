@@ -3,15 +3,15 @@ is due (claims read webhooks by due time, a bounded batch), each delivery's crea
 is given up by age, by index), each channel's count of queued messages, the events no
 webhook was waiting for (swept by index), and each webhook's last deliveries.
 
-Revision ID: 0008
-Revises: 0007
+Revision ID: 0009
+Revises: 0008
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008"
-down_revision = "0007"
+revision = "0009"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 
