@@ -418,9 +418,7 @@ async def retry(st: Statements, taken: Taken, ids: Sequence[str], due_us: int, e
 
 
 # The channels' counts of queued messages (no scan of the queue), and the open episodes.
-_BACKLOG = (
-    "SELECT (SELECT coalesce(sum(queued), 0) FROM channels), (SELECT count(*) FROM stalls)"
-)
+_BACKLOG = "SELECT (SELECT coalesce(sum(queued), 0) FROM channels), (SELECT count(*) FROM stalls)"
 
 
 async def backlog(fetch: Fetch) -> tuple[int, int]:
