@@ -246,6 +246,10 @@ class Settings:
             )
         if not 0 < self.progress_memory_per_space <= 1:
             raise ConfigError("HEADWAY_PROGRESS_MEMORY_PER_SPACE must be above 0 and at most 1")
+        if self.outbox_per_endpoint < 1:
+            raise ConfigError("HEADWAY_OUTBOX_PER_ENDPOINT must be a whole number, at least 1")
+        if self.delivery_give_up < 60:
+            raise ConfigError("HEADWAY_DELIVERY_GIVE_UP must be a duration of at least 1m")
         if self.database_max_size is not None and self.database_max_size < 1:
             raise ConfigError("HEADWAY_DATABASE_MAX_SIZE must be a size above 0, such as 10GiB")
         self.disk_free_min.validate()

@@ -510,3 +510,59 @@ async def test_a_registration_whose_name_hangs_is_refused_in_time(
     assert "did not resolve within 0.5 s" in answer.json()["error"]
     assert time.perf_counter() - started < 2.0
     assert (await client.get("/up")).status_code == 200
+
+
+# --- The migration -------------------------------------------------------------------------
+
+
+async def test_upgrading_counts_the_backlog_that_is_there(tmp_path):
+    """A database with undelivered events from before 0009: each webhook's count and
+    next due time, each delivery's creation, each channel's count and each event's
+    webhooks are filled in, so caps, claims and give-ups go on from there."""
+    import sqlite3
+
+    from alembic import command
+    from alembic.config import Config
+
+    from headway.storage.database import MIGRATIONS
+
+    path = tmp_path / "old.db"
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    from sqlalchemy import create_engine
+
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0008")
+    engine.dispose()
+    with sqlite3.connect(path) as connection:
+        connection.executescript(
+            """
+            INSERT INTO spaces (uuid, created_at_us) VALUES ('s', 1);
+            INSERT INTO webhooks (uuid, space_uuid, url, secret, created_at_us, receiver)
+                VALUES ('w', 's', 'https://a.example/', 'k', 1, 'https://a.example:443');
+            INSERT INTO outbox (id, space_uuid, task_uuid, type, payload, created_at_us)
+                VALUES ('e1', 's', 't', 'task.completed', '{}', 100),
+                       ('e2', 's', 't', 'task.completed', '{}', 200),
+                       ('e3', 's', 't', 'task.completed', '{}', 300);
+            INSERT INTO deliveries (event_id, webhook_uuid, attempts, next_attempt_at_us)
+                VALUES ('e1', 'w', 3, 5000), ('e2', 'w', 0, 250);
+            INSERT INTO channels (uuid, space_uuid, url, redacted, on_completed, on_failed,
+                on_stalled, steps, stalled_after_s, created_at_us)
+                VALUES ('c', 's', 'json://x', 'json://x', 1, 1, 1, 0, 60, 1);
+            INSERT INTO channel_deliveries (id, channel_uuid, kind, payload, created_at_us,
+                next_attempt_at_us) VALUES ('e1:c', 'c', 'completed', '{}', 100, 100);
+            """
+        )
+    db = Database(f"sqlite:///{path}")
+    try:
+        await db.migrate()
+        assert await db.fetch("SELECT undelivered, next_due_at_us FROM webhooks", ()) == [(2, 250)]
+        created = await db.fetch("SELECT event_id, created_at_us FROM deliveries ORDER BY 1", ())
+        assert [tuple(row) for row in created] == [("e1", 100), ("e2", 200)]
+        watched = await db.fetch("SELECT id, webhooks FROM outbox ORDER BY id", ())
+        assert [tuple(row) for row in watched] == [("e1", 1), ("e2", 1), ("e3", 0)]
+        assert await db.fetch("SELECT queued FROM channels", ()) == [(1,)]
+    finally:
+        await db.close()
