@@ -10,6 +10,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import schemas
+from ..health_out import HealthOut
 from .responses import JSONResponse
 
 _MODELS = [
@@ -34,7 +35,7 @@ _MODELS = [
     schemas.ShareOut,
     schemas.SharedSpaceOut,
     schemas.ErrorOut,
-    schemas.HealthOut,
+    HealthOut,
 ]
 
 
