@@ -85,6 +85,10 @@ class Settings:
     # The share of that budget one space may hold.
     progress_memory_per_space: float = 0.125
     webhooks_per_space: int = 20
+    # Undelivered events one endpoint (a webhook, a channel) holds; beyond, the oldest is
+    # given up. And seconds after its creation an undelivered event is given up.
+    outbox_per_endpoint: int = 10_000
+    delivery_give_up: int = 86_400
     # --- What is kept (see the README's "Data and retention") ------------------------------
     # Seconds a space may go without a create, report or read before it is deleted (None:
     # never).
@@ -172,6 +176,10 @@ class Settings:
             webhooks_per_space=_int(
                 env, "WEBHOOKS_PER_SPACE", defaults.webhooks_per_space, minimum=1
             ),
+            outbox_per_endpoint=_int(
+                env, "OUTBOX_PER_ENDPOINT", defaults.outbox_per_endpoint, minimum=1
+            ),
+            delivery_give_up=_give_up(env, "DELIVERY_GIVE_UP", defaults.delivery_give_up),
             shares_per_space=_int(env, "SHARES_PER_SPACE", defaults.shares_per_space, minimum=1),
             channels_per_space=_int(
                 env, "CHANNELS_PER_SPACE", defaults.channels_per_space, minimum=1
@@ -238,6 +246,10 @@ class Settings:
             )
         if not 0 < self.progress_memory_per_space <= 1:
             raise ConfigError("HEADWAY_PROGRESS_MEMORY_PER_SPACE must be above 0 and at most 1")
+        if self.outbox_per_endpoint < 1:
+            raise ConfigError("HEADWAY_OUTBOX_PER_ENDPOINT must be a whole number, at least 1")
+        if self.delivery_give_up < 60:
+            raise ConfigError("HEADWAY_DELIVERY_GIVE_UP must be a duration of at least 1m")
         if self.database_max_size is not None and self.database_max_size < 1:
             raise ConfigError("HEADWAY_DATABASE_MAX_SIZE must be a size above 0, such as 10GiB")
         self.disk_free_min.validate()
@@ -486,4 +498,16 @@ def _retention(env: Mapping[str, str], name: str, default: int | None) -> int | 
     seconds = int(match[1]) * _DURATION_UNITS[(match[2] or "s").lower()]
     if seconds < 3600:
         raise ConfigError(f"HEADWAY_{name} must be at least 1h (activity is known to the hour)")
+    return seconds
+
+
+def _give_up(env: Mapping[str, str], name: str, default: int) -> int:
+    """A duration (`24h`, `90m`, `3600` seconds...) of at least a minute."""
+    raw = env.get(f"HEADWAY_{name}")
+    if raw is None or not raw.strip():
+        return default
+    match = _DURATION.fullmatch(raw)
+    seconds = 0 if match is None else int(match[1]) * _DURATION_UNITS[(match[2] or "s").lower()]
+    if seconds < 60:
+        raise ConfigError(f"HEADWAY_{name} must be a duration of at least 1m, such as 24h or 90m")
     return seconds

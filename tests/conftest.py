@@ -179,6 +179,7 @@ TABLES = (
     "channels",
     "deliveries",
     "outbox",
+    "webhook_log",
     "webhooks",
     "shares",
     "idempotency_keys",

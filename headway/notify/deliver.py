@@ -4,7 +4,8 @@ there are several), and records the outcome.
 
 Each channel sends in a task of its own, so a channel that hangs holds only itself. A
 message that fails is tried again with backoff for about a day (`Retry-After` honoured);
-a message older than that, or tried `MAX_ATTEMPTS` times, is given up and logged. At
+a message older than `give_up_us` (HEADWAY_DELIVERY_GIVE_UP), or tried `MAX_ATTEMPTS`
+times, is given up and logged. At
 least once: a worker that dies mid-send leaves the channel's lease to lapse, and the
 message goes again.
 """
@@ -34,7 +35,7 @@ HOUR_US = 3600 * 1_000_000
 FIRST_RETRY_S = 10
 MAX_RETRY_S = 6 * 3600
 MAX_ATTEMPTS = 15  # 10 s doubling to 6 h, then 6 h: about a day
-GIVE_UP_US = 24 * HOUR_US
+GIVE_UP_US = 24 * HOUR_US  # HEADWAY_DELIVERY_GIVE_UP's default
 # Channels sending at once, in this process: one sending thread each (`guard`), so that
 # no send waits for a thread while its timeout runs.
 CONCURRENCY = guard.POOL_THREADS
@@ -56,6 +57,7 @@ def channel_sender(settings: Settings, db: Database, clock: Clock) -> ChannelSen
         messages_per_hour=settings.channel_messages_per_hour,
         link=partial(read_only_link, settings.public_url),
         schemes=settings.channel_schemes,
+        give_up_us=settings.delivery_give_up * 1_000_000,
     )
 
 
@@ -72,6 +74,7 @@ class ChannelSender:
         link: Callable[[str | None], str | None],
         schemes: tuple[str, ...] | None = None,
         timeout_s: float = 10.0,
+        give_up_us: int = GIVE_UP_US,
     ) -> None:
         self.db = db
         self.clock = clock
@@ -80,6 +83,7 @@ class ChannelSender:
         self.link = link
         self._schemes = schemes
         self.timeout_s = timeout_s
+        self.give_up_us = give_up_us
         self._sending: dict[str, asyncio.Task[None]] = {}
         self.on_end: Callable[[], None] = lambda: None
 
@@ -140,7 +144,7 @@ class ChannelSender:
             )
         if taken is None:
             return
-        stale = [p for p in taken.pending if now - p.created_at_us >= GIVE_UP_US]
+        stale = [p for p in taken.pending if now - p.created_at_us >= self.give_up_us]
         live = [p for p in taken.pending if p not in stale]
         if not live:
             await self._settle(taken, [], stale, now, counted=False)
@@ -172,14 +176,12 @@ class ChannelSender:
         delay = outcome.retry_after_s if outcome.retry_after_s is not None else None
         delay = retry_delay_s(attempt) if delay is None else min(max(delay, 1.0), MAX_RETRY_S)
         due = now + round(delay * 1_000_000)
+        if again:  # not past the moment the oldest is to be given up
+            due = max(min(due, min(p.created_at_us for p in again) + self.give_up_us), now + 1)
         async with self.db.write() as st:
             if not await channels.retry(st, taken, [p.id for p in again], due, outcome.detail):
                 return
-            if give_up or stale:
-                await st.many(
-                    "DELETE FROM channel_deliveries WHERE id = ?",
-                    [(p.id,) for p in (*give_up, *stale)],
-                )
+            await channels.remove(st, channel_uuid, [p.id for p in (*give_up, *stale)])
             await channels.log_delivery(
                 st, channel_uuid, now, _event(live), "failed", outcome.detail or None
             )
@@ -187,6 +189,8 @@ class ChannelSender:
                 await channels.log_delivery(st, channel_uuid, now, p.kind, "given_up", None)
         metrics.channel_delivery("retry", len(again))
         metrics.channel_delivery("given_up", len(give_up) + len(stale))
+        metrics.given_up("channel", "attempts", len(give_up))
+        metrics.given_up("channel", "age", len(stale))
 
     async def _settle(
         self,
@@ -209,6 +213,7 @@ class ChannelSender:
                 await channels.log_delivery(st, taken.channel_uuid, now, p.kind, "given_up", None)
         if stale:
             metrics.channel_delivery("given_up", len(stale))
+            metrics.given_up("channel", "age", len(stale))
 
     async def close(self) -> None:
         tasks = list(self._sending.values())

@@ -8,6 +8,10 @@ worker wins), sends one message for everything the channel has due (a digest whe
 are several), then sets it to the end of the digest window, or to when the hour's cap
 reopens. So a burst of finishes becomes one message, and one broken channel holds only
 its own queue.
+
+A channel holds at most a cap of queued messages (`channels.queued` counts them): a new
+one beyond pushes out the oldest, given up. On PostgreSQL a transaction takes a channel's
+row before its messages' rows, as webhooks do (see `storage.outbox`).
 """
 
 from __future__ import annotations
@@ -110,6 +114,24 @@ async def channel_logs(
     return logs
 
 
+async def lock_channels(st: Statements, uuids: Sequence[str]) -> None:
+    """On PostgreSQL, take these channels' rows, in uuid order, before their messages'."""
+    if st.is_sqlite or not uuids:
+        return
+    ordered = sorted(set(uuids))
+    marks = ", ".join("?" * len(ordered))
+    await st.rows(
+        f"SELECT uuid FROM channels WHERE uuid IN ({marks}) ORDER BY uuid FOR UPDATE", ordered
+    )
+
+
+async def count_out(st: Statements, per_channel: dict[str, int]) -> None:
+    """Count messages removed from their channels' queues, by channel."""
+    counts = [(count, uuid) for uuid, count in sorted(per_channel.items()) if count]
+    if counts:
+        await st.many("UPDATE channels SET queued = queued - ? WHERE uuid = ?", counts)
+
+
 async def delete_channel(st: Statements, space_uuid: str, channel_uuid: str) -> bool:
     """Delete a channel, what it still had to send, its log and its stall episodes.
     False: no such channel in this space."""
@@ -172,20 +194,36 @@ async def fan_out(
     failed: bool,
     step: bool,
     now_us: int,
-) -> None:
+    cap: int,
+) -> int:
     """Queue a finish for every channel of the space that wants it: `completed` hears
     every finish, `failed` only the failed ones; a step (a child task) only where the
-    channel asked for steps."""
+    channel asked for steps. A channel that then holds more than `cap` gives up its
+    oldest messages. How many messages were given up."""
     wants = "(on_completed OR on_failed)" if failed else "on_completed"
+    which = f"space_uuid = ? AND {wants}" + (" AND steps" if step else "")
+    if not st.is_sqlite:  # the rows in uuid order, as every transaction that takes several
+        which = f"uuid IN (SELECT uuid FROM channels WHERE {which} ORDER BY uuid FOR UPDATE)"
+    counted = await st.rows(
+        f"UPDATE channels SET queued = queued + 1 WHERE {which} RETURNING uuid, queued",
+        (space_uuid,),
+    )
+    if not counted:
+        return 0
     kind = "failed" if failed else "completed"
     await st.many(
         "INSERT INTO channel_deliveries (id, channel_uuid, task_uuid, kind, payload, "
-        "created_at_us, next_attempt_at_us) SELECT CAST(? AS VARCHAR(64)) || ':' || uuid, "
-        "uuid, CAST(? AS VARCHAR(36)), CAST(? AS VARCHAR(16)), CAST(? AS TEXT), "
-        "CAST(? AS BIGINT), CAST(? AS BIGINT) FROM channels "
-        f"WHERE space_uuid = ? AND {wants}" + (" AND steps" if step else ""),
-        [(event_id, task_uuid, kind, payload, now_us, now_us, space_uuid)],
+        "created_at_us, next_attempt_at_us) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            (f"{event_id}:{uuid}", uuid, task_uuid, kind, payload, now_us, now_us)
+            for uuid, _ in counted
+        ],
     )
+    given_up = 0
+    for uuid, queued in sorted(counted):
+        if queued > cap:
+            given_up += await _push_out(st, uuid, queued - cap, f"{event_id}:{uuid}", now_us, cap)
+    return given_up
 
 
 async def queue(
@@ -196,13 +234,48 @@ async def queue(
     kind: str,
     payload: str,
     now_us: int,
-) -> None:
-    """Queue one message about a task for one channel (a stall, a recovery)."""
+    *,
+    cap: int,
+) -> int:
+    """Queue one message about a task for one channel (a stall, a recovery); beyond `cap`,
+    the channel's oldest are given up (how many)."""
+    counted = await st.rows(
+        "UPDATE channels SET queued = queued + 1 WHERE uuid = ? RETURNING queued", (channel_uuid,)
+    )
+    if not counted:
+        return 0  # the channel is gone
     await st.many(
         "INSERT INTO channel_deliveries (id, channel_uuid, task_uuid, kind, payload, "
         "created_at_us, next_attempt_at_us) VALUES (?, ?, ?, ?, ?, ?, ?)",
         [(delivery_id, channel_uuid, task_uuid, kind, payload, now_us, now_us)],
     )
+    if counted[0][0] <= cap:
+        return 0
+    return await _push_out(st, channel_uuid, counted[0][0] - cap, delivery_id, now_us, cap)
+
+
+async def _push_out(
+    st: Statements, channel_uuid: str, count: int, newest: str, now_us: int, cap: int
+) -> int:
+    """Give up the `count` oldest messages of a full channel (not `newest`), by the index
+    on its messages' creation; rows another transaction holds are skipped (chosen once:
+    see `outbox._push_out`)."""
+    skip = "" if st.is_sqlite else " FOR UPDATE SKIP LOCKED"
+    gone = await st.rows(
+        "WITH doomed AS MATERIALIZED (SELECT id FROM channel_deliveries WHERE channel_uuid = ? "
+        f"AND id <> ? ORDER BY created_at_us LIMIT ?{skip}) DELETE FROM channel_deliveries "
+        "WHERE id IN (SELECT id FROM doomed) RETURNING kind",
+        (channel_uuid, newest, count),
+    )
+    if not gone:
+        return 0
+    await count_out(st, {channel_uuid: len(gone)})
+    detail = f"more than {cap:,} messages queued: the oldest given up"
+    if len(gone) > 1:
+        detail = f"more than {cap:,} messages queued: the {len(gone)} oldest given up"
+    event = gone[0][0] if len(gone) == 1 else "digest"
+    await log_delivery(st, channel_uuid, now_us, event, "given_up", detail)
+    return len(gone)
 
 
 # --- Sending -----------------------------------------------------------------------------
@@ -311,9 +384,20 @@ async def sent(
     )
     if not held:
         return False
-    if ids:
-        await st.many("DELETE FROM channel_deliveries WHERE id = ?", [(id_,) for id_ in ids])
+    await remove(st, taken.channel_uuid, ids)
     return True
+
+
+async def remove(st: Statements, channel_uuid: str, ids: Sequence[str]) -> None:
+    """Remove these messages of the channel (delivered or given up) from its queue. Call
+    while holding the channel (`take`)."""
+    if not ids:
+        return
+    gone = await st.rows(
+        f"DELETE FROM channel_deliveries WHERE id IN ({', '.join('?' * len(ids))}) RETURNING id",
+        tuple(ids),
+    )
+    await count_out(st, {channel_uuid: len(gone)})
 
 
 async def retry(st: Statements, taken: Taken, ids: Sequence[str], due_us: int, error: str) -> bool:
@@ -333,7 +417,8 @@ async def retry(st: Statements, taken: Taken, ids: Sequence[str], due_us: int, e
     return True
 
 
-_BACKLOG = "SELECT (SELECT count(*) FROM channel_deliveries), (SELECT count(*) FROM stalls)"
+# The channels' counts of queued messages (no scan of the queue), and the open episodes.
+_BACKLOG = "SELECT (SELECT coalesce(sum(queued), 0) FROM channels), (SELECT count(*) FROM stalls)"
 
 
 async def backlog(fetch: Fetch) -> tuple[int, int]:
