@@ -9,13 +9,13 @@ other worker claims it while it runs; the lookup runs on the webhooks' own threa
 (`webhooks.lookup`), never on the event loop's default executor.
 
 The backlog is bounded: a claim costs the same whatever it holds (see
-`outbox.claim_due`), and an event still undelivered `give_up_s` after its creation is
+`deliveries.claim_due`), and an event still undelivered `give_up_s` after its creation is
 given up (`sweep`), as the oldest are beyond a webhook's cap when new ones come
 (`outbox.fan_out`).
 
 Delivery is fair: each attempt runs as a task of its own, up to CONCURRENCY at once;
 new deliveries are claimed whenever one ends, taking turns across spaces and receivers
-(see `outbox.claim_due`); and no space has more than PER_SPACE, no receiver (scheme,
+(see `deliveries.claim_due`); and no space has more than PER_SPACE, no receiver (scheme,
 host and port) more than PER_RECEIVER attempts in flight. So one space's backlog or one
 slow receiver holds only its own turns, never another space's delivery. The limits are
 per worker process.
@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING
 from . import metrics, webhooks
 from .clock import Clock
 from .dependencies import unavailable
-from .storage import outbox
+from .storage import deliveries, outbox
 from .storage.database import Database
-from .storage.outbox import Claim
+from .storage.deliveries import Claim
 
 if TYPE_CHECKING:
     import httpx
@@ -60,7 +60,7 @@ CONCURRENCY = 64  # attempts in flight at once, in all
 PER_SPACE = 8  # attempts in flight for one space
 PER_RECEIVER = 4  # attempts in flight to one receiver (scheme://host:port)
 BATCH = 32  # deliveries claimed in one transaction
-CLAIM_ROUNDS = 4  # claims in a row while each finds more due (see `outbox.Round.again`)
+CLAIM_ROUNDS = 4  # claims in a row while each finds more due (see `deliveries.Round.again`)
 SWEEP_BATCH = 200  # events given up or swept in one short transaction
 SWEEP_ROUNDS = 20  # such transactions per sweep, at most
 
@@ -137,7 +137,7 @@ class Worker:
     async def claim(self) -> list[Claim]:
         """Claim due deliveries for the free places (at most a batch), taking turns
         across spaces and receivers and within the limits of attempts in flight (see
-        `outbox.claim_due`). The caller `start`s each claim at once: its lease runs."""
+        `deliveries.claim_due`). The caller `start`s each claim at once: its lease runs."""
         claims: list[Claim] = []
         for _ in range(CLAIM_ROUNDS):
             room = min(self._batch, self._concurrency - len(self._attempts)) - len(claims)
@@ -151,7 +151,7 @@ class Worker:
             for claim in claims:  # won in an earlier round, not started yet
                 space_load[claim.space_uuid] += 1
                 receiver_load[claim.receiver] += 1
-            found = await outbox.claim_due(
+            found = await deliveries.claim_due(
                 self.db,
                 now,
                 now + LEASE_S * 1_000_000,
@@ -268,7 +268,7 @@ class Worker:
         async with self.db.write() as st:
             if outcome.delivered:
                 metrics.delivery("delivered")
-                await outbox.finish_delivery(st, claim, now, "delivered")
+                await deliveries.finish_delivery(st, claim, now, "delivered")
             elif claim.attempt >= MAX_ATTEMPTS:
                 metrics.delivery("given_up")
                 metrics.given_up("webhook", "attempts")
@@ -280,12 +280,12 @@ class Worker:
                     outcome.error,
                 )
                 detail = f"the last of {claim.attempt} attempts failed: {outcome.error}"
-                await outbox.finish_delivery(st, claim, now, "given_up", detail)
+                await deliveries.finish_delivery(st, claim, now, "given_up", detail)
             else:
                 metrics.delivery("retry")
                 delay = retry_delay_s(claim.attempt, self._jitter())
                 due = now + round(delay * 1_000_000)
-                await outbox.retry_delivery(st, claim, due, now, outcome.error)
+                await deliveries.retry_delivery(st, claim, due, now, outcome.error)
 
     async def heartbeat(self) -> None:
         async with self.db.write() as st:

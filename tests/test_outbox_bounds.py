@@ -18,7 +18,7 @@ import pytest
 
 from headway import metrics
 from headway.notify.deliver import channel_sender
-from headway.storage import outbox
+from headway.storage import deliveries
 from headway.storage.database import Database
 from headway.worker import LEASE_S, Worker
 
@@ -111,7 +111,7 @@ async def claim_times(db: Database, clock, rounds: int) -> tuple[list[float], li
             clock.advance(LEASE_S + 1)
             now = clock.now_us()
             started = time.perf_counter()
-            found = await outbox.claim_due(
+            found = await deliveries.claim_due(
                 db, now, now + LEASE_S * 1_000_000, 8, per_space=64, per_receiver=64
             )
             took.append(time.perf_counter() - started)
@@ -213,7 +213,7 @@ async def test_claims_and_give_ups_read_by_index(app):
         "IN (SELECT event_id, webhook_uuid FROM turns)"
     )
     statements = [
-        (outbox._WINDOW, (0, 64)),
+        (deliveries._WINDOW, (0, 64)),
         (claim, ("w", 0, 4, 0, 0)),
         (
             "SELECT event_id FROM deliveries WHERE created_at_us <= ? "
@@ -259,7 +259,7 @@ async def test_webhooks_held_back_by_a_full_space_do_not_hide_others_beyond_the_
     for _ in range(5):
         clock.advance(1)
         now = clock.now_us()
-        found = await outbox.claim_due(
+        found = await deliveries.claim_due(
             db,
             now,
             now + LEASE_S * 1_000_000,

@@ -4,7 +4,7 @@
 take meanwhile, beside a worker claiming and retrying them.
 
 It runs in this process against a fresh database: the backlog is written straight into
-the tables (as fan-outs leave them), the claims are `storage.outbox.claim_due` itself
+the tables (as fan-outs leave them), the claims are `storage.deliveries.claim_due` itself
 (each of 8 deliveries, every one due again since the last lapsed), and the writes go
 through the ASGI app, a worker on its database claiming and retrying meanwhile (as
 `headway serve` runs it). Run it alone with
@@ -171,7 +171,7 @@ async def _fill(db: Any, space: str, webhook: str, count: int, first: int, now_u
 async def _claims(db: Any, now_us: int, size: int, figures: Figures) -> int:
     """Time CLAIMS claims at `size` pending; the virtual time reached (each claim comes a
     lease later, so that what the last claimed is due again)."""
-    from headway.storage import outbox
+    from headway.storage import deliveries
 
     took, held = [], []
     write = db.write
@@ -188,7 +188,7 @@ async def _claims(db: Any, now_us: int, size: int, figures: Figures) -> int:
     try:
         for _ in range(WARM_UP):
             now_us += LEASE_US
-            await outbox.claim_due(
+            await deliveries.claim_due(
                 db, now_us, now_us + LEASE_US, CLAIMED, per_space=64, per_receiver=64
             )
         took.clear()
@@ -196,7 +196,7 @@ async def _claims(db: Any, now_us: int, size: int, figures: Figures) -> int:
         for _ in range(CLAIMS):
             now_us += LEASE_US
             started = time.perf_counter()
-            found = await outbox.claim_due(
+            found = await deliveries.claim_due(
                 db, now_us, now_us + LEASE_US, CLAIMED, per_space=64, per_receiver=64
             )
             took.append(time.perf_counter() - started)

@@ -1,5 +1,5 @@
 """Sending what channels have queued: one step takes each channel that has something due
-and may send (see `storage.channels`), sends one message for all of it (a digest when
+and may send (see `storage.channel_queue`), sends one message for all of it (a digest when
 there are several), and records the outcome.
 
 Each channel sends in a task of its own, so a channel that hangs holds only itself. A
@@ -23,7 +23,7 @@ from .. import metrics
 from ..clock import Clock
 from ..config import Settings
 from ..dependencies import unavailable
-from ..storage import channels
+from ..storage import channel_queue, channels
 from ..storage.database import Database
 from . import guard
 
@@ -103,7 +103,7 @@ class ChannelSender:
             return []
         now = self.clock.now_us()
         async with self.db.read() as fetch:
-            due = await channels.due_channels(fetch, now, room + len(self._sending))
+            due = await channel_queue.due_channels(fetch, now, room + len(self._sending))
         started = []
         for channel_uuid in due:
             if channel_uuid in self._sending or len(self._sending) >= CONCURRENCY:
@@ -139,7 +139,7 @@ class ChannelSender:
 
         now = self.clock.now_us()
         async with self.db.write() as st:
-            taken = await channels.take(
+            taken = await channel_queue.take(
                 st, channel_uuid, now, now + LEASE_S * 1_000_000, cap=self.cap, hour_us=HOUR_US
             )
         if taken is None:
@@ -179,9 +179,9 @@ class ChannelSender:
         if again:  # not past the moment the oldest is to be given up
             due = max(min(due, min(p.created_at_us for p in again) + self.give_up_us), now + 1)
         async with self.db.write() as st:
-            if not await channels.retry(st, taken, [p.id for p in again], due, outcome.detail):
+            if not await channel_queue.retry(st, taken, [p.id for p in again], due, outcome.detail):
                 return
-            await channels.remove(st, channel_uuid, [p.id for p in (*give_up, *stale)])
+            await channel_queue.remove(st, channel_uuid, [p.id for p in (*give_up, *stale)])
             await channels.log_delivery(
                 st, channel_uuid, now, _event(live), "failed", outcome.detail or None
             )
@@ -194,16 +194,18 @@ class ChannelSender:
 
     async def _settle(
         self,
-        taken: channels.Taken,
-        delivered: list[channels.Pending],
-        stale: list[channels.Pending],
+        taken: channel_queue.Taken,
+        delivered: list[channel_queue.Pending],
+        stale: list[channel_queue.Pending],
         now: int,
         *,
         counted: bool,
     ) -> None:
         ids = [p.id for p in (*delivered, *stale)]
         async with self.db.write() as st:
-            if not await channels.sent(st, taken, ids, now + DIGEST_S * 1_000_000, counted=counted):
+            if not await channel_queue.sent(
+                st, taken, ids, now + DIGEST_S * 1_000_000, counted=counted
+            ):
                 return
             if delivered:
                 await channels.log_delivery(
@@ -222,7 +224,7 @@ class ChannelSender:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _message(pending: channels.Pending, space_title: str | None, link: str | None) -> Any:
+def _message(pending: channel_queue.Pending, space_title: str | None, link: str | None) -> Any:
     """The message of one queued event (see `messages`)."""
     from . import messages
 
@@ -241,10 +243,10 @@ def _message(pending: channels.Pending, space_title: str | None, link: str | Non
     return messages.finished(task, space_title=space_title, link=link)
 
 
-def _event(pending: list[channels.Pending]) -> str:
+def _event(pending: list[channel_queue.Pending]) -> str:
     """The event a log entry names: the message's kind, or `digest`."""
     return pending[0].kind if len(pending) == 1 else "digest"
 
 
-def _count(pending: list[channels.Pending]) -> str | None:
+def _count(pending: list[channel_queue.Pending]) -> str | None:
     return None if len(pending) == 1 else f"{len(pending)} events in one message"

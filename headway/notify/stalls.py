@@ -37,7 +37,7 @@ from .. import domain, metrics
 from ..clock import Clock
 from ..domain import Progress, TaskView
 from ..progress import ProgressStore
-from ..storage import channels
+from ..storage import channel_queue, channels
 from ..storage.channels import Watcher
 from ..storage.database import Database
 
@@ -206,7 +206,7 @@ class StallWatch:
                 st, channel_uuid, task_uuid, reason, signature, now - for_us
             ):
                 return False
-            pushed_out = await channels.queue(
+            pushed_out = await channel_queue.queue(
                 st,
                 f"stall_{uuid.uuid4().hex}",
                 channel_uuid,
@@ -227,7 +227,7 @@ class StallWatch:
                 return 0
             if payload is None:
                 return 0
-            pushed_out = await channels.queue(
+            pushed_out = await channel_queue.queue(
                 st,
                 f"stall_{uuid.uuid4().hex}",
                 channel_uuid,

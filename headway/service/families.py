@@ -12,7 +12,7 @@ from .. import domain, metrics
 from ..completion import completion_event
 from ..domain import Changed, Progress, TaskRow, canonical_uuid
 from ..errors import NotFound
-from ..storage import channels, outbox, queries
+from ..storage import channel_queue, outbox, queries
 from ..storage.database import Statements
 from ..storage.families import FamilyCache
 from .context import NO_TASK, Stores
@@ -190,7 +190,7 @@ class Families:
             # may have left the children's values out: judged on the whole answer then).
             maybe = '"error"' in payload or '"children_omitted"' in payload
             failed = maybe and domain.view_failure(task) is not None
-            pushed_out = await channels.fan_out(
+            pushed_out = await channel_queue.fan_out(
                 st,
                 event_id,
                 space_uuid,
