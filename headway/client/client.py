@@ -21,7 +21,8 @@ import httpx
 from . import calls
 from .errors import APIError, NetworkError, NoSpaceError
 from .models import Space, Task, Value
-from .reporter import Reporter, Sender
+from .reporter import Reporter
+from .sender import Sender
 from .task import TaskScope
 
 T = TypeVar("T")
