@@ -188,6 +188,14 @@ def scenario_titles(o: Options) -> dict[str, str]:
             "beside a worker meanwhile"
         ),
         "outbox_claim_postgres": "outbox: the same on PostgreSQL",
+        "neighbour_alone": (
+            "hostile neighbour: a well-behaved client (100 req/s: creates, reports, reads, "
+            "finishes, one stream) alone on a fresh embedded server"
+        ),
+        "neighbour_beside_greedy": (
+            "the same client beside a greedy one (progress, whole reads of a big space, "
+            "streams, dead webhooks; never waits for Retry-After)"
+        ),
         "stall_latency": (
             "a stall's deadline to its message: 50 tasks reported once over 15 s, "
             "stalled_after 60 s, a look every 15 s (full run only)"

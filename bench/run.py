@@ -40,6 +40,7 @@ from .scenarios import busy, channels, embedded, reads, reports, scale_out, swee
 from .scenarios.busy import BUSY_ROWS
 from .scenarios.channels import CHANNEL_ROWS
 from .scenarios.flood import FLOOD_ROWS, flood
+from .scenarios.neighbour import NEIGHBOUR_ROWS, neighbour, neighbour_targets
 from .scenarios.outbox import OUTBOX_ROWS, outbox, outbox_targets
 from .scenarios.streams import STREAM_ROWS, streams
 from .scenarios.sweep import SWEEP_ROWS
@@ -53,7 +54,14 @@ from .targets import (
 
 # The phases that run only the bare baseline, or measure no CPU per request (a stall's
 # latency): --compare leaves them out.
-BARE = {"baseline", "baseline_parent", "baseline_put", "stall_latency", *OUTBOX_ROWS}
+BARE = {
+    "baseline",
+    "baseline_parent",
+    "baseline_put",
+    "stall_latency",
+    *OUTBOX_ROWS,
+    *NEIGHBOUR_ROWS,
+}
 
 
 def phases(bench: Harness) -> list[Phase]:
@@ -67,6 +75,7 @@ def phases(bench: Harness) -> list[Phase]:
         *SWEEP_ROWS,
         "stall_latency",
         *OUTBOX_ROWS,
+        *NEIGHBOUR_ROWS,
         *FLOOD_ROWS,
         *STREAM_ROWS,
         *BUSY_ROWS,
@@ -84,6 +93,7 @@ def phases(bench: Harness) -> list[Phase]:
         (SWEEP_ROWS, sweep.swept),
         (["stall_latency"], channels.stall_latency),
         (OUTBOX_ROWS, outbox),
+        (NEIGHBOUR_ROWS, neighbour),
         (FLOOD_ROWS, flood),
         (STREAM_ROWS, streams),
         (["busy_embedded"], busy.embedded),
@@ -118,6 +128,7 @@ def targets(rows: dict[str, Row], o: Options) -> list[Target]:
         + notify_targets(rows, o)
         + sweep_targets(rows, o)
         + outbox_targets(rows, o)
+        + neighbour_targets(rows, o)
     )
 
 
