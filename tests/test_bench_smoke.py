@@ -27,6 +27,7 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
 
     from bench.cost_targets import READS_CREATES
     from bench.options import parse_options, scenario_titles
+    from bench.scenarios.neighbour import NEIGHBOUR
     from bench.scenarios.outbox import OUTBOX
     from bench.targets import BUSY, ISSUE6, LIVE, NOTIFY, SWEEP
 
@@ -110,7 +111,14 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
             for row in ("outbox_claim", "outbox_claim_postgres")
             for check in ("flat", "lock", "writes")
         },
+        NEIGHBOUR: {"neighbour_success", "neighbour_p99"},
     }
+    # The hostile neighbour: the well-behaved client measured alone and beside the greedy
+    # one, which ran from its own process and was answered.
+    for name in ("neighbour_alone", "neighbour_beside_greedy"):
+        assert found[name]["requests"] > 0 and found[name]["p99_ms"] > 0, found[name]
+    greedy = found["neighbour_beside_greedy"]["extra"]["greedy"]
+    assert sum(greedy["reads of the big space"].values()) > 0, greedy
     # The delivery backlog: claims timed at every size, writes beside a worker.
     claimed = found["outbox_claim"]
     assert claimed["status"] == "ok", claimed
