@@ -19,6 +19,7 @@ from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
 from . import metrics
+from .api import badges as badge_routes
 from .api import channels as channel_routes
 from .api import events, health, hot, openapi
 from .api import mcp as mcp_routes
@@ -158,6 +159,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             *hot.routes,
             *events.routes,
             *share_routes.routes,
+            *badge_routes.routes,
             *webhook_routes.routes,
             *channel_routes.routes,
             *health.routes,
@@ -181,6 +183,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             **web_routes.openapi_paths,
             **events.openapi_paths,
             **share_routes.openapi_paths,
+            **badge_routes.openapi_paths,
             **webhook_routes.openapi_paths,
             **channel_routes.openapi_paths,
             **mcp_routes.openapi_paths,

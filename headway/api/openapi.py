@@ -32,6 +32,7 @@ _MODELS = [
     schemas.ShareCreated,
     schemas.ShareOut,
     schemas.SharedSpaceOut,
+    schemas.ShieldsOut,
     schemas.ErrorOut,
     schemas.HealthOut,
 ]

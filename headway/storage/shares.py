@@ -41,3 +41,14 @@ async def space_of_share(fetch: Fetch, uuid: str) -> str | None:
     """The space a share link shows, or None if there is no such link."""
     found = await fetch("SELECT space_uuid FROM shares WHERE uuid = ?", (uuid,))
     return found[0][0] if found else None
+
+
+async def tasks_since(fetch: Fetch, space_uuid: str, after_us: int) -> list[tuple[str, int]]:
+    """The space's tasks (steps too) created after `after_us`, as (uuid, created_at_us),
+    oldest first: what a share link's ids may name that was not seen before."""
+    found = await fetch(
+        "SELECT uuid, created_at_us FROM tasks WHERE space_uuid = ? AND created_at_us > ? "
+        "ORDER BY created_at_us",
+        (space_uuid, after_us),
+    )
+    return [(uuid, created) for uuid, created in found]
