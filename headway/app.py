@@ -197,11 +197,11 @@ class HeadwayApp(Starlette):
     """Starlette, with a short way in for the most used routes.
 
     Task reads and reports (`GET`, `PUT /tasks/{uuid}`, `GET /tasks/{uuid}/report`),
-    creates of tasks and space reads are most of the traffic. They go straight to their
-    endpoint (`api.hot`, where each is declared once for both ways), skipping the router
-    and the two exception middlewares (together about a tenth of a report's cost, and
-    more for routes later in the list); their
-    errors are rendered by the same handlers. Every other request takes the ordinary way
+    creates of tasks, space reads and share links' badges are most of the traffic. They go
+    straight to their endpoint (`api.hot`, where each is declared once for both ways),
+    skipping the router and the two exception middlewares (together about a tenth of a
+    report's cost, and more for routes later in the list); their errors are rendered by
+    the same handlers. Every other request takes the ordinary way
     (`_ordinary`). Both ways count each request (headway.metrics) under its route's
     template as its answer starts.
 

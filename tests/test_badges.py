@@ -445,3 +445,30 @@ async def test_only_the_embed_may_be_framed(client, space):
     for params in ({"theme": "blue"}, {"transparent": "yes"}, {"limit": "0"}, {"limit": "51"}):
         refused = await client.get(f"/shared/{share}/embed", params=params)
         assert refused.status_code == 400 and set(refused.json()) == {"error"}, params
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/shared/{share}/tasks//badge.svg",
+        "/shared/{share}/tasks/{id}/x/badge.svg",
+        "/shared/{share}/task/{id}/badge.svg",
+        "/shared//badge.svg",
+        "/shared/{share}/badge.svg/",
+        "/shared/{share}/tasks/{id}/badge.svgz",
+    ],
+)
+async def test_the_badges_short_way_takes_only_its_own_paths(client, space, make_task, path):
+    """Badges skip the router (`api.hot`): each parameter is one whole, non-empty path
+    segment, as the router's own template has it, and anything else is a JSON 404."""
+    from headway.api.hot import short_way
+
+    share = await share_of(client, space)
+    await make_task(title="Deploy")
+    task_id = (await ids_by_title(client, share))["Deploy"]
+    assert short_way("GET", f"/shared/{share}/tasks/{task_id}/badge.svg") is not None
+    assert short_way("GET", f"/shared/{share}/badge.svg") is not None
+    wrong = path.format(share=share, id=task_id)
+    assert short_way("GET", wrong) is None
+    response = await client.get(wrong)
+    assert response.status_code == 404 and set(response.json()) == {"error"}

@@ -69,7 +69,10 @@ class _Options(NamedTuple):
 def _options(request: Request, *, bar: bool = True) -> _Options:
     """`label`, `style` and (with `bar`) `bar` of a badge's query; other parameters are
     ignored (a cache-busting `?v=2` is common), a bad one of these is a 400."""
-    params = query_params(request.scope["query_string"])
+    query = request.scope["query_string"]
+    if not query:
+        return _DEFAULT
+    params = query_params(query)
     label = params.get("label")
     if label is not None and len(label) > MAX_TEXT:
         raise BadRequest(f"label must be at most {MAX_TEXT} characters.")
@@ -77,6 +80,9 @@ def _options(request: Request, *, bar: bool = True) -> _Options:
     if style not in STYLES:
         raise BadRequest(f"style must be one of {', '.join(STYLES)}, not {style!r}.")
     return _Options(label, cast(Style, style), bar and _flag(params, "bar"))
+
+
+_DEFAULT = _Options(None, "flat", False)
 
 
 def _flag(params: dict[str, str], name: str) -> bool:
@@ -112,32 +118,33 @@ async def task_badge(request: Request) -> Response:
 def _svg(request: Request, badge: Badge, options: _Options) -> Response:
     # The bar kept to a thousandth: the drawings kept are few, each as a pixel shows it.
     ratio = None if not options.bar or badge.ratio is None else round(badge.ratio, 3)
-    drawn = svg.draw(
-        badge.label, badge.message, badge.state, style=options.style, ratio=ratio, title=badge.title
-    )
+    drawn = svg.draw(badge.label, badge.message, badge.state, options.style, ratio, badge.title)
     etag = drawn.etag.encode()
-    response = Response(status_code=304 if _matches(request, drawn.etag) else 200)
-    if response.status_code == 200:
-        response.body = drawn.svg
-        response.raw_headers = [
-            *_BADGE_HEADERS,
-            (b"etag", etag),
-            (b"content-length", str(len(drawn.svg)).encode()),
-        ]
-    else:
-        response.raw_headers = [*_BADGE_HEADERS[1:], (b"etag", etag)]
-    return response
+    if _matches(request.scope["headers"], etag):
+        return _Answer(304, b"", [*_BADGE_HEADERS[1:], (b"etag", etag)])
+    length = str(len(drawn.svg)).encode()
+    return _Answer(200, drawn.svg, [*_BADGE_HEADERS, (b"etag", etag), (b"content-length", length)])
 
 
-def _matches(request: Request, etag: str) -> bool:
+class _Answer(Response):
+    """A response whose headers are given whole (a badge is asked for as often as a task
+    is read: Starlette's generic header handling would be a fair share of its cost)."""
+
+    def __init__(self, status: int, body: bytes, raw_headers: list[tuple[bytes, bytes]]) -> None:
+        self.status_code = status
+        self.body = body
+        self.background = None
+        self.raw_headers = raw_headers
+
+
+def _matches(headers: list[tuple[bytes, bytes]], etag: bytes) -> bool:
     """Whether `If-None-Match` names `etag` (weakly, as RFC 9110 compares for GET)."""
-    wanted = request.headers.get("if-none-match")
-    if not wanted:
-        return False
-    for tag in wanted.split(","):
-        tag = tag.strip()
-        if tag == "*" or tag.removeprefix("W/") == etag:
-            return True
+    for name, value in headers:
+        if name == b"if-none-match":
+            for tag in value.split(b","):
+                tag = tag.strip()
+                if tag == b"*" or tag.removeprefix(b"W/") == etag:
+                    return True
     return False
 
 
@@ -145,13 +152,9 @@ def _not_found(request: Request, exc: NotFound) -> Response:
     """A 404: a grey badge for a client that prefers an image, else the JSON error."""
     if not pages.prefers(request, "image", "svg+xml"):
         raise exc
-    drawn = svg.draw("progress", "not found", "waiting", title=exc.message)
-    response = Response(drawn.svg, 404)
-    response.raw_headers = [
-        *_NOT_FOUND_HEADERS,
-        (b"content-length", str(len(drawn.svg)).encode()),
-    ]
-    return response
+    drawn = svg.draw("progress", "not found", "waiting", "flat", None, exc.message)
+    length = str(len(drawn.svg)).encode()
+    return _Answer(404, drawn.svg, [*_NOT_FOUND_HEADERS, (b"content-length", length)])
 
 
 async def space_shields(request: Request) -> Response:
@@ -171,9 +174,7 @@ async def task_shields(request: Request) -> Response:
 
 def _shields(badge: Badge, options: _Options) -> Response:
     body = _encode(shields_json(badge, options.style))
-    response = Response(body)
-    response.raw_headers = [*_SHIELDS_HEADERS, (b"content-length", str(len(body)).encode())]
-    return response
+    return _Answer(200, body, [*_SHIELDS_HEADERS, (b"content-length", str(len(body)).encode())])
 
 
 async def embed(request: Request) -> Response:
@@ -205,9 +206,8 @@ def _embed_limit(value: str | None) -> int:
     return int(value)
 
 
+# The SVG badges' routes are declared in `api.hot`: they take the short way past the router.
 routes = [
-    Route("/shared/{share_uuid}/badge.svg", space_badge, methods=["GET"]),
-    Route("/shared/{share_uuid}/tasks/{task_id}/badge.svg", task_badge, methods=["GET"]),
     Route("/shared/{share_uuid}/shields.json", space_shields, methods=["GET"]),
     Route("/shared/{share_uuid}/tasks/{task_id}/shields.json", task_shields, methods=["GET"]),
     Route("/shared/{share_uuid}/embed", embed, methods=["GET"]),

@@ -137,7 +137,6 @@ def draw(
     label: str,
     message: str,
     state: State,
-    *,
     style: Style = "flat",
     ratio: float | None = None,
     title: str = "",
