@@ -36,6 +36,7 @@ from .options import Options, parse_options
 from .processes import start_baseline
 from .report import Row, Target
 from .scenarios import busy, embedded, reads, reports, scale_out
+from .scenarios.badges import BADGE_ROWS, badge_targets, badges
 from .scenarios.busy import BUSY_ROWS
 from .scenarios.flood import FLOOD_ROWS, flood
 from .scenarios.streams import STREAM_ROWS, streams
@@ -54,6 +55,7 @@ def phases(bench: Harness) -> list[Phase]:
         "put_report_limited",
         *FLOOD_ROWS,
         *STREAM_ROWS,
+        *BADGE_ROWS,
         *BUSY_ROWS,
         "scale_out_one",
         "scale_out_two",
@@ -67,6 +69,7 @@ def phases(bench: Harness) -> list[Phase]:
         (["put_report_limited"], reports.limited),
         (FLOOD_ROWS, flood),
         (STREAM_ROWS, streams),
+        (BADGE_ROWS, badges),
         (["busy_embedded"], busy.embedded),
         (["busy_a", "busy_b"], busy.scale_out_busy),
         (["scale_out_one", "scale_out_two"], scale_out.scale_out),
@@ -96,6 +99,7 @@ def targets(rows: dict[str, Row], o: Options) -> list[Target]:
         + reads_creates_targets(rows, o)
         + streams_targets(rows)
         + busy_targets(rows, o)
+        + badge_targets(rows)
     )
 
 
