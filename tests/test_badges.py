@@ -10,6 +10,8 @@ import dataclasses
 import io
 import json
 import re
+import subprocess
+import sys
 import uuid
 import xml.etree.ElementTree as ET
 from contextlib import redirect_stderr, redirect_stdout
@@ -409,6 +411,24 @@ def test_headway_badge_prints_the_markdown_of_a_share_link():
     assert out == frame + "\n"
     status, out, _ = run_headway("badge", share, "--url", "http://127.0.0.1:9000")
     assert f"http://127.0.0.1:9000/shared/{share}/badge.svg" in out
+
+
+def test_headway_badge_needs_no_server_packages():
+    from .test_cli_client import WITHOUT_SERVER
+
+    blocked = WITHOUT_SERVER.replace(
+        '"msgspec"}', '"msgspec", "badgepy", "regex", "jinja2", "redis", "apprise"}'
+    )
+    assert blocked != WITHOUT_SERVER
+    share = str(uuid.uuid4())
+    result = subprocess.run(
+        [sys.executable, "-c", blocked, "badge", share, "--url", "http://127.0.0.1:9"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"[![progress](http://127.0.0.1:9/shared/{share}/badge.svg)")
 
 
 def test_headway_badge_refuses_a_space_address_without_repeating_it():
