@@ -172,6 +172,22 @@ def scenario_titles(o: Options) -> dict[str, str]:
         "put_report": f"PUT /tasks/{{t}} (spread over {o.pool:,} tasks)",
         "put_report_hot": "the same PUT, every connection on one task",
         "put_report_limited": "the same PUT, rate limits on at their defaults",
+        "put_report_plain": (
+            "the same PUT on a fresh server looking for stalls every second, no channel"
+        ),
+        "put_report_notified": (
+            "the same PUT and server, its pool's space with completed, failed and stalled channels"
+        ),
+        "put_report_unswept": (
+            f"the same PUT on a fresh server holding an idle space of {o.big:,} tasks, kept"
+        ),
+        "put_report_swept": (
+            "the same PUT and server, the sweeper deleting the idle space meanwhile"
+        ),
+        "stall_latency": (
+            "a stall's deadline to its message: 50 tasks reported once over 15 s, "
+            "stalled_after 60 s, a look every 15 s (full run only)"
+        ),
         "get_report": "GET /tasks/{t}/report?current=5&end=10&values[log]=x",
         "get_task": "GET /tasks/{t}",
         "post_task": "POST /spaces/{s}/tasks",

@@ -4,9 +4,10 @@ Starts a bare-ASGI baseline and real `headway serve` processes on 127.0.0.1, see
 them over HTTP, drives every scenario with wrk for a bounded time, floods a server left
 at its defaults from 127.0.0.2 while a well-behaved client reports from 127.0.0.1
 (bench/flood.py), writes to one busy space at a fixed rate while its live streams are read
-(bench/busy.py), prints a table with each scenario's ratio to the baseline measured in
-the same run and the targets (issue 6's and the abuse limits'; the issue "Reads and
-creates at the cost they must have"'s; the live stream's and the busy space's), and
+(bench/busy.py), times stalls told to a channel's receiver (bench/receiver.py), prints a
+table with each scenario's ratio to the baseline measured in the same run and the
+targets (issue 6's and the abuse limits'; the issue "Reads and creates at the cost they
+must have"'s; the live stream's, the busy space's and the notification channels'), and
 writes `latest.json` and `latest.md` into the results directory.
 Every process the run starts is stopped by its PID before it returns.
 
@@ -35,15 +36,24 @@ from .measure import Harness
 from .options import Options, parse_options
 from .processes import start_baseline
 from .report import Row, Target
-from .scenarios import busy, embedded, reads, reports, scale_out
+from .scenarios import busy, channels, embedded, reads, reports, scale_out, sweep
 from .scenarios.badges import BADGE_ROWS, badge_targets, badges
 from .scenarios.busy import BUSY_ROWS
+from .scenarios.channels import CHANNEL_ROWS
 from .scenarios.flood import FLOOD_ROWS, flood
 from .scenarios.streams import STREAM_ROWS, streams
-from .targets import busy_targets, issue6_targets, streams_targets
+from .scenarios.sweep import SWEEP_ROWS
+from .targets import (
+    busy_targets,
+    issue6_targets,
+    notify_targets,
+    streams_targets,
+    sweep_targets,
+)
 
-# The phases that run only the bare baseline: --compare leaves them out.
-BARE = {"baseline", "baseline_parent", "baseline_put"}
+# The phases that run only the bare baseline, or measure no CPU per request (a stall's
+# latency): --compare leaves them out.
+BARE = {"baseline", "baseline_parent", "baseline_put", "stall_latency"}
 
 
 def phases(bench: Harness) -> list[Phase]:
@@ -53,6 +63,9 @@ def phases(bench: Harness) -> list[Phase]:
         "baseline_parent",
         "baseline_put",
         "put_report_limited",
+        *CHANNEL_ROWS,
+        *SWEEP_ROWS,
+        "stall_latency",
         *FLOOD_ROWS,
         *STREAM_ROWS,
         *BADGE_ROWS,
@@ -67,6 +80,9 @@ def phases(bench: Harness) -> list[Phase]:
         (["baseline_parent"], reads.baseline_parent),
         (["baseline_put"], reports.baseline_put),
         (["put_report_limited"], reports.limited),
+        (CHANNEL_ROWS, channels.notified),
+        (SWEEP_ROWS, sweep.swept),
+        (["stall_latency"], channels.stall_latency),
         (FLOOD_ROWS, flood),
         (STREAM_ROWS, streams),
         (BADGE_ROWS, badges),
@@ -93,12 +109,14 @@ def baseline(bench: Harness) -> None:
 
 def targets(rows: dict[str, Row], o: Options) -> list[Target]:
     """Every target, in table order: issue 6's, the reads and creates', the live stream's,
-    the busy space's."""
+    the busy space's, the notification channels', the sweeper's, the badges'."""
     return (
         issue6_targets(rows, o)
         + reads_creates_targets(rows, o)
         + streams_targets(rows)
         + busy_targets(rows, o)
+        + notify_targets(rows, o)
+        + sweep_targets(rows, o)
         + badge_targets(rows)
     )
 

@@ -1,5 +1,5 @@
-"""The targets of issue 6 and the abuse limits, of the live stream and of the busy space,
-judged from a run's rows."""
+"""The targets of issue 6 and the abuse limits, of the live stream, of the busy space and
+of the notification channels, judged from a run's rows."""
 
 from __future__ import annotations
 
@@ -33,6 +33,15 @@ BUSY = "busy space: live-stream lag"
 BUSY_P99_MS = 1000.0
 BUSY_GROWTH = 2.0
 BUSY_GROWTH_MS = 100.0
+# The notification channels' targets: the PUT's CPU with channels and stall looks every
+# second, against the same server without channels; a stall told within 30 s of its
+# deadline (the contract's `stalled_after` + 30 s).
+NOTIFY = "notification channels and stalls"
+NOTIFIED_CPU_RATIO = 1.05
+STALL_P99_S = 30.0
+# The sweeper's target: PUT while it deletes an idle space, against a server that keeps it.
+SWEEP = "retention: the sweeper at work"
+SWEPT_RPS_RATIO = 0.9
 BUSY_BACKENDS = [("", "embedded", ["busy_embedded"]), ("_scale_out", "PostgreSQL + Redis",
                  ["busy_a", "busy_b"])]  # fmt: skip
 
@@ -324,3 +333,75 @@ def busy_targets(rows: dict[str, Row], o: Options) -> list[Target]:
 def _label(row: Row) -> str:
     """The instance a busy space row is about: A or B."""
     return row.name.removeprefix("busy_").upper()
+
+
+def notify_targets(rows: dict[str, Row], o: Options) -> list[Target]:
+    """The notification channels' targets: what channels and stall looks cost a PUT, and
+    how soon after its deadline a stall is told."""
+    found = []
+    plain, notified = ok(rows, "put_report_plain"), ok(rows, "put_report_notified")
+    description = (
+        f"PUT with channels and stall looks every second ≤ {NOTIFIED_CPU_RATIO:g}x the CPU "
+        "µs/req of the same server without channels"
+    )
+    ratio = notified.extra.get("cpu_vs_plain") if notified else None
+    if plain and notified and ratio is not None:
+        found.append(
+            Target(
+                "notified_put_cpu",
+                description,
+                "pass" if ratio <= NOTIFIED_CPU_RATIO else "fail",
+                f"{ratio:.3f}x ({_num(notified.cpu_us_per_request)} vs "
+                f"{_num(plain.cpu_us_per_request)} µs/req)",
+                "two fresh servers, one right after the other: a few % of noise on 2 shared "
+                "cores" + ("" if o.mode == "full" else f"; {o.mode} run, {o.duration:g} s each"),
+                NOTIFY,
+            )
+        )
+    else:
+        why = (rows.get("put_report_notified") or Row("", "")).reason or "not measured"
+        found.append(Target("notified_put_cpu", description, "skipped", "–", why, NOTIFY))
+    latency = rows.get("stall_latency")
+    description = f"a stall told within {STALL_P99_S:g} s of its deadline: p99"
+    if latency is not None and latency.status != "skipped" and latency.extra.get("tasks"):
+        extra = latency.extra
+        p99 = extra["p99_s"]
+        passed = latency.status == "ok" and p99 is not None and p99 <= STALL_P99_S
+        found.append(
+            Target(
+                "stall_latency",
+                description,
+                "pass" if passed else "fail",
+                f"p99 {_num(p99)} s (p50 {_num(extra['p50_s'])} s, max {_num(extra['max_s'])} s)"
+                + ("" if latency.status == "ok" else f"; {latency.reason}"),
+                "",
+                NOTIFY,
+            )
+        )
+    else:
+        why = (latency.reason if latency else "") or "not measured"
+        found.append(Target("stall_latency", description, "skipped", "–", why, NOTIFY))
+    return found
+
+
+def sweep_targets(rows: dict[str, Row], o: Options) -> list[Target]:
+    """The sweeper's target: reporters keep their throughput while it deletes."""
+    unswept, swept = ok(rows, "put_report_unswept"), ok(rows, "put_report_swept")
+    description = (
+        f"PUT while the sweeper deletes an idle space ≥ {SWEPT_RPS_RATIO:g}x the req/s of "
+        "the same server keeping it"
+    )
+    ratio = swept.extra.get("rps_vs_unswept") if swept else None
+    if unswept and swept and ratio is not None:
+        return [
+            Target(
+                "swept_put",
+                description,
+                "pass" if ratio >= SWEPT_RPS_RATIO else "fail",
+                f"{ratio:.3f}x; p99 {_num(swept.p99_ms, 2)} vs {_num(unswept.p99_ms, 2)} ms",
+                str(swept.extra.get("deleted", "")),
+                SWEEP,
+            )
+        ]
+    why = (rows.get("put_report_swept") or Row("", "")).reason or "not measured"
+    return [Target("swept_put", description, "skipped", "–", why, SWEEP)]

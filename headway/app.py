@@ -40,6 +40,7 @@ from .api.responses import (
 from .clock import Clock, SystemClock
 from .config import Settings
 from .dependencies import unavailable
+from .disk import DiskBudget
 from .errors import UNAVAILABLE_MESSAGE, HeadwayError, Unavailable, error_body
 from .limits import RateLimiter
 from .live import Live
@@ -70,7 +71,9 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         db = Database(settings.database_url)
         progress = make_progress_store(settings, clock)
-        metrics.serving(db, progress)  # for HEADWAY_METRICS_PORT's scrape, in another thread
+        disk = DiskBudget.from_settings(settings, db)
+        # For HEADWAY_METRICS_PORT's scrape, in another thread.
+        metrics.serving(db, progress, disk)
         # Rates run on real time even where a test moves the service's clock.
         app.state.limiter = limiter = RateLimiter(settings)
         app.state.loops = {}  # the app's own long-lived tasks, by name (see api.health)
@@ -78,9 +81,14 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         worker_task = None
         stalls_task = None
         sweeper_task = None
+        disk_task = None
         live = None
         try:
             await db.migrate()
+            await disk.refresh()
+            if disk.watched:
+                disk_task = asyncio.create_task(disk.run(), name="headway-disk")
+                app.state.loops["disk"] = disk_task
             service = Service(
                 db,
                 progress,
@@ -97,7 +105,9 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                     settings.channels_per_space,
                     settings.public_url,
                 ),
+                disk=disk,
             )
+            await service.shares.load_secret()  # made by the first start of all
             service.caps.steps_per_parent = settings.children_per_parent
             service.caps.tasks_per_space = settings.tasks_per_space
             app.state.service = service
@@ -107,7 +117,9 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 max_streams=settings.max_streams,
                 per_client=settings.streams_per_client if settings.rate_limits else None,
             )
-            stalls = StallWatch(db, progress, clock, service.event_views)
+            stalls = StallWatch(
+                db, progress, clock, service.event_views, scan_s=settings.stall_scan
+            )
             app.state.stalls = stalls
             if settings.run_worker:
                 worker = Worker(
@@ -134,7 +146,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         finally:
             if live is not None:
                 live.end_all()
-            for task in (stalls_task, sweeper_task):
+            for task in (stalls_task, sweeper_task, disk_task):
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):

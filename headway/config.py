@@ -8,9 +8,47 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+# The longest wait between two looks for stalls: a stall is told within its channel's
+# `stalled_after` + 30 s (one look's wait, and the look itself).
+MAX_STALL_SCAN = 30
+
 
 class ConfigError(ValueError):
     """A setting has a value Headway cannot use; the message names the variable."""
+
+
+@dataclass(frozen=True, slots=True)
+class FreeMin:
+    """HEADWAY_DISK_FREE_MIN: the free space a filesystem must keep, as bytes, as a share
+    of the filesystem, or (the default) the smaller of both. 0 bytes: no minimum."""
+
+    bytes: int | None = 1024**3
+    share: float | None = 0.05
+
+    def of(self, disk_bytes: int) -> int:
+        """The minimum in bytes on a filesystem of `disk_bytes`."""
+        found = [] if self.bytes is None else [self.bytes]
+        if self.share is not None:
+            found.append(int(disk_bytes * self.share))
+        return min(found)
+
+    def __str__(self) -> str:
+        share = None if self.share is None else f"{self.share * 100:g}%"
+        if self.bytes is None:
+            return f"{share} of the disk"
+        if share is None:
+            return size_text(self.bytes)
+        return f"{size_text(self.bytes)} or {share} of the disk, whichever is smaller"
+
+    def validate(self) -> None:
+        if self.bytes is None and self.share is None:
+            raise ConfigError("HEADWAY_DISK_FREE_MIN needs a size or a percentage")
+        if (self.bytes is not None and self.bytes < 0) or (
+            self.share is not None and not 0 <= self.share <= 1
+        ):
+            raise ConfigError(
+                "HEADWAY_DISK_FREE_MIN must be a size (1GiB) or a percentage from 0% to 100%"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +102,9 @@ class Settings:
     channel_messages: str = "60/hour"
     # The service's public base URL, for read-only links in messages (None: no links).
     public_url: str | None = None
+    # Seconds between two looks for stalled tasks (`notify.stalls`). At most 30: the
+    # contract tells a stall within `stalled_after` + 30 s.
+    stall_scan: int = 15
     # Live streams (`GET /spaces/{s}/events`) open at once in this process, and per client
     # address (the latter is a rate limit: off with `rate_limits`).
     max_streams: int = 2000
@@ -75,6 +116,11 @@ class Settings:
     # `GET /metrics`: on the service's port (True), off (False), or only on `metrics_port`.
     metrics: bool = True
     metrics_port: int | None = None
+    # --- Disk (see `headway.disk`) -------------------------------------------------------
+    # The database's size on disk past which creates are refused (None: no limit).
+    database_max_size: int | None = None
+    # Free space the database's filesystem must keep for creates to pass.
+    disk_free_min: FreeMin = FreeMin()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -134,6 +180,9 @@ class Settings:
             channel_messages=text("CHANNEL_MESSAGES", defaults.channel_messages)
             or defaults.channel_messages,
             public_url=text("PUBLIC_URL", None),
+            stall_scan=_int(
+                env, "STALL_SCAN", defaults.stall_scan, minimum=1, maximum=MAX_STALL_SCAN
+            ),
             max_streams=_int(env, "MAX_STREAMS", defaults.max_streams, minimum=1),
             streams_per_client=_int(
                 env, "STREAMS_PER_CLIENT", defaults.streams_per_client, minimum=1
@@ -143,6 +192,8 @@ class Settings:
             body_timeout=_seconds(env, "BODY_TIMEOUT", defaults.body_timeout),
             metrics=_bool(env, "METRICS", defaults.metrics),
             metrics_port=_optional_port(env, "METRICS_PORT"),
+            database_max_size=_size(env, "DATABASE_MAX_SIZE"),
+            disk_free_min=_free_min(env, "DISK_FREE_MIN") or defaults.disk_free_min,
         )
         settings.validate()
         return settings
@@ -181,8 +232,15 @@ class Settings:
                 "HEADWAY_PUBLIC_URL must be an absolute http(s) URL such as "
                 "https://progress.example.com"
             )
+        if not 1 <= self.stall_scan <= MAX_STALL_SCAN:
+            raise ConfigError(
+                f"HEADWAY_STALL_SCAN must be from 1 to {MAX_STALL_SCAN}, not {self.stall_scan}"
+            )
         if not 0 < self.progress_memory_per_space <= 1:
             raise ConfigError("HEADWAY_PROGRESS_MEMORY_PER_SPACE must be above 0 and at most 1")
+        if self.database_max_size is not None and self.database_max_size < 1:
+            raise ConfigError("HEADWAY_DATABASE_MAX_SIZE must be a size above 0, such as 10GiB")
+        self.disk_free_min.validate()
 
     @property
     def channel_messages_per_hour(self) -> int:
@@ -297,6 +355,32 @@ def _size(env: Mapping[str, str], name: str) -> int | None:
     if match is None:
         raise ConfigError(f"HEADWAY_{name} must be a size such as 512MiB, not {raw!r}")
     return int(match[1]) * _UNITS[match[2].lower()]
+
+
+def size_text(size: int) -> str:
+    """`size` bytes as people read it: `512 B`, `20 KiB`, `1.5 GiB`."""
+    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if size >= scale:
+            return f"{size / scale:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{size} B"
+
+
+_PERCENT = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*")
+
+
+def _free_min(env: Mapping[str, str], name: str) -> FreeMin | None:
+    """A size (`2GiB`, bytes) or a percentage of the disk (`5%`); unset gives None."""
+    raw = env.get(f"HEADWAY_{name}")
+    if raw is None or not raw.strip():
+        return None
+    match = _PERCENT.fullmatch(raw)
+    if match is not None and float(match[1]) <= 100:
+        return FreeMin(bytes=None, share=float(match[1]) / 100)
+    if match is None and _SIZE.fullmatch(raw):
+        return FreeMin(bytes=_size(env, name), share=None)
+    raise ConfigError(
+        f"HEADWAY_{name} must be a size such as 1GiB or a percentage such as 5%, not {raw!r}"
+    )
 
 
 def _float(

@@ -4,13 +4,19 @@ every route, `/mcp`, the live streams and the background loops answer by.
 
 Unavailable, answered 503 with `Retry-After` (and retried by the loops):
 - PostgreSQL: SQLSTATE class 08 (connection exceptions), 57P01-57P03 (the server is
-  shutting down, crashed, or not yet accepting connections), 53300 (too many
-  connections); a connection that closed or was invalidated; a pool that timed out;
-- SQLite: busy or locked past the wait, I/O errors, a full disk, a file that cannot be
-  opened or written;
+  shutting down, crashed, or not yet accepting connections), 53100 (its disk is full),
+  53300 (too many connections); a connection that closed or was invalidated; a pool
+  that timed out;
+- SQLite: busy or locked past the wait, I/O errors, a full disk (`SQLITE_FULL`: "database
+  or disk is full"), a file that cannot be opened or written;
 - Redis: connection errors and time-outs, a server still loading, and a full
   `maxmemory` under `noeviction` (a full budget, not a bug);
-- the network: `ConnectionError`, `TimeoutError`, and other `OSError`s.
+- the network and the disk: `ConnectionError`, `TimeoutError`, and other `OSError`s
+  (`ENOSPC` among them).
+
+A full disk is a dependency's failure like the others: the write it interrupted rolled
+back whole, and the next one succeeds once there is room (see also `headway.disk`, which
+refuses creates before the disk fills).
 
 Everything else is a fault: answered 500 and logged once with its traceback.
 """
@@ -31,7 +37,7 @@ _ALWAYS: tuple[type[BaseException], ...] = (
     sqlalchemy.exc.InterfaceError,
     sqlalchemy.exc.TimeoutError,  # no pooled connection within the pool's wait
 )
-_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53100", "53300"})
 _SQLITE_CODES = frozenset(
     {
         sqlite3.SQLITE_BUSY,

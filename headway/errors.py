@@ -7,6 +7,7 @@ sentence the client can act on. Routes raise them; `api.rest` renders them.
     ├── BadRequest          400  malformed report, bad query parameter
     ├── NotFound            404  no such space, task, webhook or path
     ├── MethodNotAllowed    405  PATCH on a task, wrong method on a path
+    ├── Conflict            409  a create with the same Idempotency-Key still under way
     ├── PayloadTooLarge     413  body over the limit
     ├── Unprocessable       422  bad create body, icon, parent, webhook URL
     ├── TooManyRequests     429  one client address over its rate (with Retry-After)
@@ -40,6 +41,10 @@ class NotFound(HeadwayError):
 
 class MethodNotAllowed(HeadwayError):
     status = 405
+
+
+class Conflict(HeadwayError):
+    status = 409
 
 
 class PayloadTooLarge(HeadwayError):

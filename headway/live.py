@@ -49,9 +49,12 @@ KEEPALIVE_S = 14.0
 # of its whole cost: waking each stream is not in it).
 ROUND_S = 0.1
 ROUND_COST_FACTOR = 6
-# How often a share link's streams check that the link still exists, in case its
-# revocation was announced while the feed was down.
-SHARE_CHECK_S = 15.0
+# How often this process asks the database whether the spaces and share links its
+# streams show still exist. A revocation or a delete reaches the streams of every
+# instance through the change feed at once; this ends them within a second all the same
+# when nothing carries that news here (several instances without Redis, a feed that
+# dropped it, a stream opened as the link went), and whether or not the space changes.
+LINK_CHECK_S = 0.5
 # A render that fails (a dependency down) is retried after this long.
 RETRY_S = 1.0
 
@@ -361,6 +364,7 @@ class Live:
         self.per_client = per_client
         self._watches: dict[str, SpaceWatch] = {}
         self._watchdog: asyncio.Task[None] | None = None
+        self._links: asyncio.Task[None] | None = None
         self._open = 0
         self._by_client: dict[str, int] = {}
 
@@ -385,6 +389,7 @@ class Live:
             watch = self._watches[space_uuid] = SpaceWatch(self, space_uuid)
         if self._watchdog is None:
             self._watchdog = asyncio.create_task(self._end_stalled(), name="headway-live-stall")
+            self._links = asyncio.create_task(self._check_links(), name="headway-live-links")
         stream = Stream(watch, share, client)
         watch.streams.add(stream)
         self._open += 1
@@ -406,8 +411,11 @@ class Live:
             del self._watches[watch.space_uuid]
 
     def loops(self) -> dict[str, asyncio.Task[None]]:
-        """Its long-lived tasks, by name: the watchdog of stalled streams, once started."""
-        return {} if self._watchdog is None else {"live_watchdog": self._watchdog}
+        """Its long-lived tasks, by name, once started: the watchdog of stalled streams,
+        and the check that what they show still exists."""
+        if self._watchdog is None or self._links is None:
+            return {}
+        return {"live_watchdog": self._watchdog, "live_links": self._links}
 
     @property
     def open_streams(self) -> int:
@@ -429,6 +437,41 @@ class Live:
                         log.exception("live: checking a stream failed")
                         metrics.loop_failed("live_watchdog")
 
+    async def _check_links(self) -> None:
+        """Every LINK_CHECK_S, `end_orphans`; never dies of a failure."""
+        while True:
+            await asyncio.sleep(LINK_CHECK_S)
+            try:
+                await self.end_orphans()
+            except Exception as exc:  # the next check, in LINK_CHECK_S
+                if not unavailable(exc):
+                    log.exception("live: checking the streams' links failed")
+                    metrics.loop_failed("live_links")
+
+    async def end_orphans(self) -> int:
+        """End the streams whose space was deleted, or whose share link was revoked, as
+        the database now says; how many. One query for the spaces, one for the links."""
+        watches = tuple(self._watches.values())
+        if not watches:
+            return 0
+        links = {
+            stream.key for watch in watches for stream in watch.streams if stream.key is not None
+        }
+        spaces, shown = await self.service.shares.still_shown(
+            [watch.space_uuid for watch in watches], links
+        )
+        ended = 0
+        for watch in watches:
+            for stream in tuple(watch.streams):
+                if watch.space_uuid not in spaces:
+                    stream.end("deleted")
+                elif stream.key is not None and stream.key not in shown:
+                    stream.end("revoked")
+                else:
+                    continue
+                ended += 1
+        return ended
+
     @staticmethod
     def _check(stream: Stream, now: float) -> None:
         since = stream.sending_since
@@ -440,8 +483,9 @@ class Live:
 
     def end_all(self, reason: str = "shutdown") -> None:
         """End every stream (at shutdown): each finishes its answer and closes."""
-        if self._watchdog is not None:
-            self._watchdog.cancel()
+        for task in (self._watchdog, self._links):
+            if task is not None:
+                task.cancel()
         for watch in tuple(self._watches.values()):
             for stream in tuple(watch.streams):
                 stream.end(reason)

@@ -13,11 +13,12 @@ Under `headway serve --workers N` (N > 1), the server sets PROMETHEUS_MULTIPROC_
 fresh directory before its worker processes start; each writes its values to files there
 and a scrape merges every process's files (prometheus_client's multiprocess mode).
 
-Gauges of the service's state (live progress, the outbox's backlog) are measured when
-scraped, each with a short timeout: a scrape answers while a dependency is down, without
-that dependency's gauges, and `headway_dependency_up` says which one did not answer. The
-metrics port's scrape, in a thread of its own, measures what this process serves from
-(`serving`) on their own event loop and connections: it opens nothing per scrape.
+Gauges of the service's state (live progress, the backlogs of webhooks and channels,
+open stall episodes) are measured when scraped, each with a short timeout: a scrape
+answers while a dependency is down, without that dependency's gauges, and
+`headway_dependency_up` says which one did not answer. The metrics port's scrape, in a
+thread of its own, measures what this process serves from (`serving`) on their own
+event loop and connections: it opens nothing per scrape.
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ from prometheus_client import (
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
-    GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
@@ -58,12 +58,13 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from .storage import outbox
+from .gauges import SCRAPE_TIMEOUT_S, ServiceState, measure
 
 if TYPE_CHECKING:
     from starlette.types import Message, Scope, Send
 
     from .config import Settings
+    from .disk import DiskBudget
     from .progress import ProgressStore
     from .storage.database import Database
 
@@ -89,11 +90,12 @@ REFUSAL_REASONS = (
     "connections",
     "header_too_large",
     "timeout",
+    "disk",
 )
 DELIVERY_OUTCOMES = ("delivered", "retry", "given_up")
+STALL_CHANGES = ("stalled", "recovered")
 # A report takes well under a millisecond, a space read a few; 10 s is a dependency's limit.
 DURATION_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
-SCRAPE_TIMEOUT_S = 2.0  # per dependency; a scraper's own timeout is usually 10 s
 
 
 # `observe(route, method, status, seconds)` counts one answered request: `route` is a
@@ -254,6 +256,10 @@ class Instruments:
         )
         self._refusals = {reason: self.refusals.labels(reason) for reason in REFUSAL_REASONS}
         self._deliveries = {o: self.deliveries.labels(o) for o in DELIVERY_OUTCOMES}
+        for outcome in DELIVERY_OUTCOMES:  # counted from 0, like the webhooks' outcomes
+            self.channel_messages.labels(outcome)
+        for change in STALL_CHANGES:
+            self.stalls.labels(change)
         if self.multiprocess_dir is None:
             ProcessCollector(registry=registry)
             PlatformCollector(registry=registry)
@@ -336,7 +342,7 @@ def deleted(reason: str, tasks: int, spaces: int = 0) -> None:
 
 def loop_failed(loop: str) -> None:
     """Count one unexpected error of a background loop (`loop` a constant of the
-    caller's): `live_render`, `worker`, `feed_publish`, `feed_subscribe`."""
+    caller's): `live_render`, `live_links`, `worker`, `feed_publish`, `feed_subscribe`."""
     (_instruments or instruments()).loop_failures.labels(loop).inc()
 
 
@@ -349,93 +355,7 @@ def stream_closed() -> None:
     (_instruments or instruments()).open_streams.dec()
 
 
-# --- Scraping ---------------------------------------------------------------------------
-
-
-class ServiceState:
-    """Gauges of the service's state measured at one moment (a collector)."""
-
-    def __init__(self, gauges: list[Metric], up: dict[str, bool]) -> None:
-        self.gauges = gauges
-        self.up = up
-
-    def collect(self) -> Iterable[Metric]:
-        yield from self.gauges
-        up = GaugeMetricFamily(
-            "headway_dependency_up",
-            "Whether the dependency answered this scrape's measurements (1) or not (0).",
-            labels=("dependency",),
-        )
-        for dependency, answered in self.up.items():
-            up.add_metric((dependency,), 1.0 if answered else 0.0)
-        yield up
-
-
-async def measure(db: Database, progress: ProgressStore | None) -> ServiceState:
-    """The state gauges, now. Never raises for a dependency that is down or slow."""
-    (outbox_gauges, database_up), (progress_gauges, store_up), held = await asyncio.gather(
-        _measure_outbox(db), _measure_progress(progress), _measure_held(db)
-    )
-    up = {"database": database_up}
-    if store_up is not None:
-        up["progress_store"] = store_up
-    return ServiceState(progress_gauges + outbox_gauges + held, up)
-
-
-async def _measure_held(db: Database) -> list[Metric]:
-    """How many spaces and tasks the database holds (see the README's "Data and
-    retention")."""
-    try:
-        async with asyncio.timeout(SCRAPE_TIMEOUT_S):
-            found = await db.fetch(
-                "SELECT (SELECT count(*) FROM spaces), (SELECT count(*) FROM tasks)", ()
-            )
-    except Exception as exc:  # whatever the failure, the scrape still answers
-        log.warning("metrics: what is held could not be counted: %s", type(exc).__name__)
-        return []
-    spaces, tasks = found[0]
-    return [
-        _gauge("headway_spaces", "Spaces the database holds.", spaces),
-        _gauge("headway_tasks", "Tasks the database holds (steps included).", tasks),
-    ]
-
-
-async def _measure_outbox(db: Database) -> tuple[list[Metric], bool]:
-    try:
-        async with asyncio.timeout(SCRAPE_TIMEOUT_S):
-            pending, events = await outbox.backlog(db.fetch)
-    except Exception as exc:  # whatever the failure, the scrape still answers
-        log.warning("metrics: the outbox could not be measured: %s", type(exc).__name__)
-        return [], False
-    return [
-        _gauge(
-            "headway_outbox_deliveries_pending",
-            "Webhook deliveries not yet made or given up (due, in flight or waiting to retry).",
-            pending,
-        ),
-        _gauge(
-            "headway_outbox_events",
-            "Completion events in the outbox (each leaves once all its deliveries settle).",
-            events,
-        ),
-    ], True
-
-
-async def _measure_progress(progress: ProgressStore | None) -> tuple[list[Metric], bool | None]:
-    """The store's own gauges (see `ProgressStore.gauges`); None: no store to measure."""
-    if progress is None:
-        return [], None
-    try:
-        async with asyncio.timeout(SCRAPE_TIMEOUT_S):
-            measured = await progress.gauges()
-    except Exception as exc:  # whatever the failure, the scrape still answers
-        log.warning("metrics: the progress store could not be measured: %s", type(exc).__name__)
-        return [], False
-    return [_gauge(*measurement) for measurement in measured], True
-
-
-def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
-    return GaugeMetricFamily(name, documentation, value=value)
+# --- Scraping (the state gauges are measured in `gauges`) ------------------------------
 
 
 def _counted() -> Collector:
@@ -454,9 +374,9 @@ def _together(*collectors: Collector) -> CollectorRegistry:
     return registry
 
 
-async def scrape(db: Database, progress: ProgressStore) -> bytes:
+async def scrape(db: Database, progress: ProgressStore, disk: DiskBudget | None = None) -> bytes:
     """The text of `GET /metrics`: the counters and the state gauges."""
-    state = await measure(db, progress)
+    state = await measure(db, progress, disk)
     return generate_latest(_together(_counted(), state))
 
 
@@ -475,20 +395,22 @@ class _Served(NamedTuple):
 
     db: weakref.ReferenceType[Database]
     progress: weakref.ReferenceType[ProgressStore] | None
+    disk: weakref.ReferenceType[DiskBudget] | None
     loop: asyncio.AbstractEventLoop
 
 
 _served: _Served | None = None
 
 
-def serving(db: Database, progress: ProgressStore | None) -> None:
-    """Name the database and the progress store (None: none to measure) this process
-    serves from, for the metrics port's scrape, which measures them on the event loop
-    this is called from: call it from theirs. Weak references: what an app that is gone
-    used is not kept alive."""
+def serving(db: Database, progress: ProgressStore | None, disk: DiskBudget | None = None) -> None:
+    """Name the database, the progress store and the disk budget (None: none to measure)
+    this process serves from, for the metrics port's scrape, which measures them on the
+    event loop this is called from: call it from theirs. Weak references: what an app
+    that is gone used is not kept alive."""
     global _served
     store = None if progress is None else weakref.ref(progress)
-    _served = _Served(weakref.ref(db), store, asyncio.get_running_loop())
+    budget = None if disk is None else weakref.ref(disk)
+    _served = _Served(weakref.ref(db), store, budget, asyncio.get_running_loop())
 
 
 def _measure_served() -> ServiceState:
@@ -499,7 +421,8 @@ def _measure_served() -> ServiceState:
     if served is None or db is None or not served.loop.is_running():
         return ServiceState([], {})
     progress = None if served.progress is None else served.progress()
-    measuring = asyncio.run_coroutine_threadsafe(measure(db, progress), served.loop)
+    disk = None if served.disk is None else served.disk()
+    measuring = asyncio.run_coroutine_threadsafe(measure(db, progress, disk), served.loop)
     try:
         # `measure` bounds each dependency; this bounds a loop too busy to run it at all.
         return measuring.result(timeout=2 * SCRAPE_TIMEOUT_S)

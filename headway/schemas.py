@@ -287,62 +287,6 @@ class ErrorOut(msgspec.Struct):
     error: str
 
 
-class DatabaseCheck(msgspec.Struct):
-    status: Literal["up", "down"]
-    backend: Literal["sqlite", "postgresql"]
-    latency_ms: Annotated[float, Meta(description="Present when up.")] | UnsetType = UNSET
-    error: Annotated[str, Meta(description="Present when down: what failed.")] | UnsetType = UNSET
-
-
-class ProgressStoreCheck(msgspec.Struct):
-    status: Literal["up", "down"]
-    backend: Literal["memory", "redis"]
-    latency_ms: Annotated[float, Meta(description="Present when up.")] | UnsetType = UNSET
-    error: Annotated[str, Meta(description="Present when down: what failed.")] | UnsetType = UNSET
-
-
-class WorkerCheck(msgspec.Struct):
-    status: Annotated[
-        Literal["ok", "stale", "absent", "unknown"],
-        Meta(
-            description="stale: no heartbeat lately; absent: never one; unknown: the "
-            "database is down. A worker that is not ok does not fail the check."
-        ),
-    ]
-    heartbeat_age_s: (
-        Annotated[float, Meta(description="Seconds since the newest heartbeat.")] | None
-    )
-
-
-class LoopsCheck(msgspec.Struct):
-    status: Annotated[
-        Literal["up", "down"],
-        Meta(
-            description="down: a long-lived task of the process ended (each survives any "
-            "failure, so none should). Like the worker, it does not fail the check."
-        ),
-    ]
-    running: Annotated[int, Meta(description="Long-lived tasks running.")]
-    stopped: Annotated[
-        list[str],
-        Meta(description="Those that ended: worker, feed_publish, feed_subscribe, ..."),
-    ]
-
-
-class HealthChecks(msgspec.Struct):
-    database: DatabaseCheck
-    progress_store: ProgressStoreCheck
-    worker: WorkerCheck
-    loops: LoopsCheck
-
-
-class HealthOut(msgspec.Struct):
-    """`GET /up`: ok when the database and the progress store answer."""
-
-    status: Literal["ok", "unavailable"]
-    checks: HealthChecks
-
-
 # --- Decoding ---------------------------------------------------------------------------
 
 _report_decoder = msgspec.json.Decoder(ReportBody)

@@ -1,8 +1,10 @@
 """What a share link shows: a space's tasks with every uuid replaced by an opaque id.
 
-A task's id under a link is an HMAC of its uuid keyed by the link's uuid: stable for that
-task under that link, different under every other link, and no one holding the link can
-recover the uuid from it (nor the space's, which is never shown).
+A task's id under a link is an HMAC of its uuid, keyed by a key of that link derived from
+the server's secret (kept in the database, the same on every instance and across
+restarts): stable for that task under that link, different under every other link and on
+every other server. No one holding the link can recover the uuid from it, nor, lacking
+the secret, confirm a guessed uuid against it (nor the space's, which is never shown).
 """
 
 from __future__ import annotations
@@ -37,13 +39,14 @@ class SharedTask(msgspec.Struct, gc=False):
 
 
 class ShareView:
-    """The tasks of a space as one share link shows them."""
+    """The tasks of a space as one share link shows them, under the server's `secret`."""
 
     __slots__ = ("_key", "share_uuid")
 
-    def __init__(self, share_uuid: str) -> None:
+    def __init__(self, share_uuid: str, secret: bytes) -> None:
         self.share_uuid = share_uuid
-        self._key = hmac.new(uuid.UUID(share_uuid).bytes, digestmod=hashlib.sha256)
+        link_key = hmac.digest(secret, b"share link\0" + uuid.UUID(share_uuid).bytes, "sha256")
+        self._key = hmac.new(link_key, digestmod=hashlib.sha256)
 
     def task_id(self, task_uuid: str) -> str:
         """The task's id under this link: 128 bits of HMAC, base64url."""

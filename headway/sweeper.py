@@ -1,8 +1,8 @@
-"""The sweeper: the background job that keeps storage bounded. Each step, on one instance
-at a time (a lease in the database), writes the spaces' noted activity
-(`service.activity`) and deletes spaces idle for longer than the retention, a small batch
-of tasks per transaction, so that SQLite's write lock is never held for long and readers
-and reporters do not notice it."""
+"""The sweeper: the background job that keeps storage bounded. Each step writes the
+spaces' noted activity (`service.activity`), forgets idempotency keys older than a day,
+and, on one instance at a time (a lease in the database), deletes spaces idle for longer
+than the retention, a small batch of tasks per transaction, so that SQLite's write lock
+is never held for long and readers and reporters do not notice it."""
 
 from __future__ import annotations
 
@@ -60,10 +60,15 @@ class Sweeper:
                     metrics.loop_failed("sweeper")
 
     async def step(self) -> int:
-        """Write the activity noted here; then, if some spaces are idle and this instance
-        holds the lease, delete up to SPACES_PER_STEP of them. Returns how many."""
+        """Write the activity noted here and forget idempotency keys older than a day (a
+        bounded number of short deletes, on any instance: deleting twice harms nothing);
+        then, if some spaces are idle and this instance holds the lease, delete up to
+        SPACES_PER_STEP of them. Returns how many spaces."""
         db = self.service.db
         await self.service.activity.flush(db)
+        forgotten = await self.service.keys.forget_expired()
+        if forgotten:
+            log.info("sweeper: forgot %d idempotency keys older than a day", forgotten)
         if self.retention_us is None:
             return 0
         now = self.clock.now_us()
@@ -99,8 +104,14 @@ class Sweeper:
             )
         if not marked:
             return False
+        steps_left = True  # steps go first: none is ever left without its parent
         while True:
-            gone = await deletes.space_task_uuids(db.fetch, space_uuid, self.batch)
+            gone: list[str] = []
+            if steps_left:
+                gone = await deletes.space_steps(db.fetch, space_uuid, self.batch)
+                steps_left = len(gone) == self.batch
+            if not steps_left:
+                gone += await deletes.space_top_level(db.fetch, space_uuid, self.batch - len(gone))
             if len(gone) < self.batch:
                 break  # the rest goes with the space, in one last short transaction
             async with db.write() as st:

@@ -181,6 +181,7 @@ TABLES = (
     "outbox",
     "webhooks",
     "shares",
+    "idempotency_keys",
     "worker_heartbeats",
     "tasks",
     "spaces",

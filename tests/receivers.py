@@ -6,6 +6,7 @@ that arrived, can be told to refuse the next N (HTTP 429/503 with `Retry-After`,
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import email
 import email.policy
@@ -44,7 +45,7 @@ class Refusal:
     retry_after: str | None
 
 
-class _Receiver:
+class _Receiver(abc.ABC):
     """What every receiver shares: arrivals, planned refusals, hanging."""
 
     def __init__(self) -> None:
@@ -77,8 +78,9 @@ class _Receiver:
     def __exit__(self, *_exc: object) -> None:
         self.stop()
 
+    @abc.abstractmethod
     def stop(self) -> None:
-        raise NotImplementedError
+        """Stop serving, releasing a hanging request."""
 
     def texts(self) -> str:
         """Everything that arrived, titles and messages, as one text (for `in` checks)."""

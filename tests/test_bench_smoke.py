@@ -28,7 +28,7 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
     from bench.cost_targets import READS_CREATES
     from bench.options import parse_options, scenario_titles
     from bench.scenarios.badges import BADGES
-    from bench.targets import BUSY, ISSUE6, LIVE
+    from bench.targets import BUSY, ISSUE6, LIVE, NOTIFY, SWEEP
 
     results = json.loads((tmp_path / "latest.json").read_text())
     found = {row["name"]: row for row in results["scenarios"]}
@@ -104,7 +104,22 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
             "busy_lag_growth_scale_out",
             "busy_streams_scale_out",
         },
+        NOTIFY: {"notified_put_cpu", "stall_latency"},
+        SWEEP: {"swept_put"},
     }
+    # Channels and stall looks on the PUT: both servers measured, the channels alive.
+    notified = found["put_report_notified"]
+    assert found["put_report_plain"]["cpu_us_per_request"] > 0
+    assert notified["extra"]["cpu_vs_plain"] > 0
+    assert notified["extra"]["check"] == "a failed finish told to 2 of 2 channels"
+    assert notified["extra"]["stall_lease_ahead_s"] > 0
+    # The sweeper deleted the idle space's tasks (some of them at least) during the load.
+    swept = found["put_report_swept"]
+    assert swept["extra"]["rps_vs_unswept"] > 0
+    assert not swept["extra"]["deleted"].startswith("0 of")
+    # A stall takes a minute: its latency runs in the full bench only, and says so.
+    assert found["stall_latency"]["status"] == "skipped"
+    assert "full bench only" in found["stall_latency"]["reason"]
     # Streams of one space were opened, read, and timed.
     assert found["streams_memory"]["extra"]["kb_per_stream"] > 0
     assert (
@@ -120,9 +135,10 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
             assert busy["events"] > 0, busy
     assert found["busy_embedded"]["status"] == "ok"
     assert found["busy_embedded"]["requests_per_s"] > 0
-    # Only the scale-out targets may be skipped (no PostgreSQL or Redis here).
+    # Only the scale-out targets may be skipped (no PostgreSQL or Redis here), and the
+    # stall latency (the full bench only).
     for target in results["targets"]:
-        if "scale_out" not in target["name"]:
+        if "scale_out" not in target["name"] and target["name"] != "stall_latency":
             assert target["status"] != "skipped", target
     markdown = (tmp_path / "latest.md").read_text()
     assert markdown.startswith("# Headway benchmark")

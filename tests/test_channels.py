@@ -1,6 +1,7 @@
 """Notification channels through the API: registration (checked, redacted, capped),
-finishes and failures reaching real receivers through Apprise's own plugins, digests,
-the hour's cap, outages with `Retry-After`, a hanging channel, and the test message."""
+finishes and failures reaching real receivers (json, SMTP, ntfy, Gotify) through
+Apprise's own plugins, digests, the hour's cap, outages with `Retry-After` (503, 429),
+a hanging channel, a private receiver refused at delivery, and the test message."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 from headway.notify.deliver import DIGEST_S, ChannelSender
 
 from .conftest import pairs
-from .receivers import HTTPReceiver
+from .receivers import GOTIFY_TOKEN, NTFY_TOPIC, HTTPReceiver
 
 pytestmark = pytest.mark.parametrize("backend", pairs(), indirect=True)
 
@@ -272,3 +273,94 @@ async def test_the_test_message_is_sent_now_and_logged(client, space, ntfy_recei
     assert [(d["event"], d["outcome"]) for d in log] == [("test", "delivered")]
     unknown = "00000000-0000-4000-8000-000000000000"
     assert (await client.post(f"/spaces/{space}/channels/{unknown}/test")).status_code == 404
+
+
+async def test_a_finish_reaches_mail_ntfy_and_gotify_with_their_urls_redacted(
+    client, space, make_task, smtp_receiver, ntfy_receiver, gotify_receiver, sender, clock
+):
+    ntfy = f"ntfy://alice:n7fyS3cret@127.0.0.1:{ntfy_receiver.port}/{NTFY_TOPIC}"
+    secrets = {"mailto": "", "ntfy": "n7fyS3cret", "gotify": GOTIFY_TOKEN}
+    made = {
+        "mailto": await add(client, space, smtp_receiver.url()),
+        "ntfy": await add(client, space, ntfy),
+        "gotify": await add(client, space, gotify_receiver.url()),
+    }
+    task = await finish(client, make_task, "Nightly backup", log="412 files copied")
+    await send_all(sender, clock)
+    listed = {c["uuid"]: c for c in (await client.get(f"/spaces/{space}/channels")).json()}
+    receivers = {"mailto": smtp_receiver, "ntfy": ntfy_receiver, "gotify": gotify_receiver}
+    for kind, receiver in receivers.items():
+        assert len(receiver.arrivals) == 1, kind
+        arrival = receiver.arrivals[0]
+        assert arrival.title.startswith("✓ Nightly backup finished"), (kind, arrival.title)
+        assert "412 files copied" in arrival.message, kind
+        assert not UUID.findall(receiver.texts()), kind
+        assert task not in receiver.texts() and space not in receiver.texts()
+        channel = listed[made[kind]["uuid"]]
+        assert channel["url"] == made[kind]["url"] and channel["url"].startswith(f"{kind}://")
+        if secrets[kind]:
+            assert secrets[kind] not in str(channel), kind
+        assert [(d["event"], d["outcome"]) for d in channel["deliveries"]] == [
+            ("completed", "delivered")
+        ]
+
+
+async def test_an_outage_answered_429_then_recovering_delivers_each_message_once(
+    client, space, make_task, json_receiver, sender, clock
+):
+    await add(client, space, json_receiver.url())
+    json_receiver.refuse(2, status=429, retry_after="30")
+    await finish(client, make_task, "Backup A")
+    await sender.run_once()
+    assert json_receiver.arrivals == [] and json_receiver.requests == 1
+    await finish(client, make_task, "Backup B")  # during the outage: they wait their turn
+    await finish(client, make_task, "Backup C")
+    clock.advance(20)
+    await sender.run_once()  # within the Retry-After: not tried
+    assert json_receiver.requests == 1
+    clock.advance(11)
+    await sender.run_once()  # 429 again, all three together
+    assert json_receiver.requests == 2 and json_receiver.arrivals == []
+    clock.advance(31)
+    await sender.run_once()  # recovered
+    await finish(client, make_task, "Backup D")
+    await send_all(sender, clock)
+    await send_all(sender, clock)
+    text = json_receiver.texts()
+    for name in ("Backup A", "Backup B", "Backup C", "Backup D"):
+        assert text.count(f"✓ {name} finished") == 1, (name, text)
+    assert len(json_receiver.arrivals) == 2  # the three as one digest, then D
+    assert json_receiver.arrivals[0].title == "3 tasks finished"
+    assert json_receiver.requests == 4
+    log = (await client.get(f"/spaces/{space}/channels")).json()[0]["deliveries"]
+    assert [(d["event"], d["outcome"]) for d in log] == [
+        ("completed", "delivered"),
+        ("digest", "delivered"),
+        ("digest", "failed"),
+        ("completed", "failed"),
+    ]
+    assert "429" in log[-1]["detail"] and "30" in log[-1]["detail"]
+
+
+async def test_a_private_receiver_is_refused_at_delivery_once_private_addresses_are_off(
+    app, client, space, make_task, json_receiver, clock
+):
+    """Registered while private addresses were allowed; the setting then turned off (a
+    worker started with it off): the message is not sent, and the refusal is logged."""
+    made = await add(client, space, json_receiver.url())
+    strict = ChannelSender(
+        app.state.service.db, clock, allow_private=False, messages_per_hour=60, link=lambda _: None
+    )
+    try:
+        await finish(client, make_task, "Report")
+        assert await strict.run_once() == 1
+        clock.advance(3600)
+        await strict.run_once()  # tried again later, refused again
+    finally:
+        await strict.close()
+    assert json_receiver.requests == 0 and json_receiver.arrivals == []
+    listed = (await client.get(f"/spaces/{space}/channels")).json()
+    log = listed[0]["deliveries"]
+    assert [(d["event"], d["outcome"]) for d in log] == [("completed", "failed")] * 2
+    assert all("refused" in d["detail"] for d in log), log
+    assert listed[0]["url"] == made["url"]

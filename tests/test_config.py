@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from headway import cli
-from headway.config import ConfigError, Settings
+from headway.config import ConfigError, FreeMin, Settings
 
 
 @pytest.fixture
@@ -70,11 +70,28 @@ def test_empty_variables_read_as_unset():
         ("BODY_TIMEOUT", "60", "body_timeout", 60.0),
         ("METRICS", "false", "metrics", False),
         ("METRICS_PORT", "9100", "metrics_port", 9100),
+        ("STALL_SCAN", "1", "stall_scan", 1),
+        ("STALL_SCAN", "30", "stall_scan", 30),
+        ("DATABASE_MAX_SIZE", "10GiB", "database_max_size", 10 * 1024**3),
+        ("DATABASE_MAX_SIZE", "500000", "database_max_size", 500_000),
+        ("DISK_FREE_MIN", "2GiB", "disk_free_min", FreeMin(bytes=2 * 1024**3, share=None)),
+        ("DISK_FREE_MIN", "5%", "disk_free_min", FreeMin(bytes=None, share=0.05)),
+        ("DISK_FREE_MIN", " 0.5 % ", "disk_free_min", FreeMin(bytes=None, share=0.005)),
+        ("DISK_FREE_MIN", "0", "disk_free_min", FreeMin(bytes=0, share=None)),
     ],
 )
 def test_each_variable_is_parsed(variable, value, field, expected):
     settings = Settings.from_env({f"HEADWAY_{variable}": value})
     assert getattr(settings, field) == (value if expected is None else expected)
+
+
+def test_the_free_space_minimum_is_the_smaller_of_a_size_and_a_share_by_default():
+    default = Settings().disk_free_min
+    assert Settings().database_max_size is None
+    assert default.of(10 * 1024**2) == 512 * 1024  # 5% of a 10 MiB disk
+    assert default.of(1024**4) == 1024**3  # 1 GiB of a 1 TiB disk
+    assert str(default) == "1 GiB or 5% of the disk, whichever is smaller"
+    assert FreeMin(bytes=0, share=None).of(1024**4) == 0
 
 
 def test_redis_url_makes_progress_shared():
@@ -120,6 +137,14 @@ def test_from_env_reads_the_process_environment(bare_env):
         ("BODY_TIMEOUT", "never"),
         ("METRICS", "maybe"),
         ("METRICS_PORT", "70000"),
+        ("STALL_SCAN", "0"),
+        ("STALL_SCAN", "31"),
+        ("STALL_SCAN", "2.5"),
+        ("DATABASE_MAX_SIZE", "0"),
+        ("DATABASE_MAX_SIZE", "big"),
+        ("DISK_FREE_MIN", "101%"),
+        ("DISK_FREE_MIN", "-1GiB"),
+        ("DISK_FREE_MIN", "some"),
     ],
 )
 def test_bad_value_raises_config_error_naming_the_variable(variable, value):
@@ -130,6 +155,22 @@ def test_bad_value_raises_config_error_naming_the_variable(variable, value):
 def test_settings_changed_in_code_are_validated_too():
     with pytest.raises(ConfigError, match="HEADWAY_PROGRESS_TTL"):
         Settings().with_(progress_ttl=0)
+    with pytest.raises(ConfigError, match="HEADWAY_STALL_SCAN"):
+        Settings().with_(stall_scan=31)
+
+
+async def test_the_app_looks_for_stalls_as_often_as_configured(tmp_path):
+    from headway.app import create_app
+
+    from .conftest import running
+
+    for scan, expected in ((None, 15), (2, 2)):
+        settings = Settings(database_url=f"sqlite:///{tmp_path}/h{scan}.db", run_worker=False)
+        if scan is not None:
+            settings = settings.with_(stall_scan=scan)
+        app = create_app(settings)
+        async with running(app):
+            assert app.state.stalls.scan_s == expected
 
 
 def test_serve_with_several_workers_without_redis_is_refused(bare_env, capsys):

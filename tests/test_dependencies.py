@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 
 import asyncpg.exceptions
@@ -102,3 +103,24 @@ def test_sqlite_errors_of_the_code_are_not_unavailability(tmp_path):
     ):
         assert not unavailable(error)
         assert not unavailable(sqlalchemy.exc.OperationalError("SELECT", {}, error))
+
+
+def test_a_full_disk_is_unavailable_on_every_backend(tmp_path):
+    # PostgreSQL's disk_full (SQLSTATE 53100), as asyncpg raises it and SQLAlchemy wraps it.
+    disk_full = asyncpg.exceptions.DiskFullError("could not extend file: No space left")
+    assert disk_full.sqlstate == "53100"
+    assert unavailable(disk_full)
+    assert unavailable(wrapped(disk_full))
+    assert not lost_connection(wrapped(disk_full)), "the connection itself is fine"
+    # SQLite's SQLITE_FULL, for real: a database capped at a few pages fills up.
+    connection = sqlite3.connect(tmp_path / "db.sqlite", isolation_level=None)
+    connection.execute("CREATE TABLE t (x BLOB)")
+    connection.execute("PRAGMA max_page_count = 4")
+    full = sqlite_error(lambda: connection.execute("INSERT INTO t VALUES (zeroblob(65536))"))
+    assert full.sqlite_errorcode == sqlite3.SQLITE_FULL
+    assert "full" in str(full)
+    assert unavailable(full)
+    assert unavailable(sqlalchemy.exc.OperationalError("INSERT", {}, full))
+    connection.close()
+    # The operating system's ENOSPC.
+    assert unavailable(OSError(errno.ENOSPC, "No space left on device"))

@@ -15,6 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from headway import metrics
 from headway.app import create_app
+from headway.notify.deliver import DIGEST_S, ChannelSender
+from headway.notify.stalls import StallWatch
 from headway.storage import outbox
 from headway.worker import Worker
 
@@ -203,11 +205,64 @@ async def test_live_progress_and_outbox_backlog_are_measured_when_scraped(
         assert "headway_live_tasks" not in body  # counting Redis keys is not cheap
 
 
+async def test_channels_backlog_and_open_stalls_are_measured_beside_their_counters(
+    app, client, space, make_task, json_receiver, clock
+):
+    service = app.state.service
+    watch = StallWatch(service.db, service.progress, clock, service.event_views)
+    sender = ChannelSender(
+        service.db, clock, allow_private=True, messages_per_hour=60, link=lambda _: None
+    )
+    channels = f"/spaces/{space}/channels"
+    url = json_receiver.url()
+    await client.post(channels, json={"url": url, "events": ["completed"]})
+    await client.post(channels, json={"url": url, "events": ["stalled"], "stalled_after": 60})
+    before = await scrape(client)
+    assert value(before, "headway_channel_deliveries_pending") == 0
+    assert value(before, "headway_stall_episodes_open") == 0
+    for outcome in ("delivered", "retry", "given_up"):  # counted from 0
+        assert f'headway_channel_events_total{{outcome="{outcome}"}}' in before
+    stuck = await make_task(title="Stuck")
+    await client.put(f"/tasks/{await make_task(title='Done')}", json={"done": True})
+    assert value(await scrape(client), "headway_channel_deliveries_pending") == 1
+
+    clock.advance(61)
+    assert await watch.step() == 1  # Stuck told stalled: a second message waits
+    body = await scrape(client)
+    assert value(body, "headway_channel_deliveries_pending") == 2
+    assert value(body, "headway_stall_episodes_open") == 1
+    clock.advance(DIGEST_S + 1)
+    assert await sender.run_once() == 2  # one message per channel
+    body = await scrape(client)
+    assert value(body, "headway_channel_deliveries_pending") == 0
+    assert value(body, "headway_stall_episodes_open") == 1  # still stalled
+
+    await client.put(f"/tasks/{stuck}", json={"done": True})
+    assert await watch.step() >= 1  # recovered
+    clock.advance(DIGEST_S + 1)
+    await sender.run_once()
+    after = await scrape(client)
+    await sender.close()
+    assert value(after, "headway_stall_episodes_open") == 0
+    assert value(after, "headway_channel_deliveries_pending") == 0
+
+    def moved(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    # Done, Stuck's stall, Stuck's finish and its recovery: four events, none given up.
+    assert moved("headway_channel_events_total", outcome="delivered") == 4
+    assert moved("headway_channel_events_total", outcome="given_up") == 0
+    assert moved("headway_stall_episodes_total", change="stalled") == 1
+    assert moved("headway_stall_episodes_total", change="recovered") == 1
+    assert UUID.search(after) is None, UUID.search(after)
+
+
 async def test_scrape_answers_while_the_database_fails(client, monkeypatch):
     monkeypatch.setattr(outbox, "_BACKLOG", "SELECT count(*) FROM no_such_table")
     body = await scrape(client)
     assert value(body, "headway_dependency_up", dependency="database") == 0
     assert "headway_outbox_events" not in body
+    assert "headway_channel_deliveries_pending" not in body
     assert "headway_http_requests_total" in body
 
 

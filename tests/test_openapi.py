@@ -54,6 +54,18 @@ def resolved(document: dict[str, Any], response: dict[str, Any]) -> dict[str, An
     return document["components"]["responses"][ref.removeprefix("#/components/responses/")]
 
 
+def parameters(document: dict[str, Any], operation: dict[str, Any]) -> list[dict[str, Any]]:
+    """The operation's parameters, each shared `components/parameters` entry resolved."""
+    found = []
+    for parameter in operation.get("parameters", []):
+        ref = parameter.get("$ref")
+        if ref is not None:
+            assert ref.startswith("#/components/parameters/"), ref
+            parameter = document["components"]["parameters"][ref.rsplit("/", 1)[1]]
+        found.append(parameter)
+    return found
+
+
 def refs(node: Any) -> list[str]:
     if isinstance(node, dict):
         found = [node["$ref"]] if isinstance(node.get("$ref"), str) else []
@@ -132,7 +144,7 @@ async def test_patch_on_a_task_is_deprecated_and_nothing_else_is(document):
 async def test_every_path_parameter_is_described(document):
     for path, method, operation in operations(document):
         declared = set(re.findall(r"{(\w+)}", path))
-        params = {p["name"]: p for p in operation.get("parameters", []) if p["in"] == "path"}
+        params = {p["name"]: p for p in parameters(document, operation) if p["in"] == "path"}
         assert set(params) == declared, (path, method)
         for param in params.values():
             assert param["required"] is True
@@ -142,15 +154,15 @@ async def test_every_path_parameter_is_described(document):
 
 async def test_uuid_path_parameters_are_uuid_formatted(document):
     for _path, _method, operation in operations(document):
-        for param in operation.get("parameters", []):
+        for param in parameters(document, operation):
             if param["in"] == "path" and param["name"].endswith("_uuid"):
                 assert param["schema"].get("format") == "uuid"
 
 
 async def test_every_query_parameter_is_described(document):
     for path, method, operation in operations(document):
-        for param in operation.get("parameters", []):
-            if param["in"] == "query":
+        for param in parameters(document, operation):
+            if param["in"] in ("query", "header"):
                 assert param["description"], (path, method, param["name"])
                 assert "schema" in param
 
@@ -167,6 +179,31 @@ async def test_space_read_query_parameters(document):
     assert params["before"]["schema"]["format"] == "date-time"
 
 
+CREATES = {
+    ("/spaces", "post"),
+    ("/spaces/{space_uuid}/tasks", "post"),
+    ("/spaces/{space_uuid}/webhooks", "post"),
+    ("/spaces/{space_uuid}/channels", "post"),
+    ("/spaces/{space_uuid}/shares", "post"),
+}
+
+
+async def test_every_create_and_only_a_create_takes_an_idempotency_key(document):
+    key_ref = {"$ref": "#/components/parameters/IdempotencyKey"}
+    shared = document["components"]["parameters"]["IdempotencyKey"]
+    assert shared["in"] == "header" and shared["name"] == "Idempotency-Key"
+    assert shared["schema"]["maxLength"] == 255 and shared["required"] is False
+    for path, method, operation in operations(document):
+        takes_key = key_ref in operation.get("parameters", [])
+        assert takes_key == ((path, method) in CREATES), (path, method)
+        if takes_key:
+            responses = operation["responses"]
+            assert {"400", "409", "422"} <= set(responses)
+            assert "Idempotency-Key" in responses["400"]["description"]
+            assert "Idempotency-Key" in responses["422"]["description"]
+            assert "Idempotent-Replayed" in responses["201"]["headers"]
+
+
 async def test_post_and_put_operations_have_a_json_request_body(document):
     for path, method, operation in operations(document):
         if method in ("post", "put"):
@@ -180,7 +217,9 @@ async def test_every_ref_resolves_to_a_component(document):
     found = refs(document)
     assert ERROR_REF in found
     for ref in found:
-        assert ref.startswith(("#/components/schemas/", "#/components/responses/")), ref
+        assert ref.startswith(
+            ("#/components/schemas/", "#/components/responses/", "#/components/parameters/")
+        ), ref
         kind, name = ref.removeprefix("#/components/").split("/")
         assert name in document["components"][kind], ref
     assert set(components) >= {"ErrorOut", "HealthOut"}
@@ -261,9 +300,9 @@ async def test_health_answers_are_typed(client, document):
         schema = document["paths"]["/up"]["get"]["responses"][code]["content"]
         assert schema["application/json"]["schema"] == {"$ref": "#/components/schemas/HealthOut"}
     health = components["HealthOut"]
-    assert health["properties"]["status"]["enum"] == ["ok", "unavailable"]
+    assert set(health["properties"]["status"]["enum"]) == {"ok", "degraded", "unavailable"}
     checks = components["HealthChecks"]
-    assert set(checks["required"]) == {"database", "progress_store", "worker", "loops"}
+    assert set(checks["required"]) == {"database", "progress_store", "worker", "loops", "disk"}
     answer = (await client.get("/up")).json()
     assert set(answer) == set(health["properties"])
     for name, ref in checks["properties"].items():
@@ -305,5 +344,5 @@ async def test_creations_link_to_what_their_uuid_opens(document, source, targets
     assert targets <= {link["operationId"] for link in links.values()}
     for link in links.values():
         target = by_id[link["operationId"]]
-        declared = {p["name"] for p in target.get("parameters", []) if p["in"] == "path"}
+        declared = {p["name"] for p in parameters(document, target) if p["in"] == "path"}
         assert set(link["parameters"]) == declared, link

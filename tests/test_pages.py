@@ -24,10 +24,10 @@ from playwright.sync_api import Browser, Locator, Page, Response, expect, sync_p
 from headway.config import Settings
 from headway.failure import failure_of
 from headway.schemas import CreateChannel
-from headway.web.pages import CONTENT_SECURITY_POLICY
+from headway.web.pages import CONTENT_SECURITY_POLICY, period_words
 
 from .browser import RECORD_NOTIFICATIONS, UUID, Watch, chromium_path, launch
-from .live_server import LiveServer, environment, serving
+from .live_server import LiveServer, environment, serving, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 WEB = ROOT / "headway" / "web"
@@ -441,8 +441,8 @@ def test_a_share_link_shows_the_same_live_and_reveals_no_uuid(new_page, api, ser
 
     watch.expect_error(r"404|MIME type")  # the revoked link's stream and read are refused
     owner.get_by_role("button", name="Revoke").click()
-    expect(viewer.get_by_role("alert")).to_have_text(
-        "This link was revoked or never existed.", timeout=10_000
+    expect(viewer.get_by_role("alert")).to_contain_text(
+        "This link no longer works.", timeout=10_000
     )
     expect(viewer.locator("#tasks > li")).to_have_count(0)
     expect(owner.get_by_role("textbox", name="Read-only link")).to_have_count(0)
@@ -990,6 +990,283 @@ def test_a_phone_never_scrolls_sideways(new_page, api, shots):
     page.screenshot(path=shots / "phone-home.png", full_page=True)
 
 
+# Deleting and retention
+
+# Records the connection indicator's every text, to tell a quiet reconnection from one
+# that flashed "Reconnecting…".
+RECORD_STATUSES = """(() => {
+  const node = document.getElementById("connection");
+  window.__statuses = [node.textContent];
+  new MutationObserver(() => window.__statuses.push(node.textContent)).observe(node, {
+    childList: true, characterData: true, subtree: true,
+  });
+})()"""
+
+
+def requests_to(page: Page, *parts: str) -> list[str]:
+    """The URLs `page` asks for from now on that hold one of `parts` (each request as the
+    page makes it, its stream's reconnections included)."""
+    seen: list[str] = []
+
+    def note(url: str) -> None:
+        if any(part in url for part in parts):
+            seen.append(url)
+
+    page.on("request", lambda request: note(request.url))
+    return seen
+
+
+def settle(page: Page) -> None:
+    """A round trip to `page`, after which the events it sent before have arrived (the sync
+    API hears a page's events only while it is called)."""
+    page.evaluate("0")
+
+
+def until(page: Page, check: Callable[[], bool]) -> None:
+    """Waits until `check()` holds, hearing `page`'s events meanwhile."""
+    wait_for(lambda: settle(page) or check())
+
+
+def confirmation(card: Locator) -> Locator:
+    """The question a task's Delete asks, inside `card` (and not its steps')."""
+    return card.locator(":scope > .task-confirm")
+
+
+def test_the_owner_deletes_a_step_and_a_task_once_confirmed(new_page, api, watch, shots):
+    space = api.space("Releases")
+    api.task(space, "Backup")
+    deploy = api.task(space, "Deploy")
+    steps = {
+        title: api.task(space, title, parent_uuid=deploy)
+        for title in ("Build", "Run migrations", "Push image")
+    }
+    api.report(steps["Build"], done=True)
+    cleanup = api.task(space, "Cleanup")
+    page = new_page()
+    streams = requests_to(page, "/events")
+    page.goto(f"/spaces/{space}")
+    expect(page.locator("#connection")).to_have_text("Live")
+    page.evaluate(RECORD_STATUSES)
+    card = task_card(page, "Deploy")
+    expect(card.locator(".steps-summary")).to_have_text("1 of 3 steps done")
+
+    # Asked, then cancelled: by the button, and by Escape. Nothing is sent.
+    page.get_by_role("button", name="Delete Backup", exact=True).click()
+    backup = task_card(page, "Backup")
+    expect(confirmation(backup)).to_be_visible()
+    expect(confirmation(backup).locator(".task-question")).to_have_text(
+        "Delete “Backup”? This cannot be undone."
+    )
+    expect(confirmation(backup).get_by_role("button", name="Cancel")).to_be_focused()
+    confirmation(backup).get_by_role("button", name="Cancel").click()
+    expect(confirmation(backup)).to_be_hidden()
+    expect(page.get_by_role("button", name="Delete Backup", exact=True)).to_be_focused()
+    page.get_by_role("button", name="Delete Deploy", exact=True).click()
+    expect(confirmation(card).locator(".task-question")).to_have_text(
+        "Delete “Deploy” and its 3 steps? This cannot be undone."
+    )
+    page.screenshot(path=shots / "delete-task-question.png", full_page=True)
+    page.keyboard.press("Escape")
+    expect(confirmation(card)).to_be_hidden()
+    assert api.client.get(f"/spaces/{space}").json()["tasks"][1]["title"] == "Deploy"
+
+    # A step: its parent counts what is left.
+    step = step_card(page, "Run migrations")
+    step.get_by_role("button", name="Delete Run migrations", exact=True).click()
+    expect(step.locator(".task-question")).to_have_text(
+        "Delete the step “Run migrations” of “Deploy”? This cannot be undone."
+    )
+    step.get_by_role("button", name="Delete step", exact=True).click()
+    expect(step).to_have_count(0)
+    expect(card.locator(".steps-summary")).to_have_text("1 of 2 steps done")
+    expect(bar(card, "Deploy")).to_have_attribute("aria-valuenow", "50")
+    expect(card.locator("li.step .task-title")).to_have_text(["Build", "Push image"])
+    assert api.client.get(f"/tasks/{steps['Run migrations']}").status_code == 404
+    assert len(api.client.get(f"/tasks/{deploy}").json()["children"]) == 2
+
+    # A top-level task with its steps; focus goes to the task that took its place.
+    until(page, lambda: len(streams) >= 2)  # the step's delete started the stream again
+    expect(page.locator("#connection")).to_have_text("Live")
+    page.get_by_role("button", name="Delete Deploy", exact=True).click()
+    expect(confirmation(card).locator(".task-question")).to_have_text(
+        "Delete “Deploy” and its 2 steps? This cannot be undone."
+    )
+    confirmation(card).get_by_role("button", name="Delete task", exact=True).click()
+    expect(card).to_have_count(0)
+    expect(page.locator("#tasks > li h3")).to_have_text(["Cleanup", "Backup"])
+    expect(page.locator("li.step")).to_have_count(0)
+    expect(page.locator("#tasks > li h3", has_text="Backup")).to_be_focused()
+    expect(page.get_by_role("button", name="All 2")).to_be_visible()
+    for uuid in (deploy, *steps.values()):
+        assert api.client.get(f"/tasks/{uuid}").status_code == 404
+
+    # The stream ended and started again (a resync): no duplicate, no error, no flash,
+    # and it is live (a report shows).
+    until(page, lambda: len(streams) >= 3)
+    expect(page.locator("#connection")).to_have_text("Live")
+    api.report(cleanup, current=2, end=4)
+    expect(bar(task_card(page, "Cleanup"), "Cleanup")).to_have_attribute("aria-valuenow", "50")
+    expect(page.locator("#tasks > li h3")).to_have_text(["Cleanup", "Backup"])
+    expect(page.locator("#tasks > li h3", has_text="Backup")).to_be_focused()  # kept
+    expect(page.locator("#gone")).to_be_hidden()
+    assert "Reconnecting…" not in page.evaluate("window.__statuses")
+
+
+def test_the_owner_deletes_the_space_once_its_title_is_typed(new_page, api, watch, shots):
+    space = api.space("Nightly builds", "🌙")
+    api.task(space, "Compile")
+    watch.expect_error(r"404|MIME type")  # the other page's stream and check are refused
+    pages = []
+    for _ in range(2):  # the page that deletes, and another page of the space
+        page = new_page()
+        page.clock.install()
+        asked = requests_to(page, space)
+        responses: list[Response] = []
+        page.on("response", lambda response, seen=responses: seen.append(response))
+        page.goto(f"/spaces/{space}")
+        expect(page.locator("#connection")).to_have_text("Live")
+        expect(page.locator("#channel-none")).to_be_visible()
+        pages.append((page, asked, responses))
+    (owner, owner_asked, _), (other, other_asked, other_responses) = pages
+
+    panel = owner.get_by_role("region", name="Delete this space")
+    opener = panel.get_by_role("button", name="Delete this space…")
+    field = panel.get_by_role("textbox", name="To confirm, type Nightly builds")
+    expect(field).to_be_hidden()
+    opener.click()
+    expect(opener).to_have_attribute("aria-expanded", "true")
+    expect(field).to_be_focused()
+    field.fill("nightly builds")
+    panel.get_by_role("button", name="Delete this space for good").click()
+    expect(panel.get_by_role("alert")).to_have_text("Type “Nightly builds” exactly to confirm.")
+    expect(field).to_have_attribute("aria-invalid", "true")
+    panel.get_by_role("button", name="Cancel").click()
+    expect(field).to_be_hidden()
+    expect(opener).to_be_focused()
+    assert api.client.get(f"/spaces/{space}").status_code == 200
+
+    opener.click()
+    expect(field).to_have_value("")
+    field.fill(" Nightly builds ")
+    owner.screenshot(path=shots / "delete-space-question.png", full_page=True)
+    field.press("Enter")
+
+    gone = owner.get_by_role("alert").filter(has_text="This space was deleted.")
+    expect(gone).to_be_visible()
+    expect(gone).to_be_focused()
+    expect(owner.get_by_role("link", name="Create a new space")).to_be_visible()
+    expect(owner.locator("aside.side")).to_be_hidden()
+    expect(owner.locator(".toolbar")).to_be_hidden()
+    expect(owner.locator("#retention")).to_be_hidden()
+    expect(owner.locator("#tasks > li")).to_have_count(0)
+    expect(owner).to_have_title("Deleted · Nightly builds")
+    owner.screenshot(path=shots / "space-deleted.png", full_page=True)
+    assert api.client.get(f"/spaces/{space}").status_code == 404
+
+    # The other page: its stream ended, its reconnection got a 404, and it says so.
+    expect(other.get_by_role("alert")).to_contain_text("This space was deleted.")
+    expect(other.locator("#connection")).to_be_hidden()
+    settle(other)
+    statuses = [r.status for r in other_responses if "/events" in r.url]
+    assert statuses[-1] == 404, statuses
+    # Then neither page asks anything more of the space: no stream, no check, no
+    # channels, however long it stays open.
+    settle(owner)
+    before = list(owner_asked), list(other_asked)
+    for page, _, _ in pages:
+        page.clock.run_for(10 * 60_000)
+        settle(page)
+    assert (list(owner_asked), list(other_asked)) == before
+
+
+def test_an_untitled_space_is_deleted_by_typing_delete(new_page, api):
+    space = api.space()
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    page.get_by_role("button", name="Delete this space…").click()
+    field = page.get_by_role("textbox", name="To confirm, type delete")
+    field.fill("Untitled space")
+    field.press("Enter")
+    expect(page.locator("#space-delete-error")).to_have_text("Type delete to confirm.")
+    field.fill("DELETE")
+    field.press("Enter")
+    expect(page.get_by_role("alert").filter(has_text="This space was deleted.")).to_be_visible()
+    assert api.client.get(f"/spaces/{space}").status_code == 404
+
+
+def test_a_share_page_deletes_nothing_and_says_when_its_link_no_longer_works(new_page, api, watch):
+    space = api.space("Shared releases")
+    parent = api.task(space, "Deploy")
+    api.task(space, "Build", parent_uuid=parent)
+    share = api.client.post(f"/spaces/{space}/shares", json={}).json()["url"]
+    watch.expect_error(r"404|MIME type")  # the stream and check refused once it is gone
+    viewer = new_page()
+    viewer.clock.install()
+    asked = requests_to(viewer, "/shared/")
+    methods: list[str] = []
+    viewer.on("request", lambda request: methods.append(request.method))
+    viewer.goto(share)
+    expect(viewer.locator("#connection")).to_have_text("Live")
+    expect(step_card(viewer, "Build")).to_be_visible()
+    expect(viewer.get_by_role("button", name=re.compile("delete", re.IGNORECASE))).to_have_count(0)
+    expect(viewer.locator(".task-delete, .task-confirm, #space-delete-form")).to_have_count(0)
+    expect(viewer.locator("#retention")).to_have_count(0)
+
+    assert api.client.delete(f"/spaces/{space}").status_code == 204
+    expect(viewer.get_by_role("alert")).to_have_text(
+        "This link no longer works. It was revoked, or the space it showed was deleted."
+    )
+    expect(viewer.locator("#tasks > li")).to_have_count(0)
+    expect(viewer).to_have_title("Link no longer works · Shared releases")
+    settle(viewer)
+    before = list(asked)
+    viewer.clock.run_for(10 * 60_000)
+    settle(viewer)
+    assert list(asked) == before, "the page kept asking after the link stopped working"
+    assert set(methods) == {"GET"}
+
+    response = viewer.goto(share)
+    assert response is not None and response.status == 404
+    expect(viewer.get_by_role("heading", level=1)).to_have_text("This link no longer works")
+    expect(viewer).to_have_title("This link no longer works · Headway")
+
+
+def test_the_owner_page_says_how_long_an_idle_space_is_kept(new_page, api, browser, tmp_path):
+    space = api.space("Kept")
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    expect(page.locator("#retention")).to_have_text(
+        "Spaces with no activity for 90 days are deleted; opening this page counts as activity."
+    )
+    from headway.app import create_app
+
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'kept.db'}", rate_limits=False, run_worker=False
+    ).with_(space_retention=None)
+    with serving(settings, create_app(settings)) as (host, port):
+        base = f"http://{host}:{port}"
+        kept = httpx.post(f"{base}/spaces", json={"title": "Forever"}).json()["uuid"]
+        context = browser.new_context(base_url=base, viewport=DESKTOP)
+        try:
+            forever = context.new_page()
+            forever.goto(f"/spaces/{kept}")
+            expect(forever.locator("#connection")).to_have_text("Live")
+            expect(forever.locator("#retention")).to_have_count(0)
+            expect(forever.get_by_text("no activity")).to_have_count(0)
+        finally:
+            context.close()
+
+
+def test_a_retention_period_is_said_in_its_largest_whole_unit():
+    assert period_words(90 * 86_400) == "90 days"
+    assert period_words(86_400) == "1 day"
+    assert period_words(14 * 86_400) == "14 days"
+    assert period_words(36 * 3600) == "36 hours"
+    assert period_words(3600) == "1 hour"
+    assert period_words(5400) == "90 minutes"
+    assert period_words(3601) == "3,601 seconds"
+
+
 def test_keyboard_reaches_the_filter_and_every_button(new_page, api):
     space = api.space("Keyboard")
     parent = api.task(space, "Parent")
@@ -1153,6 +1430,7 @@ def test_the_palette_passes_wcag_aa_in_light_and_dark():
         ("--warn", "--warn-bg"),
         ("--text", "--warn-bg"),
         ("--on-accent", "--accent"),
+        ("--on-danger", "--danger"),
     ]
     for name, palette in (("light", light), ("dark", dark)):
         for fg, bg in text_pairs:

@@ -62,6 +62,24 @@ def cluster(shared_servers, tmp_path_factory) -> Iterator[Cluster]:
         yield Cluster([server.url for server in servers], database_url, redis_url)
 
 
+@pytest.fixture(scope="module")
+def cluster_without_redis(shared_servers, tmp_path_factory) -> Iterator[list[str]]:
+    """Two server instances on one PostgreSQL and no Redis: nothing but the database
+    carries news from one to the other (live progress is each one's own)."""
+    postgres, _ = shared_servers
+    postgres.create_database("scaleout_alone")
+    env = {
+        "HEADWAY_DATABASE_URL": postgres.url.rsplit("/", 1)[0] + "/scaleout_alone",
+        "HEADWAY_RUN_WORKER": "false",
+    }
+    directory = tmp_path_factory.mktemp("cluster-alone")
+    servers = [LiveServer(directory, **env) for _ in range(2)]
+    with contextlib.ExitStack() as running:
+        for server in servers:
+            running.enter_context(server)
+        yield [server.url for server in servers]
+
+
 @pytest.fixture
 async def clients(cluster) -> AsyncIterator[list[httpx.AsyncClient]]:
     clients = [httpx.AsyncClient(base_url=url, timeout=10) for url in cluster.urls]
@@ -305,3 +323,56 @@ async def test_deleting_a_space_on_one_instance_ends_its_streams_on_another(clie
         await asyncio.wait_for(owner.ended.wait(), WITHIN_S)
         await asyncio.wait_for(shared.ended.wait(), WITHIN_S)
     assert (await b.get(f"/spaces/{space}/events")).status_code == 404
+
+
+async def test_a_share_links_task_ids_are_the_same_on_every_instance(clients):
+    a, b = clients
+    space = (await a.post("/spaces", json={})).json()["uuid"]
+    await a.post(f"/spaces/{space}/tasks", json={"title": "t"})
+    share = (await b.post(f"/spaces/{space}/shares", json={})).json()
+    shown = [(await client.get(share["url"])).json() for client in clients]
+    assert shown[0] == shown[1] and shown[0]["tasks"][0]["id"]
+
+
+async def test_one_idempotency_key_sent_to_two_instances_at_once_creates_one_task(clients):
+    space = (await clients[0].post("/spaces", json={})).json()["uuid"]
+    answers = await asyncio.gather(
+        *(
+            client.post(
+                f"/spaces/{space}/tasks", json={"title": "once"}, headers={"idempotency-key": "k"}
+            )
+            for client in clients * 6
+        )
+    )
+    assert {answer.status_code for answer in answers} == {201}
+    assert len({answer.json()["uuid"] for answer in answers}) == 1
+    assert len((await clients[1].get(f"/spaces/{space}")).json()["tasks"]) == 1
+
+
+async def test_without_redis_a_revocation_on_one_instance_ends_its_streams_on_another(
+    cluster_without_redis,
+):
+    """Nothing carries the revocation from one instance to the other but the database,
+    and the space stays quiet: the link's stream ends within a second all the same."""
+    a, b = (httpx.AsyncClient(base_url=url, timeout=10) for url in cluster_without_redis)
+    async with a, b:
+        space = (await a.post("/spaces", json={"title": "quiet"})).json()["uuid"]
+        await a.post(f"/spaces/{space}/tasks", json={"title": "t"})
+        share = (await a.post(f"/spaces/{space}/shares", json={})).json()
+        kept = (await a.post(f"/spaces/{space}/shares", json={})).json()
+        async with (
+            watching(b, share["url"] + "/events") as revoked,
+            watching(b, kept["url"] + "/events") as other,
+        ):
+            for watcher in (revoked, other):
+                await watcher.snapshot()
+            started = time.monotonic()
+            assert (await a.delete(f"/spaces/{space}/shares/{share['uuid']}")).status_code == 204
+            await asyncio.wait_for(revoked.ended.wait(), WITHIN_S)
+            assert time.monotonic() - started < WITHIN_S
+            assert not other.ended.is_set()
+            started = time.monotonic()
+            assert (await a.delete(f"/spaces/{space}")).status_code == 204
+            await asyncio.wait_for(other.ended.wait(), WITHIN_S)
+            assert time.monotonic() - started < WITHIN_S
+        assert (await b.get(share["url"] + "/events")).status_code == 404

@@ -4,13 +4,19 @@ on every backend (JSON over ASGI; the stream over a real server)."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
+import hmac
 import re
+import shutil
+import sqlite3
 import time
+from uuid import UUID as ParsedUUID
 
 import httpx
 import pytest
 
-from .live_server import serving
+from .live_server import LiveServer, serving
 from .test_events import WITHIN_S, new_space, new_task, watching
 
 UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
@@ -171,3 +177,106 @@ async def test_a_link_spelled_in_capitals_shows_the_same_and_is_revoked_all_the_
             assert snapshot == (await http.get(share["url"])).json()
             await http.delete(f"/spaces/{space}/shares/{share['uuid']}")
             await asyncio.wait_for(watcher.ended.wait(), WITHIN_S)
+
+
+async def _behind_the_feeds_back(settings, sql: str, *params: str) -> None:
+    """A write made as another instance with no change feed in common makes it (several
+    instances without Redis): in the database, announced to no one."""
+    from headway.storage.database import Database
+
+    db = Database(settings.database_url)
+    try:
+        async with db.write() as st:
+            await st.rows(sql, params)
+    finally:
+        await db.close()
+
+
+async def test_a_revocation_no_feed_announced_ends_its_streams_within_a_second(settings, base_url):
+    async with httpx.AsyncClient(base_url=base_url, timeout=10) as http:
+        space = await new_space(http)
+        await new_task(http, space, title="quiet")
+        share = (await http.post(f"/spaces/{space}/shares", json={})).json()
+        async with (
+            watching(http, share["url"] + "/events") as revoked,
+            watching(http, f"/spaces/{space}/events") as owner,
+        ):
+            for watcher in (revoked, owner):
+                await watcher.snapshot()
+            await _behind_the_feeds_back(
+                settings, "DELETE FROM shares WHERE uuid = ?", share["uuid"]
+            )
+            started = time.monotonic()
+            await asyncio.wait_for(revoked.ended.wait(), WITHIN_S)
+            assert time.monotonic() - started < WITHIN_S
+            assert not owner.ended.is_set()
+
+
+async def test_a_space_deleted_where_no_feed_announced_it_ends_every_stream_within_a_second(
+    settings, base_url
+):
+    from headway.storage import deletes
+
+    async with httpx.AsyncClient(base_url=base_url, timeout=10) as http:
+        space = await new_space(http)
+        await new_task(http, space, title="quiet")
+        share = (await http.post(f"/spaces/{space}/shares", json={})).json()
+        async with (
+            watching(http, share["url"] + "/events") as shared,
+            watching(http, f"/spaces/{space}/events") as owner,
+        ):
+            for watcher in (shared, owner):
+                await watcher.snapshot()
+            from headway.storage.database import Database
+
+            db = Database(settings.database_url)
+            try:
+                async with db.write() as st:
+                    await deletes.delete_space(st, space)
+            finally:
+                await db.close()
+            started = time.monotonic()
+            for watcher in (shared, owner):
+                await asyncio.wait_for(watcher.ended.wait(), WITHIN_S)
+            assert time.monotonic() - started < WITHIN_S
+        assert (await http.get(share["url"] + "/events")).status_code == 404
+
+
+def _shared(server: LiveServer, share: dict) -> dict:
+    answer = httpx.get(server.url + share["url"], timeout=10)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def test_task_ids_are_stable_across_restarts_and_keyed_by_the_servers_secret(tmp_path):
+    """A real `headway serve` restarted on its database shows the same ids; a copy of that
+    database whose secret was never made (another server) shows others; and the link
+    with a task's uuid is not enough to make its id."""
+    first_dir, copy_dir = tmp_path / "first", tmp_path / "copy"
+    first_dir.mkdir()
+    copy_dir.mkdir()
+    server = LiveServer(first_dir, HEADWAY_DATABASE_URL=f"sqlite:///{first_dir}/headway.db")
+    with server:
+        space = server.new_space()
+        task = httpx.post(f"{server.url}/spaces/{space}/tasks", json={"title": "t"}).json()
+        share = httpx.post(f"{server.url}/spaces/{space}/shares", json={}).json()
+        shown = _shared(server, share)
+    [shown_task] = shown["tasks"]
+    link_only = hmac.new(ParsedUUID(share["uuid"]).bytes, task["uuid"].encode(), "sha256")
+    assert shown_task["id"] != base64.urlsafe_b64encode(link_only.digest()[:16]).rstrip(b"=")
+    assert shown_task["id"] != link_only.hexdigest()[:32]
+    with server:  # restarted on the same database
+        assert _shared(server, share) == shown
+    for name in ("headway.db", "headway.db-wal"):
+        if (first_dir / name).exists():
+            shutil.copy(first_dir / name, copy_dir / name)
+    with contextlib.closing(sqlite3.connect(copy_dir / "headway.db")) as copied, copied:
+        copied.execute("DELETE FROM secrets")
+    other = LiveServer(copy_dir, HEADWAY_DATABASE_URL=f"sqlite:///{copy_dir}/headway.db")
+    with other:
+        elsewhere = _shared(other, share)
+    [other_task] = elsewhere["tasks"]
+    assert other_task["id"] != shown_task["id"]
+    assert {k: v for k, v in other_task.items() if k != "id"} == {
+        k: v for k, v in shown_task.items() if k != "id"
+    }

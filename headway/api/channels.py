@@ -10,9 +10,19 @@ from starlette.routing import Route
 
 from ..schemas import CreateChannel, TestChannel, decode_create
 from ..service import Service
-from .openapi import SPACE, TOO_LARGE, TOO_MANY_REQUESTS, UNAVAILABLE, _error, _json, _link, _ref
+from .openapi import (
+    CREATE_UNAVAILABLE,
+    SPACE,
+    TOO_LARGE,
+    TOO_MANY_REQUESTS,
+    UNAVAILABLE,
+    _error,
+    _json,
+    _link,
+    _ref,
+)
 from .responses import NO_STORE, JSONResponse, read_body
-from .rest import count
+from .rest import count, created, idempotency_of
 
 
 def _service(request: Request) -> Service:
@@ -24,8 +34,11 @@ async def channels(request: Request) -> Response:
     space_uuid = request.path_params["space_uuid"]
     if request.method == "POST":
         await count(request, "channels")
-        body = decode_create(await read_body(request), CreateChannel)
-        return JSONResponse(await _service(request).channels.create(space_uuid, body), 201)
+        raw = await read_body(request)
+        idempotency = idempotency_of(request, "channels", raw)
+        body = decode_create(raw, CreateChannel)
+        answer = await _service(request).create_channel(space_uuid, body, idempotency)
+        return created(answer, idempotency)
     return JSONResponse(await _service(request).channels.list(space_uuid))
 
 
@@ -102,7 +115,7 @@ openapi_paths: dict[str, Any] = {
                     "space's channel cap reached."
                 ),
                 "429": TOO_MANY_REQUESTS,
-                "503": UNAVAILABLE,
+                "503": CREATE_UNAVAILABLE,
             },
         },
         "get": {

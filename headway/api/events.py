@@ -18,8 +18,8 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ..domain import TaskView
-from ..errors import BadRequest, NotFound
-from ..live import KEEPALIVE_S, SHARE_CHECK_S, Live, Stream, StreamFilter
+from ..errors import BadRequest
+from ..live import KEEPALIVE_S, Live, Stream, StreamFilter
 from ..schemas import query_params
 from ..scope import CONNECTION, RAW_SEND
 from ..service import Service, parse_limit
@@ -97,22 +97,7 @@ async def open_stream(request: Request, space_uuid: str, share: ShareView | None
         return StreamFilter(state, oldest[0] if full else None, shown)
 
     snapshot = space_pieces(head, noted(pages))
-    recheck = None if share is None else _share_check(service, share.share_uuid, stream)
-    return EventStream(stream, snapshot, filtered, recheck)
-
-
-def _share_check(service: Service, share_uuid: str, stream: Stream) -> Callable[[], Any]:
-    """A check that the share link still exists, ending its stream if it does not."""
-
-    async def check() -> None:
-        try:
-            await service.space_of_share(share_uuid)
-        except NotFound:
-            stream.end("revoked")
-        except Exception:  # a dependency is down: the next check tells
-            return
-
-    return check
+    return EventStream(stream, snapshot, filtered)
 
 
 class EventStream(Response):
@@ -127,7 +112,6 @@ class EventStream(Response):
         stream: Stream,
         snapshot: AsyncIterable[bytes],
         make_filter: Callable[[], StreamFilter | None],
-        recheck: Callable[[], Any] | None,
     ) -> None:
         self.status_code = 200
         self.background = None
@@ -135,7 +119,6 @@ class EventStream(Response):
         self._stream = stream
         self._snapshot = snapshot
         self._make_filter = make_filter
-        self._recheck = recheck
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         stream = self._stream
@@ -192,17 +175,13 @@ class EventStream(Response):
         held = []
         stream.filter = self._make_filter()
         self._snapshot = self._make_filter = None  # type: ignore[assignment]
-        stream.sent_at = checked = loop.time()
+        stream.sent_at = loop.time()
         while True:
             events = await stream.next_events()
             if events is None:
                 break
-            now = loop.time()
-            if self._recheck is not None and now - checked >= SHARE_CHECK_S:
-                checked = now
-                await self._recheck()
             if not events:
-                if now - stream.sent_at < KEEPALIVE_S:
+                if loop.time() - stream.sent_at < KEEPALIVE_S:
                     continue  # every event was filtered out: nothing to send yet
                 events = _KEEPALIVE
             if not await body(events):

@@ -1,4 +1,7 @@
-"""`GET /up`: whether the database and the progress store answer."""
+"""`GET /up`: whether the database and the progress store answer (503 if not), and what
+runs short without failing the check: the worker, the process's loops, the database's
+disk (a low or full disk makes the status `degraded`, still 200: reports and reads work,
+so a load balancer must not take the instance out)."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..disk import DiskBudget
 from ..worker import worker_status
 from .responses import JSONResponse
 
@@ -30,8 +34,10 @@ async def _check(*probes: Callable[[], Awaitable[None]]) -> dict[str, Any]:
 
 async def up(request: Request) -> Response:
     service = request.app.state.service
-    database, progress = await asyncio.gather(
-        _check(service.db.ping, service.db.check_writable), _check(service.progress.ping)
+    database, progress, disk = await asyncio.gather(
+        _check(service.db.ping, service.db.check_writable),
+        _check(service.progress.ping),
+        _disk(service.disk),
     )
     database["backend"] = "sqlite" if service.db.is_sqlite else "postgresql"
     progress["backend"] = service.progress.name
@@ -41,22 +47,32 @@ async def up(request: Request) -> Response:
         # The worker is reported, but a dead worker does not fail the check.
         with contextlib.suppress(Exception):
             worker = await asyncio.wait_for(worker_status(service.db, service.clock), CHECK_TIMEOUT)
+    status = "ok" if disk["status"] == "ok" else "degraded"
     body = {
-        "status": "ok" if healthy else "unavailable",
+        "status": status if healthy else "unavailable",
         "checks": {
             "database": database,
             "progress_store": progress,
             "worker": worker,
             "loops": loops(request),
+            "disk": disk,
         },
     }
     return JSONResponse(body, 200 if healthy else 503)
 
 
+async def _disk(budget: DiskBudget) -> dict[str, Any]:
+    """The disk budget's verdict, measured again if it is a period old (see `headway.disk`);
+    the last one if measuring takes too long."""
+    with contextlib.suppress(Exception):  # a database that is down is the database check's
+        return (await asyncio.wait_for(budget.current(), CHECK_TIMEOUT)).check()
+    return budget.state.check()
+
+
 def loops(request: Request) -> dict[str, Any]:
-    """The process's long-lived tasks (worker, change feed, live streams' watchdog): a
-    loop that ended is named here (each survives any failure, so it should not), though,
-    like a dead worker, it does not fail the check."""
+    """The process's long-lived tasks (worker, change feed, live streams' watchdog and
+    link check): a loop that ended is named here (each survives any failure, so it should
+    not), though, like a dead worker, it does not fail the check."""
     state = request.app.state
     tasks = {**state.loops, **state.live.loops(), **state.live.feed.loops()}
     stopped = sorted(name for name, task in tasks.items() if task.done())

@@ -14,7 +14,7 @@ from .responses import NO_STORE
 
 async def scrape(request: Request) -> Response:
     service = request.app.state.service
-    body = await metrics.scrape(service.db, service.progress)
+    body = await metrics.scrape(service.db, service.progress, service.disk)
     return Response(body, media_type=metrics.CONTENT_TYPE, headers=NO_STORE)
 
 
@@ -27,9 +27,10 @@ openapi_paths: dict[str, Any] = {
             "summary": "Metrics for Prometheus",
             "description": "Requests by route template, method and status, with their "
             "durations; refusals by reason; webhook deliveries by outcome; open streams; and, "
-            "measured at each scrape, live progress and the outbox's backlog. No label holds "
-            "a uuid. HEADWAY_METRICS=false turns this path off; HEADWAY_METRICS_PORT serves "
-            "it on that port instead of this one.",
+            "measured at each scrape, live progress, the outbox's backlog, the database's "
+            "size and its disk's free space. No label holds a uuid. HEADWAY_METRICS=false "
+            "turns this path off; HEADWAY_METRICS_PORT serves it on that port instead of "
+            "this one.",
             "responses": {
                 "200": {
                     "description": "The Prometheus text format, version 0.0.4.",

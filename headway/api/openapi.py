@@ -10,6 +10,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .. import schemas
+from ..health_out import HealthOut
 from .responses import JSONResponse
 
 _MODELS = [
@@ -34,7 +35,7 @@ _MODELS = [
     schemas.SharedSpaceOut,
     schemas.ShieldsOut,
     schemas.ErrorOut,
-    schemas.HealthOut,
+    HealthOut,
 ]
 
 
@@ -96,11 +97,20 @@ UNAVAILABLE = _error(
     "A dependency (database or progress store) is down; retry after Retry-After seconds.",
     RETRY_AFTER,
 )
+# Creates add rows that stay: they are refused when the database's storage runs short.
+CREATE_UNAVAILABLE = _error(
+    "A dependency (database or progress store) is down, or the database's storage is "
+    "short: it is past HEADWAY_DATABASE_MAX_SIZE, its disk has less free than "
+    "HEADWAY_DISK_FREE_MIN, or its disk is full. Nothing was written; reports still work. "
+    "Retry after Retry-After seconds.",
+    RETRY_AFTER,
+)
 # Reports also write live progress, which has a memory budget.
 UNAVAILABLE_OR_FULL = _error(
     "A dependency (database or progress store) is down, or the live-progress memory budget "
-    "is full (of the whole service, or of this task's space); nothing was written. Retry "
-    "after Retry-After seconds.",
+    "is full (of the whole service, or of this task's space), or a report that finishes "
+    "its task found the database's disk full; nothing was written. Retry after "
+    "Retry-After seconds.",
     RETRY_AFTER,
 )
 TOO_MANY_REQUESTS = _response_ref("TooManyRequests")
@@ -116,6 +126,63 @@ RESPONSES = {
         "together, pass the server's limit. Answered before any route is tried."
     ),
 }
+# Creates honour an Idempotency-Key (see `service.idempotency`).
+IDEMPOTENT = frozenset(
+    {"createSpace", "createTask", "createWebhook", "createChannel", "createShare"}
+)
+PARAMETERS = {
+    "IdempotencyKey": {
+        "name": "Idempotency-Key",
+        "in": "header",
+        "required": False,
+        "description": "Makes a retried create safe: the same key with the same request "
+        "(byte for byte) from the same space (for `POST /spaces`, the same client address) "
+        "within 24 hours answers the first answer again (same status and body, with "
+        "`Idempotent-Replayed: true`) and creates nothing; with another body or endpoint it "
+        "is 422. Any 1 to 255 printable ASCII characters, e.g. a random UUID; longer, "
+        "empty, other characters or given twice: 400. Only creates that were made are "
+        "remembered: a refused one may be sent again with the same key.",
+        "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[ -~]+$"},
+    }
+}
+REPLAYED_HEADER = {
+    "Idempotent-Replayed": {
+        "description": "`true` when this is the first answer under the request's "
+        "Idempotency-Key again (nothing was created this time); absent otherwise.",
+        "schema": {"type": "string", "enum": ["true"]},
+    }
+}
+KEY_REFUSED = (
+    "An Idempotency-Key that is empty, longer than 255 characters, not printable ASCII, "
+    "or given twice."
+)
+KEY_REUSED = (
+    " Or an Idempotency-Key used in the last 24 hours with another request (another body "
+    "or endpoint)."
+)
+KEY_IN_PROGRESS = _error(
+    "A create with the same Idempotency-Key was still under way and did not settle; "
+    "nothing was created. Retry shortly: the retry answers its answer."
+)
+
+
+def idempotent(operation: dict[str, Any]) -> dict[str, Any]:
+    """A create's operation with the Idempotency-Key parameter and its answers."""
+    responses = dict(operation["responses"])
+    created = dict(responses["201"])
+    created["headers"] = {**created.get("headers", {}), **REPLAYED_HEADER}
+    responses["201"] = created
+    responses["400"] = _error(KEY_REFUSED)
+    responses["409"] = KEY_IN_PROGRESS
+    responses["422"] = _error(responses["422"]["description"] + KEY_REUSED)
+    parameters = [*operation.get("parameters", []), _parameter_ref("IdempotencyKey")]
+    return {**operation, "parameters": parameters, "responses": dict(sorted(responses.items()))}
+
+
+def _parameter_ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/parameters/{name}"}
+
+
 # HTTP methods of a path item (the other keys of a path item are not operations).
 METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 
@@ -157,7 +224,7 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                         "surrogate, or malformed JSON."
                     ),
                     "429": TOO_MANY_REQUESTS,
-                    "503": UNAVAILABLE,
+                    "503": CREATE_UNAVAILABLE,
                 },
             }
         },
@@ -259,7 +326,7 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                         "that is not UTF-8 or holds a lone surrogate, or malformed JSON."
                     ),
                     "429": TOO_MANY_REQUESTS,
-                    "503": UNAVAILABLE,
+                    "503": CREATE_UNAVAILABLE,
                 },
             }
         },
@@ -372,15 +439,29 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                 "operationId": "health",
                 "summary": "Health check",
                 "description": "Checks the database and the progress store; reports the "
-                "background worker, whose death does not fail the check.",
+                "background worker and loops, whose death does not fail the check, and the "
+                "database's disk.",
                 "responses": {
-                    "200": _json(_ref("HealthOut"), "Healthy."),
+                    "200": _json(
+                        _ref("HealthOut"),
+                        "Healthy (ok), or degraded: the database's disk is low or full "
+                        "(creates may be refused) while reports and reads work.",
+                    ),
                     "503": _json(_ref("HealthOut"), "A dependency is down."),
                 },
             }
         },
     }
     paths.update(paths_extra or {})
+    paths = {
+        path: {
+            key: idempotent(value)
+            if key in METHODS and value.get("operationId") in IDEMPOTENT
+            else value
+            for key, value in item.items()
+        }
+        for path, item in paths.items()
+    }
     # Answered by the HTTP server itself, before any route, on every path.
     headers_too_large = {"431": _response_ref("HeaderFieldsTooLarge")}
     paths = {
@@ -401,7 +482,11 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
             "credential; every report replaces a task's whole state.",
         },
         "paths": paths,
-        "components": {"schemas": components, "responses": RESPONSES},
+        "components": {
+            "schemas": components,
+            "responses": RESPONSES,
+            "parameters": PARAMETERS,
+        },
     }
 
 

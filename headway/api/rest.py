@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from ..domain import TaskView
-from ..errors import MethodNotAllowed, NotFound
+from ..errors import BadRequest, MethodNotAllowed, NotFound
 from ..limits import Kind
 from ..schemas import (
     CreateSpace,
@@ -17,11 +19,14 @@ from ..schemas import (
     query_params,
     report_from_query,
 )
-from ..service import Service
+from ..service import Idempotency, Service
 from ..web import pages
 from ..web.pages import wants_html
 from .responses import NO_STORE, JSONResponse, read_body
 from .streaming import JSONStream, space_pieces, task_pieces
+
+IDEMPOTENCY_KEY = b"idempotency-key"
+REPLAYED = {"idempotent-replayed": "true"}
 
 
 def _service(request: Request) -> Service:
@@ -35,10 +40,34 @@ async def count(request: Request, kind: Kind) -> None:
         await limiter.check(kind, limiter.address_of(request.scope))
 
 
+def idempotency_of(request: Request, operation: str, body: bytes) -> Idempotency | None:
+    """The request's `Idempotency-Key`, with the body it came with to `operation`, if it
+    has one; 400 if it is given twice or is not 1 to 255 printable ASCII characters. A
+    scan of the request's few headers: a create without the key pays nothing more."""
+    found = None
+    for name, value in request.scope["headers"]:
+        if name == IDEMPOTENCY_KEY:
+            if found is not None:
+                raise BadRequest("Idempotency-Key is given twice; send it once.")
+            found = value
+    if found is None:
+        return None
+    client = request.app.state.limiter.address_of(request.scope)
+    return Idempotency.of(found.decode("latin-1"), operation, body, client)
+
+
+def created(answer: Any, idempotency: Idempotency | None) -> Response:
+    """A create's 201; marked `Idempotent-Replayed` when it is the first answer again."""
+    replayed = idempotency is not None and idempotency.replayed
+    return JSONResponse(answer, 201, REPLAYED if replayed else None)
+
+
 async def create_space(request: Request) -> Response:
     await count(request, "spaces")
-    body = decode_create(await read_body(request), CreateSpace)
-    return JSONResponse(await _service(request).create_space(body), 201)
+    raw = await read_body(request)
+    idempotency = idempotency_of(request, "spaces", raw)
+    body = decode_create(raw, CreateSpace)
+    return created(await _service(request).create_space(body, idempotency), idempotency)
 
 
 async def get_space(request: Request) -> Response:
@@ -53,7 +82,8 @@ async def get_space(request: Request) -> Response:
             head = await _service(request).space_head(space_uuid)
         except NotFound as exc:
             return pages.not_found_page(exc.message)
-        return pages.space_page(space_uuid, head)
+        retention = request.app.state.settings.space_retention
+        return pages.space_page(space_uuid, head, retention)
     params = query_params(request.scope["query_string"])
     head, pages_ = await _service(request).read_space(
         space_uuid,
@@ -67,9 +97,11 @@ async def get_space(request: Request) -> Response:
 
 async def create_task(request: Request) -> Response:
     await count(request, "tasks")
-    body = decode_create(await read_body(request), CreateTask)
-    created = await _service(request).create_task(request.path_params["space_uuid"], body)
-    return JSONResponse(created, 201)
+    raw = await read_body(request)
+    idempotency = idempotency_of(request, "tasks", raw)
+    body = decode_create(raw, CreateTask)
+    space_uuid = request.path_params["space_uuid"]
+    return created(await _service(request).create_task(space_uuid, body, idempotency), idempotency)
 
 
 async def task(request: Request) -> Response:

@@ -14,10 +14,10 @@ from ..domain import canonical_uuid
 from ..errors import NotFound
 from ..schemas import CreateShare, decode_create, query_params
 from ..service import Service
-from ..shares import ShareView
 from ..web import pages
 from .events import open_stream, stream_operation
 from .openapi import (
+    CREATE_UNAVAILABLE,
     SPACE,
     TOO_LARGE,
     TOO_MANY_REQUESTS,
@@ -30,7 +30,7 @@ from .openapi import (
     _uuid_param,
 )
 from .responses import NO_STORE, JSONResponse, read_body
-from .rest import count
+from .rest import count, created, idempotency_of
 from .streaming import JSONStream, space_pieces
 
 
@@ -43,8 +43,10 @@ async def shares(request: Request) -> Response:
     space_uuid = request.path_params["space_uuid"]
     if request.method == "POST":
         await count(request, "shares")
-        decode_create(await read_body(request), CreateShare)
-        return JSONResponse(await _service(request).create_share(space_uuid), 201)
+        raw = await read_body(request)
+        idempotency = idempotency_of(request, "shares", raw)
+        decode_create(raw, CreateShare)
+        return created(await _service(request).create_share(space_uuid, idempotency), idempotency)
     return JSONResponse(await _service(request).list_shares(space_uuid))
 
 
@@ -61,13 +63,13 @@ async def shared(request: Request) -> Response:
     html = pages.wants_html(request)
     try:
         space_uuid = await service.space_of_share(share_uuid)
-    except NotFound as exc:
+        if html:  # the space may go in between: the link then no longer works either
+            return pages.shared_page(share_uuid, await service.space_head(space_uuid))
+    except NotFound:
         if html:
-            return pages.not_found_page(exc.message)
+            return pages.link_gone_page()
         raise
-    view = ShareView(cast(str, canonical_uuid(share_uuid)))  # a uuid: the link was found
-    if html:
-        return pages.shared_page(share_uuid, await service.space_head(space_uuid))
+    view = await service.shares.view(cast(str, canonical_uuid(share_uuid)))  # it was found
     params = query_params(request.scope["query_string"])
     head, found = await service.read_space(
         space_uuid,
@@ -81,9 +83,10 @@ async def shared(request: Request) -> Response:
 
 async def shared_events(request: Request) -> Response:
     share_uuid = request.path_params["share_uuid"]
-    space_uuid = await _service(request).space_of_share(share_uuid)
+    service = _service(request)
+    space_uuid = await service.space_of_share(share_uuid)
     # Keyed by the link's canonical uuid, which its revocation names, however it was spelled.
-    share = ShareView(cast(str, canonical_uuid(share_uuid)))
+    share = await service.shares.view(cast(str, canonical_uuid(share_uuid)))
     return await open_stream(request, space_uuid, share)
 
 
@@ -143,7 +146,7 @@ openapi_paths: dict[str, Any] = {
                     "most share links (100 by default)."
                 ),
                 "429": TOO_MANY_REQUESTS,
-                "503": UNAVAILABLE,
+                "503": CREATE_UNAVAILABLE,
             },
         },
         "get": {

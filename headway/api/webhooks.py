@@ -10,9 +10,19 @@ from starlette.routing import Route
 
 from ..schemas import CreateWebhook, decode_create
 from ..service import Service
-from .openapi import SPACE, TOO_LARGE, TOO_MANY_REQUESTS, UNAVAILABLE, _error, _json, _link, _ref
+from .openapi import (
+    CREATE_UNAVAILABLE,
+    SPACE,
+    TOO_LARGE,
+    TOO_MANY_REQUESTS,
+    UNAVAILABLE,
+    _error,
+    _json,
+    _link,
+    _ref,
+)
 from .responses import NO_STORE, JSONResponse, read_body
-from .rest import count
+from .rest import count, created, idempotency_of
 
 
 def _service(request: Request) -> Service:
@@ -24,8 +34,11 @@ async def webhooks(request: Request) -> Response:
     space_uuid = request.path_params["space_uuid"]
     if request.method == "POST":
         await count(request, "webhooks")
-        body = decode_create(await read_body(request), CreateWebhook)
-        return JSONResponse(await _service(request).create_webhook(space_uuid, body), 201)
+        raw = await read_body(request)
+        idempotency = idempotency_of(request, "webhooks", raw)
+        body = decode_create(raw, CreateWebhook)
+        answer = await _service(request).create_webhook(space_uuid, body, idempotency)
+        return created(answer, idempotency)
     return JSONResponse(await _service(request).list_webhooks(space_uuid))
 
 
@@ -77,7 +90,7 @@ openapi_paths: dict[str, Any] = {
                     "embeds a refused IPv4 address); text that is not UTF-8; malformed JSON."
                 ),
                 "429": TOO_MANY_REQUESTS,
-                "503": UNAVAILABLE,
+                "503": CREATE_UNAVAILABLE,
             },
         },
         "get": {

@@ -14,10 +14,12 @@ is a row keyed by channel and task, inserted only if absent, in the same transac
 as its message, so even two instances looking at once send one `stalled` message. A
 `recovered` message follows when `current` changes or the task finishes.
 
-When `current` last changed is known from this process's own looks (every
-`SCAN_S` seconds): a `flat` stall is seen within `stalled_after` + `SCAN_S` of its
-last change, except just after the instance that looks changed (a restart, the lease
-moving), when the flat clock starts again from the first look.
+Each `headway serve` looks every `HEADWAY_STALL_SCAN` seconds (`SCAN_S` by default,
+at most 30), so a stall is told within `stalled_after` + that wait. When `current` last
+changed is known from this process's own looks: a `flat` stall is seen within
+`stalled_after` + the wait of its last change, except just after the instance that
+looks changed (a restart, the lease moving), when the flat clock starts again from the
+first look.
 """
 
 from __future__ import annotations
@@ -71,7 +73,6 @@ class StallWatch:
         self.holder = f"stalls-{uuid.uuid4().hex[:12]}"
         # Per task: (what its `current` was, when this process first saw it so), µs.
         self._moved: dict[str, tuple[str, int]] = {}
-        self.stalled = 0  # episodes open after the last step (a gauge)
 
     async def run(self) -> None:
         """Look every `scan_s` seconds until cancelled; a failed look is logged (and
@@ -122,7 +123,6 @@ class StallWatch:
         if ended:
             queued += await self._ended(ended, now)
         self._moved = moved
-        self.stalled = len(open_) - len(ended)
         if queued:
             self.on_queued()
         return queued

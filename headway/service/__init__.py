@@ -9,7 +9,11 @@ stream and `/mcp` call and nothing else.
   when each space was last used (for retention);
 - `webhooks`, `channels`, `shares`: a space's webhooks, notification channels and share
   links; `badges`: what a share link's badges show;
+- `idempotency`: creates made once, however often they are retried with one key;
 - `changes`: the one point every write calls once it is stored.
+
+Every create passes the disk budget first (`headway.disk`): when the database's storage
+runs short, creates are refused before anything is written, and reports go on.
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..clock import Clock
+from ..disk import DiskBudget
 from ..domain import Report, TaskRow, TaskView
 from ..progress import ProgressStore
 from ..progress.feed import ChangeFeed
-from ..schemas import CreateSpace, CreateTask, CreateWebhook
+from ..schemas import CreateChannel, CreateSpace, CreateTask, CreateWebhook
 from ..storage.database import Database
 from ..storage.families import FamilyCache, FamilyVersions
 from ..storage.small_spaces import ShownTasks, SmallSpaces
@@ -33,13 +38,22 @@ from .channels import ChannelRules, Channels
 from .context import Stores
 from .deletes import Deletes
 from .families import Families
+from .idempotency import Idempotency, Keys
 from .reads import SPACE_PAGE, SpaceReads, parse_limit
 from .shares import Shares
 from .spaces import Head, Spaces
 from .tasks import Tasks
 from .webhooks import Webhooks
 
-__all__ = ["SPACE_PAGE", "Cache", "Changes", "ChannelRules", "Service", "parse_limit"]
+__all__ = [
+    "SPACE_PAGE",
+    "Cache",
+    "Changes",
+    "ChannelRules",
+    "Idempotency",
+    "Service",
+    "parse_limit",
+]
 
 
 class Service:
@@ -64,7 +78,10 @@ class Service:
         webhooks_per_space: int = 20,
         shares_per_space: int = 100,
         channel_rules: ChannelRules | None = None,
+        disk: DiskBudget | None = None,
     ) -> None:
+        # Admits creates while the database has room (a budget of the defaults if none).
+        self.disk = disk or DiskBudget(db)
         self.changes = Changes(feed, versions)
         self.stores = stores = Stores(db, progress, clock, self.changes)
         self.db, self.progress, self.clock, self.feed = db, progress, clock, feed
@@ -75,15 +92,15 @@ class Service:
         self.caps = Caps(stores)
         self.tasks = Tasks(stores, self.families, self.caps, self.activity)
         self.deletes = Deletes(stores, self.families)
+        # Idempotency keys' first answers, as a whole (each create reads and writes its own).
+        self.keys = Keys(stores)
         self.webhooks = Webhooks(
             stores,
             self.spaces,
             allow_private=allow_private_webhooks,
             per_space=webhooks_per_space,
         )
-        self.shares = Shares(
-            stores, self.spaces, per_space=shares_per_space, keep_spaces=versions is None
-        )
+        self.shares = Shares(stores, self.spaces, per_space=shares_per_space)
         self.badges = Badges(stores, self.shares, self.reads, self.tasks)
         self.channels = Channels(
             stores,
@@ -133,8 +150,11 @@ class Service:
 
     # --- Spaces and their reads ------------------------------------------------------------
 
-    async def create_space(self, body: CreateSpace) -> dict[str, Any]:
-        return await self.spaces.create(body)
+    async def create_space(
+        self, body: CreateSpace, idempotency: Idempotency | None = None
+    ) -> dict[str, Any]:
+        self.disk.admit()
+        return await self.spaces.create(body, idempotency)
 
     async def space_head(self, space_uuid: str) -> Head:
         """A space's `{"title", "icon"}`; NotFound if there is no such space."""
@@ -142,8 +162,11 @@ class Service:
 
     # --- Tasks and reports ----------------------------------------------------------------
 
-    async def create_task(self, space_uuid: str, body: CreateTask) -> dict[str, Any]:
-        return await self.tasks.create(space_uuid, body)
+    async def create_task(
+        self, space_uuid: str, body: CreateTask, idempotency: Idempotency | None = None
+    ) -> dict[str, Any]:
+        self.disk.admit()
+        return await self.tasks.create(space_uuid, body, idempotency)
 
     async def delete_task(self, task_uuid: str) -> None:
         await self.deletes.task(task_uuid)
@@ -162,8 +185,11 @@ class Service:
 
     # --- Webhooks and share links ---------------------------------------------------------
 
-    async def create_webhook(self, space_uuid: str, body: CreateWebhook) -> dict[str, Any]:
-        return await self.webhooks.create(space_uuid, body)
+    async def create_webhook(
+        self, space_uuid: str, body: CreateWebhook, idempotency: Idempotency | None = None
+    ) -> dict[str, Any]:
+        self.disk.admit()
+        return await self.webhooks.create(space_uuid, body, idempotency)
 
     async def list_webhooks(self, space_uuid: str) -> list[dict[str, str]]:
         return await self.webhooks.list(space_uuid)
@@ -171,8 +197,11 @@ class Service:
     async def delete_webhook(self, space_uuid: str, webhook_uuid: str) -> None:
         await self.webhooks.delete(space_uuid, webhook_uuid)
 
-    async def create_share(self, space_uuid: str) -> dict[str, str]:
-        return await self.shares.create(space_uuid)
+    async def create_share(
+        self, space_uuid: str, idempotency: Idempotency | None = None
+    ) -> dict[str, Any]:
+        self.disk.admit()
+        return await self.shares.create(space_uuid, idempotency)
 
     async def list_shares(self, space_uuid: str) -> list[dict[str, str]]:
         return await self.shares.list(space_uuid)
@@ -182,3 +211,11 @@ class Service:
 
     async def space_of_share(self, share_uuid: str) -> str:
         return await self.shares.space_of(share_uuid)
+
+    # --- Notification channels ------------------------------------------------------------
+
+    async def create_channel(
+        self, space_uuid: str, body: CreateChannel, idempotency: Idempotency | None = None
+    ) -> dict[str, Any]:
+        self.disk.admit()
+        return await self.channels.create(space_uuid, body, idempotency)

@@ -91,7 +91,7 @@ class Badges:
         badge = self.kept.get(key, now_us)
         if badge is not None:
             return badge
-        space_uuid = await self._shares.space_of(share_uuid)
+        _, space_uuid = await self._shares.kept_space_of(share_uuid)
         generation = self.kept.generation(space_uuid)
         head, pages = await self._reads.read(space_uuid, limit=SPACE_TASKS)
         tasks = shown([task async for page in pages for task in page])
@@ -107,9 +107,9 @@ class Badges:
         badge = self.kept.get(key, now_us)
         if badge is not None:
             return badge
-        space_uuid = await self._shares.space_of(share_uuid)
+        link, space_uuid = await self._shares.kept_space_of(share_uuid)
         generation = self.kept.generation(space_uuid)
-        _, task_uuid = await self._shares.task_of(share_uuid, task_id)
+        task_uuid = await self._shares.ids.task_of(link, space_uuid, task_id)
         try:
             task = await self._tasks.get(task_uuid)
         except NotFound:

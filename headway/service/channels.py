@@ -13,7 +13,9 @@ from ..errors import NotFound, Unprocessable
 from ..schemas import CreateChannel
 from ..storage import channels
 from ..storage.channels import ChannelRow
+from ..storage.database import Statements
 from .context import Stores
+from .idempotency import Idempotency, Keys
 from .spaces import Spaces
 
 NO_CHANNEL = "No such channel in this space."
@@ -36,11 +38,19 @@ class Channels:
         self._stores = stores
         self._spaces = spaces
         self.rules = rules
+        self.keys = Keys(stores)
 
-    async def create(self, space_uuid: str, body: CreateChannel) -> dict[str, Any]:
+    async def create(
+        self, space_uuid: str, body: CreateChannel, idempotency: Idempotency | None = None
+    ) -> dict[str, Any]:
         """Register a channel: its URL checked (scheme allowed, Apprise can read it, each
-        host it names public), shown back only redacted."""
+        host it names public), shown back only redacted. With an `idempotency` key, the
+        first answer under it again, if there is one."""
         space_key = await self._spaces.existing(space_uuid)
+        if idempotency is not None:
+            first = await self.keys.first_answer(space_key, idempotency)
+            if first is not None:
+                return first
         checked = await self._checked(body.url)
         share_uuid = None
         if body.share_uuid is not None:
@@ -57,14 +67,16 @@ class Channels:
             share_uuid,
             self._stores.clock.now_us(),
         )
-        db, cap = self._stores.db, self.rules.per_space
-        async with db.write() as st:
-            stored = await channels.insert_channel(st, space_key, row, body.url, cap=cap)
-        if not stored:
-            raise Unprocessable(f"A space holds at most {cap} channels; delete one first.")
-        shown = _shown(row, [])
-        del shown["deliveries"]
-        return shown
+        cap = self.rules.per_space
+
+        async def write(st: Statements) -> dict[str, Any]:
+            if not await channels.insert_channel(st, space_key, row, body.url, cap=cap):
+                raise Unprocessable(f"A space holds at most {cap} channels; delete one first.")
+            shown = _shown(row, [])
+            del shown["deliveries"]
+            return shown
+
+        return await self.keys.once(space_key, space_key, idempotency, write)
 
     async def _checked(self, url: str) -> Any:
         from ..notify import guard, urls

@@ -5,46 +5,56 @@ from __future__ import annotations
 
 import uuid
 from collections import OrderedDict
-from typing import ClassVar
+from collections.abc import Awaitable, Callable, Collection
+from typing import Any, ClassVar
 
 from .. import domain
 from ..domain import Changed, canonical_uuid
 from ..errors import NotFound, Unprocessable
 from ..shares import ShareView
 from ..storage import shares
+from ..storage.database import Statements
 from .context import NO_SHARE, Stores
+from .idempotency import Idempotency, Keys
 from .spaces import Spaces
 
 NO_SHARED_TASK = "No such task under this link: check its id."
-# Links whose space is kept (one instance only: see `SharedSpaces`).
+# Links whose space is kept for badges, and for how long at most, in µs (see `SharedSpaces`).
 SHARES_KEPT = 10_000
+SPACE_KEPT_US = 1_000_000
 # Task ids kept, over every link, to find a task by its id without a scan (see `TaskIds`).
 IDS_KEPT = 200_000
 
 
 class SharedSpaces:
-    """The space of each link last used, at most SHARES_KEPT of them, so that a badge
-    costs no query. A revoke or the space's delete drops it. Kept only where this
-    process hears every revoke (no other instance writes); a read that raced a revoke
-    (it began before the revoke was heard) keeps nothing."""
+    """The space of each link a badge used last, at most SHARES_KEPT of them and each for
+    at most SPACE_KEPT_US, so that a badge asked for again and again costs no query. A
+    revoke or the space's delete heard here drops it at once; one made where this process
+    does not hear it (another instance, with or without Redis) shows within
+    SPACE_KEPT_US, as it does in the badge itself (`service.badges.KEPT_US`). A read that
+    raced a revoke (it began before the revoke was heard) keeps nothing."""
 
     hears: ClassVar[frozenset[Changed]] = frozenset({Changed.REVOKE, Changed.DROP})
 
     def __init__(self, held: int = SHARES_KEPT) -> None:
         self._held = held
-        self._spaces: dict[str, str] = {}
+        self._spaces: dict[str, tuple[str, int]] = {}  # link -> (space, kept until, µs)
         self.generation = 0  # moves on each revoke or delete heard
 
-    def get(self, share_uuid: str) -> str | None:
-        return self._spaces.get(share_uuid)
+    def get(self, share_uuid: str, now_us: int) -> str | None:
+        found = self._spaces.get(share_uuid)
+        if found is None or found[1] <= now_us:
+            return None
+        return found[0]
 
-    def keep(self, share_uuid: str, space_uuid: str, generation: int) -> None:
-        """Keep the link's space, read when `generation` was current."""
+    def keep(self, share_uuid: str, space_uuid: str, now_us: int, generation: int) -> None:
+        """Keep the link's space, read at `now_us` when `generation` was current."""
         if generation != self.generation:
             return
-        if len(self._spaces) >= self._held:
-            del self._spaces[next(iter(self._spaces))]  # the longest held
-        self._spaces[share_uuid] = space_uuid
+        spaces = self._spaces
+        if share_uuid not in spaces and len(spaces) >= self._held:
+            del spaces[next(iter(spaces))]  # the longest held
+        spaces[share_uuid] = (space_uuid, now_us + SPACE_KEPT_US)
 
     def on_change(
         self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
@@ -53,7 +63,8 @@ class SharedSpaces:
         if kind is Changed.REVOKE:
             self._spaces.pop(task_uuid or "", None)  # a revoke names its link
         else:
-            for share in [s for s, space in self._spaces.items() if space == space_uuid]:
+            gone = [s for s, (space, _) in self._spaces.items() if space == space_uuid]
+            for share in gone:
                 del self._spaces[share]
 
 
@@ -76,18 +87,26 @@ class TaskIds:
     At most IDS_KEPT ids are kept over every link (the link used longest ago goes first);
     a link whose space alone holds more pays a look at every task each time."""
 
-    def __init__(self, stores: Stores, held: int = IDS_KEPT) -> None:
+    def __init__(
+        self,
+        stores: Stores,
+        view: Callable[[str], Awaitable[ShareView]],
+        held: int = IDS_KEPT,
+    ) -> None:
         self._stores = stores
+        self._view = view  # a link's view, its ids keyed by the server's secret
         self._held = held
         self._count = 0
         self._links: OrderedDict[str, _Ids] = OrderedDict()
 
     async def task_of(self, share_uuid: str, space_uuid: str, task_id: str) -> str:
-        """The uuid of the task `task_id` names under the link; NotFound if none."""
+        """The uuid of the task `task_id` names under the link (canonical, of a link
+        found); NotFound if none."""
         links = self._links
         held = links.get(share_uuid)
         if held is None:
-            held = links[share_uuid] = _Ids(ShareView(share_uuid))
+            view = await self._view(share_uuid)  # waits only for the secret's first read
+            held = links.setdefault(share_uuid, _Ids(view))
         else:
             links.move_to_end(share_uuid)
             found = held.ids.get(task_id)
@@ -122,32 +141,36 @@ class Shares:
     """Makes, lists and revokes a space's share links (at most `per_space` each), and
     finds the space a link shows."""
 
-    def __init__(
-        self, stores: Stores, spaces: Spaces, *, per_space: int, keep_spaces: bool = True
-    ) -> None:
+    def __init__(self, stores: Stores, spaces: Spaces, *, per_space: int) -> None:
         self._stores = stores
         self._spaces = spaces
         self.per_space = per_space
-        # Other instances revoke links too (progress in Redis): ask the database each time.
-        self.spaces: SharedSpaces | None = SharedSpaces() if keep_spaces else None
-        if self.spaces is not None:
-            stores.changes.register(self.spaces)
-        self.ids = TaskIds(stores)
+        self.keys = Keys(stores)
+        self._secret: bytes | None = None
+        self.spaces = SharedSpaces()
+        stores.changes.register(self.spaces)
+        self.ids = TaskIds(stores, self.view)
 
-    async def create(self, space_uuid: str) -> dict[str, str]:
-        """A new read-only link to the space."""
+    async def create(
+        self, space_uuid: str, idempotency: Idempotency | None = None
+    ) -> dict[str, Any]:
+        """A new read-only link to the space. With an `idempotency` key, the first answer
+        under it again, if there is one."""
         space_key = await self._spaces.existing(space_uuid)
         share_uuid = str(uuid.uuid4())
         cap = self.per_space
         now_us = self._stores.clock.now_us()
-        async with self._stores.db.write() as st:
+
+        async def write(st: Statements) -> dict[str, Any]:
             if not await shares.insert_share(st, share_uuid, space_key, now_us, cap=cap):
                 raise Unprocessable(f"A space holds at most {cap} share links; revoke one first.")
-        return {
-            "uuid": share_uuid,
-            "url": f"/shared/{share_uuid}",
-            "created_at": domain.format_ts(now_us),
-        }
+            return {
+                "uuid": share_uuid,
+                "url": f"/shared/{share_uuid}",
+                "created_at": domain.format_ts(now_us),
+            }
+
+        return await self.keys.once(space_key, space_key, idempotency, write)
 
     async def list(self, space_uuid: str) -> list[dict[str, str]]:
         space_key = await self._spaces.existing(space_uuid)
@@ -166,26 +189,49 @@ class Shares:
                 raise NotFound("No such share link in this space.")
         await self._stores.changes.changed(Changed.REVOKE, space_key, share_key)
 
+    async def load_secret(self) -> bytes:
+        """The server secret share links' task ids are keyed by, made at the first start
+        and the same on every instance (read once, then held)."""
+        if self._secret is None:
+            self._secret = await shares.share_secret(self._stores.db, self._stores.clock.now_us())
+        return self._secret
+
+    async def view(self, share_uuid: str) -> ShareView:
+        """How a link shows its space's tasks (`share_uuid`: canonical, of a link found)."""
+        return ShareView(share_uuid, await self.load_secret())
+
+    async def still_shown(
+        self, spaces: Collection[str], links: Collection[str]
+    ) -> tuple[set[str], set[str]]:
+        """Of these spaces and share links (canonical uuids), those that still exist."""
+        async with self._stores.db.read() as fetch:
+            found_spaces = await shares.existing(fetch, "spaces", list(spaces)) if spaces else set()
+            found_links = await shares.existing(fetch, "shares", list(links)) if links else set()
+        return found_spaces, found_links
+
     async def space_of(self, share_uuid: str) -> str:
         """The uuid of the space a share link shows; NotFound if it was revoked or never
         existed."""
         key = canonical_uuid(share_uuid)
         if key is not None:
-            kept = self.spaces
-            if kept is not None and (space := kept.get(key)) is not None:
-                return space
-            generation = 0 if kept is None else kept.generation
             space = await shares.space_of_share(self._stores.db.fetch, key)
             if space is not None:
-                if kept is not None:
-                    kept.keep(key, space, generation)
                 return space
         raise NotFound(NO_SHARE)
 
-    async def task_of(self, share_uuid: str, task_id: str) -> tuple[str, str]:
-        """The link's canonical uuid and the uuid of the task `task_id` names under it;
-        NotFound if the link or the task is unknown."""
-        space = await self.space_of(share_uuid)
+    async def kept_space_of(self, share_uuid: str) -> tuple[str, str]:
+        """The link's canonical uuid and the space it shows, as `space_of` says, but kept a
+        moment (`SharedSpaces`): for badges, asked for again and again."""
         key = canonical_uuid(share_uuid)
-        assert key is not None  # the link was found
-        return key, await self.ids.task_of(key, space, task_id)
+        if key is not None:
+            kept = self.spaces
+            now_us = self._stores.clock.now_us()
+            space = kept.get(key, now_us)
+            if space is not None:
+                return key, space
+            generation = kept.generation
+            space = await shares.space_of_share(self._stores.db.fetch, key)
+            if space is not None:
+                kept.keep(key, space, now_us, generation)
+                return key, space
+        raise NotFound(NO_SHARE)

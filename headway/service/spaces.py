@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .. import domain
 from ..domain import Changed, canonical_uuid
-from ..errors import NotFound, Unprocessable
+from ..errors import Conflict, NotFound, Unprocessable
 from ..schemas import MAX_ICON, CreateSpace
 from ..storage import queries
 from ..storage.batch import GroupCommit
 from ..storage.database import Statements
 from .context import NO_SPACE, Stores
+from .idempotency import IN_PROGRESS, KEY_TAKEN, TRIES, Idempotency, Keys, Settled, client_scope
 
 # Spaces whose `{"title", "icon"}` are kept: a space never changes them, so a read of a
 # space seen before needs no query for them.
@@ -56,22 +58,57 @@ class Spaces:
         self._stores = stores
         self.heads = SpaceHeads()
         stores.changes.register(self.heads)
+        self.keys = Keys(stores)
         self.creates = GroupCommit(stores.db, self._insert)
 
-    async def create(self, body: CreateSpace) -> dict[str, Any]:
+    async def create(
+        self, body: CreateSpace, idempotency: Idempotency | None = None
+    ) -> dict[str, Any]:
+        """Create a space. With an `idempotency` key (scoped to its client's address), the
+        first answer under it again, if there is one (see `service.idempotency`)."""
         if body.icon is not None and (
             len(body.icon) > MAX_ICON or domain.grapheme_count(body.icon) != 1
         ):
             raise Unprocessable("icon must be exactly one character (one emoji or letter).")
-        space_uuid = str(uuid.uuid4())
-        await self.creates.submit(queries.NewSpace(space_uuid, body.title, body.icon))
-        return {"uuid": space_uuid, "title": body.title, "icon": body.icon}
+        new = _NewSpace(queries.NewSpace(str(uuid.uuid4()), body.title, body.icon), idempotency)
+        if idempotency is None:
+            await self.creates.submit(new)
+        else:
+            for _ in range(TRIES):
+                try:
+                    outcome = await self.creates.submit(new)
+                except KEY_TAKEN:
+                    continue  # committed by another instance meanwhile: its answer
+                if isinstance(outcome, dict):
+                    return outcome  # the first answer under the key again
+                if outcome is None:
+                    break
+            else:
+                raise Conflict(IN_PROGRESS)
+        return _answer(new.space)
 
-    async def _insert(
-        self, st: Statements, new: Sequence[queries.NewSpace]
-    ) -> list[Exception | None]:
-        await queries.insert_spaces(st, new, self._stores.clock.now_us())
-        return [None] * len(new)
+    async def _insert(self, st: Statements, batch: Sequence[_NewSpace]) -> list[_SpaceOutcome]:
+        """Write a batch of creates in one transaction; with keys, as `Tasks._insert`."""
+        claims = [
+            (index, client_scope(new.idempotency.client), new.idempotency)
+            for index, new in enumerate(batch)
+            if new.idempotency is not None
+        ]
+        now_us = self._stores.clock.now_us()
+        if not claims:
+            await queries.insert_spaces(st, [new.space for new in batch], now_us)
+            return [None] * len(batch)
+        settled = await self.keys.settle(st, claims)
+        made = [new.space for index, new in enumerate(batch) if index not in settled]
+        if made:
+            await queries.insert_spaces(st, made, now_us)
+        rows = [
+            idem.row(scope, batch[index].space.uuid, _answer(batch[index].space))
+            for index, scope, idem in claims
+            if index not in settled
+        ]
+        await self.keys.record(st, rows)
+        return [settled.get(index) for index in range(len(batch))]
 
     async def head(self, space_uuid: str) -> Head:
         """A space's `{"title", "icon"}`; NotFound if there is no such space."""
@@ -92,3 +129,19 @@ class Spaces:
         if key is not None and await queries.space_head(self._stores.db.fetch, key) is not None:
             return key
         raise NotFound(NO_SPACE)
+
+
+@dataclass(frozen=True, slots=True)
+class _NewSpace:
+    """A create waiting for its batch, with its key if it has one."""
+
+    space: queries.NewSpace
+    idempotency: Idempotency | None
+
+
+# What a batch answers a create: None (made), or what its key settled.
+_SpaceOutcome = Settled | None
+
+
+def _answer(space: queries.NewSpace) -> dict[str, Any]:
+    return {"uuid": space.uuid, "title": space.title, "icon": space.icon}

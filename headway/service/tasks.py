@@ -8,21 +8,23 @@ import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .. import domain
 from ..dependencies import unavailable
 from ..domain import Changed, Progress, Report, TaskRow, canonical_uuid
-from ..errors import HeadwayError, NotFound, Unprocessable
+from ..errors import Conflict, HeadwayError, NotFound, Unprocessable
 from ..schemas import CreateTask
 from ..storage import queries
 from ..storage.batch import GroupCommit
 from ..storage.database import Statements
 from ..storage.families import FamilyVersion, FamilyVersions
+from ..storage.idempotency import KeyRow
 from .activity import Activity
 from .caps import Caps
 from .context import NO_SPACE, NO_TASK, NOT_A_PARENT, Stores
 from .families import Families, Family
+from .idempotency import IN_PROGRESS, KEY_TAKEN, TRIES, Again, Idempotency, Keys, Settled
 
 log = logging.getLogger("headway")
 
@@ -45,12 +47,17 @@ class Tasks:
         self._families = families
         self.caps = caps or Caps(stores)
         self._activity = activity or Activity(stores.clock)
+        self.keys = Keys(stores)
         # Caches forget as each batch's commit ends, before anyone is answered: a create
         # whose caller was cancelled meanwhile commits all the same.
         self.creates = GroupCommit(stores.db, self._insert, after=self._forget)
 
-    async def create(self, space_uuid: str, body: CreateTask) -> dict[str, Any]:
-        """Create a task; answered once the commit holding it is durable."""
+    async def create(
+        self, space_uuid: str, body: CreateTask, idempotency: Idempotency | None = None
+    ) -> dict[str, Any]:
+        """Create a task; answered once the commit holding it is durable. With an
+        `idempotency` key, the first answer under it again, if there is one (see
+        `service.idempotency`)."""
         space_key = canonical_uuid(space_uuid)
         if space_key is None:
             raise NotFound(NO_SPACE)
@@ -60,21 +67,38 @@ class Tasks:
             if parent_key is None:
                 raise Unprocessable(NOT_A_PARENT)
         task_uuid = str(uuid.uuid4())
-        new = _NewTask(task_uuid, space_key, parent_key, body.title, body.source)
+        new = _NewTask(task_uuid, space_key, parent_key, body.title, body.source, idempotency)
         changes = self._stores.changes
         try:
-            await self.creates.submit(new)
+            outcome = await self._submit(new)
         except HeadwayError:
             raise  # refused: nothing was written
         except BaseException:
             # The batch may have committed all the same.
             await changes.announce(Changed.CREATE, space_key, task_uuid, parent_key)
             raise
+        if isinstance(outcome, dict):
+            return outcome  # the first answer under the key again: nothing was created
         await changes.announce(Changed.CREATE, space_key, task_uuid, parent_key)
         return {"uuid": task_uuid}
 
+    async def _submit(self, new: _NewTask) -> TaskRow | dict[str, Any]:
+        """The row `new` was written as; with a key, the first answer under it, if there
+        is one. A create whose key was taken by one ahead of it (in its batch, or committed
+        meanwhile by another instance's) is decided again on what is now stored."""
+        if new.idempotency is None:
+            return cast(TaskRow, await self.creates.submit(new))
+        for _ in range(TRIES):
+            try:
+                outcome = await self.creates.submit(new)
+            except KEY_TAKEN:
+                continue
+            if not isinstance(outcome, Again):
+                return cast(TaskRow | dict[str, Any], outcome)
+        raise Conflict(IN_PROGRESS)
+
     def _forget(
-        self, batch: Sequence[_NewTask], outcomes: Sequence[TaskRow | Exception] | None
+        self, batch: Sequence[_NewTask], outcomes: Sequence[_Outcome | Exception] | None
     ) -> None:
         """After a batch's commit: its tasks, not those refused; after its failure (it
         may have committed all the same): all of them."""
@@ -84,18 +108,26 @@ class Tasks:
             if outcomes is None or isinstance(outcomes[index], TaskRow):
                 forget(Changed.CREATE, new.space_uuid, new.uuid, new.parent_uuid)
 
-    async def _insert(
-        self, st: Statements, batch: Sequence[_NewTask]
-    ) -> list[TaskRow | HeadwayError]:
+    async def _insert(self, st: Statements, batch: Sequence[_NewTask]) -> list[_Outcome]:
         """Write a batch of creates in one transaction. A create refused for its own reason
         (unknown space 404, bad parent 422) is refused alone, before anything is written
-        for it; the others of a space get its next instants, in the order they arrived."""
-        wanted = {new.parent_uuid for new in batch if new.parent_uuid is not None}
+        for it; the others of a space get its next instants, in the order they arrived.
+        Creates with a key that is settled already (see `Keys.settle`) are answered so,
+        and write nothing; the keys of those made are recorded with them."""
+        keyed = any(new.idempotency is not None for new in batch)
+        settled = await self._settle_keys(st, batch) if keyed else {}
+        wanted = {
+            new.parent_uuid
+            for index, new in enumerate(batch)
+            if new.parent_uuid is not None and index not in settled
+        }
         parents = await queries.parents_by_uuid(st, wanted)
         refused: dict[int, HeadwayError] = {}
         by_space: dict[str, list[int]] = defaultdict(list)
         steps = self.caps.steps_of(parents)
         for index, new in enumerate(batch):
+            if index in settled:
+                continue
             by_space[new.space_uuid].append(index)
             if new.parent_uuid is not None:
                 found = parents.get(new.parent_uuid)
@@ -105,7 +137,7 @@ class Tasks:
                 if refusal is not None:
                     refused[index] = refusal
         now_us = self._stores.clock.now_us()
-        outcomes: dict[int, TaskRow | HeadwayError] = {}
+        outcomes: dict[int, _Outcome] = {}
         rows: list[TaskRow] = []
         # Spaces in one fixed order: on PostgreSQL, batches on several instances take
         # their spaces' row locks (the claims) in the same order, so never deadlock.
@@ -141,7 +173,18 @@ class Tasks:
         if rows:
             await queries.insert_tasks(st, rows)
             await queries.count_children(st, steps.added)
-        return [outcomes[index] for index in range(len(batch))]
+            if keyed:
+                await self.keys.record(st, _key_rows(batch, outcomes, settled))
+        return [settled[i] if i in settled else outcomes[i] for i in range(len(batch))]
+
+    async def _settle_keys(self, st: Statements, batch: Sequence[_NewTask]) -> dict[int, Settled]:
+        """The creates of the batch not to be made (see `Keys.settle`), by index."""
+        claims = [
+            (index, new.space_uuid, new.idempotency)
+            for index, new in enumerate(batch)
+            if new.idempotency is not None
+        ]
+        return await self.keys.settle(st, claims)
 
     async def get(self, task_uuid: str) -> domain.TaskView:
         row, children = await self._families.get(task_uuid)
@@ -320,6 +363,24 @@ class _NewTask:
     parent_uuid: str | None
     title: str | None
     source: str | None
+    idempotency: Idempotency | None = None
+
+
+# What a batch answers a create: its row, its refusal, or what its key settled.
+_Outcome = TaskRow | HeadwayError | Settled
+
+
+def _key_rows(
+    batch: Sequence[_NewTask], outcomes: dict[int, _Outcome], settled: dict[int, Settled]
+) -> list[KeyRow]:
+    """The keys of the batch's creates that were made, with their answers."""
+    return [
+        new.idempotency.row(new.space_uuid, new.space_uuid, {"uuid": new.uuid})
+        for index, new in enumerate(batch)
+        if new.idempotency is not None
+        and index not in settled
+        and isinstance(outcomes.get(index), TaskRow)
+    ]
 
 
 def _parent_refusal(parent: TaskRow | None, space_uuid: str) -> HeadwayError | None:

@@ -10,7 +10,9 @@ from ..domain import canonical_uuid
 from ..errors import NotFound, Unprocessable
 from ..schemas import CreateWebhook
 from ..storage import outbox
+from ..storage.database import Statements
 from .context import Stores
+from .idempotency import Idempotency, Keys
 from .spaces import Spaces
 
 
@@ -24,10 +26,18 @@ class Webhooks:
         self._spaces = spaces
         self.allow_private = allow_private
         self.per_space = per_space
+        self.keys = Keys(stores)
 
-    async def create(self, space_uuid: str, body: CreateWebhook) -> dict[str, Any]:
-        """Register a webhook; the answer holds its signing secret, shown only here."""
+    async def create(
+        self, space_uuid: str, body: CreateWebhook, idempotency: Idempotency | None = None
+    ) -> dict[str, Any]:
+        """Register a webhook; the answer holds its signing secret, shown only here. With
+        an `idempotency` key, the first answer under it again, if there is one."""
         space_key = await self._spaces.existing(space_uuid)
+        if idempotency is not None:
+            first = await self.keys.first_answer(space_key, idempotency)
+            if first is not None:
+                return first
         url = webhooks.check_url_syntax(body.url)
         try:
             await webhooks.check_destination(url, allow_private=self.allow_private)
@@ -37,12 +47,15 @@ class Webhooks:
             ) from None
         webhook_uuid, secret = str(uuid.uuid4()), webhooks.new_secret()
         cap, now_us = self.per_space, self._stores.clock.now_us()
-        async with self._stores.db.write() as st:  # spaces are never deleted: it still exists
+
+        async def write(st: Statements) -> dict[str, Any]:
             if not await outbox.insert_webhook(
                 st, webhook_uuid, space_key, body.url, secret, now_us, cap=cap
             ):
                 raise Unprocessable(f"A space holds at most {cap} webhooks; delete one first.")
-        return {"uuid": webhook_uuid, "url": body.url, "secret": secret}
+            return {"uuid": webhook_uuid, "url": body.url, "secret": secret}
+
+        return await self.keys.once(space_key, space_key, idempotency, write)
 
     async def list(self, space_uuid: str) -> list[dict[str, str]]:
         space_key = await self._spaces.existing(space_uuid)

@@ -333,6 +333,16 @@ async def retry(st: Statements, taken: Taken, ids: Sequence[str], due_us: int, e
     return True
 
 
+_BACKLOG = "SELECT (SELECT count(*) FROM channel_deliveries), (SELECT count(*) FROM stalls)"
+
+
+async def backlog(fetch: Fetch) -> tuple[int, int]:
+    """How many channel events are still to send (due, being sent or waiting to retry),
+    and how many stall episodes are open (told `stalled`, not yet `recovered`)."""
+    found = await fetch(_BACKLOG, ())
+    return int(found[0][0]), int(found[0][1])
+
+
 # --- Stalls ------------------------------------------------------------------------------
 
 

@@ -31,7 +31,7 @@ Fetch = Callable[[str, Sequence[Any]], Awaitable[Sequence[Any]]]
 MIGRATIONS = Path(__file__).parent / "migrations"
 # The newest migration. Starting on a database already there needs no Alembic at all
 # (a test checks this matches the migrations directory).
-HEAD_REVISION = "0007"
+HEAD_REVISION = "0008"
 # Seconds after a lost connection during which pooled connections are pinged at checkout.
 SUSPECT_S = 30.0
 
@@ -271,6 +271,20 @@ class Database:
         if (await conn.execute(text(exists))).first() is None:
             return None
         return (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar()
+
+    @property
+    def file(self) -> str | None:
+        """The SQLite database's file; None on PostgreSQL."""
+        return self._path
+
+    async def size_bytes(self) -> int:
+        """The database's size on disk: SQLite's file with its write-ahead log (pages
+        freed inside them are reused before they grow), or PostgreSQL's
+        `pg_database_size` (a query: `headway.disk` says how seldom it is asked)."""
+        if self._path is not None:
+            return sqlite.file_bytes(self._path)
+        rows = await self.fetch("SELECT pg_database_size(current_database())", ())
+        return int(rows[0][0])
 
     async def ping(self) -> None:
         """Raise if the database does not answer."""

@@ -1,5 +1,6 @@
 """SQL of deleting: a task with its children, a whole space, and what refers to them
-(undelivered events, channel messages, stall episodes, share links, webhooks, channels).
+(undelivered events, channel messages, stall episodes, share links, webhooks, channels,
+the first answers of creates made with an idempotency key).
 
 Children go before their parents and tasks before their space (the foreign keys), each
 statement naming its rows by a key the schema indexes. Nothing here decides; the use
@@ -52,12 +53,20 @@ async def family_uuids(fetch: Fetch, task_uuid: str) -> tuple[str, str | None, l
     return own[0][1], own[0][2], [row[0] for row in found if row[0] != task_uuid]
 
 
-async def space_task_uuids(fetch: Fetch, space_uuid: str, limit: int) -> list[str]:
-    """At most `limit` of the space's tasks, children first (so that deleting them in
-    this order never leaves a child without its parent)."""
+async def space_steps(fetch: Fetch, space_uuid: str, limit: int) -> list[str]:
+    """At most `limit` of the space's steps (child tasks)."""
     found = await fetch(
-        "SELECT uuid FROM tasks WHERE space_uuid = ? "
-        "ORDER BY CASE WHEN parent_uuid IS NULL THEN 1 ELSE 0 END, created_at_us LIMIT ?",
+        "SELECT uuid FROM tasks WHERE space_uuid = ? AND parent_uuid IS NOT NULL LIMIT ?",
+        (space_uuid, limit),
+    )
+    return [row[0] for row in found]
+
+
+async def space_top_level(fetch: Fetch, space_uuid: str, limit: int) -> list[str]:
+    """At most `limit` of the space's top-level tasks, oldest first (by its index)."""
+    found = await fetch(
+        "SELECT uuid FROM tasks WHERE space_uuid = ? AND parent_uuid IS NULL "
+        "ORDER BY created_at_us LIMIT ?",
         (space_uuid, limit),
     )
     return [row[0] for row in found]
@@ -78,6 +87,7 @@ async def delete_space(st: Statements, space_uuid: str) -> list[str] | None:
         f"DELETE FROM stalls WHERE {by_channel}",
         "DELETE FROM channels WHERE space_uuid = ?",
         "DELETE FROM shares WHERE space_uuid = ?",
+        "DELETE FROM idempotency_keys WHERE space_uuid = ?",
     ):
         await st.many(sql, [(space_uuid,)])
     tasks = [

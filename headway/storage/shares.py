@@ -1,8 +1,13 @@
-"""SQL for share links: read-only links to a space, each a row until it is revoked."""
+"""SQL for share links: read-only links to a space, each a row until it is revoked; and
+the server secret their task ids are keyed by, made once and shared by every instance."""
 
 from __future__ import annotations
 
-from .database import Fetch, Statements
+import base64
+import secrets
+from typing import Literal
+
+from .database import Database, Fetch, Statements
 from .queries import space_holds_fewer
 
 
@@ -41,6 +46,42 @@ async def space_of_share(fetch: Fetch, uuid: str) -> str | None:
     """The space a share link shows, or None if there is no such link."""
     found = await fetch("SELECT space_uuid FROM shares WHERE uuid = ?", (uuid,))
     return found[0][0] if found else None
+
+
+# Uuids named in one statement.
+AT_ONCE = 500
+
+
+async def existing(fetch: Fetch, table: Literal["spaces", "shares"], uuids: list[str]) -> set[str]:
+    """Which of `uuids` are still rows of `table` (spaces, or share links)."""
+    found: set[str] = set()
+    for start in range(0, len(uuids), AT_ONCE):
+        chunk = uuids[start : start + AT_ONCE]
+        marks = ", ".join("?" * len(chunk))
+        rows = await fetch(f"SELECT uuid FROM {table} WHERE uuid IN ({marks})", chunk)
+        found.update(row[0] for row in rows)
+    return found
+
+
+SHARE_SECRET = "share_task_ids"
+
+
+async def share_secret(db: Database, now_us: int) -> bytes:
+    """The secret share links' task ids are keyed by: made by the first start (of
+    whichever instance gets there first), then the same for every instance and every
+    restart."""
+    select = "SELECT value FROM secrets WHERE name = ?"
+    found = await db.fetch(select, (SHARE_SECRET,))
+    if not found:
+        made = base64.urlsafe_b64encode(secrets.token_bytes(32)).decode()
+        async with db.write() as st:
+            await st.rows(
+                "INSERT INTO secrets (name, value, created_at_us) VALUES (?, ?, ?) "
+                "ON CONFLICT (name) DO NOTHING",
+                (SHARE_SECRET, made, now_us),
+            )
+            found = await st.rows(select, (SHARE_SECRET,))
+    return base64.urlsafe_b64decode(found[0][0])
 
 
 async def tasks_since(fetch: Fetch, space_uuid: str, after_us: int) -> list[tuple[str, int]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
@@ -184,6 +185,16 @@ def _open_for_writes(path: str) -> sqlite3.Connection:
     connection = sqlite3.connect(path, isolation_level=None)
     on_connect(connection, None)
     return connection
+
+
+def file_bytes(path: str) -> int:
+    """Bytes a SQLite database takes on disk: its file and its write-ahead log (the
+    shared-memory index beside them is a few dozen KiB at most). OSError if the file
+    cannot be examined."""
+    size = os.stat(path).st_size
+    with contextlib.suppress(FileNotFoundError):  # no write-ahead log (yet, or any more)
+        size += os.stat(f"{path}-wal").st_size
+    return size
 
 
 def take_write_lock(path: str, timeout_s: float) -> None:

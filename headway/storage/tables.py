@@ -99,3 +99,28 @@ worker_heartbeats = Table(
     Column("worker_id", String(64), primary_key=True),
     Column("beat_at_us", BigInteger, nullable=False),
 )
+
+# The first answer of each create made with an `Idempotency-Key`, kept a day (see
+# `storage.idempotency`).
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("scope", String(80), primary_key=True),
+    Column("key", String(255), primary_key=True),
+    Column("fingerprint", String(64), nullable=False),
+    Column("space_uuid", String(36), nullable=False),
+    Column("status", Integer, nullable=False),
+    Column("answer", Text, nullable=False),
+    Column("created_at_us", BigInteger, nullable=False),
+    Index("idempotency_keys_created", "created_at_us"),
+    Index("idempotency_keys_space", "space_uuid"),
+)
+
+# Secrets made at the first start and shared by every instance (see `storage.shares`).
+secrets = Table(
+    "secrets",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", String(128), nullable=False),
+    Column("created_at_us", BigInteger, nullable=False),
+)

@@ -123,8 +123,10 @@ def home_page() -> Response:
     return render("home.html")
 
 
-def space_page(space_uuid: str, head: dict[str, Any]) -> Response:
-    """A space's dashboard for whoever holds its uuid: live tasks, snippets, share links."""
+def space_page(space_uuid: str, head: dict[str, Any], retention: int | None) -> Response:
+    """A space's dashboard for whoever holds its uuid: live tasks, snippets, share links,
+    channels, deleting it, and how long it may stay idle (`retention`, seconds; None:
+    forever, and the page says nothing of it)."""
     return render(
         "space.html",
         mode="owner",
@@ -132,6 +134,7 @@ def space_page(space_uuid: str, head: dict[str, Any]) -> Response:
         space_uuid=space_uuid,
         title=head["title"],
         icon=head["icon"],
+        retention=None if retention is None else period_words(retention),
     )
 
 
@@ -144,6 +147,7 @@ def shared_page(share_uuid: str, head: dict[str, Any]) -> Response:
         space_uuid=None,
         title=head["title"],
         icon=head["icon"],
+        retention=None,
     )
 
 
@@ -175,4 +179,28 @@ def embed_page(
 
 def not_found_page(message: str) -> Response:
     """A 404 for a browser, saying what was not found."""
-    return render("not_found.html", 404, message=message)
+    return render("not_found.html", 404, heading="Not found", message=message, shared=False)
+
+
+def link_gone_page() -> Response:
+    """A 404 for a browser opening a share link that was revoked, whose space was deleted
+    (by its owner or for being idle), or that never existed: the three look alike, so that
+    a link tells nothing about a space it no longer opens."""
+    return render(
+        "not_found.html",
+        404,
+        heading="This link no longer works",
+        message="It was revoked, or the space it showed was deleted.",
+        shared=True,
+    )
+
+
+_PERIOD_UNITS = (("day", 86_400), ("hour", 3_600), ("minute", 60), ("second", 1))
+
+
+def period_words(seconds: int) -> str:
+    """A period as people say it, in its largest whole unit: "90 days", "1 day", "36
+    hours", "90 minutes"."""
+    unit, size = next((unit, size) for unit, size in _PERIOD_UNITS if seconds % size == 0)
+    count = seconds // size
+    return f"{count:,} {unit}{'' if count == 1 else 's'}"

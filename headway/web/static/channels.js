@@ -16,7 +16,8 @@ const COLUMNS = ["Time", "Event", "Outcome", "Detail"];
 const OUTCOMES = { delivered: "delivered", failed: "failed", given_up: "given up" };
 
 /** Wires the panel of `space`; `onChannels(channels)` hears the list each time it is read
- *  or changes. Returns `{showShares(shares)}`, which fills the read-only link picker. */
+ *  or changes. Returns `{showShares(shares)}`, which fills the read-only link picker, and
+ *  `stop()`, which ends its reading of the deliveries. */
 export function setUpChannels(space, say, onChannels) {
   const collection = `/spaces/${space}/channels`;
   const form = document.getElementById("channel-form");
@@ -164,6 +165,9 @@ export function setUpChannels(space, say, onChannels) {
   }, REFRESH_MS);
 
   return {
+    stop() {
+      clearInterval(refreshing);
+    },
     showShares(shares) {
       const picked = share.value;
       const options = shares.map((link) => el("option", { value: link.uuid }, shareLabel(link)));

@@ -1,9 +1,12 @@
 // The live dashboard of a space (for its owner) or of a share link (read-only). It reads
 // the space's stream, keeps what it holds in a SpaceState, and shows it, touching only
-// the tasks that changed; older tasks come a page at a time. Also: the filter, the tab
-// title's overall progress and failures, a live age on every task, stale tasks (by the
-// server's stall rule, see stalls.js), and finish (or failure) announcements.
+// the tasks that changed (a new snapshot too, after the stream started again); older
+// tasks come a page at a time. Also: the filter, the tab title's overall progress and
+// failures, a live age on every task, stale tasks (by the server's stall rule, see
+// stalls.js), finish (or failure) announcements, deleting a task (owner's page only), and
+// a deleted space or dead link said once, after which nothing more is asked of the server.
 
+import { deleteAt, deleteQuestion } from "./deleting.js";
 import { el, setText } from "./dom.js";
 import { iconUrl, parseTime } from "./format.js";
 import { setUpNotifier } from "./notify.js";
@@ -32,13 +35,19 @@ const page = {
   connection: document.getElementById("connection"),
   announcer: document.getElementById("announcer"),
   title: document.getElementById("space-title"),
+  toolbar: document.querySelector(".toolbar"),
+  side: document.querySelector("aside.side"),
+  notify: document.getElementById("notify"),
+  retention: document.querySelector(".space-foot"),
   icon: document.getElementById("space-icon"),
   favicon: document.querySelector('link[rel="icon"]'),
   filters: [...document.querySelectorAll("button[data-filter]")],
 };
 
 const state = new SpaceState();
-const views = new Map(); // task key -> TaskView, for every task shown so far
+const views = new Map(); // task key -> TaskView, for every task held
+const viewOf = new WeakMap(); // a task's element -> its TaskView
+const deleted = new Set(); // keys of the tasks this page deleted: their late events are old
 const estimates = new Map(); // task key -> rate estimate
 const expandedByHand = new Map(); // parent key -> whether its steps were opened by hand
 const dirty = new Set(); // keys of tasks changed since the last render
@@ -47,6 +56,7 @@ let staleAfter = staleAfterMs(null); // ms; the owner's page follows its channel
 let filter = "all";
 let renderTimer = null;
 let clockAhead = null; // how far the browser's clock runs ahead of the server's, in ms
+let gone = false; // the space was deleted, or the link no longer works
 
 /** The server's time now, as best the browser can tell (see noteClock). */
 const now = () => Date.now() - (clockAhead ?? 0);
@@ -100,19 +110,25 @@ function onChannels(channels) {
   tick();
 }
 
+/** A snapshot replaces what the page holds: at the stream's start, and each time it
+ *  starts again (after a task was deleted, say). The views of the tasks still there are
+ *  kept and updated in place, so nothing flickers and focus stays where it was. */
 function onSnapshot(space) {
+  if (gone) return;
   state.replace(space, PAGE_SIZE);
   showSpace(space);
   space.tasks.forEach(track);
   motion.keepOnly((key) => state.get(key) != null);
-  views.clear();
-  page.list.replaceChildren();
-  page.gone.hidden = true;
+  for (const key of [...views.keys()]) {
+    if (state.get(key) == null) views.delete(key);
+    else dirty.add(key);
+  }
   render();
 }
 
 function onTask(task) {
   const key = keyOf(task);
+  if (gone || deleted.has(key) || deleted.has(parentKeyOf(task))) return;
   const before = state.get(key);
   if (before == null && !state.accepts(task)) return;
   noteClock(task);
@@ -163,7 +179,10 @@ function render() {
 function viewFor(key, isStep) {
   if (!views.has(key)) {
     const stallAt = (task, time) => stallFor(key, task, time);
-    views.set(key, new TaskView(isStep, () => toggleSteps(key), stallAt));
+    const deletion = shared ? null : deletionOf(key);
+    const view = new TaskView(isStep, () => toggleSteps(key), stallAt, deletion);
+    views.set(key, view);
+    viewOf.set(view.element, view);
     showTask(key);
   }
   return views.get(key);
@@ -172,7 +191,10 @@ function viewFor(key, isStep) {
 function showTask(key) {
   const view = views.get(key);
   view.update(state.get(key), estimates.get(key), now(), state.failure(key));
-  if (!state.families.has(key)) return;
+  if (!state.families.has(key)) {
+    view.hideFamily();
+    return;
+  }
   const family = state.family(key);
   const expanded = expandedByHand.get(key) ?? family.steps.length <= SHOW_STEPS_UP_TO;
   const steps = expanded
@@ -253,20 +275,83 @@ async function loadOlder() {
   }
 }
 
+/** What a task's "Delete" asks and does (owner's page). */
+function deletionOf(key) {
+  return {
+    question() {
+      const task = state.get(key);
+      const parent = parentKeyOf(task);
+      return deleteQuestion(task, state.steps(key).length, parent && state.get(parent));
+    },
+    remove: () => deleteTask(key),
+  };
+}
+
+/** Deletes the task `key` with its steps; once the server has, the page forgets them and
+ *  focus goes to the task that took its place (or the one before it, or its parent).
+ *  Resolves to null, or to why it could not be deleted. */
+async function deleteTask(key) {
+  const title = state.get(key)?.title ?? "Untitled task";
+  const element = views.get(key)?.element;
+  const around = [element?.nextElementSibling, element?.previousElementSibling];
+  const parent = parentKeyOf(state.get(key));
+  const failure = await deleteAt(`/tasks/${encodeURIComponent(key)}`, "task");
+  if (failure != null) return failure;
+  forget(key);
+  const next = [...around.map((node) => node && viewOf.get(node)), views.get(parent)].find(
+    (view) => view?.element.isConnected,
+  );
+  if (next != null) next.focus();
+  else page.filters.find((button) => button.dataset.filter === "all").focus();
+  say(`Deleted “${title}”.`);
+  return null;
+}
+
+/** Forgets a deleted task and its steps (a new snapshot may have done so already). */
+function forget(key) {
+  const task = state.get(key);
+  deleted.add(key);
+  if (task == null) return;
+  for (const removed of state.remove(key)) {
+    deleted.add(removed);
+    views.delete(removed);
+    estimates.delete(removed);
+    expandedByHand.delete(removed);
+  }
+  motion.keepOnly((known) => state.get(known) != null);
+  const parent = parentKeyOf(task);
+  if (parent != null) markDirty(parent);
+  render();
+}
+
 function showStatus(status) {
   page.connection.classList.toggle("live", status === "live");
   setText(page.connection, status === "live" ? "Live" : "Reconnecting…");
 }
 
+/** The space was deleted (here, on another page, or for being idle) or the link no longer
+ *  works: say so, once, in place of the tasks and panels, and ask nothing more of the
+ *  server. */
 function onGone() {
+  if (gone) return;
+  gone = true;
+  stopStream?.();
+  stopOwner?.();
+  clearTimeout(renderTimer);
   state.replace({ title: state.title, icon: state.icon, tasks: [] }, PAGE_SIZE);
   views.clear();
   page.list.replaceChildren();
-  render();
-  page.empty.hidden = true;
+  for (const node of [page.toolbar, page.empty, page.older, page.side, page.notify]) {
+    if (node != null) node.hidden = true;
+  }
+  if (page.retention != null) page.retention.hidden = true;
+  page.connection.hidden = true;
+  main.classList.add("space-gone");
   page.gone.hidden = false;
-  setText(page.connection, "Offline");
-  page.connection.classList.remove("live");
+  page.gone.setAttribute("tabindex", "-1");
+  if (!page.gone.contains(document.activeElement)) page.gone.focus();
+  const title = state.title ?? "Untitled space";
+  document.title = shared ? `Link no longer works · ${title}` : `Deleted · ${title}`;
 }
 
 function tick() {
@@ -280,7 +365,12 @@ for (const button of page.filters) {
   button.addEventListener("click", () => setFilter(button.dataset.filter));
 }
 page.older.addEventListener("click", loadOlder);
-const notify = setUpNotifier(document.getElementById("notify"), say);
-if (!shared) setUpOwner(main.dataset.space, say, onChannels);
-connect(base, `limit=${PAGE_SIZE}`, { onSnapshot, onTask, onStatus: showStatus, onGone });
+const notify = setUpNotifier(page.notify, say);
+const stopOwner = shared ? null : setUpOwner(main.dataset.space, say, onChannels, onGone);
+const stopStream = connect(base, `limit=${PAGE_SIZE}`, {
+  onSnapshot,
+  onTask,
+  onStatus: (status) => gone || showStatus(status),
+  onGone,
+});
 setInterval(tick, 1000);

@@ -1,11 +1,13 @@
 // The owner's panel of a space's dashboard: copy-paste snippets to report to this space
 // (this server's address and the space's uuid filled in), its read-only links (create,
-// copy, open, revoke) and its notification channels (channels.js).
+// copy, open, revoke), its notification channels (channels.js) and deleting the space
+// (space-delete.js).
 
 import { setUpChannels } from "./channels.js";
 import { confirmCopy, copyText, el } from "./dom.js";
 import { formatClock, parseTime } from "./format.js";
 import { JSON_HEADERS, errorOf } from "./http.js";
+import { setUpSpaceDelete } from "./space-delete.js";
 
 /** The snippets, keyed by the id of the `<code>` element that shows each. */
 function snippets(origin, space) {
@@ -49,10 +51,12 @@ function snippets(origin, space) {
   };
 }
 
-/** Fills the snippets, wires their copy buttons, the read-only links and the channels of
- *  `space`; `say` announces a result to screen readers; `onChannels(channels)` is called
- *  with the space's channels each time they are read or change. */
-export function setUpOwner(space, say, onChannels) {
+/** Fills the snippets, wires their copy buttons, the read-only links, the channels and
+ *  the deletion of `space`; `say` announces a result to screen readers;
+ *  `onChannels(channels)` is called with the space's channels each time they are read or
+ *  change, `onDeleted()` once this page deleted the space. Returns `stop()`, which ends
+ *  what the panel reads by itself (once the space is gone). */
+export function setUpOwner(space, say, onChannels, onDeleted) {
   for (const [id, text] of Object.entries(snippets(window.location.origin, space))) {
     const code = document.getElementById(id);
     if (code) code.textContent = text;
@@ -65,6 +69,8 @@ export function setUpOwner(space, say, onChannels) {
   }
   const channels = setUpChannels(space, say, onChannels);
   setUpShares(space, say, (shares) => channels.showShares(shares));
+  setUpSpaceDelete(space, onDeleted);
+  return () => channels.stop();
 }
 
 /** The space's read-only links: listed newest first, each with copy, open and revoke;

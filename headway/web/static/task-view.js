@@ -1,7 +1,8 @@
 // One task on the dashboard: title, source, state, how it failed, log line, bar, numbers,
-// rate and time left, age of the last report, values and, for a parent, its steps. Built once, then
-// updated in place as reports arrive; `tick` refreshes what the passing time changes.
-// Whether it is stale is decided by the stall rule (stalls.js), given to the view.
+// rate and time left, age of the last report, values and, for a parent, its steps; on the
+// owner's page, "Delete" and the question it asks first. Built once, then updated in place
+// as reports arrive; `tick` refreshes what the passing time changes. Whether it is stale is
+// decided by the stall rule (stalls.js), given to the view.
 
 import { el, setAttribute, setText } from "./dom.js";
 import {
@@ -24,6 +25,7 @@ const BADGES = {
 };
 
 let lastListId = 0;
+let lastQuestionId = 0;
 
 /** What a task is doing: failed (finished with a `failure`, see tasks.js), finished,
  *  stale (`stall`: stalled by the server's rule, see stalls.js), waiting (never
@@ -62,8 +64,10 @@ function describeCounts(task, ratio) {
 export class TaskView {
   /** `isStep`: a child shown inside its parent; `onToggleSteps`: called when a parent's
    *  "show steps" button is pressed; `stallAt(task, now)`: how the task is stalled at
-   *  `now` (see stalls.js `stallOf`), or null. */
-  constructor(isStep, onToggleSteps, stallAt) {
+   *  `now` (see stalls.js `stallOf`), or null; `deletion`: on the owner's page,
+   *  `{question()}`, the words asked before deleting, and `{remove()}`, which deletes
+   *  and resolves to null, or to why it could not. */
+  constructor(isStep, onToggleSteps, stallAt, deletion = null) {
     this.onToggleSteps = onToggleSteps;
     this.stallAt = stallAt;
     this.task = null;
@@ -86,10 +90,19 @@ export class TaskView {
     this.speed = el("span");
     this.age = el("span", { class: "age" });
     this.values = el("dl", { class: "task-values" });
+    this.deletion = deletion == null ? null : this.buildDeletion(deletion, isStep);
     this.element = el(
       "li",
       { class: isStep ? "task step" : "task" },
-      el("div", { class: "task-head" }, this.title, this.source, this.badge),
+      el(
+        "div",
+        { class: "task-head" },
+        this.title,
+        this.source,
+        this.badge,
+        this.deletion?.open,
+      ),
+      this.deletion?.asking,
       this.error,
       this.log,
       this.bar,
@@ -109,6 +122,7 @@ export class TaskView {
     setText(this.source, task.source == null ? "" : `from ${task.source}`);
     this.source.hidden = task.source == null;
     setAttribute(this.bar, "aria-label", `Progress of ${title}`);
+    if (this.deletion != null) setAttribute(this.deletion.open, "aria-label", `Delete ${title}`);
     const log = task.progress?.values?.log;
     setText(this.log, log == null ? "" : String(log));
     this.log.hidden = log == null || log === "";
@@ -194,15 +208,79 @@ export class TaskView {
     return this.steps.list;
   }
 
+  /** Takes away the steps shown: the task has none left. */
+  hideFamily() {
+    this.steps?.section.remove();
+    this.steps = null;
+  }
+
   buildSteps() {
     const id = `steps-${++lastListId}`;
     const summary = el("p", { class: "steps-summary" });
     const toggle = el("button", { type: "button", class: "link", "aria-controls": id });
     toggle.addEventListener("click", () => this.onToggleSteps());
     const list = el("ol", { class: "steps-list", id });
-    this.element.append(
-      el("div", { class: "steps" }, el("div", { class: "steps-head" }, summary, toggle), list),
+    const section = el(
+      "div",
+      { class: "steps" },
+      el("div", { class: "steps-head" }, summary, toggle),
+      list,
     );
-    return { summary, toggle, list };
+    this.element.append(section);
+    return { summary, toggle, list, section };
+  }
+
+  /** Moves focus to the task's title (say, once the task next to it was deleted). */
+  focus() {
+    this.title.setAttribute("tabindex", "-1");
+    this.title.focus();
+  }
+
+  /** "Delete", and in its place, once pressed, the question with "Delete task" (or
+   *  step) and "Cancel"; Escape cancels too. Focus goes to "Cancel", the harmless one. */
+  buildDeletion({ question, remove }, isStep) {
+    const id = `question-${++lastQuestionId}`;
+    const open = el("button", { type: "button", class: "task-delete" }, "Delete");
+    const words = el("p", { class: "task-question", id });
+    const confirm = el(
+      "button",
+      { type: "button", class: "danger-strong" },
+      isStep ? "Delete step" : "Delete task",
+    );
+    const cancel = el("button", { type: "button" }, "Cancel");
+    const failure = el("p", { class: "error", role: "alert", hidden: true });
+    const asking = el(
+      "div",
+      { class: "task-confirm", role: "group", "aria-labelledby": id, hidden: true },
+      words,
+      el("div", { class: "task-confirm-actions" }, confirm, cancel),
+      failure,
+    );
+    const ask = (shown) => {
+      setText(words, shown ? question() : "");
+      setText(failure, "");
+      failure.hidden = true;
+      asking.hidden = !shown;
+      open.hidden = shown;
+      (shown ? cancel : open).focus();
+    };
+    open.addEventListener("click", () => ask(true));
+    cancel.addEventListener("click", () => ask(false));
+    asking.addEventListener("keydown", (event) => {
+      if (event.key === "Escape") {
+        event.stopPropagation();
+        ask(false);
+      }
+    });
+    confirm.addEventListener("click", async () => {
+      confirm.disabled = cancel.disabled = true;
+      const why = await remove();
+      confirm.disabled = cancel.disabled = false;
+      if (why != null) {
+        setText(failure, why);
+        failure.hidden = false;
+      }
+    });
+    return { open, asking };
   }
 }

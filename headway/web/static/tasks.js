@@ -104,6 +104,42 @@ export class SpaceState {
     for (const child of children) this.put(child);
   }
 
+  /** Forgets the task `key` with its steps, and takes it from its parent's family, whose
+   *  held counts follow (the server's next word on the parent may say more: that it
+   *  finished). Returns the keys forgotten: none when the task was not held. */
+  remove(key) {
+    const task = this.tasks.get(key);
+    if (task == null) return [];
+    const gone = [];
+    const forget = (k) => {
+      gone.push(k);
+      for (const step of this.families.get(k) ?? []) forget(step);
+      this.tasks.delete(k);
+      this.families.delete(k);
+    };
+    forget(key);
+    const parent = parentKeyOf(task);
+    const family = this.families.get(parent);
+    if (family != null) {
+      family.delete(key);
+      if (family.size === 0) this.families.delete(parent);
+      this.recount(parent);
+    }
+    return gone;
+  }
+
+  /** Brings a parent's aggregated counts in line with the steps held. */
+  recount(key) {
+    const task = this.tasks.get(key);
+    if (!task?.progress?.aggregated) return;
+    const steps = this.steps(key);
+    const current = steps.filter((step) => step.finished_at != null).length;
+    const end = steps.length;
+    let ratio = end === 0 ? null : current / end;
+    if (task.finished_at != null) ratio = 1;
+    this.tasks.set(key, { ...task, progress: { ...task.progress, current, end, ratio } });
+  }
+
   get(key) {
     return this.tasks.get(key);
   }

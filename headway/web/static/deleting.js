@@ -1,0 +1,31 @@
+// Deleting, from the owner's page: the question a task's "Delete" asks first, and the
+// DELETE of a task or a space, whose failure comes back as a sentence to show.
+
+import { JSON_HEADERS, errorOf } from "./http.js";
+
+const UNTITLED = "Untitled task";
+
+/** The question a task's "Delete" asks: "Delete “Deploy” and its 3 steps? This cannot be
+ *  undone." `steps` is how many steps it has; `parent` its parent, for a step. */
+export function deleteQuestion(task, steps, parent = null) {
+  const title = `“${task.title ?? UNTITLED}”`;
+  let what = title;
+  if (parent != null) {
+    what = `the step ${title} of “${parent.title ?? UNTITLED}”`;
+  } else if (steps > 0) {
+    what = `${title} and its ${steps} ${steps === 1 ? "step" : "steps"}`;
+  }
+  return `Delete ${what}? This cannot be undone.`;
+}
+
+/** DELETEs `path` (a `what`: "task", "space"). Null once it is gone, a 404 included (it
+ *  was deleted already, from another page); otherwise what went wrong. */
+export async function deleteAt(path, what) {
+  try {
+    const response = await fetch(path, { method: "DELETE", headers: JSON_HEADERS });
+    if (response.ok || response.status === 404) return null;
+    return (await errorOf(response)) ?? `The ${what} could not be deleted; try again.`;
+  } catch {
+    return "The server could not be reached; try again.";
+  }
+}
