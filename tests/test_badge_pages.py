@@ -211,7 +211,8 @@ def test_the_embed_updates_live_in_a_frame_of_another_origin(
         api.client.delete(f"/spaces/{space}/shares/{share}")
         watch.expect_error(r"404")
         expect(frame.get_by_role("alert")).to_have_text(
-            "This link was revoked or never existed.", timeout=10_000
+            "This link no longer works: it was revoked, or the space it showed was deleted.",
+            timeout=10_000,
         )
     finally:
         context.close()

@@ -262,7 +262,7 @@ async def test_a_revoked_or_unknown_link_or_task_is_404(client, space, make_task
     assert image.status_code == 404 and image.headers["cache-control"] == "no-store"
     assert texts(image.content)[1] == ["progress", "not found"]
     page = await client.get(f"/shared/{share}/embed", headers={"accept": "text/html"})
-    assert page.status_code == 404 and "revoked or never existed" in page.text
+    assert page.status_code == 404 and "This link no longer works" in page.text
 
 
 def shields_schema() -> dict[str, Any]:

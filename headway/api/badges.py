@@ -190,11 +190,12 @@ async def embed(request: Request) -> Response:
     looks: dict[str, Any] = {"theme": theme, "transparent": transparent, "limit": limit}
     try:
         space_uuid = await service.space_of_share(share_uuid)
+        # The space may go in between: the link then no longer works either.
+        head = await service.space_head(space_uuid)
     except NotFound:
         if pages.wants_html(request):
             return pages.embed_page(None, {}, status=404, **looks)
         raise
-    head = await service.space_head(space_uuid)
     return pages.embed_page(share_uuid, head, **looks)
 
 
