@@ -6,7 +6,9 @@ contrast; the width table; and `headway badge`."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hmac
 import io
 import json
 import re
@@ -18,6 +20,7 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jsonschema
 import msgspec
 import pytest
@@ -30,6 +33,8 @@ from headway.config import Settings
 from headway.domain import parse_ts
 from headway.schemas import CreateChannel
 
+from .live_server import serving
+from .test_events import new_space, new_task, watching
 from .test_shares import assert_no_uuid
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
@@ -492,3 +497,80 @@ async def test_the_badges_short_way_takes_only_its_own_paths(client, space, make
     assert short_way("GET", wrong) is None
     response = await client.get(wrong)
     assert response.status_code == 404 and set(response.json()) == {"error"}
+
+
+async def test_a_badge_takes_the_ids_the_links_stream_shows(settings):
+    """The ids of a link's stream (its snapshot, and a task created since) name the same
+    tasks in badge.svg and shields.json; an id keyed by the link's uuid alone (without the
+    server's secret) names none."""
+    with serving(settings.with_(run_worker=False)) as (host, port):
+        async with httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=10) as http:
+            space = await new_space(http, "Nightly")
+            first = await new_task(http, space, title="Deploy")
+            await http.put(f"/tasks/{first}", json={"current": 1, "end": 4})
+            share = await share_of(http, space)
+            async with watching(http, f"/shared/{share}/events") as watcher:
+                [shown] = (await watcher.snapshot())["tasks"]
+                _, drawn, _ = await badge(http, f"/shared/{share}/tasks/{shown['id']}/badge.svg")
+                assert drawn == ["Deploy", "25%"]
+                later = await new_task(http, space, title="Backup")  # after the first look
+                [event] = await watcher.task_events(1)
+            assert event["title"] == "Backup"
+            task_path = f"/shared/{share}/tasks/{event['id']}"
+            _, drawn, _ = await badge(http, f"{task_path}/badge.svg")
+            assert drawn == ["Backup", "waiting"]
+            shields = await http.get(f"{task_path}/shields.json")
+            assert shields.status_code == 200 and shields.json()["message"] == "waiting"
+            assert_no_uuid(shields.text, space, share, first, later)
+            unkeyed = hmac.new(uuid.UUID(share).bytes, first.encode(), "sha256").digest()[:16]
+            old = base64.urlsafe_b64encode(unkeyed).rstrip(b"=").decode()
+            assert old != shown["id"]
+            refused = await http.get(f"/shared/{share}/tasks/{old}/badge.svg")
+            assert refused.status_code == 404
+
+
+async def test_a_revoke_or_delete_made_elsewhere_ends_the_badges_within_a_second(
+    settings, app, client, space, make_task, clock
+):
+    """A revoke or a space's delete that no change feed told this instance of (another
+    instance, no Redis) is 404 once what the badges keep (a second at most) is old; one
+    made here is 404 at once."""
+    from headway.storage import deletes
+    from headway.storage.database import Database
+
+    await make_task(title="Deploy")
+    revoked = await share_of(client, space)
+    other_space = (await client.post("/spaces", json={"title": "Other"})).json()["uuid"]
+    await make_task(other_space, title="Backup")
+    deleted = await share_of(client, other_space)
+    paths = {}
+    for share in (revoked, deleted):
+        [task_id] = (await ids_by_title(client, share)).values()
+        paths[share] = [
+            f"/shared/{share}/badge.svg",
+            f"/shared/{share}/shields.json",
+            f"/shared/{share}/tasks/{task_id}/badge.svg",
+            f"/shared/{share}/tasks/{task_id}/shields.json",
+        ]
+        for path in paths[share]:
+            assert (await client.get(path)).status_code == 200, path
+    db = Database(settings.database_url)
+    try:
+        async with db.write() as st:
+            await st.rows("DELETE FROM shares WHERE uuid = ?", (revoked,))
+            await deletes.delete_space(st, other_space)
+    finally:
+        await db.close()
+    clock.advance(1.001)
+    for share in (revoked, deleted):
+        for path in paths[share]:
+            gone = await client.get(path)
+            assert gone.status_code == 404 and set(gone.json()) == {"error"}, path
+    # Made here: at once, with no time passing.
+    share = await share_of(client, space)
+    [task_id] = (await ids_by_title(client, share)).values()
+    badge_path = f"/shared/{share}/tasks/{task_id}/badge.svg"
+    assert (await client.get(badge_path)).status_code == 200
+    assert (await client.delete(f"/spaces/{space}")).status_code == 204
+    for path in (badge_path, f"/shared/{share}/badge.svg", f"/shared/{share}/embed"):
+        assert (await client.get(path)).status_code == 404, path
