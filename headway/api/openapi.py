@@ -24,6 +24,7 @@ _MODELS = [
     schemas.TaskOut,
     schemas.WebhookCreated,
     schemas.WebhookOut,
+    schemas.WebhookDelivery,
     schemas.CreateChannel,
     schemas.TestChannel,
     schemas.ChannelOut,
