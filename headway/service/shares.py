@@ -71,10 +71,11 @@ class SharedSpaces:
 class _Ids:
     """The ids of one link: id -> task uuid, for every task created up to `through_us`."""
 
-    __slots__ = ("ids", "through_us", "view")
+    __slots__ = ("ids", "space", "through_us", "view")
 
-    def __init__(self, view: ShareView) -> None:
+    def __init__(self, view: ShareView, space: str) -> None:
         self.view = view
+        self.space = space
         self.ids: dict[str, str] = {}
         self.through_us = -1
 
@@ -85,7 +86,10 @@ class TaskIds:
     HMAC per task), later looks only those of tasks created since. A task's id never
     changes, and a deleted task is not found when it is read, so nothing here goes stale.
     At most IDS_KEPT ids are kept over every link (the link used longest ago goes first);
-    a link whose space alone holds more pays a look at every task each time."""
+    a link whose space alone holds more pays a look at every task each time. A revoke or
+    the space's delete heard here lets go of the link's ids at once."""
+
+    hears: ClassVar[frozenset[Changed]] = frozenset({Changed.REVOKE, Changed.DROP})
 
     def __init__(
         self,
@@ -106,7 +110,7 @@ class TaskIds:
         held = links.get(share_uuid)
         if held is None:
             view = await self._view(share_uuid)  # waits only for the secret's first read
-            held = links.setdefault(share_uuid, _Ids(view))
+            held = links.setdefault(share_uuid, _Ids(view, space_uuid))
         else:
             links.move_to_end(share_uuid)
             found = held.ids.get(task_id)
@@ -124,6 +128,17 @@ class TaskIds:
         if found is None:
             raise NotFound(NO_SHARED_TASK)
         return found
+
+    def on_change(
+        self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
+    ) -> None:
+        links = self._links
+        if kind is Changed.REVOKE:
+            gone = [task_uuid] if task_uuid is not None and task_uuid in links else []  # its link
+        else:
+            gone = [share for share, held in links.items() if held.space == space_uuid]
+        for share in gone:
+            self._count -= len(links.pop(share).ids)
 
     def _trim(self) -> None:
         """Let go of the links used longest ago until at most `held` ids are kept; a link
@@ -150,6 +165,7 @@ class Shares:
         self.spaces = SharedSpaces()
         stores.changes.register(self.spaces)
         self.ids = TaskIds(stores, self.view)
+        stores.changes.register(self.ids)
 
     async def create(
         self, space_uuid: str, idempotency: Idempotency | None = None
