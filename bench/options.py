@@ -24,6 +24,8 @@ BUSY_RATE = 300
 BUSY_SECONDS = 60
 BUSY_STREAMS = 2
 BUSY_WINDOW_S = 10.0
+# The badges' space: its tasks, each reported once (bench/scenarios/badges.py).
+BADGE_SPACE_TASKS = 100
 
 
 @dataclass
@@ -231,6 +233,9 @@ def scenario_titles(o: Options) -> dict[str, str]:
         "streams_put": f"the same PUT with {o.streams:,} streams of the space open and read",
         "streams_latency": f"report-to-event latency on {o.streams:,} streams, under that PUT",
         "streams_memory": f"memory per open stream ({o.streams:,} streams, server RSS)",
+        "badge_get_task": f"GET /tasks/{{t}}, {BADGE_SPACE_TASKS} tasks (the badges' control)",
+        "badge": "GET /shared/{s}/tasks/{id}/badge.svg over the same tasks",
+        "badge_space": f"GET /shared/{{s}}/badge.svg, a space of {BADGE_SPACE_TASKS} tasks",
         "busy_embedded": (
             f"busy space, embedded: {BUSY_RATE} creates/s + {BUSY_RATE} reports/s for "
             f"{o.busy_s:g} s; lag of its {BUSY_STREAMS} streams"

@@ -37,6 +37,7 @@ from .options import Options, parse_options
 from .processes import start_baseline
 from .report import Row, Target
 from .scenarios import busy, channels, embedded, reads, reports, scale_out, sweep
+from .scenarios.badges import BADGE_ROWS, badge_targets, badges
 from .scenarios.busy import BUSY_ROWS
 from .scenarios.channels import CHANNEL_ROWS
 from .scenarios.flood import FLOOD_ROWS, flood
@@ -78,6 +79,7 @@ def phases(bench: Harness) -> list[Phase]:
         *NEIGHBOUR_ROWS,
         *FLOOD_ROWS,
         *STREAM_ROWS,
+        *BADGE_ROWS,
         *BUSY_ROWS,
         "scale_out_one",
         "scale_out_two",
@@ -96,6 +98,7 @@ def phases(bench: Harness) -> list[Phase]:
         (NEIGHBOUR_ROWS, neighbour),
         (FLOOD_ROWS, flood),
         (STREAM_ROWS, streams),
+        (BADGE_ROWS, badges),
         (["busy_embedded"], busy.embedded),
         (["busy_a", "busy_b"], busy.scale_out_busy),
         (["scale_out_one", "scale_out_two"], scale_out.scale_out),
@@ -119,7 +122,7 @@ def baseline(bench: Harness) -> None:
 
 def targets(rows: dict[str, Row], o: Options) -> list[Target]:
     """Every target, in table order: issue 6's, the reads and creates', the live stream's,
-    the busy space's, the notification channels'."""
+    the busy space's, the notification channels', the sweeper's, the badges'."""
     return (
         issue6_targets(rows, o)
         + reads_creates_targets(rows, o)
@@ -129,6 +132,7 @@ def targets(rows: dict[str, Row], o: Options) -> list[Target]:
         + sweep_targets(rows, o)
         + outbox_targets(rows, o)
         + neighbour_targets(rows, o)
+        + badge_targets(rows)
     )
 
 

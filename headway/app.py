@@ -19,6 +19,7 @@ from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
 from . import metrics
+from .api import badges as badge_routes
 from .api import channels as channel_routes
 from .api import events, health, hot, openapi
 from .api import mcp as mcp_routes
@@ -177,6 +178,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             *hot.routes,
             *events.routes,
             *share_routes.routes,
+            *badge_routes.routes,
             *webhook_routes.routes,
             *channel_routes.routes,
             *health.routes,
@@ -200,6 +202,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             **web_routes.openapi_paths,
             **events.openapi_paths,
             **share_routes.openapi_paths,
+            **badge_routes.openapi_paths,
             **webhook_routes.openapi_paths,
             **channel_routes.openapi_paths,
             **mcp_routes.openapi_paths,
@@ -213,11 +216,11 @@ class HeadwayApp(Starlette):
     """Starlette, with a short way in for the most used routes.
 
     Task reads and reports (`GET`, `PUT /tasks/{uuid}`, `GET /tasks/{uuid}/report`),
-    creates of tasks and space reads are most of the traffic. They go straight to their
-    endpoint (`api.hot`, where each is declared once for both ways), skipping the router
-    and the two exception middlewares (together about a tenth of a report's cost, and
-    more for routes later in the list); their
-    errors are rendered by the same handlers. Every other request takes the ordinary way
+    creates of tasks, space reads and share links' badges are most of the traffic. They go
+    straight to their endpoint (`api.hot`, where each is declared once for both ways),
+    skipping the router and the two exception middlewares (together about a tenth of a
+    report's cost, and more for routes later in the list); their errors are rendered by
+    the same handlers. Every other request takes the ordinary way
     (`_ordinary`). Both ways count each request (headway.metrics) under its route's
     template as its answer starts.
 

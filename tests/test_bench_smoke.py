@@ -27,6 +27,7 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
 
     from bench.cost_targets import READS_CREATES
     from bench.options import parse_options, scenario_titles
+    from bench.scenarios.badges import BADGES
     from bench.scenarios.neighbour import NEIGHBOUR
     from bench.scenarios.outbox import OUTBOX
     from bench.targets import BUSY, ISSUE6, LIVE, NOTIFY, SWEEP
@@ -96,6 +97,7 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
             "scale_out_cpu",
         },
         LIVE: {"streams_latency", "streams_memory", "streams_put"},
+        BADGES: {"badge_cpu"},
         BUSY: {
             "busy_lag",
             "busy_lag_growth",

@@ -34,6 +34,7 @@ _MODELS = [
     schemas.ShareCreated,
     schemas.ShareOut,
     schemas.SharedSpaceOut,
+    schemas.ShieldsOut,
     schemas.ErrorOut,
     HealthOut,
 ]

@@ -8,7 +8,7 @@ stream and `/mcp` call and nothing else.
 - `caps`, `deletes`, `activity`: what a space may hold, deleting tasks and spaces, and
   when each space was last used (for retention);
 - `webhooks`, `channels`, `shares`: a space's webhooks, notification channels and share
-  links;
+  links; `badges`: what a share link's badges show;
 - `idempotency`: creates made once, however often they are retried with one key;
 - `changes`: the one point every write calls once it is stored.
 
@@ -31,6 +31,7 @@ from ..storage.database import Database
 from ..storage.families import FamilyCache, FamilyVersions
 from ..storage.small_spaces import ShownTasks, SmallSpaces
 from .activity import Activity
+from .badges import Badges
 from .caps import Caps
 from .changes import Cache, Changes
 from .channels import ChannelRules, Channels
@@ -105,6 +106,7 @@ class Service:
             per_space=webhooks_per_space,
         )
         self.shares = Shares(stores, self.spaces, per_space=shares_per_space)
+        self.badges = Badges(stores, self.shares, self.reads, self.tasks)
         self.channels = Channels(
             stores,
             self.spaces,
