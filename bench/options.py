@@ -24,6 +24,8 @@ BUSY_RATE = 300
 BUSY_SECONDS = 60
 BUSY_STREAMS = 2
 BUSY_WINDOW_S = 10.0
+# The badges' space: its tasks, each reported once (bench/scenarios/badges.py).
+BADGE_SPACE_TASKS = 100
 
 
 @dataclass
@@ -182,6 +184,20 @@ def scenario_titles(o: Options) -> dict[str, str]:
         "put_report_swept": (
             "the same PUT and server, the sweeper deleting the idle space meanwhile"
         ),
+        "outbox_claim": (
+            "outbox, SQLite: claiming 8 due deliveries with 10 / 100,000 / 1,000,000 pending "
+            "to a dead endpoint (--quick: to 100,000, --smoke: 1,000); creates and finishes "
+            "beside a worker meanwhile"
+        ),
+        "outbox_claim_postgres": "outbox: the same on PostgreSQL",
+        "neighbour_alone": (
+            "hostile neighbour: a well-behaved client (100 req/s: creates, reports, reads, "
+            "finishes, one stream) alone on a fresh embedded server"
+        ),
+        "neighbour_beside_greedy": (
+            "the same client beside a greedy one (progress, whole reads of a big space, "
+            "streams, dead webhooks; never waits for Retry-After)"
+        ),
         "stall_latency": (
             "a stall's deadline to its message: 50 tasks reported once over 15 s, "
             "stalled_after 60 s, a look every 15 s (full run only)"
@@ -228,6 +244,9 @@ def scenario_titles(o: Options) -> dict[str, str]:
         "streams_put": f"the same PUT with {o.streams:,} streams of the space open and read",
         "streams_latency": f"report-to-event latency on {o.streams:,} streams, under that PUT",
         "streams_memory": f"memory per open stream ({o.streams:,} streams, server RSS)",
+        "badge_get_task": f"GET /tasks/{{t}}, {BADGE_SPACE_TASKS} tasks (the badges' control)",
+        "badge": "GET /shared/{s}/tasks/{id}/badge.svg over the same tasks",
+        "badge_space": f"GET /shared/{{s}}/badge.svg, a space of {BADGE_SPACE_TASKS} tasks",
         "busy_embedded": (
             f"busy space, embedded: {BUSY_RATE} creates/s + {BUSY_RATE} reports/s for "
             f"{o.busy_s:g} s; lag of its {BUSY_STREAMS} streams"

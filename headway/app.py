@@ -19,6 +19,7 @@ from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
 from . import metrics
+from .api import badges as badge_routes
 from .api import channels as channel_routes
 from .api import events, health, hot, openapi
 from .api import mcp as mcp_routes
@@ -98,6 +99,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 allow_private_webhooks=settings.webhook_allow_private,
                 webhooks_per_space=settings.webhooks_per_space,
                 shares_per_space=settings.shares_per_space,
+                outbox_per_endpoint=settings.outbox_per_endpoint,
                 channel_rules=ChannelRules(
                     settings.channel_schemes,
                     settings.webhook_allow_private,
@@ -118,7 +120,12 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 per_network=settings.streams_per_network if settings.rate_limits else None,
             )
             stalls = StallWatch(
-                db, progress, clock, service.event_views, scan_s=settings.stall_scan
+                db,
+                progress,
+                clock,
+                service.event_views,
+                scan_s=settings.stall_scan,
+                outbox_per_endpoint=settings.outbox_per_endpoint,
             )
             app.state.stalls = stalls
             if settings.run_worker:
@@ -127,6 +134,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                     clock,
                     allow_private=settings.webhook_allow_private,
                     channels=channel_sender(settings, db, clock),
+                    give_up_s=settings.delivery_give_up,
                 )
                 service.on_event = stalls.on_queued = worker.wake
                 worker_task = asyncio.create_task(worker.run(), name="headway-worker")
@@ -171,6 +179,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             *hot.routes,
             *events.routes,
             *share_routes.routes,
+            *badge_routes.routes,
             *webhook_routes.routes,
             *channel_routes.routes,
             *health.routes,
@@ -194,6 +203,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             **web_routes.openapi_paths,
             **events.openapi_paths,
             **share_routes.openapi_paths,
+            **badge_routes.openapi_paths,
             **webhook_routes.openapi_paths,
             **channel_routes.openapi_paths,
             **mcp_routes.openapi_paths,
@@ -207,11 +217,11 @@ class HeadwayApp(Starlette):
     """Starlette, with a short way in for the most used routes.
 
     Task reads and reports (`GET`, `PUT /tasks/{uuid}`, `GET /tasks/{uuid}/report`),
-    creates of tasks and space reads are most of the traffic. They go straight to their
-    endpoint (`api.hot`, where each is declared once for both ways), skipping the router
-    and the two exception middlewares (together about a tenth of a report's cost, and
-    more for routes later in the list); their
-    errors are rendered by the same handlers. Every other request takes the ordinary way
+    creates of tasks, space reads and share links' badges are most of the traffic. They go
+    straight to their endpoint (`api.hot`, where each is declared once for both ways),
+    skipping the router and the two exception middlewares (together about a tenth of a
+    report's cost, and more for routes later in the list); their errors are rendered by
+    the same handlers. Every other request takes the ordinary way
     (`_ordinary`). Both ways count each request (headway.metrics) under its route's
     template as its answer starts.
 

@@ -27,6 +27,9 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
 
     from bench.cost_targets import READS_CREATES
     from bench.options import parse_options, scenario_titles
+    from bench.scenarios.badges import BADGES
+    from bench.scenarios.neighbour import NEIGHBOUR
+    from bench.scenarios.outbox import OUTBOX
     from bench.targets import BUSY, ISSUE6, LIVE, NOTIFY, SWEEP
 
     results = json.loads((tmp_path / "latest.json").read_text())
@@ -94,6 +97,7 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
             "scale_out_cpu",
         },
         LIVE: {"streams_latency", "streams_memory", "streams_put"},
+        BADGES: {"badge_cpu"},
         BUSY: {
             "busy_lag",
             "busy_lag_growth",
@@ -104,7 +108,24 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
         },
         NOTIFY: {"notified_put_cpu", "stall_latency"},
         SWEEP: {"swept_put"},
+        OUTBOX: {
+            f"{row}_{check}"
+            for row in ("outbox_claim", "outbox_claim_postgres")
+            for check in ("flat", "lock", "writes")
+        },
+        NEIGHBOUR: {"neighbour_success", "neighbour_p99"},
     }
+    # The hostile neighbour: the well-behaved client measured alone and beside the greedy
+    # one, which ran from its own process and was answered.
+    for name in ("neighbour_alone", "neighbour_beside_greedy"):
+        assert found[name]["requests"] > 0 and found[name]["p99_ms"] > 0, found[name]
+    greedy = found["neighbour_beside_greedy"]["extra"]["greedy"]
+    assert sum(greedy["reads of the big space"].values()) > 0, greedy
+    # The delivery backlog: claims timed at every size, writes beside a worker.
+    claimed = found["outbox_claim"]
+    assert claimed["status"] == "ok", claimed
+    assert set(claimed["extra"]["claim_median_ms"]) == {"10", "1000"}
+    assert claimed["p99_ms"] > 0 and claimed["extra"]["writes"]["1000"] > 0
     # Channels and stall looks on the PUT: both servers measured, the channels alive.
     notified = found["put_report_notified"]
     assert found["put_report_plain"]["cpu_us_per_request"] > 0

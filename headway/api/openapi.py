@@ -24,6 +24,7 @@ _MODELS = [
     schemas.TaskOut,
     schemas.WebhookCreated,
     schemas.WebhookOut,
+    schemas.WebhookDelivery,
     schemas.CreateChannel,
     schemas.TestChannel,
     schemas.ChannelOut,
@@ -33,6 +34,7 @@ _MODELS = [
     schemas.ShareCreated,
     schemas.ShareOut,
     schemas.SharedSpaceOut,
+    schemas.ShieldsOut,
     schemas.ErrorOut,
     HealthOut,
 ]

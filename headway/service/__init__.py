@@ -8,7 +8,7 @@ stream and `/mcp` call and nothing else.
 - `caps`, `deletes`, `activity`: what a space may hold, deleting tasks and spaces, and
   when each space was last used (for retention);
 - `webhooks`, `channels`, `shares`: a space's webhooks, notification channels and share
-  links;
+  links; `badges`: what a share link's badges show;
 - `idempotency`: creates made once, however often they are retried with one key;
 - `changes`: the one point every write calls once it is stored.
 
@@ -31,6 +31,7 @@ from ..storage.database import Database
 from ..storage.families import FamilyCache, FamilyVersions
 from ..storage.small_spaces import ShownTasks, SmallSpaces
 from .activity import Activity
+from .badges import Badges
 from .caps import Caps
 from .changes import Cache, Changes
 from .channels import ChannelRules, Channels
@@ -77,6 +78,7 @@ class Service:
         webhooks_per_space: int = 20,
         shares_per_space: int = 100,
         channel_rules: ChannelRules | None = None,
+        outbox_per_endpoint: int = 10_000,
         disk: DiskBudget | None = None,
     ) -> None:
         # Admits creates while the database has room (a budget of the defaults if none).
@@ -87,7 +89,11 @@ class Service:
         self.activity = Activity(clock)
         self.spaces = Spaces(stores)
         self.reads = SpaceReads(stores, self.spaces, versions=versions, activity=self.activity)
-        self.families = Families(stores, FamilyCache(versioned=versions is not None))
+        self.families = Families(
+            stores,
+            FamilyCache(versioned=versions is not None),
+            outbox_per_endpoint=outbox_per_endpoint,
+        )
         self.caps = Caps(stores)
         self.tasks = Tasks(stores, self.families, self.caps, self.activity)
         self.deletes = Deletes(stores, self.families)
@@ -100,6 +106,7 @@ class Service:
             per_space=webhooks_per_space,
         )
         self.shares = Shares(stores, self.spaces, per_space=shares_per_space)
+        self.badges = Badges(stores, self.shares, self.reads, self.tasks)
         self.channels = Channels(
             stores,
             self.spaces,
@@ -196,7 +203,7 @@ class Service:
         self.disk.admit()
         return await self.webhooks.create(space_uuid, body, idempotency)
 
-    async def list_webhooks(self, space_uuid: str) -> list[dict[str, str]]:
+    async def list_webhooks(self, space_uuid: str) -> list[dict[str, Any]]:
         return await self.webhooks.list(space_uuid)
 
     async def delete_webhook(self, space_uuid: str, webhook_uuid: str) -> None:
