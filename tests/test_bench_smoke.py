@@ -30,7 +30,7 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
     from bench.scenarios.badges import BADGES
     from bench.scenarios.neighbour import NEIGHBOUR
     from bench.scenarios.outbox import OUTBOX
-    from bench.targets import BUSY, ISSUE6, LIVE, NOTIFY, SWEEP
+    from bench.targets import BUDGET, BUSY, ISSUE6, LIVE, NOTIFY, SWEEP
 
     results = json.loads((tmp_path / "latest.json").read_text())
     found = {row["name"]: row for row in results["scenarios"]}
@@ -44,6 +44,9 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
     measured = [row for row in found.values() if row["requests_per_s"] is not None]
     assert all(row["requests_per_s"] > 0 for row in measured)
     assert found["memory"]["extra"]["rss_mb"] > 0
+    # RSS against the progress budget, at two counts of tasks filled in-process.
+    assert found["memory_budget_large"]["extra"]["counted_mb"] > 0
+    assert found["memory_budget_large"]["extra"]["tasks_with_progress"] == 10_000
     assert found["put_report_limited"]["requests_per_s"] > 0
     # The flood ran from its own address and was answered; a bystander reported throughout.
     assert sum(found["flood_create"]["extra"]["answers"].values()) > 0
@@ -114,6 +117,7 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
             for check in ("flat", "lock", "writes")
         },
         NEIGHBOUR: {"neighbour_success", "neighbour_p99"},
+        BUDGET: {"memory_budget", "memory_budget_large"},
     }
     # The hostile neighbour: the well-behaved client measured alone and beside the greedy
     # one, which ran from its own process and was answered.
