@@ -309,3 +309,60 @@ async def test_the_memory_store_counts_what_its_entries_really_hold(clock, finis
         tracemalloc.stop()
     held += sum(map(sys.getsizeof, uuids))  # the keys, made before (the store keeps them)
     assert 1.0 < store.bytes_used / held < 1.25
+
+
+# --- Clients' accounts in Redis (see progress.redis_shares) -------------------------------
+
+
+async def account(url: str, client: str) -> dict[str, tuple[int, dict[str, int]]]:
+    """A client's account as Redis holds it: per pool, the bytes counted and the members
+    (task uuid: bytes)."""
+    admin = redis.Redis.from_url(url)
+    try:
+        counted = await admin.hgetall(f"headway:client:{client}")
+        found = {}
+        for pool in ("live", "kept"):
+            members = await admin.zrange(f"headway:{pool}:{client}", 0, -1)
+            sizes = dict(member.decode().split(" ") for member in members)
+            found[pool] = (
+                int(counted.get(pool.encode(), 0)),
+                {uuid: int(size) for uuid, size in sizes.items()},
+            )
+        return found
+    finally:
+        await admin.aclose()
+
+
+@needs_redis
+async def test_a_clients_account_in_redis_counts_exactly_what_it_holds(redis_url, clock):
+    """Rewrites (same size, another size), a write by another client, a finish, a
+    release, a delete and an expiry each leave every account equal to the sum of what it
+    lists, and listing exactly the client's unexpired progress."""
+    store = RedisProgressStore(redis_url, TTL_S, clock, client_bytes=10**9)
+    try:
+        one, other = "192.0.2.1", "2001:db8::/64"
+        await store.put(task(1), progress(clock, 1, note="a"), SPACE, client=one)
+        await store.put(task(1), progress(clock, 2, note="a"), SPACE, client=one)  # same size
+        await store.put(task(1), progress(clock, 3, note="a" * 50), SPACE, client=one)
+        await store.put(task(2), progress(clock, 1), SPACE, client=one)
+        await store.put(task(2), progress(clock, 2), SPACE, client=other)  # moves to other
+        await store.put(task(3), progress(clock, 1), SPACE, client=one, finished=True)
+        await store.put(task(4), progress(clock, 1), SPACE, client=one)
+        await store.release([task(4)])
+        await store.delete([task(1)])
+        clock.advance(TTL_S / 2)
+        await store.put(task(5), progress(clock, 1), SPACE, client=one)
+        for client, live, kept in ((one, {task(5)}, {task(3), task(4)}), (other, {task(2)}, set())):
+            held = await account(redis_url, client)
+            for pool, wanted in (("live", live), ("kept", kept)):
+                counted, members = held[pool]
+                assert set(members) == wanted, (client, pool)
+                assert counted == sum(members.values()), (client, pool)
+        clock.advance(TTL_S / 2)  # 1, 2, 3 and 4 expire; 5 does not
+        await store.put(task(6), progress(clock, 1), SPACE, client=one)  # uncounts what expired
+        held = await account(redis_url, one)
+        assert set(held["live"][1]) == {task(5), task(6)}
+        assert held["live"][0] == sum(held["live"][1].values())
+        await store.admit_client(one)  # a client far within its share
+    finally:
+        await store.close()

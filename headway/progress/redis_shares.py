@@ -13,8 +13,9 @@ Per client address `c`, Redis keeps:
 - `headway:live:<c>` and `headway:kept:<c>`, sorted sets of `"<uuid> <bytes>"` scored by
   the write's time (µs), so that what expired is found (the lowest scores) and uncounted
   without a scan, and so that its oldest finished progress can give way.
-All three are written together and expire together, `ttl` + 60 s after the client's last
-write, when everything they count has expired too.
+All three are written together and expire together, at least `ttl` + 60 s after the
+client's last write (refreshed to twice that when less is left), when everything they
+count has expired too.
 
 A write by its client uncounts what it replaces (whoever wrote it), counts itself, and
 uncounts what of its client's expired (at most 100 entries, or 10,000 before refusing: a
@@ -84,15 +85,31 @@ local function write(key, json, ttl, now, cutoff, client, kind, size, limit, lim
       end
     end
   end
-  if okind then uncount(oclient, pool_of(okind), uuid, osize) end
   redis.call('SET', key, kind .. size .. ' ' .. client .. '\\n' .. json, 'EX', ttl)
-  local pool = pool_of(kind)
+  local pool, member = pool_of(kind), uuid .. ' ' .. size
   local z, h = 'headway:' .. pool .. ':' .. client, 'headway:client:' .. client
-  redis.call('ZADD', z, now, uuid .. ' ' .. size)
-  redis.call('HINCRBY', h, pool, size)
-  redis.call('EXPIRE', h, ttl + 60)
-  redis.call('EXPIRE', 'headway:live:' .. client, ttl + 60)
-  redis.call('EXPIRE', 'headway:kept:' .. client, ttl + 60)
+  if okind == kind and oclient == client then
+    -- The same task reporting again, as it did: one account, moved by the difference
+    -- (or by the whole, if what it replaces expired and was uncounted already).
+    if osize ~= size then
+      local had = redis.call('ZREM', z, uuid .. ' ' .. osize)
+      redis.call('HINCRBY', h, pool, size - had * osize)
+      redis.call('ZADD', z, now, member)
+    elseif redis.call('ZADD', z, now, member) == 1 then
+      redis.call('HINCRBY', h, pool, size)
+    end
+  else
+    if okind then uncount(oclient, pool_of(okind), uuid, osize) end
+    redis.call('HINCRBY', h, pool, size)
+    redis.call('ZADD', z, now, member)
+  end
+  -- The account outlives everything it counts: refreshed to twice the TTL whenever less
+  -- than the TTL (and a minute) is left, so a write rarely pays for it.
+  if redis.call('PTTL', h) < (ttl + 60) * 1000 then
+    for _, name in ipairs({h, 'headway:live:' .. client, 'headway:kept:' .. client}) do
+      redis.call('EXPIRE', name, 2 * ttl + 60)
+    end
+  end
   if kind == 'F' then
     trim(client, 'kept', cutoff, 100)
     local kept = holds(client, 'kept')
