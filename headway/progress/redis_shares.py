@@ -17,9 +17,9 @@ All three are written together and expire together, at least `ttl` + 60 s after 
 client's last write (refreshed to twice that when less is left), when everything they
 count has expired too.
 
-A write by its client uncounts what it replaces (whoever wrote it), counts itself, and
-uncounts what of its client's expired (at most 100 entries, or 10,000 before refusing: a
-client that writes keeps up with its own expiry). A live write is refused (nothing
+A write by its client uncounts what it replaces (whoever wrote it), counts itself, and,
+for a new task, uncounts what of its client's expired (at most 100 entries, or 10,000
+before refusing: a client that writes keeps up with its own expiry). A live write is refused (nothing
 written) if it would take its client over its share, under 90% of it for a new task, as
 in the memory store. A finished write is never refused: beyond its client's share of
 finished progress, that client's oldest finished progress gives way (its key is deleted:
@@ -78,7 +78,9 @@ local function write(key, json, ttl, now, cutoff, client, kind, size, limit, lim
     local mine, cap = size, limit_new
     if rewrite then mine, cap = size - osize, limit end
     if mine > 0 then
-      trim(client, 'live', cutoff, 100)
+      -- A new task uncounts some of what expired (a client that writes keeps up with its
+      -- own expiry); a rewrite only when it looks over.
+      if not rewrite then trim(client, 'live', cutoff, 100) end
       if holds(client, 'live') + mine > cap then
         trim(client, 'live', cutoff, 10000)
         if holds(client, 'live') + mine > cap then return '!share' end
