@@ -302,7 +302,7 @@ def test_client_share_full_is_a_429_with_retry_after():
     assert refusal.status == 429 and int(refusal.headers["retry-after"]) > 0
 
 
-async def test_a_parent_finished_by_its_last_step_frees_its_own_progress(limited, clients):
+async def test_a_parent_finished_by_its_last_step_frees_its_own_progress(limited, clients, clock):
     """A parent's own values count as live while it is active; when its last step
     finishes it, they are kept for reading and no longer count against its client."""
     app = await fair(limited, progress_memory_per_client=0.03)  # about 31 KB
@@ -313,6 +313,7 @@ async def test_a_parent_finished_by_its_last_step_frees_its_own_progress(limited
         parent = (await greedy.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
         step = await greedy.post(f"/spaces/{space}/tasks", json={"parent_uuid": parent})
         response = await greedy.put(f"/tasks/{parent}", json={"values": big_values()})
+        clock.advance(us=1)  # one after the other, as writes come
         if response.status_code == 429:
             break
         parents.append((parent, step.json()["uuid"]))
@@ -320,6 +321,7 @@ async def test_a_parent_finished_by_its_last_step_frees_its_own_progress(limited
         pytest.fail("the client's share never refused it")
     for _, step in parents:
         assert (await greedy.put(f"/tasks/{step}", json={"done": True})).status_code == 200
+        clock.advance(us=1)
     read = (await greedy.get(f"/tasks/{parents[-1][0]}")).json()  # (its share of finished
     assert read["finished_at"] is not None  # progress holds the newest, at least)
     assert read["progress"]["values"] == big_values()

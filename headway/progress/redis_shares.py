@@ -19,12 +19,13 @@ count has expired too.
 
 A write by its client uncounts what it replaces (whoever wrote it), counts itself, and,
 for a new task, uncounts what of its client's expired (at most 100 entries, or 10,000
-before refusing: a client that writes keeps up with its own expiry). A live write is refused (nothing
-written) if it would take its client over its share, under 90% of it for a new task, as
-in the memory store. A finished write is never refused: beyond its client's share of
-finished progress, that client's oldest finished progress gives way (its key is deleted:
-it reads as expired). Costs on the report path: a few commands on small keys, in the one
-round trip the write already makes.
+before refusing: a client that writes keeps up with its own expiry). A live write is
+refused (nothing written) if it would take its client over its share, under 90% of it
+for a new task, as in the memory store. A finished write is never refused: beyond its
+client's share of finished progress, that client's oldest finished progress gives way
+(its key is deleted: it reads as expired). Costs on the report path: a few commands on
+small keys, in the one round trip the write already makes (about 5 µs of Redis's CPU a
+report, 10 where it was 5).
 """
 
 from __future__ import annotations
