@@ -116,8 +116,8 @@ TOO_MANY_REQUESTS = _response_ref("TooManyRequests")
 NOT_FOUND_TASK = _error("No such task (or not a UUID).")
 RESPONSES = {
     "TooManyRequests": _error(
-        "This client address is over its rate for this kind of request; nothing was done. "
-        "Retry after Retry-After seconds.",
+        "This client address is over its rate for this kind of request (reads: for the tasks "
+        "they render, children included); nothing was done. Retry after Retry-After seconds.",
         RETRY_AFTER,
     ),
     "HeaderFieldsTooLarge": _error(
@@ -234,7 +234,8 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                 "description": "Top-level tasks with their children nested. With no parameters, "
                 "every task, oldest first. A bare `limit` gives the newest `limit` tasks, oldest "
                 "first; `before` gives newest first; `after`, or `before` with `after`, gives "
-                "oldest first. `limit` applies after the cursors.",
+                "oldest first. `limit` applies after the cursors. Each task returned (children "
+                "included) counts against the client's read rate: page a big space with `limit`.",
                 "parameters": [
                     SPACE,
                     _query(
@@ -275,6 +276,7 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                         "or one that is not UTF-8 once percent-decoded."
                     ),
                     "404": _error("No such space (or not a UUID)."),
+                    "429": TOO_MANY_REQUESTS,
                     "503": UNAVAILABLE,
                 },
             },
@@ -337,6 +339,7 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                 "responses": {
                     "200": _json(_ref("TaskOut"), "The task, children nested."),
                     "404": NOT_FOUND_TASK,
+                    "429": TOO_MANY_REQUESTS,
                     "503": UNAVAILABLE,
                 },
             },

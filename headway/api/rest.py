@@ -22,6 +22,7 @@ from ..schemas import (
 from ..service import Idempotency, Service
 from ..web import pages
 from ..web.pages import wants_html
+from .costs import admit
 from .responses import NO_STORE, JSONResponse, read_body
 from .streaming import JSONStream, space_pieces, task_pieces
 
@@ -77,6 +78,7 @@ async def get_space(request: Request) -> Response:
     if request.method == "DELETE":
         await _service(request).delete_space(space_uuid)
         return Response(status_code=204, headers=NO_STORE)
+    bill = await admit(request)  # the page costs 1; its stream pays for its snapshot
     if wants_html(request):
         try:
             head = await _service(request).space_head(space_uuid)
@@ -92,7 +94,7 @@ async def get_space(request: Request) -> Response:
         limit=params.get("limit"),
         state=params.get("state"),
     )
-    return JSONStream(space_pieces(head, pages_), vary_accept=True)
+    return JSONStream(space_pieces(head, bill.pages(pages_)), vary_accept=True)
 
 
 async def create_task(request: Request) -> Response:
@@ -115,7 +117,11 @@ async def task(request: Request) -> Response:
         await count(request, "reports")
         report = decode_report(await read_body(request))
         return task_response(await _service(request).report(task_uuid, report))
-    return task_response(await _service(request).get_task(task_uuid))
+    bill = await admit(request)
+    found = await _service(request).get_task(task_uuid)
+    if found.children:
+        await bill.pay(1 + len(found.children))
+    return task_response(found)
 
 
 def task_response(task: TaskView) -> Response:
