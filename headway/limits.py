@@ -47,6 +47,7 @@ from .errors import TooManyRequests
 
 if TYPE_CHECKING:
     from limits.aio.storage import Storage
+    from limits.aio.strategies import RateLimiter as RateLimiterStrategy
     from starlette.types import Scope
 
 Kind = Literal["spaces", "tasks", "webhooks", "shares", "channels", "reports", "creates", "reads"]
@@ -265,11 +266,14 @@ class SharedCounters:
     and fixed windows for the kinds that are charged after they pass (`OWING`)."""
 
     # Kinds whose requests pass while the window is not spent, then pay what they cost.
+    # A Redis at its maxmemory cannot count them: they pass (the request itself writes
+    # nothing, and would be served), rather than answer 503 for want of a counter.
     OWING: frozenset[str] = frozenset({"reads"})
 
     def __init__(self, redis_url: str) -> None:
         from limits.aio.storage import RedisStorage
         from limits.aio.strategies import FixedWindowRateLimiter, SlidingWindowCounterRateLimiter
+        from redis.exceptions import OutOfMemoryError
 
         from .progress.redis import connection_pool
 
@@ -285,10 +289,21 @@ class SharedCounters:
         # `hit(item, ..., cost=n)` adds n to the window's count whatever it was, and says
         # whether the count is still within the limit (`limits.aio.strategies`).
         self._owing = FixedWindowRateLimiter(self._storage)
+        self._full = OutOfMemoryError
 
     async def hit(self, kind: str, address: str, items: list[RateLimitItem]) -> float:
         """Count one hit against each limit; 0 if within all, else seconds to wait."""
-        strategy = self._owing if kind in self.OWING else self._strategy
+        if kind not in self.OWING:
+            return await self._hit(self._strategy, kind, address, items)
+        try:
+            return await self._hit(self._owing, kind, address, items)
+        except self._full:
+            return 0.0
+
+    @staticmethod
+    async def _hit(
+        strategy: RateLimiterStrategy, kind: str, address: str, items: list[RateLimitItem]
+    ) -> float:
         for item in items:
             if not await strategy.hit(item, kind, address):
                 stats = await strategy.get_window_stats(item, kind, address)
@@ -298,8 +313,11 @@ class SharedCounters:
     async def charge(self, kind: str, address: str, items: list[RateLimitItem], cost: int) -> None:
         """Add `cost` to each of the kind's fixed windows, over its limit if need be."""
         assert kind in self.OWING, kind
-        for item in items:
-            await self._owing.hit(item, kind, address, cost=cost)
+        try:
+            for item in items:
+                await self._owing.hit(item, kind, address, cost=cost)
+        except self._full:
+            pass
 
     async def close(self) -> None:
         await self._pool.disconnect()

@@ -20,6 +20,7 @@ from headway.limits import RateLimiter, TokenBuckets
 from . import test_limits
 from .live_server import serving
 from .test_limits import assert_refused, client_for, new_space
+from .test_mcp import HANDSHAKE, JSON_RPC, rpc
 
 # The rate tests' fixtures: an app with settings changed, its clients, time passing.
 limited, clients, time_passes = test_limits.limited, test_limits.clients, test_limits.time_passes
@@ -262,3 +263,28 @@ async def empty_databases(settings: Settings) -> None:
     app = create_app(settings)
     async with running(app):
         await empty_backend(app, settings)
+
+
+async def test_mcp_reads_are_rated_as_rest_reads_are(limited, clients):
+    """`get_space` and `get_task` through `/mcp` pay for their tasks from the same
+    allowance; a refusal is a tool result with the same message."""
+    app = await limited(rate_reads="300/hour", mcp_allowed_hosts=("*",))
+    owner = client_for(app, "192.0.2.1")
+    agent = client_for(app, "192.0.2.2", **JSON_RPC, **{"mcp-protocol-version": HANDSHAKE})
+    clients.extend([owner, agent])
+    space = await new_space(owner)
+    task = (await make_tasks(owner, space, 100))[0]
+
+    async def call(name: str, **arguments: str) -> dict[str, Any]:
+        answer = await agent.post("/mcp", json=rpc("tools/call", 1, name=name, arguments=arguments))
+        assert answer.status_code == 200, answer.text
+        return answer.json()["result"]
+
+    for _ in range(3):
+        result = await call("get_space", space_uuid=space)
+        assert not result["isError"] and len(result["structuredContent"]["tasks"]) == 100
+    refused = await call("get_task", task_uuid=task)
+    assert refused["isError"]
+    assert "Too many tasks read" in refused["content"][0]["text"]
+    assert_refused_read(await agent.get(f"/tasks/{task}"))  # one allowance for both
+    assert not (await call("create_task", space_uuid=space))["isError"]  # writes go on

@@ -12,6 +12,7 @@ A read's cost is not known before: a space's size is not held anywhere cheap to 
 from __future__ import annotations
 
 from collections.abc import AsyncIterable, AsyncIterator
+from contextvars import ContextVar
 from typing import Any
 
 from starlette.requests import Request
@@ -52,6 +53,10 @@ class ReadBill:
 
 FREE = ReadBill(None)
 
+# The client of the `/mcp` request being answered, set by `api.mcp` for its tools (which
+# the SDK calls without the request); None: rates are off.
+MCP_READER: ContextVar[tuple[RateLimiter, str] | None] = ContextVar("mcp_reader", default=None)
+
 
 async def admit(request: Request) -> ReadBill:
     """Let a read through, counting 1 against its client's read rate (429 if the client's
@@ -60,6 +65,16 @@ async def admit(request: Request) -> ReadBill:
     if not limiter.enabled:
         return FREE
     address = limiter.address_of(request.scope)
+    await limiter.check("reads", address)
+    return ReadBill(limiter, address)
+
+
+async def admit_tool() -> ReadBill:
+    """`admit`, for a read by an `/mcp` tool (its client: `MCP_READER`)."""
+    reader = MCP_READER.get()
+    if reader is None:
+        return FREE
+    limiter, address = reader
     await limiter.check("reads", address)
     return ReadBill(limiter, address)
 

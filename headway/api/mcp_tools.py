@@ -31,6 +31,7 @@ from ..dependencies import unavailable
 from ..errors import UNAVAILABLE_MESSAGE, BadRequest, HeadwayError
 from ..schemas import CreateSpace, CreateTask, decode_create, decode_report
 from ..service import Service
+from .costs import admit_tool, tasks_in
 
 log = logging.getLogger("headway.mcp")
 
@@ -201,13 +202,16 @@ async def _create_space(service: Service, arguments: dict[str, Any]) -> Any:
 
 async def _get_space(service: Service, arguments: dict[str, Any]) -> Any:
     query: SpaceQuery = _convert(arguments, SpaceQuery)
-    return await service.get_space(
+    bill = await admit_tool()  # rated as REST's reads are (see `api.costs`)
+    answer = await service.get_space(
         query.space_uuid,
         before=query.before,
         after=query.after,
         limit=query.limit,
         state=query.state,
     )
+    await bill.pay(tasks_in(answer["tasks"]))
+    return answer
 
 
 async def _create_task(service: Service, arguments: dict[str, Any]) -> Any:
@@ -217,7 +221,10 @@ async def _create_task(service: Service, arguments: dict[str, Any]) -> Any:
 
 async def _get_task(service: Service, arguments: dict[str, Any]) -> Any:
     ref: TaskRef = _convert(arguments, TaskRef)
-    return await service.get_task(ref.task_uuid)
+    bill = await admit_tool()
+    task = await service.get_task(ref.task_uuid)
+    await bill.pay(1 + len(task.children))
+    return task
 
 
 async def _report_progress(service: Service, arguments: dict[str, Any]) -> Any:
