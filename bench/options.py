@@ -182,6 +182,12 @@ def scenario_titles(o: Options) -> dict[str, str]:
         "put_report_swept": (
             "the same PUT and server, the sweeper deleting the idle space meanwhile"
         ),
+        "outbox_claim": (
+            "outbox, SQLite: claiming 8 due deliveries with 10 / 100,000 / 1,000,000 pending "
+            "to a dead endpoint (--quick: to 100,000, --smoke: 1,000); creates and finishes "
+            "beside a worker meanwhile"
+        ),
+        "outbox_claim_postgres": "outbox: the same on PostgreSQL",
         "stall_latency": (
             "a stall's deadline to its message: 50 tasks reported once over 15 s, "
             "stalled_after 60 s, a look every 15 s (full run only)"

@@ -40,6 +40,7 @@ from .scenarios import busy, channels, embedded, reads, reports, scale_out, swee
 from .scenarios.busy import BUSY_ROWS
 from .scenarios.channels import CHANNEL_ROWS
 from .scenarios.flood import FLOOD_ROWS, flood
+from .scenarios.outbox import OUTBOX_ROWS, outbox, outbox_targets
 from .scenarios.streams import STREAM_ROWS, streams
 from .scenarios.sweep import SWEEP_ROWS
 from .targets import (
@@ -52,7 +53,7 @@ from .targets import (
 
 # The phases that run only the bare baseline, or measure no CPU per request (a stall's
 # latency): --compare leaves them out.
-BARE = {"baseline", "baseline_parent", "baseline_put", "stall_latency"}
+BARE = {"baseline", "baseline_parent", "baseline_put", "stall_latency", *OUTBOX_ROWS}
 
 
 def phases(bench: Harness) -> list[Phase]:
@@ -66,6 +67,7 @@ def phases(bench: Harness) -> list[Phase]:
         *CHANNEL_ROWS,
         *SWEEP_ROWS,
         "stall_latency",
+        *OUTBOX_ROWS,
         *FLOOD_ROWS,
         *STREAM_ROWS,
         *BUSY_ROWS,
@@ -82,6 +84,7 @@ def phases(bench: Harness) -> list[Phase]:
         (CHANNEL_ROWS, channels.notified),
         (SWEEP_ROWS, sweep.swept),
         (["stall_latency"], channels.stall_latency),
+        (OUTBOX_ROWS, outbox),
         (FLOOD_ROWS, flood),
         (STREAM_ROWS, streams),
         (["busy_embedded"], busy.embedded),
@@ -115,6 +118,7 @@ def targets(rows: dict[str, Row], o: Options) -> list[Target]:
         + busy_targets(rows, o)
         + notify_targets(rows, o)
         + sweep_targets(rows, o)
+        + outbox_targets(rows, o)
     )
 
 

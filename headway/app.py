@@ -98,6 +98,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 allow_private_webhooks=settings.webhook_allow_private,
                 webhooks_per_space=settings.webhooks_per_space,
                 shares_per_space=settings.shares_per_space,
+                outbox_per_endpoint=settings.outbox_per_endpoint,
                 channel_rules=ChannelRules(
                     settings.channel_schemes,
                     settings.webhook_allow_private,
@@ -117,7 +118,12 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 per_client=settings.streams_per_client if settings.rate_limits else None,
             )
             stalls = StallWatch(
-                db, progress, clock, service.event_views, scan_s=settings.stall_scan
+                db,
+                progress,
+                clock,
+                service.event_views,
+                scan_s=settings.stall_scan,
+                outbox_per_endpoint=settings.outbox_per_endpoint,
             )
             app.state.stalls = stalls
             if settings.run_worker:
@@ -126,6 +132,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                     clock,
                     allow_private=settings.webhook_allow_private,
                     channels=channel_sender(settings, db, clock),
+                    give_up_s=settings.delivery_give_up,
                 )
                 service.on_event = stalls.on_queued = worker.wake
                 worker_task = asyncio.create_task(worker.run(), name="headway-worker")

@@ -2,53 +2,36 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+
+from .config_parse import (
+    ConfigError,
+    FreeMin,
+    _bool,
+    _check_host_patterns,
+    _check_rate,
+    _float,
+    _fraction,
+    _free_min,
+    _give_up,
+    _host_patterns,
+    _int,
+    _network,
+    _networks,
+    _optional_port,
+    _rate,
+    _retention,
+    _schemes,
+    _seconds,
+    _size,
+)
 
 # The longest wait between two looks for stalls: a stall is told within its channel's
 # `stalled_after` + 30 s (one look's wait, and the look itself).
 MAX_STALL_SCAN = 30
-
-
-class ConfigError(ValueError):
-    """A setting has a value Headway cannot use; the message names the variable."""
-
-
-@dataclass(frozen=True, slots=True)
-class FreeMin:
-    """HEADWAY_DISK_FREE_MIN: the free space a filesystem must keep, as bytes, as a share
-    of the filesystem, or (the default) the smaller of both. 0 bytes: no minimum."""
-
-    bytes: int | None = 1024**3
-    share: float | None = 0.05
-
-    def of(self, disk_bytes: int) -> int:
-        """The minimum in bytes on a filesystem of `disk_bytes`."""
-        found = [] if self.bytes is None else [self.bytes]
-        if self.share is not None:
-            found.append(int(disk_bytes * self.share))
-        return min(found)
-
-    def __str__(self) -> str:
-        share = None if self.share is None else f"{self.share * 100:g}%"
-        if self.bytes is None:
-            return f"{share} of the disk"
-        if share is None:
-            return size_text(self.bytes)
-        return f"{size_text(self.bytes)} or {share} of the disk, whichever is smaller"
-
-    def validate(self) -> None:
-        if self.bytes is None and self.share is None:
-            raise ConfigError("HEADWAY_DISK_FREE_MIN needs a size or a percentage")
-        if (self.bytes is not None and self.bytes < 0) or (
-            self.share is not None and not 0 <= self.share <= 1
-        ):
-            raise ConfigError(
-                "HEADWAY_DISK_FREE_MIN must be a size (1GiB) or a percentage from 0% to 100%"
-            )
 
 
 # The kinds of request rated per client address, each by its `rate_<kind>` setting.
@@ -91,6 +74,10 @@ class Settings:
     # The share of that budget one space may hold.
     progress_memory_per_space: float = 0.125
     webhooks_per_space: int = 20
+    # Undelivered events one endpoint (a webhook, a channel) holds; beyond, the oldest is
+    # given up. And seconds after its creation an undelivered event is given up.
+    outbox_per_endpoint: int = 10_000
+    delivery_give_up: int = 86_400
     # --- What is kept (see the README's "Data and retention") ------------------------------
     # Seconds a space may go without a create, report or read before it is deleted (None:
     # never).
@@ -126,7 +113,7 @@ class Settings:
     # The database's size on disk past which creates are refused (None: no limit).
     database_max_size: int | None = None
     # Free space the database's filesystem must keep for creates to pass.
-    disk_free_min: FreeMin = FreeMin()
+    disk_free_min: FreeMin = field(default_factory=FreeMin)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -179,6 +166,10 @@ class Settings:
             webhooks_per_space=_int(
                 env, "WEBHOOKS_PER_SPACE", defaults.webhooks_per_space, minimum=1
             ),
+            outbox_per_endpoint=_int(
+                env, "OUTBOX_PER_ENDPOINT", defaults.outbox_per_endpoint, minimum=1
+            ),
+            delivery_give_up=_give_up(env, "DELIVERY_GIVE_UP", defaults.delivery_give_up),
             shares_per_space=_int(env, "SHARES_PER_SPACE", defaults.shares_per_space, minimum=1),
             channels_per_space=_int(
                 env, "CHANNELS_PER_SPACE", defaults.channels_per_space, minimum=1
@@ -245,6 +236,10 @@ class Settings:
             )
         if not 0 < self.progress_memory_per_space <= 1:
             raise ConfigError("HEADWAY_PROGRESS_MEMORY_PER_SPACE must be above 0 and at most 1")
+        if self.outbox_per_endpoint < 1:
+            raise ConfigError("HEADWAY_OUTBOX_PER_ENDPOINT must be a whole number, at least 1")
+        if self.delivery_give_up < 60:
+            raise ConfigError("HEADWAY_DELIVERY_GIVE_UP must be a duration of at least 1m")
         if self.database_max_size is not None and self.database_max_size < 1:
             raise ConfigError("HEADWAY_DATABASE_MAX_SIZE must be a size above 0, such as 10GiB")
         self.disk_free_min.validate()
@@ -285,172 +280,6 @@ class Settings:
         return self.redis_url is not None
 
 
-def _int(
-    env: Mapping[str, str], name: str, default: int, *, minimum: int, maximum: int | None = None
-) -> int:
-    raw = env.get(f"HEADWAY_{name}")
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise ConfigError(f"HEADWAY_{name} must be a whole number, not {raw!r}") from None
-    if value < minimum or (maximum is not None and value > maximum):
-        bounds = f"at least {minimum}" if maximum is None else f"from {minimum} to {maximum}"
-        raise ConfigError(f"HEADWAY_{name} must be {bounds}, not {value}")
-    return value
-
-
-def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = env.get(f"HEADWAY_{name}")
-    if raw is None or raw == "":
-        return default
-    value = raw.strip().lower()
-    if value == "true":
-        return True
-    if value == "false":
-        return False
-    raise ConfigError(f"HEADWAY_{name} must be true or false, not {raw!r}")
-
-
-def _networks(env: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """A comma-separated list of addresses or networks (`10.0.0.0/8`, `::1`)."""
-    raw = env.get(f"HEADWAY_{name}") or ""
-    found = tuple(part.strip() for part in raw.split(",") if part.strip())
-    for part in found:
-        try:
-            _network(part)
-        except ConfigError:
-            raise ConfigError(
-                f"HEADWAY_{name} holds addresses or networks such as 10.0.0.0/8, not {part!r}"
-            ) from None
-    return found
-
-
-def _network(text: str) -> ipaddress.IPv4Network | ipaddress.IPv6Network:
-    try:
-        return ipaddress.ip_network(text, strict=False)
-    except ValueError:
-        raise ConfigError(f"{text!r} is not an address or network") from None
-
-
-def _rate(env: Mapping[str, str], name: str, default: str) -> str:
-    raw = env.get(f"HEADWAY_{name}")
-    return default if raw is None or not raw.strip() else raw.strip()
-
-
-_RATE = re.compile(r"\s*[0-9]+\s*(/|per)\s*([0-9]+\s*)?(second|minute|hour|day)s?\s*", re.I)
-
-
-def _check_rate(name: str, value: str) -> None:
-    for part in value.split(";"):
-        if not _RATE.fullmatch(part):
-            raise ConfigError(f"{name} holds limits such as 600/second;6000/minute, not {value!r}")
-
-
-_SIZE = re.compile(r"\s*([0-9]+)\s*(|B|KiB|MiB|GiB|K|M|G)\s*", re.I)
-_UNITS = {"": 1, "b": 1, "k": 1024, "kib": 1024, "m": 1024**2, "mib": 1024**2}
-_UNITS.update({"g": 1024**3, "gib": 1024**3})
-
-
-def _size(env: Mapping[str, str], name: str) -> int | None:
-    """A size in bytes, with an optional KiB/MiB/GiB unit; unset gives None."""
-    raw = env.get(f"HEADWAY_{name}")
-    if raw is None or not raw.strip():
-        return None
-    match = _SIZE.fullmatch(raw)
-    if match is None:
-        raise ConfigError(f"HEADWAY_{name} must be a size such as 512MiB, not {raw!r}")
-    return int(match[1]) * _UNITS[match[2].lower()]
-
-
-def size_text(size: int) -> str:
-    """`size` bytes as people read it: `512 B`, `20 KiB`, `1.5 GiB`."""
-    for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if size >= scale:
-            return f"{size / scale:.1f}".removesuffix(".0") + f" {unit}"
-    return f"{size} B"
-
-
-_PERCENT = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*")
-
-
-def _free_min(env: Mapping[str, str], name: str) -> FreeMin | None:
-    """A size (`2GiB`, bytes) or a percentage of the disk (`5%`); unset gives None."""
-    raw = env.get(f"HEADWAY_{name}")
-    if raw is None or not raw.strip():
-        return None
-    match = _PERCENT.fullmatch(raw)
-    if match is not None and float(match[1]) <= 100:
-        return FreeMin(bytes=None, share=float(match[1]) / 100)
-    if match is None and _SIZE.fullmatch(raw):
-        return FreeMin(bytes=_size(env, name), share=None)
-    raise ConfigError(
-        f"HEADWAY_{name} must be a size such as 1GiB or a percentage such as 5%, not {raw!r}"
-    )
-
-
-def _float(
-    env: Mapping[str, str], name: str, default: float, *, high: float, inclusive: bool, what: str
-) -> float:
-    """A number above 0 and below `high` (or at most `high`, if `inclusive`)."""
-    raw = env.get(f"HEADWAY_{name}")
-    if raw is None or not raw.strip():
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not (0 < value <= high if inclusive else 0 < value < high):
-        raise ConfigError(f"HEADWAY_{name} must be {what}, not {raw!r}")
-    return value
-
-
-def _fraction(env: Mapping[str, str], name: str, default: float) -> float:
-    return _float(env, name, default, high=1, inclusive=True, what="a number above 0, at most 1")
-
-
-def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    return _float(
-        env, name, default, high=86_400, inclusive=False, what="a number of seconds above 0"
-    )
-
-
-def _optional_port(env: Mapping[str, str], name: str) -> int | None:
-    raw = env.get(f"HEADWAY_{name}")
-    if raw is None or not raw.strip():
-        return None
-    return _int(env, name, 0, minimum=1, maximum=65535)
-
-
-def _host_patterns(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:
-    """A comma-separated list of `host[:port]` patterns; unset or empty gives None."""
-    raw = env.get(f"HEADWAY_{name}")
-    if raw is None or not raw.strip():
-        return None
-    patterns = tuple(part.strip() for part in raw.split(",") if part.strip())
-    return patterns or None
-
-
-def _check_host_patterns(patterns: tuple[str, ...]) -> None:
-    """Each pattern is what a Host header holds: `name`, `name:port` or `name:*` (any
-    port), with IPv6 addresses in brackets; `*` alone turns the check off."""
-    name = "HEADWAY_MCP_ALLOWED_HOSTS"
-    if "*" in patterns and len(patterns) > 1:
-        raise ConfigError(f"{name}: * turns the Host check off and cannot be combined with hosts")
-    for pattern in patterns:
-        match = _HOST_PATTERN.fullmatch(pattern)
-        port = match and match["port"]
-        if pattern != "*" and (match is None or (port and port != "*" and int(port) > 65535)):
-            raise ConfigError(
-                f"{name} holds host[:port] patterns such as api.example.com or "
-                f"api.example.com:* (any port), not {pattern!r}"
-            )
-
-
-_HOST_PATTERN = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(:(?P<port>\*|[0-9]{1,5}))?")
-
-
 def sqlite_file(url: str) -> str:
     """The file a SQLite URL names; ValueError if it names none (`:memory:`, no path):
     Headway's connections to it (pooled, the writer's, the event loop's reader) must all
@@ -460,37 +289,3 @@ def sqlite_file(url: str) -> str:
     if not path or path == ":memory:" or path.startswith("file::memory:"):
         raise ValueError("a SQLite database must be a file, as in sqlite:///path/to/headway.db")
     return os.path.expanduser(path)
-
-
-def _schemes(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:
-    """A comma-separated list of Apprise schemes (`ntfy,tgram,mailtos`); unset gives None.
-    Schemes never allowed for channels (files, desktops, scripts) are refused here."""
-    raw = env.get(f"HEADWAY_{name}")
-    if raw is None or not raw.strip():
-        return None
-    from .notify.urls import parse_schemes
-
-    try:
-        return tuple(sorted(parse_schemes(raw)))
-    except ValueError as exc:
-        raise ConfigError(f"HEADWAY_{name}: {exc}") from None
-
-
-_DURATION = re.compile(r"\s*(\d+)\s*(s|m|h|d|w)?\s*", re.IGNORECASE)
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
-
-
-def _retention(env: Mapping[str, str], name: str, default: int | None) -> int | None:
-    """A duration (`90d`, `12h`, `3600` seconds...) of at least an hour, or `never`."""
-    raw = env.get(f"HEADWAY_{name}")
-    if raw is None or not raw.strip():
-        return default
-    if raw.strip().lower() == "never":
-        return None
-    match = _DURATION.fullmatch(raw)
-    if match is None:
-        raise ConfigError(f"HEADWAY_{name} must be a duration such as 90d or 12h, or never")
-    seconds = int(match[1]) * _DURATION_UNITS[(match[2] or "s").lower()]
-    if seconds < 3600:
-        raise ConfigError(f"HEADWAY_{name} must be at least 1h (activity is known to the hour)")
-    return seconds

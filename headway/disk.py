@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from . import metrics
-from .config import FreeMin, Settings, size_text
+from .config import Settings
+from .config_parse import FreeMin, size_text
 from .errors import Unavailable
 from .storage.database import Database
 from .storage.sqlite import file_bytes

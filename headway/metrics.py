@@ -210,9 +210,18 @@ class Instruments:
         )
         self.deliveries = Counter(
             "headway_webhook_deliveries",
-            "Webhook delivery attempts, by outcome: delivered, retry (a later attempt is "
-            "scheduled) or given_up (the last attempt failed).",
+            "Webhook deliveries, by outcome: delivered, retry (a later attempt is "
+            "scheduled) or given_up (after the last attempt, by age, or beyond the "
+            "webhook's cap: see headway_deliveries_given_up).",
             ("outcome",),
+            registry=registry,
+        )
+        self.given_up = Counter(
+            "headway_deliveries_given_up",
+            "Events given up undelivered, by endpoint (webhook or channel) and reason: "
+            "attempts (the last failed), age (HEADWAY_DELIVERY_GIVE_UP) or cap (the "
+            "oldest beyond HEADWAY_OUTBOX_PER_ENDPOINT).",
+            ("endpoint", "reason"),
             registry=registry,
         )
         self.channel_messages = Counter(
@@ -290,8 +299,8 @@ class Instruments:
             child = self._refusals[reason] = self.refusals.labels(reason)
         child.inc()
 
-    def delivery(self, outcome: str) -> None:
-        self._deliveries[outcome].inc()
+    def delivery(self, outcome: str, count: int = 1) -> None:
+        self._deliveries[outcome].inc(count)
 
 
 _instruments: Instruments | None = None
@@ -315,9 +324,17 @@ def refused(reason: str) -> None:
     (_instruments or instruments()).refused(reason)
 
 
-def delivery(outcome: str) -> None:
-    """Count one webhook delivery attempt's outcome: delivered, retry or given_up."""
-    (_instruments or instruments()).delivery(outcome)
+def delivery(outcome: str, count: int = 1) -> None:
+    """Count webhook deliveries with one outcome: delivered, retry or given_up."""
+    if count:
+        (_instruments or instruments()).delivery(outcome, count)
+
+
+def given_up(endpoint: str, reason: str, count: int = 1) -> None:
+    """Count events given up undelivered: `endpoint` webhook or channel, `reason`
+    attempts, age or cap (constants of the caller's)."""
+    if count:
+        (_instruments or instruments()).given_up.labels(endpoint, reason).inc(count)
 
 
 def channel_delivery(outcome: str, events: int = 1) -> None:

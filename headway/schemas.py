@@ -234,12 +234,29 @@ class WebhookCreated(msgspec.Struct):
     secret: Annotated[str, Meta(description="`whsec_` + base64; shown only here.")]
 
 
+Timestamp = Annotated[str, Meta(extra_json_schema={"format": "date-time"})]
+
+
+class WebhookDelivery(msgspec.Struct):
+    at: Timestamp
+    event: Annotated[str, Meta(description="The event's type: task.completed.")]
+    outcome: Annotated[
+        str,
+        Meta(
+            description="delivered, failed (tried again) or given_up (after the last "
+            "attempt, undelivered for HEADWAY_DELIVERY_GIVE_UP, or pushed out of a full "
+            "queue by newer events)."
+        ),
+    ]
+    detail: str | None
+
+
 class WebhookOut(msgspec.Struct):
     uuid: Uuid
     url: str
-
-
-Timestamp = Annotated[str, Meta(extra_json_schema={"format": "date-time"})]
+    deliveries: Annotated[
+        list[WebhookDelivery], Meta(description="Its last 20 deliveries, newest first.")
+    ]
 
 
 class ChannelOut(msgspec.Struct):

@@ -1,14 +1,18 @@
-"""Webhook signing (Standard Webhooks) and the address guard against request forgery."""
+"""Webhook signing (Standard Webhooks), the address guard against request forgery, and
+the name lookups of webhooks, on a small pool of threads of their own."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import ipaddress
 import re
 import secrets
 import socket
+import threading
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +25,33 @@ SECRET_PREFIX = "whsec_"
 
 # A name lookup: (host, port) -> what `socket.getaddrinfo` answers for a stream socket.
 Resolver = Callable[[str, int], Awaitable[list[tuple[Any, ...]]]]
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# Webhook name lookups that can run at once. The system's resolver cannot be interrupted:
+# a lookup that hangs holds its thread until the resolver gives up, while the attempt
+# that asked has long ended at its timeout. A receiver has at most 4 attempts in flight
+# (see `worker`), so a few slow names cannot take every thread.
+LOOKUP_THREADS = 16
+
+_lookups: ThreadPoolExecutor | None = None
+_lookups_lock = threading.Lock()
+
+
+def _lookup_pool() -> ThreadPoolExecutor:
+    global _lookups
+    if _lookups is None:
+        with _lookups_lock:
+            if _lookups is None:
+                _lookups = ThreadPoolExecutor(LOOKUP_THREADS, thread_name_prefix="headway-lookup")
+    return _lookups
+
+
+async def lookup(host: str, port: int) -> list[tuple[Any, ...]]:
+    """The system's lookup of `host` for a stream socket, on the webhooks' own threads:
+    never on the event loop's default executor, which serves requests and `/up`."""
+    # `socket.getaddrinfo` as it is now: `notify.guard` wraps it (a no-op off its threads).
+    call = functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+    return await asyncio.get_running_loop().run_in_executor(_lookup_pool(), call)
 
 
 def new_secret() -> str:
@@ -89,45 +120,59 @@ def _is_host(raw_host: bytes) -> bool:
 
 async def check_destination(
     url: httpx.URL, *, allow_private: bool, resolve: Resolver | None = None
-) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+) -> Address | None:
     """Raise RefusedAddress unless every address `url`'s host resolves to is public, and
     return one of them to connect to (None when `allow_private` turns the guard off).
 
     Checked at registration and again before each delivery, since what a name resolves
-    to can change; a delivery then connects to the address checked (see `pinned`), so a
-    name that changes again in between cannot redirect it.
+    to can change; a delivery then connects to an address checked (see `addresses` and
+    `pinned`), so a name that changes again in between cannot redirect it.
 
-    `resolve` looks the name up (default: the event loop's `getaddrinfo`, which runs on
-    its default executor); channels pass one that runs on their own threads.
+    `resolve` looks the name up (default: `lookup`, on the webhooks' own threads);
+    channels pass one that runs on theirs.
     """
     if allow_private:
         return None
+    return (await addresses(url, allow_private=False, resolve=resolve))[0]
+
+
+async def addresses(
+    url: httpx.URL, *, allow_private: bool, resolve: Resolver | None = None
+) -> list[Address]:
+    """The addresses to connect to for `url`, in the resolver's order: its host's own if
+    it is an IP address, else what `resolve` (default: `lookup`) answers. RefusedAddress
+    if the host does not resolve, or (unless `allow_private`) if any address it has is
+    not public."""
     # The name in its ASCII (`xn--`) form: the resolver's own IDNA codec refuses names
     # that IDNA 2008 allows, and raises UnicodeError for a name it cannot encode.
     host = url.raw_host.decode("ascii", "replace")
     port = url.port or (443 if url.scheme == "https" else 80)
     try:
-        if resolve is None:
-            loop = asyncio.get_running_loop()
-            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        else:
-            infos = await resolve(host, port)
-    except OSError as exc:
-        raise RefusedAddress(f"the host {host} does not resolve ({exc.strerror or exc})") from None
-    except ValueError:  # UnicodeError included: a stored URL from before names were checked
-        raise RefusedAddress(f"the host {host} is not a valid host name") from None
-    addresses = [ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos]
-    for address in addresses:
-        if not is_public(address):
-            raise RefusedAddress(f"the host {host} resolves to the non-public address {address}")
-    if not addresses:
+        found: list[Address] = [ipaddress.ip_address(host)]
+    except ValueError:
+        try:
+            infos = await (resolve or lookup)(host, port)
+        except OSError as exc:
+            raise RefusedAddress(
+                f"the host {host} does not resolve ({exc.strerror or exc})"
+            ) from None
+        except ValueError:  # UnicodeError included: a stored URL from before names were checked
+            raise RefusedAddress(f"the host {host} is not a valid host name") from None
+        found = list(
+            dict.fromkeys(ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos)
+        )
+    if not allow_private:
+        for address in found:
+            if not is_public(address):
+                raise RefusedAddress(
+                    f"the host {host} resolves to the non-public address {address}"
+                )
+    if not found:
         raise RefusedAddress(f"the host {host} does not resolve")
-    return addresses[0]
+    return found
 
 
-def pinned(
-    url: httpx.URL, address: ipaddress.IPv4Address | ipaddress.IPv6Address
-) -> tuple[httpx.URL, dict[str, str], dict[str, str]]:
+def pinned(url: httpx.URL, address: Address) -> tuple[httpx.URL, dict[str, str], dict[str, str]]:
     """The request for `url` sent to `address`: the URL with the address as host, the
     original `Host` header, and (for https) the TLS server name the certificate must match."""
     extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}

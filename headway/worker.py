@@ -3,11 +3,19 @@ has notification channels send what they have queued (`notify.deliver`).
 
 Each step is a function the tests call directly; `Worker.run` only repeats them and
 sleeps. Delivery is at least once per webhook: a claimed attempt whose worker dies is
-claimed again when its lease lapses, with the same event id (`webhook-id`).
+claimed again when its lease lapses, with the same event id (`webhook-id`). An attempt,
+its name lookup included, ends within ATTEMPT_TIMEOUT_S, well within its lease, so no
+other worker claims it while it runs; the lookup runs on the webhooks' own threads
+(`webhooks.lookup`), never on the event loop's default executor.
+
+The backlog is bounded: a claim costs the same whatever it holds (see
+`deliveries.claim_due`), and an event still undelivered `give_up_s` after its creation is
+given up (`sweep`), as the oldest are beyond a webhook's cap when new ones come
+(`outbox.fan_out`).
 
 Delivery is fair: each attempt runs as a task of its own, up to CONCURRENCY at once;
 new deliveries are claimed whenever one ends, taking turns across spaces and receivers
-(see `outbox.claim_due`); and no space has more than PER_SPACE, no receiver (scheme,
+(see `deliveries.claim_due`); and no space has more than PER_SPACE, no receiver (scheme,
 host and port) more than PER_RECEIVER attempts in flight. So one space's backlog or one
 slow receiver holds only its own turns, never another space's delivery. The limits are
 per worker process.
@@ -29,9 +37,9 @@ from typing import TYPE_CHECKING
 from . import metrics, webhooks
 from .clock import Clock
 from .dependencies import unavailable
-from .storage import outbox
+from .storage import deliveries, outbox
 from .storage.database import Database
-from .storage.outbox import Claim
+from .storage.deliveries import Claim
 
 if TYPE_CHECKING:
     import httpx
@@ -45,12 +53,16 @@ LEASE_S = 60  # longer than one attempt can take, with room to record its outcom
 FIRST_RETRY_S = 10
 MAX_RETRY_S = 6 * 3600
 MAX_ATTEMPTS = 15  # 10 s doubling to 6 h, then 6 h: retries span about a day
+GIVE_UP_S = 86_400  # HEADWAY_DELIVERY_GIVE_UP's default
 HEARTBEAT_S = 5.0
 STALE_AFTER_S = 30.0
 CONCURRENCY = 64  # attempts in flight at once, in all
 PER_SPACE = 8  # attempts in flight for one space
 PER_RECEIVER = 4  # attempts in flight to one receiver (scheme://host:port)
 BATCH = 32  # deliveries claimed in one transaction
+CLAIM_ROUNDS = 4  # claims in a row while each finds more due (see `deliveries.Round.again`)
+SWEEP_BATCH = 200  # events given up or swept in one short transaction
+SWEEP_ROUNDS = 20  # such transactions per sweep, at most
 
 
 def retry_delay_s(attempt: int, jitter: float = 1.0) -> float:
@@ -82,6 +94,8 @@ class Worker:
         poll_s: float = 1.0,
         attempt_timeout_s: float = ATTEMPT_TIMEOUT_S,
         channels: ChannelSender | None = None,
+        give_up_s: float = GIVE_UP_S,
+        resolve: webhooks.Resolver | None = None,
     ) -> None:
         self.db = db
         self.channels = channels
@@ -101,6 +115,8 @@ class Worker:
         self._per_receiver = per_receiver
         self._poll_s = poll_s
         self._attempt_timeout_s = attempt_timeout_s
+        self._give_up_us = round(give_up_s * 1_000_000)
+        self._resolve = resolve or webhooks.lookup
         self._wake = asyncio.Event()
         self._attempts: set[asyncio.Task[None]] = set()
         self._space_load: Counter[str] = Counter()
@@ -121,25 +137,34 @@ class Worker:
     async def claim(self) -> list[Claim]:
         """Claim due deliveries for the free places (at most a batch), taking turns
         across spaces and receivers and within the limits of attempts in flight (see
-        `outbox.claim_due`). The caller `start`s each claim at once: its lease runs."""
-        room = min(self._batch, self._concurrency - len(self._attempts))
-        if room <= 0:
-            return []
-        now = self.clock.now_us()
-        due = await outbox.next_due_at(self.db.fetch)
-        if due is None or due > now:
-            return []  # nothing due: no write transaction (and on SQLite, no write lock)
-        async with self.db.write() as st:
-            return await outbox.claim_due(
-                st,
+        `deliveries.claim_due`). The caller `start`s each claim at once: its lease runs."""
+        claims: list[Claim] = []
+        for _ in range(CLAIM_ROUNDS):
+            room = min(self._batch, self._concurrency - len(self._attempts)) - len(claims)
+            if room <= 0:
+                break
+            now = self.clock.now_us()
+            due = await outbox.next_due_at(self.db.fetch)
+            if due is None or due > now:
+                break  # nothing due: no write transaction (and on SQLite, no write lock)
+            space_load, receiver_load = Counter(self._space_load), Counter(self._receiver_load)
+            for claim in claims:  # won in an earlier round, not started yet
+                space_load[claim.space_uuid] += 1
+                receiver_load[claim.receiver] += 1
+            found = await deliveries.claim_due(
+                self.db,
                 now,
                 now + LEASE_S * 1_000_000,
                 room,
                 per_space=self._per_space,
                 per_receiver=self._per_receiver,
-                space_load=self._space_load,
-                receiver_load=self._receiver_load,
+                space_load=space_load,
+                receiver_load=receiver_load,
             )
+            claims.extend(found.claims)
+            if not found.again:
+                break
+        return claims
 
     def start(self, claim: Claim) -> asyncio.Task[None]:
         """Attempt a claimed delivery in a task of its own and record its outcome as soon
@@ -174,7 +199,10 @@ class Worker:
             )
 
     async def attempt(self, claim: Claim) -> Outcome:
-        """POST one event to one webhook, signed. A 2xx is delivered; anything else is not."""
+        """POST one event to one webhook, signed. A 2xx is delivered; anything else is not.
+
+        The whole attempt, the name lookup included, has `attempt_timeout_s`: a resolver
+        that hangs cannot hold it past its lease."""
         import httpx
 
         if self._http is None:
@@ -182,27 +210,22 @@ class Worker:
                 timeout=ATTEMPT_TIMEOUT_S, follow_redirects=False, trust_env=False
             )
         url = httpx.URL(claim.url)
-        try:
-            address = await webhooks.check_destination(url, allow_private=self.allow_private)
-        except webhooks.RefusedAddress as exc:
-            return Outcome(False, f"refused: {exc}")
-        headers = webhooks.signed_headers(
-            claim.secret, claim.event_id, self.clock.now_us() // 1_000_000, claim.payload
-        )
-        extensions: dict[str, str] = {}
-        if address is not None:
-            url, host, extensions = webhooks.pinned(url, address)
-            headers.update(host)
+        looking_up = True
         try:
             # httpx's timeout bounds each read; this bounds the whole attempt, so a receiver
             # trickling bytes cannot hold it past its lease. The body is never read.
             async with asyncio.timeout(self._attempt_timeout_s):
-                request = self._http.stream(
-                    "POST", url, content=claim.payload, headers=headers, extensions=extensions
-                )
-                async with request as response:
-                    status = response.status_code
+                try:
+                    found = await webhooks.addresses(
+                        url, allow_private=self.allow_private, resolve=self._resolve
+                    )
+                except webhooks.RefusedAddress as exc:
+                    return Outcome(False, f"refused: {exc}")
+                looking_up = False
+                status = await self._post(claim, url, found)
         except TimeoutError:
+            if looking_up:
+                return Outcome(False, f"the name lookup took over {self._attempt_timeout_s:g} s")
             return Outcome(False, f"no answer within {self._attempt_timeout_s:g} s")
         except httpx.HTTPError as exc:
             return Outcome(False, f"{type(exc).__name__}: {exc}")
@@ -210,14 +233,45 @@ class Worker:
             return Outcome(True)
         return Outcome(False, f"HTTP {status}")
 
+    async def _post(self, claim: Claim, url: httpx.URL, found: list[webhooks.Address]) -> int:
+        """POST to each address in turn until one connects (the name's other addresses are
+        tried only when connecting fails, so a request is never sent twice); its status."""
+        import httpx
+
+        assert self._http is not None
+        headers = webhooks.signed_headers(
+            claim.secret, claim.event_id, self.clock.now_us() // 1_000_000, claim.payload
+        )
+        for n, address in enumerate(found):
+            # Connect to an address checked (see `webhooks.pinned`): the name is never
+            # looked up again, on the default executor or anywhere.
+            target, host, extensions = webhooks.pinned(url, address)
+            try:
+                request = self._http.stream(
+                    "POST",
+                    target,
+                    content=claim.payload,
+                    headers={**headers, **host},
+                    extensions=extensions,
+                )
+                async with request as response:
+                    return response.status_code
+            except httpx.ConnectError:
+                if n == len(found) - 1:
+                    raise
+        raise AssertionError("no address to connect to")  # `addresses` returns at least one
+
     async def record(self, claim: Claim, outcome: Outcome) -> None:
-        """Settle a delivered attempt, or schedule the next one, or give up after the last."""
+        """Settle a delivered attempt, or schedule the next one, or give up after the last;
+        each in the webhook's log."""
+        now = self.clock.now_us()
         async with self.db.write() as st:
             if outcome.delivered:
                 metrics.delivery("delivered")
-                await outbox.finish_delivery(st, claim)
+                await deliveries.finish_delivery(st, claim, now, "delivered")
             elif claim.attempt >= MAX_ATTEMPTS:
                 metrics.delivery("given_up")
+                metrics.given_up("webhook", "attempts")
                 log.warning(
                     "giving up on event %s to webhook %s after %d attempts: %s",
                     claim.event_id,
@@ -225,21 +279,39 @@ class Worker:
                     claim.attempt,
                     outcome.error,
                 )
-                await outbox.finish_delivery(st, claim)
+                detail = f"the last of {claim.attempt} attempts failed: {outcome.error}"
+                await deliveries.finish_delivery(st, claim, now, "given_up", detail)
             else:
                 metrics.delivery("retry")
                 delay = retry_delay_s(claim.attempt, self._jitter())
-                due = self.clock.now_us() + round(delay * 1_000_000)
-                await outbox.retry_delivery(st, claim, due, outcome.error)
+                due = now + round(delay * 1_000_000)
+                await deliveries.retry_delivery(st, claim, due, now, outcome.error)
 
     async def heartbeat(self) -> None:
         async with self.db.write() as st:
             await outbox.beat(st, self.id, self.clock.now_us())
 
     async def sweep(self) -> int:
-        """Delete events that have nothing left to deliver (e.g. a space with no webhooks)."""
-        async with self.db.write() as st:
-            return await outbox.delete_settled_events(st)
+        """Give up events undelivered `give_up_s` after their creation, and delete events
+        no webhook was waiting for; each a few short transactions of an index range,
+        whatever the backlog. How many deliveries were given up."""
+        given_up = 0
+        for _ in range(SWEEP_ROUNDS):
+            now = self.clock.now_us()
+            async with self.db.write() as st:
+                found = await outbox.give_up_old(st, now - self._give_up_us, now, SWEEP_BATCH)
+            given_up += found
+            if found < SWEEP_BATCH:
+                break
+        if given_up:
+            log.warning("gave up %d deliveries undelivered since their creation", given_up)
+            metrics.delivery("given_up", given_up)
+            metrics.given_up("webhook", "age", given_up)
+        for _ in range(SWEEP_ROUNDS):
+            async with self.db.write() as st:
+                if await outbox.sweep_unwatched(st, SWEEP_BATCH) < SWEEP_BATCH:
+                    break
+        return given_up
 
     async def run(self) -> None:
         """Deliver until cancelled: heartbeat, sweep, claim and start attempts, and sleep

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -30,6 +31,15 @@ from .receivers import (  # noqa: F401 (fixtures: channels' receivers)
     xml_receiver,
 )
 from .servers import PostgresServer, RedisServer, postgres_and_redis
+
+# A shell without job control starts a background command (`scripts/test &`) with SIGINT
+# and SIGQUIT ignored, and every process the tests start would inherit that: a command's
+# Ctrl-C would then do nothing. The tests' commands get them as a terminal gives them.
+for _number in (signal.SIGINT, signal.SIGQUIT):
+    if signal.getsignal(_number) == signal.SIG_IGN:
+        signal.signal(
+            _number, signal.default_int_handler if _number == signal.SIGINT else signal.SIG_DFL
+        )
 
 
 @pytest.fixture
@@ -179,6 +189,7 @@ TABLES = (
     "channels",
     "deliveries",
     "outbox",
+    "webhook_log",
     "webhooks",
     "shares",
     "idempotency_keys",

@@ -5,8 +5,12 @@
   (`HeadwayProcess` is the same for the commands that serve no port, `headway worker`);
 - `serving`: the very server `headway serve` runs, in a thread of the test's process, for
   tests that reach into the app (its state, constants they patch);
-- `Gate`: a small HTTP server in front of another that refuses (503, 429), delays, or is
-  not there at all, before it passes requests on, recording each one.
+- `Gate`: a small HTTP server in front of another that refuses (503, 429) or answers
+  what a test crafts, delays, or is not there at all, before it passes requests on,
+  recording each one;
+- `LosingProxy`: a TCP proxy in front of another server that passes a request on, reads
+  the whole answer (the server did the work), and resets the connection instead of
+  passing the answer back: an answer lost on its way.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -43,6 +48,8 @@ STOP_SECONDS = 15
 # How `headway serve` exits once shut down by SIGTERM: uvicorn raises the signal again
 # after its shutdown, so that the process ends as one ended by it.
 STOPPED_BY_SIGTERM = -signal.SIGTERM
+# SO_LINGER on, for 0 s: closing the socket resets the connection.
+LINGER_NONE = struct.pack("ii", 1, 0)
 
 
 def environment(**variables: str) -> dict[str, str]:
@@ -224,20 +231,22 @@ class Arrival:
     method: str
     path: str
     status: int
+    key: str | None = None  # its Idempotency-Key
 
 
 class Gate:
     """An HTTP server on its own port in front of `upstream`. Until `open()`, nothing
-    listens there (connections are refused). Each request takes the next refusal queued by
-    `refuse()` (answered with that status and Retry-After, the way Headway refuses), or,
-    once none is left, waits `delay` seconds and is passed on. Every answer is recorded."""
+    listens there (connections are refused). Each request takes the next answer queued by
+    `refuse()` (that status and Retry-After, the way Headway refuses) or `answer()`
+    (whatever a test crafts), or, once none is left, waits `delay` seconds and is passed on
+    (with its Idempotency-Key). Every answer is recorded."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream
         self.port = free_port()
         self.delay = 0.0
         self.arrivals: list[Arrival] = []
-        self._refusals: deque[tuple[int, str | None]] = deque()
+        self._refusals: deque[tuple[int, dict[str, str], bytes]] = deque()
         self._lock = threading.Lock()
         self._server: http.server.ThreadingHTTPServer | None = None
         self._http = httpx.Client(base_url=upstream, timeout=30)
@@ -247,8 +256,17 @@ class Gate:
         return f"http://127.0.0.1:{self.port}"
 
     def refuse(self, count: int, status: int, retry_after: str | None = None) -> None:
+        headers = {"content-type": "application/json"}
+        if retry_after is not None:
+            headers["retry-after"] = retry_after
+        body = json.dumps({"error": "Refused by the test's gate."}).encode()
         with self._lock:
-            self._refusals.extend([(status, retry_after)] * count)
+            self._refusals.extend([(status, headers, body)] * count)
+
+    def answer(self, status: int, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
+        """Answer the next request not yet answered so, as given, without passing it on."""
+        with self._lock:
+            self._refusals.append((status, headers or {}, body))
 
     def puts(self) -> list[Arrival]:
         return [arrival for arrival in self.arrivals if arrival.method == "PUT"]
@@ -263,25 +281,23 @@ class Gate:
             def handle_one(self) -> None:
                 length = int(self.headers.get("content-length") or 0)
                 body = self.rfile.read(length) if length else b""
+                key = self.headers.get("idempotency-key")
                 with gate._lock:
                     refusal = gate._refusals.popleft() if gate._refusals else None
                 if refusal is not None:
-                    status, retry_after = refusal
-                    answer = json.dumps({"error": "Refused by the test's gate."}).encode()
-                    headers = {"content-type": "application/json"}
-                    if retry_after is not None:
-                        headers["retry-after"] = retry_after
+                    status, headers, answer = refusal
                 else:
                     time.sleep(gate.delay)
+                    passed = {"content-type": "application/json"}
+                    if key is not None:
+                        passed["idempotency-key"] = key
                     upstream = gate._http.request(
-                        self.command,
-                        self.path,
-                        content=body,
-                        headers={"content-type": "application/json"},
+                        self.command, self.path, content=body, headers=passed
                     )
                     status, answer = upstream.status_code, upstream.content
                     headers = {"content-type": upstream.headers.get("content-type", "")}
-                gate.arrivals.append(Arrival(time.monotonic(), self.command, self.path, status))
+                arrival = Arrival(time.monotonic(), self.command, self.path, status, key)
+                gate.arrivals.append(arrival)
                 self.send_response(status)
                 for name, value in headers.items():
                     self.send_header(name, value)
@@ -304,3 +320,92 @@ class Gate:
             self._server.server_close()
             self._server = None
         self._http.close()
+
+
+class LosingProxy:
+    """A TCP proxy on its own port in front of `upstream` (`http://127.0.0.1:PORT`), for
+    HTTP/1.1 with keep-alive. The first `losses` requests whose method is `method` are
+    passed on and their whole answer read (so the server did the work and committed it);
+    then the client's connection is reset (RST) instead of receiving that answer. Every
+    other request and answer passes unchanged. `forwarded` counts the requests passed on."""
+
+    def __init__(self, upstream: str, *, losses: int = 1, method: str = "POST") -> None:
+        host, _, port = upstream.removeprefix("http://").partition(":")
+        self.upstream = (host, int(port))
+        self.losses = losses
+        self.method = method.encode()
+        self.forwarded = 0
+        self.lost = 0
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:  # closed
+                return
+            threading.Thread(target=self._serve, args=(connection,), daemon=True).start()
+
+    def _serve(self, connection: socket.socket) -> None:
+        upstream = socket.create_connection(self.upstream)
+        incoming, answers = connection.makefile("rb"), upstream.makefile("rb")
+        try:
+            while True:
+                request = _http_message(incoming)
+                if request is None:
+                    return
+                upstream.sendall(request)
+                answer = _http_message(answers)
+                assert answer is not None, "the server closed the connection"
+                with self._lock:
+                    self.forwarded += 1
+                    lose = request.startswith(self.method + b" ") and self.lost < self.losses
+                    self.lost += lose
+                if lose:  # close with a zero linger: the client reads a reset
+                    connection.setsockopt(
+                        socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
+                    )
+                    return
+                connection.sendall(answer)
+        except OSError:
+            return
+        finally:
+            incoming.close()
+            answers.close()
+            connection.close()
+            upstream.close()
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+def _http_message(stream: Any) -> bytes | None:
+    """One whole HTTP/1.1 request or answer read from `stream` (its head, and a body of
+    Content-Length bytes or chunks); None at the end of the stream."""
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        line = stream.readline()
+        if not line:
+            return None
+        head += line
+    fields = {}
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        fields[name.strip().lower()] = value.strip()
+    if fields.get(b"transfer-encoding", b"").lower() == b"chunked":
+        body = b""
+        while True:
+            size_line = stream.readline()
+            body += size_line
+            size = int(size_line.split(b";")[0], 16)
+            body += stream.read(size + 2)
+            if size == 0:
+                return head + body
+    return head + stream.read(int(fields.get(b"content-length", b"0")))

@@ -27,6 +27,7 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
 
     from bench.cost_targets import READS_CREATES
     from bench.options import parse_options, scenario_titles
+    from bench.scenarios.outbox import OUTBOX
     from bench.targets import BUSY, ISSUE6, LIVE, NOTIFY, SWEEP
 
     results = json.loads((tmp_path / "latest.json").read_text())
@@ -104,7 +105,17 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
         },
         NOTIFY: {"notified_put_cpu", "stall_latency"},
         SWEEP: {"swept_put"},
+        OUTBOX: {
+            f"{row}_{check}"
+            for row in ("outbox_claim", "outbox_claim_postgres")
+            for check in ("flat", "lock", "writes")
+        },
     }
+    # The delivery backlog: claims timed at every size, writes beside a worker.
+    claimed = found["outbox_claim"]
+    assert claimed["status"] == "ok", claimed
+    assert set(claimed["extra"]["claim_median_ms"]) == {"10", "1000"}
+    assert claimed["p99_ms"] > 0 and claimed["extra"]["writes"]["1000"] > 0
     # Channels and stall looks on the PUT: both servers measured, the channels alive.
     notified = found["put_report_notified"]
     assert found["put_report_plain"]["cpu_us_per_request"] > 0

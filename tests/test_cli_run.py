@@ -1,9 +1,11 @@
 """`headway run` as a user runs it, against a real server: output passed through byte for
-byte, exit codes and signals passed on, counts read from tqdm's, pip's and other
-progress output, a server that is down never holding the command up."""
+byte, exit codes passed on, every signal it can catch passed on (real-time ones and job
+control included) with the exit status a shell gives, counts read from tqdm's, pip's and
+other progress output, a server that is down never holding the command up."""
 
 from __future__ import annotations
 
+import shlex
 import signal
 import subprocess
 import sys
@@ -385,3 +387,172 @@ def test_lines_split_across_chunks_are_read_whole() -> None:
     third = reader.feed(b"\n\x1b[32mdone\x1b[0m\n")
     assert (third.line, third.current, third.end) == ("done", 2, 10)
     assert reader.feed(b"\n\n").line is None
+
+
+# A command that records each signal it gets (every one it can catch, or those named in
+# its second argument) in the file named by its first, and exits with code 3 on those
+# named in its third (comma-separated numbers).
+RECORDER = """
+import os, signal, sys, time
+
+record, handled, exit_on = sys.argv[1], sys.argv[2], sys.argv[3]
+handled = None if handled == "all" else {int(n) for n in handled.split(",") if n}
+exit_on = {int(n) for n in exit_on.split(",") if n}
+
+
+def got(number, frame):
+    with open(record, "a") as out:
+        out.write(f"{number}\\n")
+    if number == signal.SIGTSTP:  # as a program that handles Ctrl-Z does
+        os.kill(os.getpid(), signal.SIGSTOP)
+    if number in exit_on:
+        sys.exit(3)
+
+
+for number in signal.valid_signals():
+    if number in (signal.SIGKILL, signal.SIGSTOP):
+        continue
+    if handled is None or number in handled:
+        signal.signal(number, got)
+print(f"ready {os.getpid()}", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def recorded(path: Path) -> list[int]:
+    return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+
+def process_state(pid: int) -> str:
+    """The state letter of process `pid` (`S` sleeping, `T` stopped...)."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+
+
+def recorder_args(
+    script: Callable[[str], str], record: Path, handled: str, exit_on: str
+) -> list[str]:
+    return [PYTHON, script(RECORDER), str(record), handled, exit_on]
+
+
+def start_recorder(env: dict[str, str], args: list[str]) -> tuple[subprocess.Popen[bytes], int]:
+    """`headway run` of the recorder (`recorder_args`), once the recorder is ready; and
+    the recorder's pid."""
+    command = ["headway", "run", "--interval", "0.05", "--", *args]
+    process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+    assert process.stdout is not None
+    ready = process.stdout.readline().split()
+    assert ready[:1] == [b"ready"], ready
+    return process, int(ready[1])
+
+
+def shell_exit_status(args: list[str], number: int, tmp_path: Path) -> int:
+    """The status bash gives for the command `args` sent signal `number` once ready."""
+    out = tmp_path / "shell.out"
+    line = " ".join(shlex.quote(arg) for arg in args)
+    program = (
+        f"{line} > {out} & pid=$!; "
+        f"until grep -q ready {out}; do sleep 0.01; done; "
+        f"kill -n {number} $pid; wait $pid; echo $?"
+    )
+    result = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=30)
+    return int(result.stdout)
+
+
+def test_every_signal_headway_run_can_catch_reaches_the_command(
+    script: Callable[[str], str],
+    env: dict[str, str],
+    server: LiveServer,
+    served_space: str,
+    tmp_path: Path,
+) -> None:
+    from headway.cli.signals import STOPPING, forwardable
+
+    record = tmp_path / "signals"
+    sent = [n for n in forwardable() if n not in STOPPING and n != signal.SIGTERM]
+    for expected in (signal.SIGRTMIN + 6, signal.SIGRTMAX, signal.SIGWINCH, signal.SIGCONT):
+        assert expected in sent
+    args = recorder_args(script, record, "all", str(int(signal.SIGTERM)))
+    process, pid = start_recorder(env, args)
+    with process:
+        try:
+            for i, number in enumerate(sent):
+                process.send_signal(number)
+                wait_for(lambda i=i: len(recorded(record)) > i)
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=10) == 3
+        finally:
+            process.kill()
+    assert recorded(record) == [*sent, signal.SIGTERM]
+    task = only_task(server, served_space)
+    assert task["finished_at"] is not None
+    assert task["progress"]["values"] == {
+        "exit_code": 3,
+        "error": "exit code 3",
+        "log": f"ready {pid}",
+    }
+
+
+@pytest.mark.parametrize("handled", [True, False], ids=["handled", "not handled"])
+def test_a_real_time_signal_reaches_the_command_and_headway_run_exits_as_a_shell_would(
+    handled: bool,
+    script: Callable[[str], str],
+    env: dict[str, str],
+    server: LiveServer,
+    served_space: str,
+    tmp_path: Path,
+) -> None:
+    number = int(signal.SIGRTMIN + 6)
+    record = tmp_path / "signals"
+    args = recorder_args(script, record, str(number) if handled else "", str(number))
+    process, pid = start_recorder(env, args)
+    with process:
+        try:
+            process.send_signal(number)
+            code = process.wait(timeout=10)
+        finally:
+            process.kill()
+    assert recorded(record) == ([number] if handled else [])
+    record.unlink(missing_ok=True)
+    assert code == shell_exit_status(args, number, tmp_path)
+    task = only_task(server, served_space)
+    assert task["finished_at"] is not None
+    if handled:  # the command recorded it and exited with its code, 3
+        assert code == 3
+        assert task["progress"]["values"] == {
+            "exit_code": 3,
+            "error": "exit code 3",
+            "log": f"ready {pid}",
+        }
+    else:  # the signal ended the command: 128 + N
+        assert code == 128 + number
+        assert task["progress"]["values"] == {
+            "exit_code": 128 + number,
+            "signal": "SIGRTMIN+6",
+            "error": f"killed by signal {number} (SIGRTMIN+6)",
+            "log": f"ready {pid}",
+        }
+
+
+def test_ctrl_z_stops_the_command_and_headway_run_until_sigcont(
+    script: Callable[[str], str],
+    env: dict[str, str],
+    server: LiveServer,
+    served_space: str,
+    tmp_path: Path,
+) -> None:
+    record = tmp_path / "signals"
+    args = recorder_args(script, record, "all", str(int(signal.SIGTERM)))
+    process, pid = start_recorder(env, args)
+    with process:
+        try:
+            process.send_signal(signal.SIGTSTP)
+            wait_for(lambda: process_state(pid) == "T" and process_state(process.pid) == "T")
+            process.send_signal(signal.SIGCONT)
+            wait_for(lambda: process_state(pid) != "T" and process_state(process.pid) != "T")
+            wait_for(lambda: recorded(record) == [signal.SIGTSTP, signal.SIGCONT])
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(timeout=10) == 3
+        finally:
+            process.kill()
+    assert only_task(server, served_space)["finished_at"] is not None

@@ -66,6 +66,11 @@ def test_empty_variables_read_as_unset():
         ("PROGRESS_MEMORY", "2000000", "progress_memory", 2_000_000),
         ("PROGRESS_MEMORY_PER_SPACE", "0.5", "progress_memory_per_space", 0.5),
         ("WEBHOOKS_PER_SPACE", "3", "webhooks_per_space", 3),
+        ("OUTBOX_PER_ENDPOINT", "500", "outbox_per_endpoint", 500),
+        ("DELIVERY_GIVE_UP", "24h", "delivery_give_up", 86_400),
+        ("DELIVERY_GIVE_UP", "90m", "delivery_give_up", 5400),
+        ("DELIVERY_GIVE_UP", "2d", "delivery_give_up", 172_800),
+        ("DELIVERY_GIVE_UP", "600", "delivery_give_up", 600),
         ("MAX_CONNECTIONS", "100", "max_connections", 100),
         ("HEADER_TIMEOUT", "2.5", "header_timeout", 2.5),
         ("BODY_TIMEOUT", "60", "body_timeout", 60.0),
@@ -133,6 +138,11 @@ def test_from_env_reads_the_process_environment(bare_env):
         ("PROGRESS_MEMORY_PER_SPACE", "0"),
         ("PROGRESS_MEMORY_PER_SPACE", "1.5"),
         ("WEBHOOKS_PER_SPACE", "0"),
+        ("OUTBOX_PER_ENDPOINT", "0"),
+        ("OUTBOX_PER_ENDPOINT", "many"),
+        ("DELIVERY_GIVE_UP", "30s"),
+        ("DELIVERY_GIVE_UP", "never"),
+        ("DELIVERY_GIVE_UP", "a day"),
         ("MAX_CONNECTIONS", "0"),
         ("HEADER_TIMEOUT", "0"),
         ("BODY_TIMEOUT", "never"),
@@ -158,6 +168,10 @@ def test_settings_changed_in_code_are_validated_too():
         Settings().with_(progress_ttl=0)
     with pytest.raises(ConfigError, match="HEADWAY_STALL_SCAN"):
         Settings().with_(stall_scan=31)
+    with pytest.raises(ConfigError, match="HEADWAY_DELIVERY_GIVE_UP"):
+        Settings().with_(delivery_give_up=59)
+    with pytest.raises(ConfigError, match="HEADWAY_OUTBOX_PER_ENDPOINT"):
+        Settings().with_(outbox_per_endpoint=0)
 
 
 async def test_the_app_looks_for_stalls_as_often_as_configured(tmp_path):

@@ -238,7 +238,8 @@ async def test_a_replayed_webhook_keeps_its_secret_and_listing_shows_one(client,
     first = (await client.post(path, json=body, headers=keyed("w"))).json()
     again = (await client.post(path, json=body, headers=keyed("w"))).json()
     assert again["secret"] == first["secret"]
-    assert (await client.get(path)).json() == [{"uuid": first["uuid"], "url": body["url"]}]
+    listed = (await client.get(path)).json()
+    assert listed == [{"uuid": first["uuid"], "url": body["url"], "deliveries": []}]
 
 
 async def test_a_retried_create_over_a_real_server_creates_one(settings):

@@ -63,7 +63,7 @@ async def test_register_list_and_delete_webhook(client, space):
     assert created["secret"].startswith("whsec_")
     assert set(created) == {"uuid", "url", "secret"}
     listed = (await client.get(f"/spaces/{space}/webhooks")).json()
-    assert listed == [{"uuid": created["uuid"], "url": created["url"]}]
+    assert listed == [{"uuid": created["uuid"], "url": created["url"], "deliveries": []}]
     deleted = await client.delete(f"/spaces/{space}/webhooks/{created['uuid']}")
     assert deleted.status_code == 204
     again = await client.delete(f"/spaces/{space}/webhooks/{created['uuid']}")
@@ -483,21 +483,25 @@ async def test_an_attempt_is_bounded_as_a_whole_even_by_a_trickling_receiver(
         listener.close()
 
 
-async def test_a_delivery_whose_webhook_is_gone_is_settled_not_retried(
-    client, space, make_task, worker, sql, app
+async def test_a_delivery_whose_webhook_is_gone_is_never_claimed_and_given_up_by_age(
+    client, space, make_task, worker, sql, app, clock
 ):
-    """A webhook deleted while its event was fanned out leaves a delivery with nothing to
-    deliver to: the worker drops it and the event, instead of claiming it forever."""
+    """A delivery with no webhook left (a database from before each webhook counted its
+    own) has nothing to deliver to: it is never claimed, and it goes with its event once
+    it is as old as any undelivered event may be."""
     task = await make_task()
     await client.put(f"/tasks/{task}", json={"done": True})
     (event_id,) = (await sql("SELECT id FROM outbox"))[0]
     async with app.state.service.db.write() as st:
         await st.many(
-            "INSERT INTO deliveries (event_id, webhook_uuid, attempts, next_attempt_at_us) "
-            "VALUES (?, ?, 0, 0)",
-            [(event_id, str(uuid.uuid4()))],
+            "INSERT INTO deliveries (event_id, webhook_uuid, attempts, next_attempt_at_us, "
+            "created_at_us) VALUES (?, ?, 0, 0, ?)",
+            [(event_id, str(uuid.uuid4()), clock.now_us())],
         )
     assert await worker.run_once() == 0
+    assert await worker.sweep() == 0
+    clock.advance(worker_module.GIVE_UP_S)
+    assert await worker.sweep() == 1
     assert await sql("SELECT count(*) FROM deliveries") == [(0,)]
     assert await sql("SELECT count(*) FROM outbox") == [(0,)]
 

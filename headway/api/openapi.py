@@ -24,6 +24,7 @@ _MODELS = [
     schemas.TaskOut,
     schemas.WebhookCreated,
     schemas.WebhookOut,
+    schemas.WebhookDelivery,
     schemas.CreateChannel,
     schemas.TestChannel,
     schemas.ChannelOut,
@@ -234,8 +235,7 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                 "description": "Top-level tasks with their children nested. With no parameters, "
                 "every task, oldest first. A bare `limit` gives the newest `limit` tasks, oldest "
                 "first; `before` gives newest first; `after`, or `before` with `after`, gives "
-                "oldest first. `limit` applies after the cursors. Each task returned (children "
-                "included) counts against the client's read rate: page a big space with `limit`.",
+                "oldest first. `limit` applies after the cursors.",
                 "parameters": [
                     SPACE,
                     _query(

@@ -96,6 +96,9 @@ openapi_paths: dict[str, Any] = {
         "get": {
             "operationId": "listWebhooks",
             "summary": "List webhooks",
+            "description": "Each with its last 20 deliveries, newest first: an event given "
+            "up (after its last attempt, by age, or beyond the webhook's cap of undelivered "
+            "events) shows there.",
             "parameters": [SPACE],
             "responses": {
                 "200": _json({"type": "array", "items": _ref("WebhookOut")}, "The webhooks."),

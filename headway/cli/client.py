@@ -1,6 +1,8 @@
 """The client's commands: `headway space create`, `headway task create`, `headway report`.
-Each sends one request; an error prints the server's message and exits 1. The client is
-imported when one of them runs, so that the server's commands start without it."""
+Each sends one request (a create is tried again after a network error, a 429 or a 5xx,
+with the same Idempotency-Key); an error prints the server's message and exits 1. The
+client is imported when one of them runs, so that the server's commands start without
+it."""
 
 from __future__ import annotations
 

@@ -5,35 +5,22 @@ reported and becomes `headway run`'s own."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
 import re
 import selectors
 import shlex
-import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from .output import OutputReader
 from .parsers import add_space, add_url, command_parser
+from .signals import Forwarding, signal_name
 
 if TYPE_CHECKING:
-    from ..client import Reporter
+    from ..client import Client, Reporter
 
-# Signals sent to `headway run` that are passed on to the command.
-FORWARDED = (
-    signal.SIGINT,
-    signal.SIGTERM,
-    signal.SIGHUP,
-    signal.SIGQUIT,
-    signal.SIGUSR1,
-    signal.SIGUSR2,
-)
-# What the keyboard sends to a terminal's whole foreground process group, command included.
-KEYBOARD = (signal.SIGINT, signal.SIGQUIT)
 CHUNK = 65_536
 
 DESCRIPTION = """\
@@ -44,10 +31,12 @@ the line shows one: --pattern's named groups `current` and `end`, or tqdm's or p
 the task finishes when the command does. Then the task is finished, whatever the exit
 code, with `exit_code` (and `signal`, if a signal ended the command) in its values, and
 `headway run` exits with that code. A non-zero code also sets `error` (`exit code 3`,
-`killed by signal 9 (SIGKILL)`), which shows the task as failed. Signals sent to
-`headway run` are passed on to the command; Ctrl-C in a terminal reaches the command
-directly. Reporting never holds the command up: a server that does not answer gets --wait
-seconds at the end, then is given up.
+`killed by signal 9 (SIGKILL)`), which shows the task as failed. Every signal sent to
+`headway run` that it can catch (real-time signals included) is passed on to the command;
+Ctrl-C in a terminal reaches the command directly; Ctrl-Z (SIGTSTP) stops both until
+SIGCONT. Reporting never holds the command up: creating the task is retried with one
+Idempotency-Key, and a server that does not answer gets --wait seconds at the end, then
+is given up (with one warning naming what was lost).
 Python commands run with PYTHONUNBUFFERED=1 (unless set) so that their lines arrive live."""
 
 
@@ -79,9 +68,10 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     run.add_argument(
         "--wait",
         type=float,
-        default=5.0,
+        default=None,
         metavar="SECONDS",
-        help="how long to wait at the end for reports to reach the server (default 5)",
+        help="how long to wait at the end for reports to reach the server "
+        "(default: HEADWAY_FLUSH_TIMEOUT, else 10)",
     )
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
     run.set_defaults(handler=run_command)
@@ -102,6 +92,13 @@ def run_command(args: argparse.Namespace) -> int:
     if not command:
         print("headway run: no command given: headway run [options] -- COMMAND", file=sys.stderr)
         return 2
+    # From the start to the last report: a signal that comes before the command runs is
+    # passed on once it does, one that comes while reports are sent at the end is harmless.
+    with Forwarding() as forwarding:
+        return _run(args, command, forwarding)
+
+
+def _run(args: argparse.Namespace, command: list[str], forwarding: Forwarding) -> int:
     from ..client import Client
 
     client = Client(args.url, space=args.space, min_interval=args.interval, exit_timeout=args.wait)
@@ -124,16 +121,21 @@ def run_command(args: argparse.Namespace) -> int:
             reporter.finish(values={"exit_code": code, "error": message}, log=message)
         client.close()
         return code
-    with _forwarding_signals(child):
-        relay = Relay(reporter, args.pattern)
-        relay.pass_through(child)
-        returncode = child.wait()
-    code = returncode if returncode >= 0 else 128 - returncode
+    forwarding.start(child)
+    relay = Relay(reporter, args.pattern)
+    relay.pass_through(child)
+    returncode = child.wait()
+    return _finish(client, reporter, relay, returncode)
+
+
+def _finish(client: Client, reporter: Reporter | None, relay: Relay, returncode: int) -> int:
+    """Report how the command ended, send what is pending (bounded), and answer the exit
+    status a shell gives: the command's code, or 128 + N when signal N ended it."""
     if reporter is not None:
         relay.report(final=True)
         reporter.finish(values=exit_values(returncode))
     client.close()
-    return code
+    return returncode if returncode >= 0 else 128 - returncode
 
 
 def exit_values(returncode: int) -> dict[str, str | int]:
@@ -150,17 +152,6 @@ def exit_values(returncode: int) -> dict[str, str | int]:
         "signal": name,
         "error": f"killed by signal {-returncode} ({name})",
     }
-
-
-def signal_name(number: int) -> str:
-    """`SIGTERM`; a real-time signal, which has no name of its own, as `SIGRTMIN+3`."""
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        low = getattr(signal, "SIGRTMIN", None)
-        if low is not None and low < number <= signal.SIGRTMAX:
-            return f"SIGRTMIN+{number - low}"
-        return f"SIG{number}"
 
 
 class Relay:
@@ -216,34 +207,3 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-@contextlib.contextmanager
-def _forwarding_signals(child: subprocess.Popen[bytes]) -> Iterator[None]:
-    """Pass FORWARDED signals on to `child` while in the block. When the keyboard's signals
-    reach the child directly (it shares our terminal's foreground group), they are not
-    sent a second time; `headway run` goes on waiting for the child."""
-    keyboard = _in_terminal_foreground()
-
-    def forward(signum: int, frame: object) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            child.send_signal(signum)
-
-    def ignore(signum: int, frame: object) -> None:
-        pass
-
-    previous = {}
-    for sig in FORWARDED:
-        previous[sig] = signal.signal(sig, ignore if keyboard and sig in KEYBOARD else forward)
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-
-
-def _in_terminal_foreground() -> bool:
-    try:
-        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
-    except (OSError, ValueError):
-        return False

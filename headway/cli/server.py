@@ -148,6 +148,7 @@ def _worker(settings: Settings) -> int:
             clock,
             allow_private=settings.webhook_allow_private,
             channels=channel_sender(settings, db, clock),
+            give_up_s=settings.delivery_give_up,
         )
         task = asyncio.current_task()
         assert task is not None

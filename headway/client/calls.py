@@ -3,6 +3,8 @@ synchronous and asynchronous clients share, while they only move the bytes."""
 
 from __future__ import annotations
 
+import math
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,30 +23,46 @@ T = TypeVar("T")
 # client writes on the caller's behalf so that a long line never costs a whole report.
 MAX_TEXT = 1024
 MAX_TITLE = 200
+# The longest wait a Retry-After may ask of the client: a longer one, `inf` included, is
+# read as this, so that no answer can hold a report (or the thread sending it) back for long.
+MAX_RETRY_AFTER = 60.0
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 
 @dataclass(frozen=True, slots=True)
 class Call(Generic[T]):
-    """One request, and how its answer becomes a `T` or an `APIError`."""
+    """One request, and how its answer becomes a `T` or an `APIError`.
+
+    A create carries an idempotency `key`, sent as the `Idempotency-Key` header: the same
+    call sent again (after a lost answer, a 429 or a 5xx) carries the same key, so that the
+    server answers the first answer again instead of creating a second task."""
 
     method: str
     path: str
     parse: Callable[[Any], T]
     body: Mapping[str, Any] | None = None
     params: Mapping[str, str] | None = None
+    key: str | None = None
 
     def request(self, http: httpx.Client | httpx.AsyncClient) -> httpx.Request:
-        return http.build_request(self.method, self.path, json=self.body, params=self.params)
+        headers = {IDEMPOTENCY_HEADER: self.key} if self.key is not None else None
+        return http.build_request(
+            self.method, self.path, json=self.body, params=self.params, headers=headers
+        )
 
     def result(self, response: httpx.Response) -> T:
         """The answer's typed result; an APIError for an error status or a foreign body."""
         if not response.is_success:
             raise api_error(response)
         try:
-            data = response.json()
-        except ValueError:
-            raise APIError(response.status_code, "the answer is not JSON") from None
-        return self.parse(data)
+            return self.parse(response.json())
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise APIError(response.status_code, "the answer is not Headway's JSON") from None
+
+
+def new_key() -> str:
+    """A fresh idempotency key: random, one per logical create."""
+    return secrets.token_urlsafe(24)
 
 
 def api_error(response: httpx.Response) -> APIError:
@@ -60,19 +78,27 @@ def api_error(response: httpx.Response) -> APIError:
     )
 
 
-def retry_after(header: str | None) -> float | None:
-    """Seconds to wait from a Retry-After header (seconds or an HTTP date)."""
-    if not header:
+def retry_after(header: str | None, *, now: datetime | None = None) -> float | None:
+    """Seconds to wait from a Retry-After header: a number of seconds or an HTTP date in
+    any zone (`-0000` and zone names included), clamped to 0-MAX_RETRY_AFTER (`inf` and
+    dates far ahead are MAX_RETRY_AFTER; negative numbers and past dates 0). None when
+    absent or unreadable (garbage, `nan`): the caller's own backoff decides. Never raises."""
+    text = (header or "").strip()
+    if not text or len(text) > 64:
         return None
     try:
-        return max(float(header), 0.0)
+        seconds = float(text)
     except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(header)
-    except (TypeError, ValueError):
+        try:
+            when = parsedate_to_datetime(text)
+            if when.tzinfo is None:  # `-0000`: UTC, with no claim about the local zone
+                when = when.replace(tzinfo=UTC)
+            seconds = (when - (now or datetime.now(UTC))).total_seconds()
+        except Exception:  # whatever the date parser makes of garbage
+            return None
+    if math.isnan(seconds):
         return None
-    return max((when - datetime.now(UTC)).total_seconds(), 0.0)
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
 
 
 def user_agent() -> str:
@@ -91,9 +117,10 @@ def _timestamp(value: datetime | str) -> str:
     return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def create_space(title: str | None, icon: str | None) -> Call[Space]:
+def create_space(title: str | None, icon: str | None, key: str | None = None) -> Call[Space]:
+    """`key`: the create's idempotency key (a new one if not given)."""
     body = {name: value for name, value in (("title", title), ("icon", icon)) if value is not None}
-    return Call("POST", "/spaces", Space.from_json, body=body)
+    return Call("POST", "/spaces", Space.from_json, body=body, key=key or new_key())
 
 
 def read_space(
@@ -118,8 +145,15 @@ def read_space(
     )
 
 
-def create_task(space: str, title: str | None, source: str | None, parent: str | None) -> Call[str]:
-    """Answers the new task's uuid."""
+def create_task(
+    space: str,
+    title: str | None,
+    source: str | None,
+    parent: str | None,
+    key: str | None = None,
+) -> Call[str]:
+    """Answers the new task's uuid. `key`: the create's idempotency key (a new one if not
+    given)."""
     body: dict[str, str] = {}
     if title is not None:
         body["title"] = title[:MAX_TITLE]
@@ -127,7 +161,13 @@ def create_task(space: str, title: str | None, source: str | None, parent: str |
         body["source"] = source[:MAX_TITLE]
     if parent is not None:
         body["parent_uuid"] = parent
-    return Call("POST", _path("spaces", space, "tasks"), lambda data: data["uuid"], body=body)
+    return Call(
+        "POST",
+        _path("spaces", space, "tasks"),
+        lambda data: str(data["uuid"]),
+        body=body,
+        key=key or new_key(),
+    )
 
 
 def read_task(task: str) -> Call[Task]:

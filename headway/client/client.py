@@ -1,12 +1,16 @@
 """`Client` and `AsyncClient`: the same operations from the rules in `calls`, over a
 blocking or an asyncio transport; and what both share (`BaseClient`): settings from the
-environment, and reporters, which both deliver from one background thread."""
+environment, when a failed request is tried again, and reporters, which both deliver
+from one background thread."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import os
 import threading
+import time
 from collections.abc import Mapping
 from datetime import datetime
 from types import TracebackType
@@ -15,24 +19,58 @@ from typing import TypeVar
 import httpx
 
 from . import calls
-from .errors import NetworkError, NoSpaceError
+from .errors import APIError, NetworkError, NoSpaceError
 from .models import Space, Task, Value
-from .reporter import Reporter, Sender
+from .reporter import Reporter
+from .sender import Sender
 from .task import TaskScope
 
 T = TypeVar("T")
 
+log = logging.getLogger("headway")
+
 DEFAULT_URL = "http://127.0.0.1:8000"
+DEFAULT_FLUSH_TIMEOUT = 10.0
+FLUSH_TIMEOUT_VARIABLE = "HEADWAY_FLUSH_TIMEOUT"
+
+
+def flush_timeout_from_environment() -> float:
+    """HEADWAY_FLUSH_TIMEOUT: the seconds pending reports get at exit (default 10). A value
+    that is not a finite number of seconds, at least 0, is logged and the default used:
+    a setting of the reporting never stops the job."""
+    text = os.environ.get(FLUSH_TIMEOUT_VARIABLE, "").strip()
+    if not text:
+        return DEFAULT_FLUSH_TIMEOUT
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        log.warning(
+            "Headway: %s must be a number of seconds, at least 0, not %r: %g s it is",
+            FLUSH_TIMEOUT_VARIABLE,
+            text,
+            DEFAULT_FLUSH_TIMEOUT,
+        )
+        return DEFAULT_FLUSH_TIMEOUT
+    return seconds
+
+
+def _reason(error: Exception) -> str:
+    return str(error) or type(error).__name__
 
 
 class BaseClient:
     """Settings and reporters, shared by `Client` and `AsyncClient`.
 
     `url` defaults to HEADWAY_URL (else http://127.0.0.1:8000), `space` to HEADWAY_SPACE.
-    `timeout` bounds each request. Reporters send at most one report per task every
-    `min_interval` seconds, retry a failing server after `backoff[0]` seconds doubling up
-    to `backoff[1]` (or after its Retry-After), and get `exit_timeout` seconds at
-    interpreter exit (or `close()`) to deliver what is pending.
+    `timeout` bounds each request. Creates (`create_space`, `create_task`) send an
+    Idempotency-Key and are tried again up to `retries` times after a network error, a 429
+    or a 5xx, with the same key, after `backoff[0]` seconds doubling up to `backoff[1]` (or
+    the answer's Retry-After, read as at most 60 s). Reporters send at most one report per
+    task every `min_interval` seconds, retry a failing server with the same backoff for as
+    long as the process runs, and get `exit_timeout` seconds (default HEADWAY_FLUSH_TIMEOUT,
+    else 10) at interpreter exit (or `close()`) to deliver what is pending.
     """
 
     def __init__(
@@ -43,14 +81,18 @@ class BaseClient:
         timeout: float = 10.0,
         min_interval: float = 0.5,
         backoff: tuple[float, float] = (0.5, 30.0),
-        exit_timeout: float = 5.0,
+        exit_timeout: float | None = None,
+        retries: int = 3,
     ) -> None:
         self.url = (url or os.environ.get("HEADWAY_URL") or DEFAULT_URL).rstrip("/")
         self.space = space or os.environ.get("HEADWAY_SPACE") or None
         self.timeout = timeout
         self.min_interval = min_interval
         self.backoff = backoff
+        if exit_timeout is None:
+            exit_timeout = flush_timeout_from_environment()
         self.exit_timeout = exit_timeout
+        self.retries = retries
         self._sender: Sender | None = None
         self._sender_lock = threading.Lock()
 
@@ -101,6 +143,20 @@ class BaseClient:
             self, title, space=space, source=source, parent=parent, min_interval=min_interval
         )
 
+    def _retry_in(self, call: calls.Call[T], attempt: int, error: Exception) -> float | None:
+        """Seconds to wait before sending `call` again after `error` ended its try number
+        `attempt` (0: the first); None when it is not to be tried again: it is not a create
+        (only creates carry a key that makes a second try safe), its tries are spent, or
+        the answer will not change."""
+        if call.key is None or attempt >= self.retries:
+            return None
+        if isinstance(error, APIError) and not error.retryable:
+            return None
+        wait = min(self.backoff[0] * 2**attempt, self.backoff[1])
+        if isinstance(error, APIError) and error.retry_after is not None:
+            wait = max(wait, error.retry_after)
+        return wait
+
     def _space(self, space: str | None) -> str:
         chosen = space or self.space
         if not chosen:
@@ -125,8 +181,9 @@ class BaseClient:
 
 
 class Client(BaseClient):
-    """The API over blocking HTTP. Each method sends one request and raises `APIError`
-    (the server's status and message) or `NetworkError`; reporters never raise."""
+    """The API over blocking HTTP. Each method sends one request (a create, a few if it
+    must: see `BaseClient`) and raises `APIError` (the server's status and message) or
+    `NetworkError`; reporters never raise."""
 
     def __init__(
         self,
@@ -136,7 +193,8 @@ class Client(BaseClient):
         timeout: float = 10.0,
         min_interval: float = 0.5,
         backoff: tuple[float, float] = (0.5, 30.0),
-        exit_timeout: float = 5.0,
+        exit_timeout: float | None = None,
+        retries: int = 3,
     ) -> None:
         super().__init__(
             url,
@@ -145,18 +203,31 @@ class Client(BaseClient):
             min_interval=min_interval,
             backoff=backoff,
             exit_timeout=exit_timeout,
+            retries=retries,
         )
         self._http: httpx.Client | None = None  # made on first use: reporters need none
 
     def _send(self, call: calls.Call[T]) -> T:
+        attempt = 0
+        while True:
+            try:
+                return self._send_once(call)
+            except (NetworkError, APIError) as exc:
+                wait = self._retry_in(call, attempt, exc)
+                if wait is None:
+                    raise
+            time.sleep(wait)
+            attempt += 1
+
+    def _send_once(self, call: calls.Call[T]) -> T:
         if self._http is None:
             self._http = httpx.Client(
                 base_url=self.url, timeout=self.timeout, headers={"user-agent": calls.user_agent()}
             )
         try:
             response = self._http.send(call.request(self._http))
-        except httpx.TransportError as exc:
-            raise NetworkError(f"cannot reach {self.url}: {exc}") from exc
+        except httpx.HTTPError as exc:  # no answer, or one that cannot be read
+            raise NetworkError(f"cannot reach {self.url}: {_reason(exc)}") from exc
         return call.result(response)
 
     def create_space(self, title: str | None = None, icon: str | None = None) -> Space:
@@ -241,7 +312,8 @@ class AsyncClient(BaseClient):
         timeout: float = 10.0,
         min_interval: float = 0.5,
         backoff: tuple[float, float] = (0.5, 30.0),
-        exit_timeout: float = 5.0,
+        exit_timeout: float | None = None,
+        retries: int = 3,
     ) -> None:
         super().__init__(
             url,
@@ -250,18 +322,31 @@ class AsyncClient(BaseClient):
             min_interval=min_interval,
             backoff=backoff,
             exit_timeout=exit_timeout,
+            retries=retries,
         )
         self._http: httpx.AsyncClient | None = None  # made on first use: reporters need none
 
     async def _send(self, call: calls.Call[T]) -> T:
+        attempt = 0
+        while True:
+            try:
+                return await self._send_once(call)
+            except (NetworkError, APIError) as exc:
+                wait = self._retry_in(call, attempt, exc)
+                if wait is None:
+                    raise
+            await asyncio.sleep(wait)
+            attempt += 1
+
+    async def _send_once(self, call: calls.Call[T]) -> T:
         if self._http is None:
             self._http = httpx.AsyncClient(
                 base_url=self.url, timeout=self.timeout, headers={"user-agent": calls.user_agent()}
             )
         try:
             response = await self._http.send(call.request(self._http))
-        except httpx.TransportError as exc:
-            raise NetworkError(f"cannot reach {self.url}: {exc}") from exc
+        except httpx.HTTPError as exc:  # no answer, or one that cannot be read
+            raise NetworkError(f"cannot reach {self.url}: {_reason(exc)}") from exc
         return call.result(response)
 
     async def create_space(self, title: str | None = None, icon: str | None = None) -> Space:

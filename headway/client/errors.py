@@ -2,16 +2,16 @@
 
 HeadwayError         anything the client raises
 ├── APIError         the server answered with an error: `.status`, `.message` (its
-│                    `{"error": ...}`), `.retry_after` (seconds, from Retry-After)
+│                    `{"error": ...}`), `.retry_after` (seconds from Retry-After, 0-60)
 ├── NetworkError     the server could not be reached, or did not answer in time
 └── NoSpaceError     an operation needs a space and none was given nor in HEADWAY_SPACE
 """
 
 from __future__ import annotations
 
-# Answers worth trying again later: the request changed nothing (429, 503) or the server
-# or a proxy in front of it failed on its way.
-RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+# Answers worth trying again later: the request changed nothing (408, 425, 429, 503) or
+# the server or a proxy in front of it failed on its way (every 5xx).
+RETRYABLE_STATUSES = frozenset({408, 425, 429})
 
 
 class HeadwayError(Exception):
@@ -30,7 +30,7 @@ class APIError(HeadwayError):
     @property
     def retryable(self) -> bool:
         """True when the same request may succeed later (rate, budget, server trouble)."""
-        return self.status in RETRYABLE_STATUSES
+        return self.status in RETRYABLE_STATUSES or 500 <= self.status <= 599
 
 
 class NetworkError(HeadwayError):

@@ -1,40 +1,25 @@
-"""Reports that never hurt the job: each task's latest state, delivered by one background
-thread per client.
+"""Reports that never hurt the job: a `Reporter` per task, whose latest state one
+background thread per client (`sender.Sender`) delivers.
 
 `Reporter.report()` only stores the state and, at most once per interval, wakes the
-thread: it never waits on the network and never raises. The thread sends one request at
-a time (like tqdm's `MonoWorker`): a newer state replaces one not yet sent, so a task
-costs at most one request per `min_interval` however often it reports, and its final
-state is sent at once. A server that is down, slow, or answers 429/503/5xx is retried
-with exponential backoff (or after its Retry-After) and logged once per outage on the
-`headway` logger; a state that no retry can help (refused with a 4xx, or values JSON
-cannot carry) is logged, once per task, and dropped. At interpreter exit, pending states
-get a bounded time (`exit_timeout`) to go.
+thread: it never waits on the network and never raises. A newer state replaces one not
+yet sent, so a task costs at most one request per `min_interval` however often it
+reports, and its final state is sent at once (see `sender` for retries and exit).
 """
 
 from __future__ import annotations
 
-import atexit
-import heapq
-import itertools
-import logging
-import threading
-import time
 import traceback
-import weakref
 from collections.abc import Mapping
 from types import TracebackType
-from typing import TypeVar
-
-import httpx
+from typing import TYPE_CHECKING
 
 from . import calls
-from .errors import APIError, NetworkError
 from .models import Value
 
-log = logging.getLogger("headway")
+if TYPE_CHECKING:
+    from .sender import Sender
 
-T = TypeVar("T")
 # (current, end, values, log): the arguments of the latest `report()`.
 State = tuple[float | None, float | None, Mapping[str, Value] | None, str | None]
 
@@ -53,6 +38,7 @@ class Reporter:
         "_closed",
         "_done_sent",
         "_gone",
+        "_key",
         "_next_at",
         "_refused",
         "_scheduled",
@@ -92,6 +78,7 @@ class Reporter:
         self._gone = False  # the task cannot be created: every report is dropped
         self._refused = False  # a refusal was logged already
         self._next_at = 0.0  # monotonic time before which no report is sent
+        self._key = calls.new_key()  # the create's Idempotency-Key, the same on each try
         self._scheduled = uuid is None
         if uuid is None:
             sender.schedule(self, 0.0)  # create the task now, in the background
@@ -195,246 +182,3 @@ def exception_line(error: BaseException) -> str:
     formatted.__notes__ = None  # type: ignore[attr-defined]  # only the exception's own line
     last = list(formatted.format_exception_only())[-1]
     return " ".join(part.strip() for part in last.splitlines() if part.strip())
-
-
-class _Gone(Exception):
-    """The reporter's task could not be created; nothing of it will be sent."""
-
-
-class Sender:
-    """The background thread of one client: delivers its reporters' states in due time,
-    one request at a time, retrying with backoff while the server cannot take them."""
-
-    def __init__(
-        self,
-        url: str,
-        *,
-        timeout: float,
-        backoff: tuple[float, float],
-        exit_timeout: float,
-    ) -> None:
-        self.url = url
-        self.timeout = timeout
-        self.backoff = backoff
-        self.exit_timeout = exit_timeout
-        self._cond = threading.Condition()
-        self._queue: list[tuple[float, int, Reporter]] = []  # a heap by due time
-        self._order = itertools.count()
-        self._in_flight: Reporter | None = None
-        self._hurry = 0  # flushes waiting: send everything now, past the intervals
-        self._thread: threading.Thread | None = None
-        self._http: httpx.Client | None = None
-        self._retry_at = 0.0  # while the server fails, nothing is sent before this
-        self._delay = backoff[0]
-        self._failing = False
-        self._closed = False
-        _SENDERS.add(self)
-
-    def schedule(self, reporter: Reporter, due: float) -> None:
-        """Look at `reporter` at monotonic time `due` (at once if past)."""
-        with self._cond:
-            if self._closed:
-                return
-            heapq.heappush(self._queue, (due, next(self._order), reporter))
-            if self._thread is None:
-                self._start()
-            self._cond.notify_all()
-
-    def flush(self, timeout: float, reporter: Reporter | None = None) -> bool:
-        """Send what is pending now and wait, at most `timeout` seconds, until nothing
-        (of `reporter`, if given) is left to send; True if nothing is."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            self._hurry += 1
-            self._cond.notify_all()
-            try:
-                while self._pending(reporter):
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0 or self._thread is None:
-                        return False
-                    self._cond.wait(remaining)
-                return True
-            finally:
-                self._hurry -= 1
-
-    def close(self, timeout: float | None = None) -> bool:
-        """Flush (at most `timeout`, default `exit_timeout`), then stop taking reports."""
-        delivered = self.flush(self.exit_timeout if timeout is None else timeout)
-        with self._cond:
-            self._closed = True
-            self._queue.clear()
-            self._cond.notify_all()
-        return delivered
-
-    def _pending(self, reporter: Reporter | None) -> bool:
-        if reporter is None:
-            return bool(self._queue) or self._in_flight is not None
-        return self._in_flight is reporter or any(entry[2] is reporter for entry in self._queue)
-
-    def _start(self) -> None:
-        thread = threading.Thread(target=self._run, name="headway-reporter", daemon=True)
-        try:
-            thread.start()
-        except RuntimeError:  # interpreter shutting down: nothing can be sent any more
-            log.warning("Headway: reports could not be sent, the interpreter is exiting")
-            self._closed = True
-            return
-        self._thread = thread
-
-    def _run(self) -> None:
-        self._http = httpx.Client(
-            base_url=self.url, timeout=self.timeout, headers={"user-agent": calls.user_agent()}
-        )
-        while True:
-            with self._cond:
-                reporter = self._next()
-                if reporter is None:
-                    self._http.close()
-                    return
-                self._in_flight = reporter
-            try:
-                self._deliver(reporter)
-            except Exception:  # a bug here must not end the thread: later reports still go
-                log.exception("Headway: a report could not be prepared")
-            with self._cond:
-                self._in_flight = None
-                self._cond.notify_all()
-
-    def _next(self) -> Reporter | None:
-        """Wait (holding the condition) for the next reporter due; None once closed."""
-        while not self._closed:
-            now = time.monotonic()
-            if self._queue:
-                due = now if self._hurry else self._queue[0][0]
-                wait = max(due, self._retry_at) - now
-                if wait <= 0:
-                    return heapq.heappop(self._queue)[2]
-                self._cond.wait(wait)
-            else:
-                self._cond.wait()
-        return None
-
-    def _deliver(self, reporter: Reporter) -> None:
-        reporter._scheduled = False  # a report from now on schedules it again
-        if reporter._gone:
-            return
-        now = time.monotonic()
-        if not reporter._closed and not self._hurry and now < reporter._next_at:
-            reporter._scheduled = True  # reported while its last state was on its way
-            self.schedule(reporter, reporter._next_at)
-            return
-        # `finish()` sets the state, then `_closed`: read in the other order, a final
-        # state is never sent without its `done`.
-        closed = reporter._closed
-        state = reporter._state
-        try:
-            self._ensure_created(reporter)
-            if reporter._done_sent or (state is reporter._sent and not closed):
-                return  # nothing new (a state with no report yet is None, like `_sent`)
-            reporter._next_at = time.monotonic() + reporter.min_interval
-            body = calls.report_body(*state, done=closed) if state else {"done": True}
-            self._send(calls.report(reporter.uuid or "", body))
-        except _Gone:
-            return
-        except (NetworkError, APIError) as exc:
-            if isinstance(exc, APIError) and not exc.retryable:
-                self._refused(reporter, exc)
-            else:
-                self._failed(exc)
-                reporter._next_at = 0.0  # the backoff decides when it goes again
-                reporter._scheduled = True
-                self.schedule(reporter, 0.0)
-                return
-        except (TypeError, ValueError) as exc:  # values JSON cannot carry (NaN, objects)
-            self._refused(reporter, exc)
-        reporter._sent = state
-        reporter._done_sent = closed
-
-    def _ensure_created(self, reporter: Reporter) -> None:
-        """Create the reporter's task (its parent's first) unless it has a uuid. Raises
-        _Gone if it never can be, NetworkError or a retryable APIError to try later."""
-        if reporter.uuid is not None:
-            return
-        if reporter._gone:
-            raise _Gone
-        parent = reporter.parent
-        if parent is not None:
-            self._ensure_created(parent)
-            if reporter.space is None:
-                reporter.space = parent.space or self._parent_space(parent)
-        if reporter.space is None:
-            reporter._gone = True
-            log.warning("Headway: task %r not reported: no space given", reporter.title)
-            raise _Gone
-        call = calls.create_task(
-            reporter.space, reporter.title, reporter.source, parent.uuid if parent else None
-        )
-        try:
-            reporter.uuid = self._send(call)
-        except APIError as exc:
-            if exc.retryable:
-                raise
-            reporter._gone = True
-            log.warning("Headway: task %r could not be created: %s", reporter.title, exc)
-            raise _Gone from None
-
-    def _parent_space(self, parent: Reporter) -> str | None:
-        """The space of a task known only by its uuid, read from the server."""
-        try:
-            return self._send(calls.read_task(parent.uuid or "")).space_uuid
-        except APIError as exc:
-            if exc.retryable:
-                raise
-            return None
-
-    def _send(self, call: calls.Call[T]) -> T:
-        assert self._http is not None
-        request = call.request(self._http)
-        try:
-            response = self._http.send(request)
-        except httpx.TransportError as exc:
-            raise NetworkError(f"{type(exc).__name__}: {exc}") from exc
-        result = call.result(response)
-        self._recovered()
-        return result
-
-    def _failed(self, exc: NetworkError | APIError) -> None:
-        wait = self._delay
-        if isinstance(exc, APIError) and exc.retry_after is not None:
-            wait = max(wait, exc.retry_after)
-        self._retry_at = time.monotonic() + wait
-        self._delay = min(self._delay * 2, self.backoff[1])
-        if not self._failing:
-            self._failing = True
-            log.warning(
-                "Headway at %s did not take a report (%s); retrying in the background",
-                self.url,
-                exc,
-            )
-
-    def _recovered(self) -> None:
-        self._delay = self.backoff[0]
-        self._retry_at = 0.0
-        if self._failing:
-            self._failing = False
-            log.info("Headway at %s takes reports again", self.url)
-
-    def _refused(self, reporter: Reporter, exc: Exception) -> None:
-        if not reporter._refused:
-            reporter._refused = True
-            log.warning("Headway: a report of task %r was dropped: %s", reporter.title, exc)
-
-
-_SENDERS: weakref.WeakSet[Sender] = weakref.WeakSet()
-
-
-@atexit.register
-def _flush_at_exit() -> None:
-    """Give every client's pending reports their `exit_timeout` (together) to go."""
-    senders = [sender for sender in _SENDERS if not sender._closed]
-    if not senders:
-        return
-    deadline = time.monotonic() + max(sender.exit_timeout for sender in senders)
-    for sender in senders:
-        if not sender.flush(max(deadline - time.monotonic(), 0.0)):
-            log.warning("Headway at %s: some reports were not delivered before exit", sender.url)

@@ -1,10 +1,11 @@
 """Sending what channels have queued: one step takes each channel that has something due
-and may send (see `storage.channels`), sends one message for all of it (a digest when
+and may send (see `storage.channel_queue`), sends one message for all of it (a digest when
 there are several), and records the outcome.
 
 Each channel sends in a task of its own, so a channel that hangs holds only itself. A
 message that fails is tried again with backoff for about a day (`Retry-After` honoured);
-a message older than that, or tried `MAX_ATTEMPTS` times, is given up and logged. At
+a message older than `give_up_us` (HEADWAY_DELIVERY_GIVE_UP), or tried `MAX_ATTEMPTS`
+times, is given up and logged. At
 least once: a worker that dies mid-send leaves the channel's lease to lapse, and the
 message goes again.
 """
@@ -22,7 +23,7 @@ from .. import metrics
 from ..clock import Clock
 from ..config import Settings
 from ..dependencies import unavailable
-from ..storage import channels
+from ..storage import channel_queue, channels
 from ..storage.database import Database
 from . import guard
 
@@ -34,7 +35,7 @@ HOUR_US = 3600 * 1_000_000
 FIRST_RETRY_S = 10
 MAX_RETRY_S = 6 * 3600
 MAX_ATTEMPTS = 15  # 10 s doubling to 6 h, then 6 h: about a day
-GIVE_UP_US = 24 * HOUR_US
+GIVE_UP_US = 24 * HOUR_US  # HEADWAY_DELIVERY_GIVE_UP's default
 # Channels sending at once, in this process: one sending thread each (`guard`), so that
 # no send waits for a thread while its timeout runs.
 CONCURRENCY = guard.POOL_THREADS
@@ -56,6 +57,7 @@ def channel_sender(settings: Settings, db: Database, clock: Clock) -> ChannelSen
         messages_per_hour=settings.channel_messages_per_hour,
         link=partial(read_only_link, settings.public_url),
         schemes=settings.channel_schemes,
+        give_up_us=settings.delivery_give_up * 1_000_000,
     )
 
 
@@ -72,6 +74,7 @@ class ChannelSender:
         link: Callable[[str | None], str | None],
         schemes: tuple[str, ...] | None = None,
         timeout_s: float = 10.0,
+        give_up_us: int = GIVE_UP_US,
     ) -> None:
         self.db = db
         self.clock = clock
@@ -80,6 +83,7 @@ class ChannelSender:
         self.link = link
         self._schemes = schemes
         self.timeout_s = timeout_s
+        self.give_up_us = give_up_us
         self._sending: dict[str, asyncio.Task[None]] = {}
         self.on_end: Callable[[], None] = lambda: None
 
@@ -99,7 +103,7 @@ class ChannelSender:
             return []
         now = self.clock.now_us()
         async with self.db.read() as fetch:
-            due = await channels.due_channels(fetch, now, room + len(self._sending))
+            due = await channel_queue.due_channels(fetch, now, room + len(self._sending))
         started = []
         for channel_uuid in due:
             if channel_uuid in self._sending or len(self._sending) >= CONCURRENCY:
@@ -135,12 +139,12 @@ class ChannelSender:
 
         now = self.clock.now_us()
         async with self.db.write() as st:
-            taken = await channels.take(
+            taken = await channel_queue.take(
                 st, channel_uuid, now, now + LEASE_S * 1_000_000, cap=self.cap, hour_us=HOUR_US
             )
         if taken is None:
             return
-        stale = [p for p in taken.pending if now - p.created_at_us >= GIVE_UP_US]
+        stale = [p for p in taken.pending if now - p.created_at_us >= self.give_up_us]
         live = [p for p in taken.pending if p not in stale]
         if not live:
             await self._settle(taken, [], stale, now, counted=False)
@@ -172,14 +176,12 @@ class ChannelSender:
         delay = outcome.retry_after_s if outcome.retry_after_s is not None else None
         delay = retry_delay_s(attempt) if delay is None else min(max(delay, 1.0), MAX_RETRY_S)
         due = now + round(delay * 1_000_000)
+        if again:  # not past the moment the oldest is to be given up
+            due = max(min(due, min(p.created_at_us for p in again) + self.give_up_us), now + 1)
         async with self.db.write() as st:
-            if not await channels.retry(st, taken, [p.id for p in again], due, outcome.detail):
+            if not await channel_queue.retry(st, taken, [p.id for p in again], due, outcome.detail):
                 return
-            if give_up or stale:
-                await st.many(
-                    "DELETE FROM channel_deliveries WHERE id = ?",
-                    [(p.id,) for p in (*give_up, *stale)],
-                )
+            await channel_queue.remove(st, channel_uuid, [p.id for p in (*give_up, *stale)])
             await channels.log_delivery(
                 st, channel_uuid, now, _event(live), "failed", outcome.detail or None
             )
@@ -187,19 +189,23 @@ class ChannelSender:
                 await channels.log_delivery(st, channel_uuid, now, p.kind, "given_up", None)
         metrics.channel_delivery("retry", len(again))
         metrics.channel_delivery("given_up", len(give_up) + len(stale))
+        metrics.given_up("channel", "attempts", len(give_up))
+        metrics.given_up("channel", "age", len(stale))
 
     async def _settle(
         self,
-        taken: channels.Taken,
-        delivered: list[channels.Pending],
-        stale: list[channels.Pending],
+        taken: channel_queue.Taken,
+        delivered: list[channel_queue.Pending],
+        stale: list[channel_queue.Pending],
         now: int,
         *,
         counted: bool,
     ) -> None:
         ids = [p.id for p in (*delivered, *stale)]
         async with self.db.write() as st:
-            if not await channels.sent(st, taken, ids, now + DIGEST_S * 1_000_000, counted=counted):
+            if not await channel_queue.sent(
+                st, taken, ids, now + DIGEST_S * 1_000_000, counted=counted
+            ):
                 return
             if delivered:
                 await channels.log_delivery(
@@ -209,6 +215,7 @@ class ChannelSender:
                 await channels.log_delivery(st, taken.channel_uuid, now, p.kind, "given_up", None)
         if stale:
             metrics.channel_delivery("given_up", len(stale))
+            metrics.given_up("channel", "age", len(stale))
 
     async def close(self) -> None:
         tasks = list(self._sending.values())
@@ -217,7 +224,7 @@ class ChannelSender:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _message(pending: channels.Pending, space_title: str | None, link: str | None) -> Any:
+def _message(pending: channel_queue.Pending, space_title: str | None, link: str | None) -> Any:
     """The message of one queued event (see `messages`)."""
     from . import messages
 
@@ -236,10 +243,10 @@ def _message(pending: channels.Pending, space_title: str | None, link: str | Non
     return messages.finished(task, space_title=space_title, link=link)
 
 
-def _event(pending: list[channels.Pending]) -> str:
+def _event(pending: list[channel_queue.Pending]) -> str:
     """The event a log entry names: the message's kind, or `digest`."""
     return pending[0].kind if len(pending) == 1 else "digest"
 
 
-def _count(pending: list[channels.Pending]) -> str | None:
+def _count(pending: list[channel_queue.Pending]) -> str | None:
     return None if len(pending) == 1 else f"{len(pending)} events in one message"

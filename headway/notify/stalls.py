@@ -37,7 +37,7 @@ from .. import domain, metrics
 from ..clock import Clock
 from ..domain import Progress, TaskView
 from ..progress import ProgressStore
-from ..storage import channels
+from ..storage import channel_queue, channels
 from ..storage.channels import Watcher
 from ..storage.database import Database
 
@@ -63,6 +63,7 @@ class StallWatch:
         *,
         scan_s: float = SCAN_S,
         on_queued: Callable[[], None] = lambda: None,
+        outbox_per_endpoint: int = 10_000,
     ) -> None:
         self.db = db
         self.progress = progress
@@ -70,6 +71,8 @@ class StallWatch:
         self.views = views
         self.scan_s = scan_s
         self.on_queued = on_queued
+        # Messages one channel holds queued (HEADWAY_OUTBOX_PER_ENDPOINT).
+        self.cap = outbox_per_endpoint
         self.holder = f"stalls-{uuid.uuid4().hex[:12]}"
         # Per task: (what its `current` was, when this process first saw it so), µs.
         self._moved: dict[str, tuple[str, int]] = {}
@@ -203,9 +206,17 @@ class StallWatch:
                 st, channel_uuid, task_uuid, reason, signature, now - for_us
             ):
                 return False
-            await channels.queue(
-                st, f"stall_{uuid.uuid4().hex}", channel_uuid, task_uuid, "stalled", payload, now
+            pushed_out = await channel_queue.queue(
+                st,
+                f"stall_{uuid.uuid4().hex}",
+                channel_uuid,
+                task_uuid,
+                "stalled",
+                payload,
+                now,
+                cap=self.cap,
             )
+        _given_up(pushed_out)
         metrics.stall("stalled")
         return True
 
@@ -216,7 +227,7 @@ class StallWatch:
                 return 0
             if payload is None:
                 return 0
-            await channels.queue(
+            pushed_out = await channel_queue.queue(
                 st,
                 f"stall_{uuid.uuid4().hex}",
                 channel_uuid,
@@ -224,7 +235,9 @@ class StallWatch:
                 "recovered",
                 payload,
                 now,
+                cap=self.cap,
             )
+        _given_up(pushed_out)
         metrics.stall("recovered")
         return 1
 
@@ -255,3 +268,9 @@ def _activity(
             last = child.updated_at_us if last is None else max(last, child.updated_at_us)
         currents.append(None if child is None else child.current)
     return last, json.dumps(currents)
+
+
+def _given_up(pushed_out: int) -> None:
+    """Count the messages a full channel gave up for a new one."""
+    metrics.channel_delivery("given_up", pushed_out)
+    metrics.given_up("channel", "cap", pushed_out)

@@ -77,6 +77,7 @@ class Service:
         webhooks_per_space: int = 20,
         shares_per_space: int = 100,
         channel_rules: ChannelRules | None = None,
+        outbox_per_endpoint: int = 10_000,
         disk: DiskBudget | None = None,
     ) -> None:
         # Admits creates while the database has room (a budget of the defaults if none).
@@ -87,7 +88,11 @@ class Service:
         self.activity = Activity(clock)
         self.spaces = Spaces(stores)
         self.reads = SpaceReads(stores, self.spaces, versions=versions, activity=self.activity)
-        self.families = Families(stores, FamilyCache(versioned=versions is not None))
+        self.families = Families(
+            stores,
+            FamilyCache(versioned=versions is not None),
+            outbox_per_endpoint=outbox_per_endpoint,
+        )
         self.caps = Caps(stores)
         self.tasks = Tasks(stores, self.families, self.caps, self.activity)
         self.deletes = Deletes(stores, self.families)
@@ -189,7 +194,7 @@ class Service:
         self.disk.admit()
         return await self.webhooks.create(space_uuid, body, idempotency)
 
-    async def list_webhooks(self, space_uuid: str) -> list[dict[str, str]]:
+    async def list_webhooks(self, space_uuid: str) -> list[dict[str, Any]]:
         return await self.webhooks.list(space_uuid)
 
     async def delete_webhook(self, space_uuid: str, webhook_uuid: str) -> None:

@@ -8,11 +8,11 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 
-from .. import domain
+from .. import domain, metrics
 from ..completion import completion_event
 from ..domain import Changed, Progress, TaskRow, canonical_uuid
 from ..errors import NotFound
-from ..storage import channels, outbox, queries
+from ..storage import channel_queue, outbox, queries
 from ..storage.database import Statements
 from ..storage.families import FamilyCache
 from .context import NO_TASK, Stores
@@ -25,9 +25,13 @@ class Families:
     the only writer; with other instances writing (`cache.versioned`), only by a report,
     whose write checks the family's version (see `storage.families`)."""
 
-    def __init__(self, stores: Stores, cache: FamilyCache) -> None:
+    def __init__(
+        self, stores: Stores, cache: FamilyCache, *, outbox_per_endpoint: int = 10_000
+    ) -> None:
         self._stores = stores
         self.cache = cache
+        # Undelivered events one webhook or channel holds (HEADWAY_OUTBOX_PER_ENDPOINT).
+        self.outbox_per_endpoint = outbox_per_endpoint
         stores.changes.register(cache)
         # Called after a transaction that recorded an event commits (wakes the worker).
         self.on_event: Callable[[], None] = lambda: None
@@ -123,7 +127,7 @@ class Families:
                 # Another report finished it first; its finish time stands.
                 return (await queries.tasks_by_uuid(st, (row.uuid,))).get(row.uuid, row)
             row = msgspec.structs.replace(row, finished_at_us=now_us, duration=duration)
-            await _record_event(st, domain.view(row, progress, family), now_us)
+            await self._record_event(st, domain.view(row, progress, family), now_us)
             if row.parent_uuid is not None:
                 await self._finish_parent_if_done(st, row, progress, now_us)
         self.on_event()
@@ -158,28 +162,48 @@ class Families:
         found = await self._stores.progress.get_many([parent.uuid, *(s.uuid for s in steps)])
         known = known or {}
         family = [(s, known.get(s.uuid, p)) for s, p in zip(steps, found[1:], strict=True)]
-        await _record_event(st, domain.view(parent, found[0], family), now_us)
+        await self._record_event(st, domain.view(parent, found[0], family), now_us)
         return True
 
-
-async def _record_event(st: Statements, task: domain.TaskView, now_us: int) -> None:
-    """Write the completion event (bounded in size: see `completion_event`) and queue it
-    for every webhook of the space, and for each of its channels that wants it."""
-    event_id = f"msg_{uuid.uuid4().hex}"
-    payload = completion_event(task, now_us)
-    await queries.insert_event(st, event_id, task.space_uuid, task.uuid, payload, now_us)
-    await outbox.fan_out(st, event_id, task.space_uuid, now_us)
-    # Only an answer that names an error somewhere can have failed (a reduced event may
-    # have left the children's values out: judged on the whole answer then).
-    maybe = '"error"' in payload or '"children_omitted"' in payload
-    failed = maybe and domain.view_failure(task) is not None
-    await channels.fan_out(
-        st,
-        event_id,
-        task.space_uuid,
-        task.uuid,
-        payload,
-        failed=failed,
-        step=task.parent_uuid is not None,
-        now_us=now_us,
-    )
+    async def _record_event(self, st: Statements, task: domain.TaskView, now_us: int) -> None:
+        """Write the completion event (bounded in size: see `completion_event`) and queue
+        it for every webhook of the space, and for each of its channels that wants it;
+        beyond an endpoint's cap, its oldest undelivered events are given up."""
+        event_id = f"msg_{uuid.uuid4().hex}"
+        payload = completion_event(task, now_us)
+        cap = self.outbox_per_endpoint
+        space_uuid = task.space_uuid
+        watched = (True, True)
+        if st.is_sqlite:
+            # One write transaction at a time, and this one holds the lock: the event
+            # loop's reader sees what it sees, without a trip to the writer's thread.
+            watched = await outbox.space_endpoints(self._stores.db.fetch, space_uuid)
+        queued = outbox.FanOut(0)
+        if watched[0]:
+            queued = await outbox.fan_out(st, event_id, space_uuid, now_us, cap=cap)
+        await queries.insert_event(
+            st, event_id, space_uuid, task.uuid, payload, now_us, webhooks=queued.webhooks
+        )
+        pushed_out = 0
+        if watched[1]:
+            # Only an answer that names an error somewhere can have failed (a reduced event
+            # may have left the children's values out: judged on the whole answer then).
+            maybe = '"error"' in payload or '"children_omitted"' in payload
+            failed = maybe and domain.view_failure(task) is not None
+            pushed_out = await channel_queue.fan_out(
+                st,
+                event_id,
+                space_uuid,
+                task.uuid,
+                payload,
+                failed=failed,
+                step=task.parent_uuid is not None,
+                now_us=now_us,
+                cap=cap,
+            )
+        if queued.given_up:
+            metrics.delivery("given_up", queued.given_up)
+            metrics.given_up("webhook", "cap", queued.given_up)
+        if pushed_out:
+            metrics.channel_delivery("given_up", pushed_out)
+            metrics.given_up("channel", "cap", pushed_out)

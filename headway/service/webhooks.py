@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
 from .. import webhooks
-from ..domain import canonical_uuid
+from ..domain import canonical_uuid, format_ts
 from ..errors import NotFound, Unprocessable
 from ..schemas import CreateWebhook
 from ..storage import outbox
@@ -14,6 +15,8 @@ from ..storage.database import Statements
 from .context import Stores
 from .idempotency import Idempotency, Keys
 from .spaces import Spaces
+
+LOOKUP_TIMEOUT_S = 10.0  # a registration's name lookup, as a delivery attempt's
 
 
 class Webhooks:
@@ -40,10 +43,17 @@ class Webhooks:
                 return first
         url = webhooks.check_url_syntax(body.url)
         try:
-            await webhooks.check_destination(url, allow_private=self.allow_private)
+            # On the webhooks' own threads (`webhooks.lookup`), and bounded: a name whose
+            # resolver hangs holds neither the request nor the default executor.
+            async with asyncio.timeout(LOOKUP_TIMEOUT_S):
+                await webhooks.check_destination(url, allow_private=self.allow_private)
         except webhooks.RefusedAddress as exc:
             raise Unprocessable(
                 f"url is refused: {exc}. Webhooks must reach a public address."
+            ) from None
+        except TimeoutError:
+            raise Unprocessable(
+                f"url is refused: its host did not resolve within {LOOKUP_TIMEOUT_S:g} s."
             ) from None
         webhook_uuid, secret = str(uuid.uuid4()), webhooks.new_secret()
         cap, now_us = self.per_space, self._stores.clock.now_us()
@@ -57,10 +67,16 @@ class Webhooks:
 
         return await self.keys.once(space_key, space_key, idempotency, write)
 
-    async def list(self, space_uuid: str) -> list[dict[str, str]]:
+    async def list(self, space_uuid: str) -> list[dict[str, Any]]:
+        """The space's webhooks, oldest first, each with its last deliveries."""
         space_key = await self._spaces.existing(space_uuid)
-        found = await outbox.list_webhooks(self._stores.db.fetch, space_key)
-        return [{"uuid": hook, "url": url} for hook, url in found]
+        async with self._stores.db.read() as fetch:
+            found = await outbox.list_webhooks(fetch, space_key)
+            logs = await outbox.webhook_logs(fetch, [hook for hook, _ in found])
+        return [
+            {"uuid": hook, "url": url, "deliveries": [_delivery(e) for e in logs[hook]]}
+            for hook, url in found
+        ]
 
     async def delete(self, space_uuid: str, webhook_uuid: str) -> None:
         space_key = await self._spaces.existing(space_uuid)
@@ -68,3 +84,8 @@ class Webhooks:
         async with self._stores.db.write() as st:
             if hook is None or not await outbox.delete_webhook(st, space_key, hook):
                 raise NotFound("No such webhook in this space.")
+
+
+def _delivery(entry: tuple[int, str, str, str | None]) -> dict[str, Any]:
+    at_us, event, outcome, detail = entry
+    return {"at": format_ts(at_us), "event": event, "outcome": outcome, "detail": detail}

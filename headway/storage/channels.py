@@ -1,13 +1,6 @@
-"""SQL of notification channels: registrations, what each still has to send (its own
-queue, one row per message to make), its last deliveries, stall episodes, and the lease
-that lets one instance at a time look for stalls.
-
-A channel's row is also its sending lease: `hold_until_us` is when it may send next. A
-worker takes a channel by moving that forward with a conditional update (exactly one
-worker wins), sends one message for everything the channel has due (a digest when there
-are several), then sets it to the end of the digest window, or to when the hour's cap
-reopens. So a burst of finishes becomes one message, and one broken channel holds only
-its own queue.
+"""SQL of notification channels: registrations, their last deliveries, stall episodes,
+and the lease that lets one instance at a time look for stalls. What each channel still
+has to send (its own queue) and how it is sent are in `storage.channel_queue`.
 """
 
 from __future__ import annotations
@@ -22,8 +15,6 @@ from .queries import space_holds_fewer
 EVENTS = ("completed", "failed", "stalled")
 # Deliveries kept for each channel's `deliveries`.
 LOG_KEPT = 20
-# The most deliveries one message carries (a digest lists at most a few of them).
-BATCH = 200
 
 _COLUMNS = (
     "uuid, redacted, on_completed, on_failed, on_stalled, steps, stalled_after_s, "
@@ -110,6 +101,17 @@ async def channel_logs(
     return logs
 
 
+async def lock_channels(st: Statements, uuids: Sequence[str]) -> None:
+    """On PostgreSQL, take these channels' rows, in uuid order, before their messages'."""
+    if st.is_sqlite or not uuids:
+        return
+    ordered = sorted(set(uuids))
+    marks = ", ".join("?" * len(ordered))
+    await st.rows(
+        f"SELECT uuid FROM channels WHERE uuid IN ({marks}) ORDER BY uuid FOR UPDATE", ordered
+    )
+
+
 async def delete_channel(st: Statements, space_uuid: str, channel_uuid: str) -> bool:
     """Delete a channel, what it still had to send, its log and its stall episodes.
     False: no such channel in this space."""
@@ -159,181 +161,8 @@ async def log_delivery(
     )
 
 
-# --- Queuing -----------------------------------------------------------------------------
-
-
-async def fan_out(
-    st: Statements,
-    event_id: str,
-    space_uuid: str,
-    task_uuid: str,
-    payload: str,
-    *,
-    failed: bool,
-    step: bool,
-    now_us: int,
-) -> None:
-    """Queue a finish for every channel of the space that wants it: `completed` hears
-    every finish, `failed` only the failed ones; a step (a child task) only where the
-    channel asked for steps."""
-    wants = "(on_completed OR on_failed)" if failed else "on_completed"
-    kind = "failed" if failed else "completed"
-    await st.many(
-        "INSERT INTO channel_deliveries (id, channel_uuid, task_uuid, kind, payload, "
-        "created_at_us, next_attempt_at_us) SELECT CAST(? AS VARCHAR(64)) || ':' || uuid, "
-        "uuid, CAST(? AS VARCHAR(36)), CAST(? AS VARCHAR(16)), CAST(? AS TEXT), "
-        "CAST(? AS BIGINT), CAST(? AS BIGINT) FROM channels "
-        f"WHERE space_uuid = ? AND {wants}" + (" AND steps" if step else ""),
-        [(event_id, task_uuid, kind, payload, now_us, now_us, space_uuid)],
-    )
-
-
-async def queue(
-    st: Statements,
-    delivery_id: str,
-    channel_uuid: str,
-    task_uuid: str,
-    kind: str,
-    payload: str,
-    now_us: int,
-) -> None:
-    """Queue one message about a task for one channel (a stall, a recovery)."""
-    await st.many(
-        "INSERT INTO channel_deliveries (id, channel_uuid, task_uuid, kind, payload, "
-        "created_at_us, next_attempt_at_us) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        [(delivery_id, channel_uuid, task_uuid, kind, payload, now_us, now_us)],
-    )
-
-
-# --- Sending -----------------------------------------------------------------------------
-
-
-async def due_channels(fetch: Fetch, now_us: int, limit: int) -> list[str]:
-    """Channels with something due that may send now, longest waiting first."""
-    found = await fetch(
-        "SELECT d.channel_uuid FROM channel_deliveries d JOIN channels c ON c.uuid = "
-        "d.channel_uuid WHERE d.next_attempt_at_us <= ? AND c.hold_until_us <= ? "
-        "GROUP BY d.channel_uuid ORDER BY min(d.next_attempt_at_us) LIMIT ?",
-        (now_us, now_us, limit),
-    )
-    return [row[0] for row in found]
-
-
-async def next_due_at(fetch: Fetch) -> int | None:
-    """When the next channel may send something (None: nothing queued)."""
-    found = await fetch(
-        "SELECT min(CASE WHEN c.hold_until_us > d.next_attempt_at_us THEN c.hold_until_us "
-        "ELSE d.next_attempt_at_us END) FROM channel_deliveries d JOIN channels c "
-        "ON c.uuid = d.channel_uuid",
-        (),
-    )
-    return None if not found or found[0][0] is None else int(found[0][0])
-
-
-@dataclass(frozen=True, slots=True)
-class Pending:
-    id: str
-    kind: str
-    payload: str
-    created_at_us: int
-    attempts: int
-
-
-@dataclass(frozen=True, slots=True)
-class Taken:
-    """A channel a worker has won, until `lease_us` (its token), and what it has due."""
-
-    channel_uuid: str
-    space_uuid: str
-    url: str
-    share_uuid: str | None
-    space_title: str | None
-    lease_us: int
-    pending: list[Pending]
-
-
-async def take(
-    st: Statements, channel_uuid: str, now_us: int, lease_us: int, *, cap: int, hour_us: int
-) -> Taken | None:
-    """Win the channel for one send and read what it has due; None when another worker
-    won it, nothing is due, or the hour's cap is reached (the channel is then held
-    until it reopens, when everything waiting goes as one digest)."""
-    won = await st.rows(
-        "UPDATE channels SET hold_until_us = ?, window_start_us = CASE WHEN "
-        "window_start_us + ? <= ? THEN ? ELSE window_start_us END, window_sent = CASE WHEN "
-        "window_start_us + ? <= ? THEN 0 ELSE window_sent END WHERE uuid = ? AND "
-        "hold_until_us <= ? RETURNING space_uuid, url, share_uuid, window_start_us, window_sent",
-        (lease_us, hour_us, now_us, now_us, hour_us, now_us, channel_uuid, now_us),
-    )
-    if not won:
-        return None
-    space_uuid, url, share_uuid, window_start_us, window_sent = won[0]
-    if window_sent >= cap:
-        await st.many(
-            "UPDATE channels SET hold_until_us = ? WHERE uuid = ?",
-            [(int(window_start_us) + hour_us, channel_uuid)],
-        )
-        return None
-    found = await st.rows(
-        "SELECT id, kind, payload, created_at_us, attempts FROM channel_deliveries "
-        "WHERE channel_uuid = ? AND next_attempt_at_us <= ? "
-        "ORDER BY created_at_us, id LIMIT ?",
-        (channel_uuid, now_us, BATCH),
-    )
-    title = await st.rows("SELECT title FROM spaces WHERE uuid = ?", (space_uuid,))
-    pending = [Pending(row[0], row[1], row[2], int(row[3]), int(row[4])) for row in found]
-    if not pending:
-        await st.many(
-            "UPDATE channels SET hold_until_us = ? WHERE uuid = ?", [(now_us, channel_uuid)]
-        )
-        return None
-    return Taken(
-        channel_uuid,
-        space_uuid,
-        url,
-        share_uuid,
-        title[0][0] if title else None,
-        lease_us,
-        pending,
-    )
-
-
-async def sent(
-    st: Statements, taken: Taken, ids: Sequence[str], hold_until_us: int, *, counted: bool
-) -> bool:
-    """Settle a send: remove `ids` (delivered or given up), count one message in the
-    hour's window (`counted`), hold the channel until `hold_until_us`. False: the lease
-    had lapsed, and another worker owns the channel now (nothing changed)."""
-    held = await st.rows(
-        "UPDATE channels SET hold_until_us = ?, window_sent = window_sent + ? "
-        "WHERE uuid = ? AND hold_until_us = ? RETURNING uuid",
-        (hold_until_us, 1 if counted else 0, taken.channel_uuid, taken.lease_us),
-    )
-    if not held:
-        return False
-    if ids:
-        await st.many("DELETE FROM channel_deliveries WHERE id = ?", [(id_,) for id_ in ids])
-    return True
-
-
-async def retry(st: Statements, taken: Taken, ids: Sequence[str], due_us: int, error: str) -> bool:
-    """Schedule the next attempt of `ids` at `due_us` (the channel waits for it).
-    False: the lease had lapsed."""
-    held = await st.rows(
-        "UPDATE channels SET hold_until_us = ? WHERE uuid = ? AND hold_until_us = ? RETURNING uuid",
-        (due_us, taken.channel_uuid, taken.lease_us),
-    )
-    if not held:
-        return False
-    await st.many(
-        "UPDATE channel_deliveries SET attempts = attempts + 1, next_attempt_at_us = ?, "
-        "last_error = ? WHERE id = ?",
-        [(due_us, error[:1000], id_) for id_ in ids],
-    )
-    return True
-
-
-_BACKLOG = "SELECT (SELECT count(*) FROM channel_deliveries), (SELECT count(*) FROM stalls)"
+# The channels' counts of queued messages (no scan of the queue), and the open episodes.
+_BACKLOG = "SELECT (SELECT coalesce(sum(queued), 0) FROM channels), (SELECT count(*) FROM stalls)"
 
 
 async def backlog(fetch: Fetch) -> tuple[int, int]:

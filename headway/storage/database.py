@@ -31,7 +31,7 @@ Fetch = Callable[[str, Sequence[Any]], Awaitable[Sequence[Any]]]
 MIGRATIONS = Path(__file__).parent / "migrations"
 # The newest migration. Starting on a database already there needs no Alembic at all
 # (a test checks this matches the migrations directory).
-HEAD_REVISION = "0008"
+HEAD_REVISION = "0009"
 # Seconds after a lost connection during which pooled connections are pinged at checkout.
 SUSPECT_S = 30.0
 
@@ -330,7 +330,8 @@ class _AlchemyStatements:
         return result.all() if result.returns_rows else []
 
     async def many(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
-        await self._conn.exec_driver_sql(_numbered(sql), [tuple(p) for p in params])
+        if params:  # no parameter lists: nothing to run (SQLAlchemy would run it once)
+            await self._conn.exec_driver_sql(_numbered(sql), [tuple(p) for p in params])
 
 
 def _upgrade(connection: Connection) -> None:

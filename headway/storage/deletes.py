@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from .channels import lock_channels
 from .database import Fetch, Statements
+from .outbox import lock_webhooks
 
 # Uuids named in one statement: bounds its parameters (SQLite allows 32,766).
 AT_ONCE = 500
@@ -27,9 +29,28 @@ def _marks(count: int) -> str:
 
 async def delete_tasks(st: Statements, task_uuids: Sequence[str]) -> None:
     """Delete these tasks (children before their parents: give them in that order, or
-    all children in an earlier call) and everything that still refers to them."""
+    all children in an earlier call) and everything that still refers to them, counting
+    their undelivered events out of their webhooks' and channels' queues."""
     for chunk in _chunks(task_uuids):
         marks, params = _marks(len(chunk)), tuple(chunk)
+        events = f"SELECT id FROM outbox WHERE task_uuid IN ({marks})"
+        hooks = f"SELECT webhook_uuid FROM deliveries WHERE event_id IN ({events})"
+        channel_rows = f"SELECT channel_uuid FROM channel_deliveries WHERE task_uuid IN ({marks})"
+        if not st.is_sqlite:  # their rows before their queues' rows (see `storage.outbox`)
+            await lock_webhooks(st, [row[0] for row in await st.rows(hooks, params)])
+            await lock_channels(st, [row[0] for row in await st.rows(channel_rows, params)])
+        await st.many(
+            "UPDATE webhooks SET undelivered = undelivered - (SELECT count(*) FROM deliveries "
+            f"WHERE deliveries.webhook_uuid = webhooks.uuid AND event_id IN ({events})) "
+            f"WHERE uuid IN ({hooks})",
+            [params * 2],
+        )
+        await st.many(
+            "UPDATE channels SET queued = queued - (SELECT count(*) FROM channel_deliveries "
+            "WHERE channel_deliveries.channel_uuid = channels.uuid AND task_uuid IN "
+            f"({marks})) WHERE uuid IN ({channel_rows})",
+            [params * 2],
+        )
         await st.many(
             "DELETE FROM deliveries WHERE event_id IN (SELECT id FROM outbox WHERE "
             f"task_uuid IN ({marks}))",
@@ -76,11 +97,19 @@ async def delete_space(st: Statements, space_uuid: str) -> list[str] | None:
     """Delete the space and everything it holds; the uuids of the tasks deleted (their
     progress is the caller's to forget), or None if there was no such space."""
     by_channel = "channel_uuid IN (SELECT uuid FROM channels WHERE space_uuid = ?)"
+    if not st.is_sqlite:  # their rows before their queues' rows (see `storage.outbox`)
+        for table in ("webhooks", "channels"):
+            await st.rows(
+                f"SELECT uuid FROM {table} WHERE space_uuid = ? ORDER BY uuid FOR UPDATE",
+                (space_uuid,),
+            )
     for sql in (
         "DELETE FROM deliveries WHERE event_id IN (SELECT id FROM outbox WHERE space_uuid = ?)",
         "DELETE FROM deliveries WHERE webhook_uuid IN "
         "(SELECT uuid FROM webhooks WHERE space_uuid = ?)",
         "DELETE FROM outbox WHERE space_uuid = ?",
+        "DELETE FROM webhook_log WHERE webhook_uuid IN "
+        "(SELECT uuid FROM webhooks WHERE space_uuid = ?)",
         "DELETE FROM webhooks WHERE space_uuid = ?",
         f"DELETE FROM channel_deliveries WHERE {by_channel}",
         f"DELETE FROM channel_log WHERE {by_channel}",

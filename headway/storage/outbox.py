@@ -1,16 +1,34 @@
-"""SQL of webhooks and of delivering the outbox: registrations, fan-out, claims,
-retries and worker heartbeats. Reads take a `Fetch`, writes `Statements` (see
-`storage.database`)."""
+"""SQL of webhooks and of queuing the outbox: registrations, fan-out within each webhook's
+cap, giving up (by the cap, by age), each webhook's last deliveries, settling events, and
+worker heartbeats. Claims and their outcomes are `storage.deliveries`'. Reads take a
+`Fetch`, writes `Statements` (see `storage.database`).
+
+Every cost here is bounded whatever the backlog (Svix's outbox): an event is given up by
+age through the index on its creation, and beyond a webhook's cap through its count
+(`webhooks.undelivered`) and the index on each webhook's deliveries by creation; a claim
+reads a window of webhooks by due time (see `storage.deliveries`). Nothing scans the
+backlog.
+
+On PostgreSQL, a transaction that waits for locks takes the rows of webhooks before the
+rows of their deliveries, and several webhooks in uuid order; a claim waits for none (it
+skips locked rows): so fan-outs, claims, outcomes and deletes, which all change both,
+cannot deadlock.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 from .database import Fetch, Statements
 from .queries import space_holds_fewer
+
+# Deliveries kept in each webhook's log (`GET /spaces/{s}/webhooks`).
+LOG_KEPT = 20
+# The type of the events webhooks hear (the outbox's `type`).
+EVENT = "task.completed"
 
 # --- Webhooks ---------------------------------------------------------------------------
 
@@ -63,229 +81,294 @@ async def list_webhooks(fetch: Fetch, space_uuid: str) -> list[tuple[str, str]]:
 
 
 async def delete_webhook(st: Statements, space_uuid: str, uuid: str) -> bool:
-    """Delete a webhook and what it still had to deliver. False: no such webhook here."""
+    """Delete a webhook, what it still had to deliver and its log. False: no such
+    webhook here."""
     deleted = await st.rows(
         "DELETE FROM webhooks WHERE uuid = ? AND space_uuid = ? RETURNING uuid",
         (uuid, space_uuid),
     )
     if len(deleted) != 1:
         return False
-    await st.many("DELETE FROM deliveries WHERE webhook_uuid = ?", [(uuid,)])
+    gone = await st.rows(
+        "DELETE FROM deliveries WHERE webhook_uuid = ? RETURNING event_id", (uuid,)
+    )
+    await st.many("DELETE FROM webhook_log WHERE webhook_uuid = ?", [(uuid,)])
+    await delete_settled_events(st, [row[0] for row in gone])
     return True
 
 
-async def fan_out(st: Statements, event_id: str, space_uuid: str, now_us: int) -> None:
-    """Queue the event for every webhook the space has now, due at once."""
-    # Typed parameters: PostgreSQL cannot tell the type of a parameter that is only selected.
-    await st.many(
-        "INSERT INTO deliveries (event_id, webhook_uuid, attempts, next_attempt_at_us) "
-        "SELECT CAST(? AS VARCHAR(64)), uuid, 0, CAST(? AS BIGINT) "
-        "FROM webhooks WHERE space_uuid = ?",
-        [(event_id, now_us, space_uuid)],
+async def lock_webhooks(st: Statements, uuids: Sequence[str]) -> None:
+    """On PostgreSQL, take these webhooks' rows, in uuid order, before their deliveries'
+    (see the module's docstring); SQLite runs one write transaction at a time."""
+    if st.is_sqlite or not uuids:
+        return
+    ordered = sorted(set(uuids))
+    await st.rows(
+        f"SELECT uuid FROM webhooks WHERE uuid IN ({marks(ordered)}) ORDER BY uuid FOR UPDATE",
+        ordered,
     )
 
 
-# --- Deliveries -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """One delivery attempt a worker has won. `lease_us` is the claim's token: the
-    attempt's outcome is recorded only while the row still carries it."""
-
-    event_id: str
-    webhook_uuid: str
-    attempt: int
-    lease_us: int
-    url: str
-    secret: str
-    payload: str
-    space_uuid: str = ""
-    receiver: str = ""
-
-
-async def claim_due(
-    st: Statements,
-    now_us: int,
-    lease_until_us: int,
-    limit: int,
-    *,
-    per_space: int,
-    per_receiver: int,
-    space_load: Mapping[str, int] | None = None,
-    receiver_load: Mapping[str, int] | None = None,
-) -> list[Claim]:
-    """Claim up to `limit` due deliveries for one worker, taking turns across spaces.
-
-    `space_load` and `receiver_load` count the attempts the worker already has in flight
-    per space and per receiver; no space gets more than `per_space` in flight and no
-    receiver more than `per_receiver`. Among what is due, each space's first delivery
-    comes before any space's second, and within a space each receiver's first before
-    any receiver's second (oldest first at each turn): one space's backlog, or one slow
-    receiver, cannot take every turn.
-
-    Each claim is a conditional update on the row's due time, so of several workers
-    racing for a row exactly one wins it; on PostgreSQL a worker skips a row another is
-    claiming (SKIP LOCKED) and goes on to the next. A claimed row is due again when the
-    lease lapses: a worker that dies mid-delivery leaves its attempt to be retried, with
-    the same event id.
-    """
-    space_load = space_load or {}
-    receiver_load = receiver_load or {}
-    # Turns are numbered by window functions, which PostgreSQL does not allow with FOR
-    # UPDATE: candidates are read without locks, and each is locked as it is claimed.
-    due = (
-        "SELECT deliveries.event_id, deliveries.webhook_uuid, deliveries.next_attempt_at_us, "
-        "outbox.space_uuid, webhooks.receiver, webhooks.url, webhooks.secret, "
-        "row_number() OVER (PARTITION BY webhooks.receiver "
-        "ORDER BY deliveries.next_attempt_at_us, deliveries.event_id) AS receiver_turn "
-        "FROM deliveries JOIN outbox ON outbox.id = deliveries.event_id "
-        # A delivery whose webhook is gone has no receiver (NULL): it is settled below.
-        "LEFT OUTER JOIN webhooks ON webhooks.uuid = deliveries.webhook_uuid "
-        "WHERE deliveries.next_attempt_at_us <= ?"
-    )
-    params: list[Any] = [now_us]
-    full_spaces = [space for space, n in space_load.items() if n >= per_space]
-    if full_spaces:
-        due += f" AND outbox.space_uuid NOT IN ({_marks(full_spaces)})"
-        params.extend(full_spaces)
-    full_receivers = [receiver for receiver, n in receiver_load.items() if n >= per_receiver]
-    if full_receivers:
-        due += (
-            " AND (webhooks.receiver IS NULL"
-            f" OR webhooks.receiver NOT IN ({_marks(full_receivers)}))"
-        )
-        params.extend(full_receivers)
-    candidates = (
-        f"SELECT {_CANDIDATE} FROM (SELECT {_CANDIDATE}, receiver_turn, "
-        "row_number() OVER (PARTITION BY space_uuid "
-        "ORDER BY receiver_turn, next_attempt_at_us, event_id) AS space_turn "
-        f"FROM ({due}) AS by_receiver WHERE receiver_turn <= ?) AS by_space "
-        "WHERE space_turn <= ? ORDER BY space_turn, next_attempt_at_us LIMIT ?"
-    )
-    # Some candidates may be passed over below: busy spaces and receivers, and rows
-    # another worker claims first.
-    params.extend((per_receiver, per_space, limit * 4))
-    # The claim's lock: PostgreSQL's; SQLite runs one write transaction at a time.
-    skip_locked = "" if st.is_sqlite else " FOR UPDATE SKIP LOCKED"
-    spaces_taken: dict[str, int] = {}
-    receivers_taken: dict[str, int] = {}
-    won: list[tuple[Sequence[Any], int]] = []
-    for row in await st.rows(candidates, params):
-        if len(won) == limit:
-            break
-        event_id, webhook_uuid, due_us, space_uuid, receiver = row[:5]
-        if receiver is not None:
-            in_space = space_load.get(space_uuid, 0) + spaces_taken.get(space_uuid, 0)
-            at_receiver = receiver_load.get(receiver, 0) + receivers_taken.get(receiver, 0)
-            if in_space >= per_space or at_receiver >= per_receiver:
-                continue
-        still_due = (event_id, webhook_uuid, due_us)
-        if receiver is None:
-            # Its webhook was deleted while the event was being fanned out: nothing to
-            # deliver to, so settle it rather than claim it forever.
-            if await st.rows(
-                f"DELETE FROM deliveries WHERE {_STILL_DUE} RETURNING event_id", still_due
-            ):
-                await delete_settled_events(st, event_id)
-            continue
-        claimed = await st.rows(
-            "UPDATE deliveries SET next_attempt_at_us = ?, attempts = attempts + 1 "
-            f"WHERE {_STILL_DUE} AND event_id IN "
-            f"(SELECT event_id FROM deliveries WHERE {_STILL_DUE}{skip_locked}) "
-            "RETURNING attempts",
-            (lease_until_us, *still_due, *still_due),
-        )
-        if not claimed:
-            continue  # another worker claimed it first
-        spaces_taken[space_uuid] = spaces_taken.get(space_uuid, 0) + 1
-        receivers_taken[receiver] = receivers_taken.get(receiver, 0) + 1
-        won.append((row, claimed[0][0]))
-    if not won:
-        return []
-    # Each event's payload is read once, however many of its deliveries were claimed.
-    events = list(dict.fromkeys(row[0] for row, _ in won))
-    payloads = dict(
-        await st.rows(f"SELECT id, payload FROM outbox WHERE id IN ({_marks(events)})", events)
-    )
-    return [
-        Claim(
-            event_id=event_id,
-            webhook_uuid=webhook_uuid,
-            attempt=attempt,
-            lease_us=lease_until_us,
-            url=url,
-            secret=secret,
-            payload=payloads[event_id],
-            space_uuid=space_uuid,
-            receiver=receiver,
-        )
-        for (event_id, webhook_uuid, _, space_uuid, receiver, url, secret), attempt in won
-    ]
-
-
-# The columns of a candidate delivery, in `claim_due`'s order.
-_CANDIDATE = "event_id, webhook_uuid, next_attempt_at_us, space_uuid, receiver, url, secret"
-# A delivery row still as a candidate showed it: (event id, webhook uuid, due time).
-_STILL_DUE = "event_id = ? AND webhook_uuid = ? AND next_attempt_at_us = ?"
-
-
-def _marks(values: Sequence[object]) -> str:
+def marks(values: Sequence[object]) -> str:
     """One `?` for each value, for an IN list."""
     return ", ".join("?" * len(values))
 
 
-async def finish_delivery(st: Statements, claim: Claim) -> bool:
-    """Remove a delivered (or given-up) delivery, and its event once nothing is left.
-    False: the claim had lapsed and another worker owns the row now."""
-    deleted = await st.rows(
-        f"DELETE FROM deliveries WHERE {_STILL_DUE} RETURNING event_id", _owned(claim)
+# --- Each webhook's last deliveries -------------------------------------------------------
+
+
+async def webhook_logs(
+    fetch: Fetch, webhook_uuids: Sequence[str]
+) -> dict[str, list[tuple[int, str, str, str | None]]]:
+    """Each webhook's last deliveries, newest first: (at, event, outcome, detail)."""
+    logs: dict[str, list[tuple[int, str, str, str | None]]] = {u: [] for u in webhook_uuids}
+    if not webhook_uuids:
+        return logs
+    found = await fetch(
+        "SELECT webhook_uuid, at_us, event, outcome, detail FROM webhook_log "
+        f"WHERE webhook_uuid IN ({marks(webhook_uuids)}) ORDER BY id DESC",
+        tuple(webhook_uuids),
     )
-    await delete_settled_events(st, claim.event_id)
-    return len(deleted) == 1
+    for webhook_uuid, at_us, event, outcome, detail in found:
+        kept = logs[webhook_uuid]
+        if len(kept) < LOG_KEPT:
+            kept.append((int(at_us), event, outcome, detail))
+    return logs
 
 
-async def retry_delivery(st: Statements, claim: Claim, next_attempt_at_us: int, error: str) -> bool:
-    """Schedule the next attempt. False: the claim had lapsed."""
-    updated = await st.rows(
-        f"UPDATE deliveries SET next_attempt_at_us = ?, last_error = ? WHERE {_STILL_DUE} "
-        "RETURNING event_id",
-        (next_attempt_at_us, error[:1000], *_owned(claim)),
+# A delivery row while its claim holds it: (event id, webhook uuid, lease); see
+# `storage.deliveries`.
+OWNED = "event_id = ? AND webhook_uuid = ? AND next_attempt_at_us = ?"
+
+
+async def log_deliveries(
+    st: Statements,
+    entries: Sequence[tuple[str, int, str, str, str | None]],
+    *,
+    if_owned: tuple[str, str, int] | None = None,
+) -> None:
+    """Keep deliveries in their webhooks' logs: (webhook, at, event, outcome, detail),
+    the last `LOG_KEPT` of each. `if_owned`: only while that claimed row still exists."""
+    rows = [(w, at, ev, out, None if d is None else d[:500]) for w, at, ev, out, d in entries]
+    if not rows:
+        return
+    if if_owned is None:
+        await st.many(
+            "INSERT INTO webhook_log (webhook_uuid, at_us, event, outcome, detail) "
+            "VALUES (?, ?, ?, ?, ?)",
+            rows,
+        )
+    else:
+        await st.many(
+            "INSERT INTO webhook_log (webhook_uuid, at_us, event, outcome, detail) "
+            "SELECT CAST(? AS VARCHAR(36)), CAST(? AS BIGINT), CAST(? AS VARCHAR(64)), "
+            "CAST(? AS VARCHAR(16)), CAST(? AS TEXT) "
+            f"WHERE EXISTS (SELECT 1 FROM deliveries WHERE {OWNED})",
+            [(*row, *if_owned) for row in rows],
+        )
+    # The log's newest LOG_KEPT entries stay: an index range per webhook, never a scan.
+    await st.many(
+        "DELETE FROM webhook_log WHERE webhook_uuid = ? AND id < (SELECT min(id) FROM "
+        "(SELECT id FROM webhook_log WHERE webhook_uuid = ? ORDER BY id DESC LIMIT ?) AS kept)",
+        [(w, w, LOG_KEPT) for w in sorted({row[0] for row in rows})],
     )
-    return len(updated) == 1
 
 
-def _owned(claim: Claim) -> tuple[str, str, int]:
-    """The claimed row while the claim holds it (see `_STILL_DUE`)."""
-    return (claim.event_id, claim.webhook_uuid, claim.lease_us)
+# --- Fan-out ------------------------------------------------------------------------------
 
 
-async def delete_settled_events(st: Statements, event_id: str | None = None) -> int:
-    """Delete events with no delivery left to make (one event, or all of them); how many."""
-    sql = (
-        "DELETE FROM outbox WHERE NOT EXISTS "
-        "(SELECT 1 FROM deliveries WHERE deliveries.event_id = outbox.id)"
+@dataclass(frozen=True, slots=True)
+class FanOut:
+    """What queuing an event did: how many webhooks it was queued for, and how many older
+    events it pushed out of full webhooks (each given up)."""
+
+    webhooks: int
+    given_up: int = 0
+
+
+async def space_endpoints(fetch: Fetch, space_uuid: str) -> tuple[bool, bool]:
+    """Whether the space has webhooks, and whether it has channels."""
+    found = await fetch(
+        "SELECT EXISTS (SELECT 1 FROM webhooks WHERE space_uuid = ?), "
+        "EXISTS (SELECT 1 FROM channels WHERE space_uuid = ?)",
+        (space_uuid, space_uuid),
     )
-    if event_id is None:
-        return len(await st.rows(f"{sql} RETURNING id", ()))
-    return len(await st.rows(f"{sql} AND outbox.id = ? RETURNING id", (event_id,)))
+    return bool(found[0][0]), bool(found[0][1])
+
+
+async def fan_out(
+    st: Statements, event_id: str, space_uuid: str, now_us: int, *, cap: int
+) -> FanOut:
+    """Queue the event for every webhook the space has now, due at once, and give up the
+    oldest undelivered events of a webhook that holds more than `cap` (each noted in its
+    log). Call before inserting the event (it stores the count, see `queries.insert_event`).
+
+    One statement counts the event in each webhook and makes it due; the cap is checked on
+    those counts, so a full webhook costs one more statement, never a count of its backlog.
+    """
+    lowered = (
+        "undelivered = undelivered + 1, next_due_at_us = CASE WHEN next_due_at_us IS NULL "
+        "OR next_due_at_us > CAST(? AS BIGINT) THEN CAST(? AS BIGINT) ELSE next_due_at_us END"
+    )
+    if st.is_sqlite:
+        which = "space_uuid = ?"
+    else:  # the rows in uuid order, as every transaction that takes several does
+        which = "uuid IN (SELECT uuid FROM webhooks WHERE space_uuid = ? ORDER BY uuid FOR UPDATE)"
+    counted = await st.rows(
+        f"UPDATE webhooks SET {lowered} WHERE {which} RETURNING uuid, undelivered",
+        (now_us, now_us, space_uuid),
+    )
+    if not counted:
+        return FanOut(0)
+    await st.many(
+        "INSERT INTO deliveries (event_id, webhook_uuid, attempts, next_attempt_at_us, "
+        "created_at_us) VALUES (?, ?, 0, ?, ?)",
+        [(event_id, webhook_uuid, now_us, now_us) for webhook_uuid, _ in counted],
+    )
+    given_up = 0
+    for webhook_uuid, undelivered in sorted(counted):
+        if undelivered > cap:
+            given_up += await _push_out(st, webhook_uuid, undelivered - cap, event_id, now_us, cap)
+    return FanOut(len(counted), given_up)
+
+
+async def _push_out(
+    st: Statements, webhook_uuid: str, count: int, newest: str, now_us: int, cap: int
+) -> int:
+    """Give up the `count` oldest undelivered events of a full webhook (not `newest`);
+    how many were. Rows another transaction holds (an attempt's outcome being recorded)
+    are skipped: the next oldest go instead."""
+    skip = "" if st.is_sqlite else " FOR UPDATE SKIP LOCKED"
+    # Chosen once (MATERIALIZED): PostgreSQL may run a subquery in IN again for each row,
+    # and a locking one then skips the rows it deleted and yields the next ones.
+    gone = await st.rows(
+        "WITH doomed AS MATERIALIZED (SELECT event_id FROM deliveries WHERE webhook_uuid = ? "
+        f"AND event_id <> ? ORDER BY created_at_us LIMIT ?{skip}) DELETE FROM deliveries "
+        "WHERE webhook_uuid = ? AND event_id IN (SELECT event_id FROM doomed) RETURNING event_id",
+        (webhook_uuid, newest, count, webhook_uuid),
+    )
+    if not gone:
+        return 0
+    await st.many(
+        "UPDATE webhooks SET undelivered = undelivered - ? WHERE uuid = ?",
+        [(len(gone), webhook_uuid)],
+    )
+    detail = f"more than {cap:,} events undelivered: the oldest given up"
+    if len(gone) > 1:
+        detail = f"more than {cap:,} events undelivered: the {len(gone)} oldest given up"
+    await log_deliveries(st, [(webhook_uuid, now_us, EVENT, "given_up", detail)])
+    await delete_settled_events(st, [row[0] for row in gone])
+    return len(gone)
+
+
+# --- Giving up by age, settling events -------------------------------------------------
+
+
+async def recompute_due(st: Statements, webhook_uuids: Sequence[str]) -> None:
+    """Set each webhook's `next_due_at_us` to its earliest delivery's (an index lookup)."""
+    if not webhook_uuids:
+        return
+    await st.many(
+        "UPDATE webhooks SET next_due_at_us = (SELECT min(next_attempt_at_us) FROM deliveries "
+        "WHERE deliveries.webhook_uuid = webhooks.uuid) WHERE uuid = ?",
+        [(webhook_uuid,) for webhook_uuid in sorted(set(webhook_uuids))],
+    )
+
+
+async def give_up_old(st: Statements, created_before_us: int, now_us: int, limit: int) -> int:
+    """Give up the events created at `created_before_us` or before that are undelivered,
+    oldest first, at most about `limit` deliveries: an index range on their creation,
+    never a scan. Each webhook notes them in its log. How many deliveries were given up."""
+    found = await st.rows(
+        "SELECT DISTINCT event_id FROM (SELECT event_id FROM deliveries WHERE created_at_us <= ? "
+        "ORDER BY created_at_us LIMIT ?) AS old",
+        (created_before_us, limit),
+    )
+    if not found:
+        return 0
+    events = sorted(row[0] for row in found)
+    hooks = await st.rows(
+        f"SELECT DISTINCT webhook_uuid FROM deliveries WHERE event_id IN ({marks(events)})",
+        events,
+    )
+    await lock_webhooks(st, [row[0] for row in hooks])
+    gone = await st.rows(
+        f"DELETE FROM deliveries WHERE event_id IN ({marks(events)}) AND created_at_us <= ? "
+        "RETURNING webhook_uuid",
+        (*events, created_before_us),
+    )
+    per_webhook = Counter(row[0] for row in gone)
+    if not per_webhook:
+        return 0
+    await st.many(
+        "UPDATE webhooks SET undelivered = undelivered - ? WHERE uuid = ?",
+        [(count, webhook_uuid) for webhook_uuid, count in sorted(per_webhook.items())],
+    )
+    await recompute_due(st, list(per_webhook))
+    hours = (now_us - created_before_us) / 3_600_000_000
+    age = f"{hours:g} h" if hours >= 1 else f"{hours * 60:g} min"
+    await log_deliveries(
+        st,
+        [
+            (webhook_uuid, now_us, EVENT, "given_up", _aged(count, age))
+            for webhook_uuid, count in sorted(per_webhook.items())
+        ],
+    )
+    await st.many(
+        f"DELETE FROM outbox WHERE id IN ({marks(events)}) AND NOT EXISTS "
+        "(SELECT 1 FROM deliveries WHERE deliveries.event_id = outbox.id)",
+        [events],
+    )
+    return len(gone)
+
+
+def _aged(count: int, age: str) -> str:
+    if count == 1:
+        return f"undelivered {age} after it was created: given up"
+    return f"{count} events undelivered {age} after they were created: given up"
+
+
+async def delete_settled_events(st: Statements, event_ids: Sequence[str]) -> None:
+    """Delete those of these events that have no delivery left to make."""
+    for start in range(0, len(event_ids), 500):
+        chunk = sorted(set(event_ids[start : start + 500]))
+        await st.many(
+            f"DELETE FROM outbox WHERE id IN ({marks(chunk)}) AND NOT EXISTS "
+            "(SELECT 1 FROM deliveries WHERE deliveries.event_id = outbox.id)",
+            [chunk],
+        )
+
+
+async def sweep_unwatched(st: Statements, limit: int) -> int:
+    """Delete up to `limit` events that were queued for no webhook (the oldest first, an
+    index range); how many. Events queued for webhooks leave as their last delivery
+    settles."""
+    gone = await st.rows(
+        "DELETE FROM outbox WHERE id IN (SELECT id FROM outbox WHERE webhooks = 0 "
+        "ORDER BY created_at_us LIMIT ?) RETURNING id",
+        (limit,),
+    )
+    return len(gone)
 
 
 async def next_due_at(fetch: Fetch) -> int | None:
-    """When the earliest delivery is due (None: nothing queued)."""
-    found = await fetch("SELECT min(next_attempt_at_us) FROM deliveries", ())
+    """When the earliest webhook's turn comes (None: nothing queued); an index lookup."""
+    found = await fetch("SELECT min(next_due_at_us) FROM webhooks", ())
     return found[0][0]
 
 
-# Pending deliveries (due, leased or waiting to retry) and events still in the outbox.
-_BACKLOG = "SELECT (SELECT count(*) FROM deliveries), (SELECT count(*) FROM outbox)"
+# Pending deliveries (due, leased or waiting to retry), from the webhooks' counts, and
+# events still in the outbox.
+_BACKLOG = (
+    "SELECT (SELECT coalesce(sum(undelivered), 0) FROM webhooks), (SELECT count(*) FROM outbox)"
+)
 
 
 async def backlog(fetch: Fetch) -> tuple[int, int]:
     """How many deliveries are pending (due, leased or waiting to retry), and how many
     events are still in the outbox."""
     found = await fetch(_BACKLOG, ())
-    return found[0][0], found[0][1]
+    return int(found[0][0]), int(found[0][1])
 
 
 # --- Heartbeats -------------------------------------------------------------------------

@@ -459,9 +459,13 @@ async def insert_event(
     payload: str,
     now_us: int,
     type_: str = "task.completed",
+    *,
+    webhooks: int = 0,
 ) -> None:
+    """Store a completion event, queued for `webhooks` webhooks (see `outbox.fan_out`):
+    one queued for none is swept soon after (`outbox.sweep_unwatched`)."""
     await st.many(
-        "INSERT INTO outbox (id, space_uuid, task_uuid, type, payload, created_at_us) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        [(event_id, space_uuid, task_uuid, type_, payload, now_us)],
+        "INSERT INTO outbox (id, space_uuid, task_uuid, type, payload, created_at_us, webhooks) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [(event_id, space_uuid, task_uuid, type_, payload, now_us, webhooks)],
     )

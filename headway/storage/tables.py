@@ -54,7 +54,11 @@ outbox = Table(
     Column("type", String(64), nullable=False),
     Column("payload", Text, nullable=False),
     Column("created_at_us", BigInteger, nullable=False),
+    # How many webhooks the event was queued for: those queued for none are swept by index.
+    Column("webhooks", Integer, nullable=False, server_default="0"),
     Index("outbox_space", "space_uuid"),
+    Index("outbox_task", "task_uuid"),
+    Index("outbox_unwatched", "webhooks", "created_at_us"),
 )
 
 webhooks = Table(
@@ -67,7 +71,25 @@ webhooks = Table(
     Column("created_at_us", BigInteger, nullable=False),
     # `scheme://host:port` of the URL: the worker limits attempts in flight per receiver.
     Column("receiver", Text, nullable=False, server_default=""),
+    # Its deliveries not yet made or given up (the cap counts them), and a time no later
+    # than when the earliest of them is due (None: none; claims read webhooks by it).
+    Column("undelivered", Integer, nullable=False, server_default="0"),
+    Column("next_due_at_us", BigInteger),
     Index("webhooks_space", "space_uuid"),
+    Index("webhooks_due", "next_due_at_us"),
+)
+
+# Each webhook's last deliveries, as `GET /spaces/{s}/webhooks` shows them.
+webhook_log = Table(
+    "webhook_log",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("webhook_uuid", String(36), nullable=False),
+    Column("at_us", BigInteger, nullable=False),
+    Column("event", String(64), nullable=False),
+    Column("outcome", String(16), nullable=False),
+    Column("detail", Text),
+    Index("webhook_log_webhook", "webhook_uuid", "id"),
 )
 
 # Read-only links to a space; revoking one deletes its row.
@@ -90,7 +112,11 @@ deliveries = Table(
     # When the next attempt is due; while an attempt runs, when its claim lapses.
     Column("next_attempt_at_us", BigInteger, nullable=False),
     Column("last_error", Text),
-    Index("deliveries_due", "next_attempt_at_us"),
+    # The event's creation: an event undelivered too long after it is given up.
+    Column("created_at_us", BigInteger, nullable=False, server_default="0"),
+    Index("deliveries_webhook_due", "webhook_uuid", "next_attempt_at_us"),
+    Index("deliveries_webhook_age", "webhook_uuid", "created_at_us"),
+    Index("deliveries_age", "created_at_us"),
 )
 
 worker_heartbeats = Table(

@@ -1,0 +1,267 @@
+"""SQL of a notification channel's queue (one row per message to make) and of its sends.
+
+A channel's row is also its sending lease: `hold_until_us` is when it may send next. A
+worker takes a channel by moving that forward with a conditional update (exactly one
+worker wins), sends one message for everything the channel has due (a digest when there
+are several), then sets it to the end of the digest window, or to when the hour's cap
+reopens. So a burst of finishes becomes one message, and one broken channel holds only
+its own queue.
+
+A channel holds at most a cap of queued messages (`channels.queued` counts them): a new
+one beyond pushes out the oldest, given up. On PostgreSQL a transaction takes a channel's
+row before its messages' rows, as webhooks do (see `storage.outbox`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .channels import log_delivery
+from .database import Fetch, Statements
+
+# The most deliveries one message carries (a digest lists at most a few of them).
+BATCH = 200
+
+
+async def count_out(st: Statements, per_channel: dict[str, int]) -> None:
+    """Count messages removed from their channels' queues, by channel."""
+    counts = [(count, uuid) for uuid, count in sorted(per_channel.items()) if count]
+    if counts:
+        await st.many("UPDATE channels SET queued = queued - ? WHERE uuid = ?", counts)
+
+
+# --- Queuing -----------------------------------------------------------------------------
+
+
+async def fan_out(
+    st: Statements,
+    event_id: str,
+    space_uuid: str,
+    task_uuid: str,
+    payload: str,
+    *,
+    failed: bool,
+    step: bool,
+    now_us: int,
+    cap: int,
+) -> int:
+    """Queue a finish for every channel of the space that wants it: `completed` hears
+    every finish, `failed` only the failed ones; a step (a child task) only where the
+    channel asked for steps. A channel that then holds more than `cap` gives up its
+    oldest messages. How many messages were given up."""
+    wants = "(on_completed OR on_failed)" if failed else "on_completed"
+    which = f"space_uuid = ? AND {wants}" + (" AND steps" if step else "")
+    if not st.is_sqlite:  # the rows in uuid order, as every transaction that takes several
+        which = f"uuid IN (SELECT uuid FROM channels WHERE {which} ORDER BY uuid FOR UPDATE)"
+    counted = await st.rows(
+        f"UPDATE channels SET queued = queued + 1 WHERE {which} RETURNING uuid, queued",
+        (space_uuid,),
+    )
+    if not counted:
+        return 0
+    kind = "failed" if failed else "completed"
+    await st.many(
+        "INSERT INTO channel_deliveries (id, channel_uuid, task_uuid, kind, payload, "
+        "created_at_us, next_attempt_at_us) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            (f"{event_id}:{uuid}", uuid, task_uuid, kind, payload, now_us, now_us)
+            for uuid, _ in counted
+        ],
+    )
+    given_up = 0
+    for uuid, queued in sorted(counted):
+        if queued > cap:
+            given_up += await _push_out(st, uuid, queued - cap, f"{event_id}:{uuid}", now_us, cap)
+    return given_up
+
+
+async def queue(
+    st: Statements,
+    delivery_id: str,
+    channel_uuid: str,
+    task_uuid: str,
+    kind: str,
+    payload: str,
+    now_us: int,
+    *,
+    cap: int,
+) -> int:
+    """Queue one message about a task for one channel (a stall, a recovery); beyond `cap`,
+    the channel's oldest are given up (how many)."""
+    counted = await st.rows(
+        "UPDATE channels SET queued = queued + 1 WHERE uuid = ? RETURNING queued", (channel_uuid,)
+    )
+    if not counted:
+        return 0  # the channel is gone
+    await st.many(
+        "INSERT INTO channel_deliveries (id, channel_uuid, task_uuid, kind, payload, "
+        "created_at_us, next_attempt_at_us) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [(delivery_id, channel_uuid, task_uuid, kind, payload, now_us, now_us)],
+    )
+    if counted[0][0] <= cap:
+        return 0
+    return await _push_out(st, channel_uuid, counted[0][0] - cap, delivery_id, now_us, cap)
+
+
+async def _push_out(
+    st: Statements, channel_uuid: str, count: int, newest: str, now_us: int, cap: int
+) -> int:
+    """Give up the `count` oldest messages of a full channel (not `newest`), by the index
+    on its messages' creation; rows another transaction holds are skipped (chosen once:
+    see `outbox._push_out`)."""
+    skip = "" if st.is_sqlite else " FOR UPDATE SKIP LOCKED"
+    gone = await st.rows(
+        "WITH doomed AS MATERIALIZED (SELECT id FROM channel_deliveries WHERE channel_uuid = ? "
+        f"AND id <> ? ORDER BY created_at_us LIMIT ?{skip}) DELETE FROM channel_deliveries "
+        "WHERE id IN (SELECT id FROM doomed) RETURNING kind",
+        (channel_uuid, newest, count),
+    )
+    if not gone:
+        return 0
+    await count_out(st, {channel_uuid: len(gone)})
+    detail = f"more than {cap:,} messages queued: the oldest given up"
+    if len(gone) > 1:
+        detail = f"more than {cap:,} messages queued: the {len(gone)} oldest given up"
+    event = gone[0][0] if len(gone) == 1 else "digest"
+    await log_delivery(st, channel_uuid, now_us, event, "given_up", detail)
+    return len(gone)
+
+
+# --- Sending -----------------------------------------------------------------------------
+
+
+async def due_channels(fetch: Fetch, now_us: int, limit: int) -> list[str]:
+    """Channels with something due that may send now, longest waiting first."""
+    found = await fetch(
+        "SELECT d.channel_uuid FROM channel_deliveries d JOIN channels c ON c.uuid = "
+        "d.channel_uuid WHERE d.next_attempt_at_us <= ? AND c.hold_until_us <= ? "
+        "GROUP BY d.channel_uuid ORDER BY min(d.next_attempt_at_us) LIMIT ?",
+        (now_us, now_us, limit),
+    )
+    return [row[0] for row in found]
+
+
+async def next_due_at(fetch: Fetch) -> int | None:
+    """When the next channel may send something (None: nothing queued)."""
+    found = await fetch(
+        "SELECT min(CASE WHEN c.hold_until_us > d.next_attempt_at_us THEN c.hold_until_us "
+        "ELSE d.next_attempt_at_us END) FROM channel_deliveries d JOIN channels c "
+        "ON c.uuid = d.channel_uuid",
+        (),
+    )
+    return None if not found or found[0][0] is None else int(found[0][0])
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    id: str
+    kind: str
+    payload: str
+    created_at_us: int
+    attempts: int
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """A channel a worker has won, until `lease_us` (its token), and what it has due."""
+
+    channel_uuid: str
+    space_uuid: str
+    url: str
+    share_uuid: str | None
+    space_title: str | None
+    lease_us: int
+    pending: list[Pending]
+
+
+async def take(
+    st: Statements, channel_uuid: str, now_us: int, lease_us: int, *, cap: int, hour_us: int
+) -> Taken | None:
+    """Win the channel for one send and read what it has due; None when another worker
+    won it, nothing is due, or the hour's cap is reached (the channel is then held
+    until it reopens, when everything waiting goes as one digest)."""
+    won = await st.rows(
+        "UPDATE channels SET hold_until_us = ?, window_start_us = CASE WHEN "
+        "window_start_us + ? <= ? THEN ? ELSE window_start_us END, window_sent = CASE WHEN "
+        "window_start_us + ? <= ? THEN 0 ELSE window_sent END WHERE uuid = ? AND "
+        "hold_until_us <= ? RETURNING space_uuid, url, share_uuid, window_start_us, window_sent",
+        (lease_us, hour_us, now_us, now_us, hour_us, now_us, channel_uuid, now_us),
+    )
+    if not won:
+        return None
+    space_uuid, url, share_uuid, window_start_us, window_sent = won[0]
+    if window_sent >= cap:
+        await st.many(
+            "UPDATE channels SET hold_until_us = ? WHERE uuid = ?",
+            [(int(window_start_us) + hour_us, channel_uuid)],
+        )
+        return None
+    found = await st.rows(
+        "SELECT id, kind, payload, created_at_us, attempts FROM channel_deliveries "
+        "WHERE channel_uuid = ? AND next_attempt_at_us <= ? "
+        "ORDER BY created_at_us, id LIMIT ?",
+        (channel_uuid, now_us, BATCH),
+    )
+    title = await st.rows("SELECT title FROM spaces WHERE uuid = ?", (space_uuid,))
+    pending = [Pending(row[0], row[1], row[2], int(row[3]), int(row[4])) for row in found]
+    if not pending:
+        await st.many(
+            "UPDATE channels SET hold_until_us = ? WHERE uuid = ?", [(now_us, channel_uuid)]
+        )
+        return None
+    return Taken(
+        channel_uuid,
+        space_uuid,
+        url,
+        share_uuid,
+        title[0][0] if title else None,
+        lease_us,
+        pending,
+    )
+
+
+async def sent(
+    st: Statements, taken: Taken, ids: Sequence[str], hold_until_us: int, *, counted: bool
+) -> bool:
+    """Settle a send: remove `ids` (delivered or given up), count one message in the
+    hour's window (`counted`), hold the channel until `hold_until_us`. False: the lease
+    had lapsed, and another worker owns the channel now (nothing changed)."""
+    held = await st.rows(
+        "UPDATE channels SET hold_until_us = ?, window_sent = window_sent + ? "
+        "WHERE uuid = ? AND hold_until_us = ? RETURNING uuid",
+        (hold_until_us, 1 if counted else 0, taken.channel_uuid, taken.lease_us),
+    )
+    if not held:
+        return False
+    await remove(st, taken.channel_uuid, ids)
+    return True
+
+
+async def remove(st: Statements, channel_uuid: str, ids: Sequence[str]) -> None:
+    """Remove these messages of the channel (delivered or given up) from its queue. Call
+    while holding the channel (`take`)."""
+    if not ids:
+        return
+    gone = await st.rows(
+        f"DELETE FROM channel_deliveries WHERE id IN ({', '.join('?' * len(ids))}) RETURNING id",
+        tuple(ids),
+    )
+    await count_out(st, {channel_uuid: len(gone)})
+
+
+async def retry(st: Statements, taken: Taken, ids: Sequence[str], due_us: int, error: str) -> bool:
+    """Schedule the next attempt of `ids` at `due_us` (the channel waits for it).
+    False: the lease had lapsed."""
+    held = await st.rows(
+        "UPDATE channels SET hold_until_us = ? WHERE uuid = ? AND hold_until_us = ? RETURNING uuid",
+        (due_us, taken.channel_uuid, taken.lease_us),
+    )
+    if not held:
+        return False
+    await st.many(
+        "UPDATE channel_deliveries SET attempts = attempts + 1, next_attempt_at_us = ?, "
+        "last_error = ? WHERE id = ?",
+        [(due_us, error[:1000], id_) for id_ in ids],
+    )
+    return True
