@@ -100,32 +100,50 @@ class RateLimiter:
     async def check(self, kind: Kind, address: str) -> None:
         """Count one `kind` for `address` (a create also against the daily cap on creates);
         raise TooManyRequests if it is over a limit."""
-        if not self.enabled:
+        if not self.enabled or self.counted_here(kind, address):
             return
         if kind in CREATES:
-            await self._check("creates", address)
-        await self._check(kind, address)
+            await self._shared_check("creates", address)
+        await self._shared_check(kind, address)
 
-    async def _check(self, kind: Kind, address: str) -> None:
-        items = self._limits[kind]
-        if self._buckets is not None:
-            wait_s = self._buckets.take((kind, address), items)
-        else:
-            assert self._shared is not None
-            wait_s = await self._shared.hit(kind, address, items)
+    def counted_here(self, kind: Kind, address: str) -> bool:
+        """`check` without an await, where the counts are in this process (rates on):
+        True once counted (TooManyRequests if over a limit); False where they are in
+        Redis, for `check` to count. The hottest paths (task reads, reports) call it
+        first: a coroutine would cost about as much again as the count."""
+        buckets = self._buckets
+        if buckets is None:
+            return False
+        if kind in CREATES:
+            wait_s = buckets.take(("creates", address), self._limits["creates"])
+            if wait_s > 0:
+                raise self._refusal("creates", wait_s)
+        wait_s = buckets.take((kind, address), self._limits[kind])
         if wait_s > 0:
-            metrics.refused(f"rate_{kind}")
-            retry = max(1, math.ceil(wait_s))
-            raise TooManyRequests(
-                f"Too many {_WHAT[kind]} from your address (limits: "
-                f"{'; '.join(str(item) for item in items)}); retry in {retry} s.",
-                headers={"retry-after": str(retry)},
-            )
+            raise self._refusal(kind, wait_s)
+        return True
+
+    async def _shared_check(self, kind: Kind, address: str) -> None:
+        assert self._shared is not None
+        wait_s = await self._shared.hit(kind, address, self._limits[kind])
+        if wait_s > 0:
+            raise self._refusal(kind, wait_s)
+
+    def _refusal(self, kind: Kind, wait_s: float) -> TooManyRequests:
+        metrics.refused(f"rate_{kind}")
+        retry = max(1, math.ceil(wait_s))
+        return TooManyRequests(
+            f"Too many {_WHAT[kind]} from your address (limits: "
+            f"{'; '.join(str(item) for item in self._limits[kind])}); retry in {retry} s.",
+            headers={"retry-after": str(retry)},
+        )
 
     def address_of(self, scope: Scope) -> str:
         """The client address of a request (see `client_address`)."""
         client = scope.get("client")
         peer = client[0] if client else None
+        if not self._proxies and peer is not None and ":" not in peer:
+            return peer  # the usual case, on the path of every read and report
         forwarded: list[str] = []
         if self._proxies:
             forwarded = [
@@ -194,7 +212,7 @@ class TokenBuckets:
     SWEEP_ABOVE = 10_000
 
     def __init__(self, clock: Clock, longest_s: int) -> None:
-        self._clock = clock
+        self._now = clock.now_us
         self._idle_us = 2 * longest_s * 1_000_000  # then even the deepest debt is paid
         # key -> [tokens of each limit..., time of the last update in µs]
         self._state: dict[tuple[str, str], list[float]] = {}
@@ -208,7 +226,7 @@ class TokenBuckets:
         spec = self._specs.get(id(items))
         if spec is None:
             spec = self._spec(items)
-        now = self._clock.now_us()
+        now = self._now()
         state = self._state.get(key)
         if state is None:
             if len(self._state) >= self._sweep_at:
@@ -217,6 +235,14 @@ class TokenBuckets:
             state.append(now)
         elapsed_us = now - state[-1]
         state[-1] = now
+        if len(spec) == 1:  # most kinds have one limit: no loops
+            size, per_us = spec[0]
+            level = state[0] + elapsed_us * per_us
+            if level < 1:
+                state[0] = level
+                return (1 - level) / per_us / 1_000_000
+            state[0] = (size if level > size else level) - 1
+            return 0.0
         wait_us = 0.0
         for i, (size, per_us) in enumerate(spec):
             level = state[i] + elapsed_us * per_us
@@ -235,7 +261,7 @@ class TokenBuckets:
         """Take `cost` tokens from each limit's level, refusing nothing: a level may go
         below zero, down to minus its size (a debt the next `take`s wait out)."""
         spec = self._specs.get(id(items)) or self._spec(items)
-        now = self._clock.now_us()
+        now = self._now()
         state = self._state.get(key)
         if state is None:
             state = self._state[key] = [size for size, _ in spec]
