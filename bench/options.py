@@ -204,6 +204,7 @@ def scenario_titles(o: Options) -> dict[str, str]:
         ),
         "get_report": "GET /tasks/{t}/report?current=5&end=10&values[log]=x",
         "get_task": "GET /tasks/{t}",
+        "get_task_limited": "the same GET, rate limits on (reads counted)",
         "post_task": "POST /spaces/{s}/tasks",
         "get_space_small": f"GET /spaces/{{s}}, {o.small} tasks",
         "get_space_small_page": f"GET /spaces/{{s}}?limit={PAGE}&before=…, {o.small} tasks",

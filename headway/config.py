@@ -34,6 +34,10 @@ from .config_parse import (
 MAX_STALL_SCAN = 30
 
 
+# The kinds of request rated per client address, each by its `rate_<kind>` setting.
+RATED = ("spaces", "tasks", "webhooks", "shares", "channels", "reports", "creates", "reads")
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Everything configurable. The defaults are the embedded default."""
@@ -60,6 +64,8 @@ class Settings:
     rate_shares: str = "30/second;300/minute"
     rate_channels: str = "10/second;60/minute"
     rate_reports: str = "20000/second"
+    # Tasks rendered by reads (see the README's limits table for why this default).
+    rate_reads: str = "300000/minute"
     # Creates of every kind (spaces, tasks, webhooks, shares, channels) per client address.
     rate_creates: str = "100000/day"
     # Bytes of live progress this process (with Redis: all instances) may hold. None: sized
@@ -140,6 +146,7 @@ class Settings:
             rate_shares=_rate(env, "RATE_SHARES", defaults.rate_shares),
             rate_channels=_rate(env, "RATE_CHANNELS", defaults.rate_channels),
             rate_reports=_rate(env, "RATE_REPORTS", defaults.rate_reports),
+            rate_reads=_rate(env, "RATE_READS", defaults.rate_reads),
             rate_creates=_rate(env, "RATE_CREATES", defaults.rate_creates),
             space_retention=_retention(env, "SPACE_RETENTION", defaults.space_retention),
             sweep_every=_float(
@@ -219,7 +226,7 @@ class Settings:
             _check_host_patterns(self.mcp_allowed_hosts)
         for proxy in self.trusted_proxies:
             _network(proxy)
-        for name in ("spaces", "tasks", "webhooks", "shares", "channels", "reports", "creates"):
+        for name in RATED:
             _check_rate(f"HEADWAY_RATE_{name.upper()}", getattr(self, f"rate_{name}"))
         if self.progress_memory is not None and self.progress_memory < 1024 * 1024:
             raise ConfigError("HEADWAY_PROGRESS_MEMORY must be at least 1MiB")

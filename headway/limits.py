@@ -1,19 +1,29 @@
 """What one client may do: request rates per client address, decided in one place.
 
 Every kind of request that creates or writes (spaces, tasks, webhooks, shares, channels,
-reports)
-has its limits, written in the `limits` library's notation ("600/second;6000/minute")
-and parsed by it. A request passes only within all of them; a refused one is answered
-429 with `Retry-After` and changes nothing.
+reports), and reads, has its limits, written in the `limits` library's notation
+("600/second;6000/minute") and parsed by it. A request passes only within all of them; a
+refused one is answered 429 with `Retry-After` and changes nothing.
+
+A write costs 1. A read costs the tasks it renders, which are known only as it renders
+them (a space's pages are read and rendered as they are sent): a read is let through
+while its client's allowance is not spent (it counts 1 then), and pays the rest as it
+goes (`charge`), into debt if need be; the client's next reads wait until the debt is
+paid back. So a client reading a big space in a loop is refused after a few reads, each
+of which it paid for in full.
 
 Where the counts live:
 - Embedded default: token buckets in this process's memory, on the service's clock
   (tests move time instead of sleeping). A bucket of "600/second" holds 600 tokens and
   refills at 600 a second, so a burst of 600 passes at once. A check costs about a
-  microsecond; the report path pays it on every report. (The `limits` library's own
-  memory storage costs about ten times that.)
+  microsecond; the report path pays it on every report, a task's read on every read.
+  (The `limits` library's own memory storage costs about ten times that.)
 - With HEADWAY_REDIS_URL: the `limits` library's sliding-window counters in Redis,
-  shared by every instance (one Redis round trip per limit).
+  shared by every instance (one Redis round trip per limit). Reads count in its fixed
+  windows instead: a sliding window refuses a cost that does not fit and counts nothing
+  of it, so it cannot carry a debt, while a fixed window adds every cost to its count
+  and refuses once the count is over the limit, until the window ends. A read's pages
+  are paid for with a round trip each.
 
 Rates are counted per client address: the peer's, or, from the proxies named in
 HEADWAY_TRUSTED_PROXIES, the nearest untrusted address in `X-Forwarded-For`. IPv6
@@ -39,9 +49,10 @@ from .errors import TooManyRequests
 
 if TYPE_CHECKING:
     from limits.aio.storage import Storage
+    from limits.aio.strategies import RateLimiter as RateLimiterStrategy
     from starlette.types import Scope
 
-Kind = Literal["spaces", "tasks", "webhooks", "shares", "channels", "reports", "creates"]
+Kind = Literal["spaces", "tasks", "webhooks", "shares", "channels", "reports", "creates", "reads"]
 KINDS: tuple[Kind, ...] = (
     "spaces",
     "tasks",
@@ -50,6 +61,7 @@ KINDS: tuple[Kind, ...] = (
     "channels",
     "reports",
     "creates",
+    "reads",
 )
 # The kinds that create something: each also counts against the daily cap on creates.
 CREATES: frozenset[str] = frozenset({"spaces", "tasks", "webhooks", "shares", "channels"})
@@ -62,6 +74,7 @@ _WHAT = {
     "channels": "channels registered or tested",
     "reports": "reports",
     "creates": "creates (of every kind)",
+    "reads": "tasks read",
 }
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -89,32 +102,50 @@ class RateLimiter:
     async def check(self, kind: Kind, address: str) -> None:
         """Count one `kind` for `address` (a create also against the daily cap on creates);
         raise TooManyRequests if it is over a limit."""
-        if not self.enabled:
+        if not self.enabled or self.counted_here(kind, address):
             return
         if kind in CREATES:
-            await self._check("creates", address)
-        await self._check(kind, address)
+            await self._shared_check("creates", address)
+        await self._shared_check(kind, address)
 
-    async def _check(self, kind: Kind, address: str) -> None:
-        items = self._limits[kind]
-        if self._buckets is not None:
-            wait_s = self._buckets.take((kind, address), items)
-        else:
-            assert self._shared is not None
-            wait_s = await self._shared.hit(kind, address, items)
+    def counted_here(self, kind: Kind, address: str) -> bool:
+        """`check` without an await, where the counts are in this process (rates on):
+        True once counted (TooManyRequests if over a limit); False where they are in
+        Redis, for `check` to count. The hottest paths (task reads, reports) call it
+        first: a coroutine would cost about as much again as the count."""
+        buckets = self._buckets
+        if buckets is None:
+            return False
+        if kind in CREATES:
+            wait_s = buckets.take(("creates", address), self._limits["creates"])
+            if wait_s > 0:
+                raise self._refusal("creates", wait_s)
+        wait_s = buckets.take((kind, address), self._limits[kind])
         if wait_s > 0:
-            metrics.refused(f"rate_{kind}")
-            retry = max(1, math.ceil(wait_s))
-            raise TooManyRequests(
-                f"Too many {_WHAT[kind]} from your address (limits: "
-                f"{'; '.join(str(item) for item in items)}); retry in {retry} s.",
-                headers={"retry-after": str(retry)},
-            )
+            raise self._refusal(kind, wait_s)
+        return True
+
+    async def _shared_check(self, kind: Kind, address: str) -> None:
+        assert self._shared is not None
+        wait_s = await self._shared.hit(kind, address, self._limits[kind])
+        if wait_s > 0:
+            raise self._refusal(kind, wait_s)
+
+    def _refusal(self, kind: Kind, wait_s: float) -> TooManyRequests:
+        metrics.refused(f"rate_{kind}")
+        retry = max(1, math.ceil(wait_s))
+        return TooManyRequests(
+            f"Too many {_WHAT[kind]} from your address (limits: "
+            f"{'; '.join(str(item) for item in self._limits[kind])}); retry in {retry} s.",
+            headers={"retry-after": str(retry)},
+        )
 
     def address_of(self, scope: Scope) -> str:
         """The client address of a request (see `client_address`)."""
         client = scope.get("client")
         peer = client[0] if client else None
+        if not self._proxies and peer is not None and ":" not in peer:
+            return peer  # the usual case, on the path of every read and report
         forwarded: list[str] = []
         if self._proxies:
             forwarded = [
@@ -143,6 +174,21 @@ class RateLimiter:
             return str(ipaddress.ip_network(f"{address}/64", strict=False))
         return address
 
+    async def charge(self, kind: Kind, address: str, cost: int) -> None:
+        """Count `cost` more `kind` for `address`, refusing nothing: what a request let
+        through by `check` turned out to cost beyond the 1 it counted there (a read: the
+        tasks it rendered). An overdrawn client's next requests are refused until the
+        debt is paid back (at most one bucket's worth in memory, the rest of the window's
+        in Redis)."""
+        if not self.enabled or cost <= 0:
+            return
+        items = self._limits[kind]
+        if self._buckets is not None:
+            self._buckets.charge((kind, address), items, cost)
+        else:
+            assert self._shared is not None
+            await self._shared.charge(kind, address, items, cost)
+
     def _trusted(self, address: str) -> bool:
         try:
             ip = ipaddress.ip_address(address)
@@ -158,19 +204,21 @@ class RateLimiter:
 class TokenBuckets:
     """Token buckets in memory, one per (kind, address), each holding one level per limit.
 
-    Idle buckets are dropped once they have refilled (a full bucket is the same as no
-    bucket), whenever there are many of them, so memory follows the addresses active
-    within the longest period, not every address ever seen; and never more than MOST are
-    kept (about 250 bytes each): past that, those updated longest ago go, as if they had
-    refilled (an address that many others followed has little left to count).
+    A level may go below zero (`charge`: a debt), down to minus its size. Idle buckets
+    are dropped once they have refilled (a full bucket is the same as no bucket; from the
+    deepest debt that takes two periods), whenever there are many of them, so memory
+    follows the addresses active within twice the longest period, not every address ever
+    seen; and never more than MOST are kept (about 250 bytes each): past that, those
+    updated longest ago go, as if they had refilled (an address that many others followed
+    has little left to count).
     """
 
     SWEEP_ABOVE = 10_000
     MOST = 100_000
 
     def __init__(self, clock: Clock, longest_s: int) -> None:
-        self._clock = clock
-        self._longest_us = longest_s * 1_000_000
+        self._now = clock.now_us
+        self._idle_us = 2 * longest_s * 1_000_000  # then even the deepest debt is paid
         # key -> [tokens of each limit..., time of the last update in µs]
         self._state: dict[tuple[str, str], list[float]] = {}
         self._sweep_at = self.SWEEP_ABOVE
@@ -178,14 +226,12 @@ class TokenBuckets:
         self._specs: dict[int, tuple[tuple[float, float], ...]] = {}
 
     def take(self, key: tuple[str, str], items: list[RateLimitItem]) -> float:
-        """Take one token from each limit's level; 0 if taken, else seconds to wait."""
+        """Take one token from each limit's level; 0 if taken, else seconds to wait (until
+        every level holds a token again)."""
         spec = self._specs.get(id(items))
         if spec is None:
-            spec = self._specs[id(items)] = tuple(
-                (float(item.amount), item.amount / (item.get_expiry() * 1_000_000))
-                for item in items
-            )
-        now = self._clock.now_us()
+            spec = self._spec(items)
+        now = self._now()
         state = self._state.get(key)
         if state is None:
             if len(self._state) >= self._sweep_at:
@@ -194,6 +240,14 @@ class TokenBuckets:
             state.append(now)
         elapsed_us = now - state[-1]
         state[-1] = now
+        if len(spec) == 1:  # most kinds have one limit: no loops
+            size, per_us = spec[0]
+            level = state[0] + elapsed_us * per_us
+            if level < 1:
+                state[0] = level
+                return (1 - level) / per_us / 1_000_000
+            state[0] = (size if level > size else level) - 1
+            return 0.0
         wait_us = 0.0
         for i, (size, per_us) in enumerate(spec):
             level = state[i] + elapsed_us * per_us
@@ -208,8 +262,29 @@ class TokenBuckets:
             state[i] -= 1
         return 0.0
 
+    def charge(self, key: tuple[str, str], items: list[RateLimitItem], cost: int) -> None:
+        """Take `cost` tokens from each limit's level, refusing nothing: a level may go
+        below zero, down to minus its size (a debt the next `take`s wait out)."""
+        spec = self._specs.get(id(items)) or self._spec(items)
+        now = self._now()
+        state = self._state.get(key)
+        if state is None:
+            state = self._state[key] = [size for size, _ in spec]
+            state.append(now)
+        elapsed_us = now - state[-1]
+        state[-1] = now
+        for i, (size, per_us) in enumerate(spec):
+            state[i] = max(min(state[i] + elapsed_us * per_us, size) - cost, -size)
+
+    def _spec(self, items: list[RateLimitItem]) -> tuple[tuple[float, float], ...]:
+        """Each limit's (size, tokens per µs), worked out once per limit list."""
+        spec = self._specs[id(items)] = tuple(
+            (float(item.amount), item.amount / (item.get_expiry() * 1_000_000)) for item in items
+        )
+        return spec
+
     def _sweep(self, now: int) -> None:
-        idle_before = now - self._longest_us
+        idle_before = now - self._idle_us
         state = {k: v for k, v in self._state.items() if v[-1] > idle_before}
         if len(state) > self.MOST // 2:
             newest = sorted(state.items(), key=lambda item: item[1][-1])[-self.MOST // 2 :]
@@ -222,11 +297,18 @@ class TokenBuckets:
 
 
 class SharedCounters:
-    """The `limits` library's sliding-window counters in Redis, shared by instances."""
+    """The `limits` library's counters in Redis, shared by instances: sliding windows,
+    and fixed windows for the kinds that are charged after they pass (`OWING`)."""
+
+    # Kinds whose requests pass while the window is not spent, then pay what they cost.
+    # A Redis at its maxmemory cannot count them: they pass (the request itself writes
+    # nothing, and would be served), rather than answer 503 for want of a counter.
+    OWING: frozenset[str] = frozenset({"reads"})
 
     def __init__(self, redis_url: str) -> None:
         from limits.aio.storage import RedisStorage
-        from limits.aio.strategies import SlidingWindowCounterRateLimiter
+        from limits.aio.strategies import FixedWindowRateLimiter, SlidingWindowCounterRateLimiter
+        from redis.exceptions import OutOfMemoryError
 
         from .progress.redis import connection_pool
 
@@ -239,14 +321,38 @@ class SharedCounters:
             connection_pool=self._pool,
         )
         self._strategy = SlidingWindowCounterRateLimiter(self._storage)
+        # `hit(item, ..., cost=n)` adds n to the window's count whatever it was, and says
+        # whether the count is still within the limit (`limits.aio.strategies`).
+        self._owing = FixedWindowRateLimiter(self._storage)
+        self._full = OutOfMemoryError
 
     async def hit(self, kind: str, address: str, items: list[RateLimitItem]) -> float:
         """Count one hit against each limit; 0 if within all, else seconds to wait."""
+        if kind not in self.OWING:
+            return await self._hit(self._strategy, kind, address, items)
+        try:
+            return await self._hit(self._owing, kind, address, items)
+        except self._full:
+            return 0.0
+
+    @staticmethod
+    async def _hit(
+        strategy: RateLimiterStrategy, kind: str, address: str, items: list[RateLimitItem]
+    ) -> float:
         for item in items:
-            if not await self._strategy.hit(item, kind, address):
-                stats = await self._strategy.get_window_stats(item, kind, address)
+            if not await strategy.hit(item, kind, address):
+                stats = await strategy.get_window_stats(item, kind, address)
                 return max(stats.reset_time - time.time(), 1.0)
         return 0.0
+
+    async def charge(self, kind: str, address: str, items: list[RateLimitItem], cost: int) -> None:
+        """Add `cost` to each of the kind's fixed windows, over its limit if need be."""
+        assert kind in self.OWING, kind
+        try:
+            for item in items:
+                await self._owing.hit(item, kind, address, cost=cost)
+        except self._full:
+            pass
 
     async def close(self) -> None:
         await self._pool.disconnect()

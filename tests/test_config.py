@@ -61,6 +61,7 @@ def test_empty_variables_read_as_unset():
         ("RATE_LIMITS", "false", "rate_limits", False),
         ("RATE_SPACES", "10/second;100/minute", "rate_spaces", None),
         ("RATE_REPORTS", "5 per 2 seconds", "rate_reports", None),
+        ("RATE_READS", "100000/10 seconds;1000000/hour", "rate_reads", None),
         ("PROGRESS_MEMORY", "256MiB", "progress_memory", 256 * 1024**2),
         ("PROGRESS_MEMORY", "2000000", "progress_memory", 2_000_000),
         ("PROGRESS_MEMORY_PER_SPACE", "0.5", "progress_memory_per_space", 0.5),

@@ -248,6 +248,12 @@ LIMITED = [
     ("/spaces/{space_uuid}/webhooks", "post"),
     ("/tasks/{task_uuid}", "put"),
     ("/tasks/{task_uuid}/report", "get"),
+    # Reads, rated by the tasks they render (HEADWAY_RATE_READS).
+    ("/spaces/{space_uuid}", "get"),
+    ("/tasks/{task_uuid}", "get"),
+    ("/shared/{share_uuid}", "get"),
+    ("/spaces/{space_uuid}/events", "get"),
+    ("/shared/{share_uuid}/events", "get"),
 ]
 
 

@@ -21,13 +21,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..badges import svg
-from ..badges.states import Badge, shields_json
+from ..badges.states import SPACE_TASKS, Badge, shields_json
 from ..badges.svg import STYLES, Style
 from ..errors import BadRequest, NotFound
 from ..schemas import MAX_TEXT, query_params
 from ..service import Service
 from ..web import pages
-from .openapi import UNAVAILABLE, _error, _query, _ref, _uuid_param
+from .costs import admit
+from .openapi import TOO_MANY_REQUESTS, UNAVAILABLE, _error, _query, _ref, _uuid_param
 from .responses import REST_ANSWER
 
 # Seconds a badge may be shown before it is asked again (GitHub's camo honours it): a
@@ -94,6 +95,7 @@ def _flag(params: dict[str, str], name: str) -> bool:
 
 async def space_badge(request: Request) -> Response:
     options = _options(request)
+    await (await admit(request)).pay(SPACE_TASKS)  # a read of its newest tasks
     try:
         badge = await _service(request).badges.space(
             request.path_params["share_uuid"], options.label
@@ -105,6 +107,7 @@ async def space_badge(request: Request) -> Response:
 
 async def task_badge(request: Request) -> Response:
     options = _options(request)
+    await admit(request)  # a read of one task
     params = request.path_params
     try:
         badge = await _service(request).badges.task(
@@ -159,12 +162,14 @@ def _not_found(request: Request, exc: NotFound) -> Response:
 
 async def space_shields(request: Request) -> Response:
     options = _options(request, bar=False)
+    await (await admit(request)).pay(SPACE_TASKS)
     badge = await _service(request).badges.space(request.path_params["share_uuid"], options.label)
     return _shields(badge, options)
 
 
 async def task_shields(request: Request) -> Response:
     options = _options(request, bar=False)
+    await admit(request)
     params = request.path_params
     badge = await _service(request).badges.task(
         params["share_uuid"], params["task_id"], options.label
@@ -185,6 +190,7 @@ async def embed(request: Request) -> Response:
         raise BadRequest(f"theme must be one of {', '.join(pages.THEMES)}, not {theme!r}.")
     transparent = _flag(params, "transparent")
     limit = _embed_limit(params.get("limit"))
+    await admit(request)  # the page costs 1, as a share page does; its stream pays its snapshot
     service = _service(request)
     share_uuid = request.path_params["share_uuid"]
     looks: dict[str, Any] = {"theme": theme, "transparent": transparent, "limit": limit}
@@ -289,6 +295,7 @@ def _badge_operation(operation_id: str, summary: str, description: str, *, task:
                     "image/svg+xml": {"schema": {"type": "string"}},
                 },
             },
+            "429": TOO_MANY_REQUESTS,
             "503": UNAVAILABLE,
         },
     }
@@ -309,6 +316,7 @@ def _shields_operation(operation_id: str, summary: str, *, task: bool) -> Any:
                 "No such share link (revoked, never created, or not a UUID), or no task "
                 "of that id under it."
             ),
+            "429": TOO_MANY_REQUESTS,
             "503": UNAVAILABLE,
         },
     }
@@ -396,6 +404,7 @@ openapi_paths: dict[str, Any] = {
                         "text/html": {"schema": {"type": "string"}},
                     },
                 },
+                "429": TOO_MANY_REQUESTS,
                 "503": UNAVAILABLE,
             },
         }

@@ -24,6 +24,7 @@ from ..schemas import query_params
 from ..scope import CONNECTION, RAW_SEND
 from ..service import Service, parse_limit
 from ..shares import ShareView
+from .costs import admit
 from .openapi import RETRY_AFTER, SPACE, _error, _query
 from .streaming import PIECE_BYTES, space_pieces
 
@@ -60,6 +61,7 @@ async def open_stream(request: Request, space_uuid: str, share: ShareView | None
     service: Service = request.app.state.service
     live: Live = request.app.state.live
     limit, state = params.get("limit"), params.get("state")
+    bill = await admit(request)  # the snapshot is paid for as it is rendered
     await service.space_head(space_uuid)  # 404 before anything is held
     limiter = request.app.state.limiter
     stream = live.open(space_uuid, share, limiter.address_of(request.scope))
@@ -96,7 +98,7 @@ async def open_stream(request: Request, space_uuid: str, share: ShareView | None
         full = window is not None and oldest and count >= window
         return StreamFilter(state, oldest[0] if full else None, shown)
 
-    snapshot = space_pieces(head, noted(pages))
+    snapshot = space_pieces(head, noted(bill.pages(pages)))
     return EventStream(stream, snapshot, filtered)
 
 
@@ -246,7 +248,8 @@ def stream_operation(operation_id: str, summary: str, path_parameter: dict[str, 
             "429": _error(
                 "This client address holds as many live streams as one may "
                 "(HEADWAY_STREAMS_PER_CLIENT), or its network, an IPv6 /48, does "
-                "(HEADWAY_STREAMS_PER_NETWORK).",
+                "(HEADWAY_STREAMS_PER_NETWORK); or it is over its rate of reads "
+                "(HEADWAY_RATE_READS), which the stream's snapshot pays for the tasks it shows.",
                 RETRY_AFTER,
             ),
             "503": _error(

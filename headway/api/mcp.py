@@ -20,6 +20,7 @@ from ..config import Settings
 from ..errors import BadRequest, HeadwayError, error_body
 from ..scope import CLIENT
 from ..service import Service
+from .costs import MCP_READER
 from .openapi import TOO_MANY_REQUESTS, _error, _json
 from .responses import NO_STORE, JSONResponse, error_response, receive_body
 
@@ -150,15 +151,21 @@ class MCPEndpoint:
         else:
             limiter = scope["app"].state.limiter
             scope[CLIENT] = client = limiter.address_of(scope)
+            reader = None
             try:
                 if limiter.enabled:  # each tool call counts like a task created
+                    reader = (limiter, client)
                     await limiter.check("tasks", client)
                 body = await _utf8_body(receive)
             except HeadwayError as exc:
                 response = error_response(exc)
             else:
                 manager = await self._started_manager()
-                await manager.handle_request(scope, _replay(body, receive), _as_headway(send))
+                reading = MCP_READER.set(reader)  # its tools' reads count like REST's
+                try:
+                    await manager.handle_request(scope, _replay(body, receive), _as_headway(send))
+                finally:
+                    MCP_READER.reset(reading)
                 return
         await response(scope, receive, send)
 

@@ -33,6 +33,7 @@ from ..progress import NO_CLIENT
 from ..schemas import CreateSpace, CreateTask, decode_create, decode_report
 from ..scope import CLIENT
 from ..service import Service
+from .costs import admit_tool, tasks_in
 
 log = logging.getLogger("headway.mcp")
 
@@ -205,13 +206,16 @@ async def _create_space(service: Service, arguments: dict[str, Any], client: str
 
 async def _get_space(service: Service, arguments: dict[str, Any], client: str) -> Any:
     query: SpaceQuery = _convert(arguments, SpaceQuery)
-    return await service.get_space(
+    bill = await admit_tool()  # rated as REST's reads are (see `api.costs`)
+    answer = await service.get_space(
         query.space_uuid,
         before=query.before,
         after=query.after,
         limit=query.limit,
         state=query.state,
     )
+    await bill.pay(tasks_in(answer["tasks"]))
+    return answer
 
 
 async def _create_task(service: Service, arguments: dict[str, Any], client: str) -> Any:
@@ -222,7 +226,10 @@ async def _create_task(service: Service, arguments: dict[str, Any], client: str)
 
 async def _get_task(service: Service, arguments: dict[str, Any], client: str) -> Any:
     ref: TaskRef = _convert(arguments, TaskRef)
-    return await service.get_task(ref.task_uuid)
+    bill = await admit_tool()
+    task = await service.get_task(ref.task_uuid)
+    await bill.pay(1 + len(task.children))
+    return task
 
 
 async def _report_progress(service: Service, arguments: dict[str, Any], client: str) -> Any:

@@ -87,12 +87,8 @@ def _query(name: str, schema: dict[str, Any], description: str, **extra: Any) ->
 
 SPACE = _uuid_param("space_uuid", "The space's uuid, its credential.")
 TASK = _uuid_param("task_uuid", "The task's uuid.")
-RETRY_AFTER = {
-    "Retry-After": {
-        "description": "Seconds to wait before trying again.",
-        "schema": {"type": "integer", "minimum": 0},
-    }
-}
+RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before trying again.",
+                               "schema": {"type": "integer", "minimum": 0}}}  # fmt: skip
 TOO_LARGE = _error("The body is larger than 65,536 bytes.")
 UNAVAILABLE = _error(
     "A dependency (database or progress store) is down; retry after Retry-After seconds.",
@@ -118,10 +114,10 @@ TOO_MANY_REQUESTS = _response_ref("TooManyRequests")
 NOT_FOUND_TASK = _error("No such task (or not a UUID).")
 RESPONSES = {
     "TooManyRequests": _error(
-        "This client address is over its rate for this kind of request, or (creating a task, "
-        "reporting) holds its share of the live-progress budget over all its spaces "
-        "(HEADWAY_PROGRESS_MEMORY_PER_CLIENT); nothing was done. Retry after Retry-After "
-        "seconds.",
+        "This client address is over its rate for this kind of request (reads: for the tasks "
+        "they render, children included), or (creating a task, reporting) holds its share of "
+        "the live-progress budget over all its spaces (HEADWAY_PROGRESS_MEMORY_PER_CLIENT); "
+        "nothing was done. Retry after Retry-After seconds.",
         RETRY_AFTER,
     ),
     "HeaderFieldsTooLarge": _error(
@@ -279,6 +275,7 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                         "or one that is not UTF-8 once percent-decoded."
                     ),
                     "404": _error("No such space (or not a UUID)."),
+                    "429": TOO_MANY_REQUESTS,
                     "503": UNAVAILABLE,
                 },
             },
@@ -341,6 +338,7 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
                 "responses": {
                     "200": _json(_ref("TaskOut"), "The task, children nested."),
                     "404": NOT_FOUND_TASK,
+                    "429": TOO_MANY_REQUESTS,
                     "503": UNAVAILABLE,
                 },
             },

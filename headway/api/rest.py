@@ -22,6 +22,7 @@ from ..schemas import (
 from ..service import Idempotency, Service
 from ..web import pages
 from ..web.pages import wants_html
+from .costs import admit
 from .responses import NO_STORE, JSONResponse, read_body
 from .streaming import JSONStream, space_pieces, task_pieces
 
@@ -38,7 +39,7 @@ async def count(request: Request, kind: Kind) -> str:
     address, as rates and shares count it."""
     limiter = request.app.state.limiter
     address: str = limiter.address_of(request.scope)
-    if limiter.enabled:
+    if limiter.enabled and not limiter.counted_here(kind, address):
         await limiter.check(kind, address)
     return address
 
@@ -80,6 +81,7 @@ async def get_space(request: Request) -> Response:
     if request.method == "DELETE":
         await _service(request).delete_space(space_uuid)
         return Response(status_code=204, headers=NO_STORE)
+    bill = await admit(request)  # the page costs 1; its stream pays for its snapshot
     if wants_html(request):
         try:
             head = await _service(request).space_head(space_uuid)
@@ -95,7 +97,7 @@ async def get_space(request: Request) -> Response:
         limit=params.get("limit"),
         state=params.get("state"),
     )
-    return JSONStream(space_pieces(head, pages_), vary_accept=True)
+    return JSONStream(space_pieces(head, bill.pages(pages_)), vary_accept=True)
 
 
 async def create_task(request: Request) -> Response:
@@ -119,7 +121,15 @@ async def task(request: Request) -> Response:
         client = await count(request, "reports")
         report = decode_report(await read_body(request))
         return task_response(await _service(request).report(task_uuid, report, client))
-    return task_response(await _service(request).get_task(task_uuid))
+    limiter = request.app.state.limiter  # `costs.admit`, without a bill: the hot path
+    if limiter.enabled:
+        address = limiter.address_of(request.scope)
+        if not limiter.counted_here("reads", address):
+            await limiter.check("reads", address)
+    found = await _service(request).get_task(task_uuid)
+    if found.children and limiter.enabled:  # the task paid 1: now its children
+        await limiter.charge("reads", address, len(found.children))
+    return task_response(found)
 
 
 def task_response(task: TaskView) -> Response:

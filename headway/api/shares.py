@@ -15,6 +15,7 @@ from ..errors import NotFound
 from ..schemas import CreateShare, decode_create, query_params
 from ..service import Service
 from ..web import pages
+from .costs import admit
 from .events import open_stream, stream_operation
 from .openapi import (
     CREATE_UNAVAILABLE,
@@ -60,6 +61,7 @@ async def shared(request: Request) -> Response:
     """The space a link shows: a page for a browser, else JSON like the space read's."""
     share_uuid = request.path_params["share_uuid"]
     service = _service(request)
+    bill = await admit(request)  # the page costs 1; its stream pays for its snapshot
     html = pages.wants_html(request)
     try:
         space_uuid = await service.space_of_share(share_uuid)
@@ -78,7 +80,7 @@ async def shared(request: Request) -> Response:
         limit=params.get("limit"),
         state=params.get("state"),
     )
-    return JSONStream(space_pieces(head, view.pages(found)), vary_accept=True)
+    return JSONStream(space_pieces(head, view.pages(bill.pages(found))), vary_accept=True)
 
 
 async def shared_events(request: Request) -> Response:
@@ -192,6 +194,7 @@ openapi_paths: dict[str, Any] = {
                 },
                 "400": _error("A bad cursor, limit or state, or a parameter given twice."),
                 "404": NO_SHARE,
+                "429": TOO_MANY_REQUESTS,
                 "503": UNAVAILABLE,
             },
         }

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
-import logging
 import secrets
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -35,8 +34,6 @@ REDIS_ERRORS: tuple[type[BaseException], ...] = (
     # At maxmemory with noeviction (rate counters, progress): a full budget, not a bug.
     redis.exceptions.OutOfMemoryError,
 )
-
-log = logging.getLogger("headway")
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(Progress).decode
@@ -275,13 +272,9 @@ class RedisProgressStore:
         Redis bounds its own memory (`maxmemory` with `noeviction`)."""
 
     async def admit_client(self, client: str) -> None:
-        """A create needs only the database: if Redis cannot tell the client's account
-        (down, or full), the create passes, and its reports are decided as they write."""
-        try:
-            full = await self._admit_client(keys=[], args=self._client_args(client))
-        except REDIS_ERRORS as exc:
-            log.warning("a client's share is unknown (%s): the create passes", type(exc).__name__)
-            return
+        """Raises as Redis does when it cannot tell (down, or full): the service lets the
+        create pass then (see `Service.create_task`)."""
+        full = await self._admit_client(keys=[], args=self._client_args(client))
         if full:
             metrics.refused("client_budget")
             raise ClientShareFull()

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..clock import Clock
+from ..dependencies import unavailable
 from ..disk import DiskBudget
 from ..domain import Report, TaskRow, TaskView
 from ..progress import NO_CLIENT, ProgressStore
@@ -177,7 +178,13 @@ class Service:
         """A new task; refused before anything is written when the disk runs short, or
         when `client` holds its whole share of the progress budget."""
         self.disk.admit()
-        await self.progress.admit_client(client)
+        try:
+            await self.progress.admit_client(client)
+        except Exception as exc:
+            # A create needs only the database: with the progress store away, the share
+            # cannot be counted, and the task's reports wait for the store anyway.
+            if not unavailable(exc):
+                raise
         return await self.tasks.create(space_uuid, body, idempotency)
 
     async def delete_task(self, task_uuid: str) -> None:
