@@ -24,6 +24,8 @@ BUSY_RATE = 300
 BUSY_SECONDS = 60
 BUSY_STREAMS = 2
 BUSY_WINDOW_S = 10.0
+# The badges' space: its tasks, each reported once (bench/scenarios/badges.py).
+BADGE_SPACE_TASKS = 100
 
 
 @dataclass
@@ -188,6 +190,14 @@ def scenario_titles(o: Options) -> dict[str, str]:
             "beside a worker meanwhile"
         ),
         "outbox_claim_postgres": "outbox: the same on PostgreSQL",
+        "neighbour_alone": (
+            "hostile neighbour: a well-behaved client (100 req/s: creates, reports, reads, "
+            "finishes, one stream) alone on a fresh embedded server"
+        ),
+        "neighbour_beside_greedy": (
+            "the same client beside a greedy one (progress, whole reads of a big space, "
+            "streams, dead webhooks; never waits for Retry-After)"
+        ),
         "stall_latency": (
             "a stall's deadline to its message: 50 tasks reported once over 15 s, "
             "stalled_after 60 s, a look every 15 s (full run only)"
@@ -210,6 +220,17 @@ def scenario_titles(o: Options) -> dict[str, str]:
             "(spread over 1,000 tasks) per request"
         ),
         "memory": f"memory: RSS with {o.big:,} tasks holding progress",
+        **{
+            name: (
+                f"memory against the progress budget: {count:,} tasks holding progress, "
+                "filled in-process"
+            )
+            for name, count in zip(
+                ("memory_budget", "memory_budget_large"),
+                (1_000, 10_000) if o.mode == "smoke" else (100_000, 1_000_000),
+                strict=True,
+            )
+        },
         "flood_create": (
             f"flood from {flood.FLOOD_ADDRESS}, defaults: {o.flood_concurrency} at once create "
             f"{o.flood_spaces} spaces, then tasks ({o.flood_s:g} s)"
@@ -224,6 +245,9 @@ def scenario_titles(o: Options) -> dict[str, str]:
         "streams_put": f"the same PUT with {o.streams:,} streams of the space open and read",
         "streams_latency": f"report-to-event latency on {o.streams:,} streams, under that PUT",
         "streams_memory": f"memory per open stream ({o.streams:,} streams, server RSS)",
+        "badge_get_task": f"GET /tasks/{{t}}, {BADGE_SPACE_TASKS} tasks (the badges' control)",
+        "badge": "GET /shared/{s}/tasks/{id}/badge.svg over the same tasks",
+        "badge_space": f"GET /shared/{{s}}/badge.svg, a space of {BADGE_SPACE_TASKS} tasks",
         "busy_embedded": (
             f"busy space, embedded: {BUSY_RATE} creates/s + {BUSY_RATE} reports/s for "
             f"{o.busy_s:g} s; lag of its {BUSY_STREAMS} streams"

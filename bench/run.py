@@ -36,14 +36,18 @@ from .measure import Harness
 from .options import Options, parse_options
 from .processes import start_baseline
 from .report import Row, Target
-from .scenarios import busy, channels, embedded, reads, reports, scale_out, sweep
+from .scenarios import budget, busy, channels, embedded, reads, reports, scale_out, sweep
+from .scenarios.badges import BADGE_ROWS, badge_targets, badges
+from .scenarios.budget import BUDGET_ROWS
 from .scenarios.busy import BUSY_ROWS
 from .scenarios.channels import CHANNEL_ROWS
 from .scenarios.flood import FLOOD_ROWS, flood
+from .scenarios.neighbour import NEIGHBOUR_ROWS, neighbour, neighbour_targets
 from .scenarios.outbox import OUTBOX_ROWS, outbox, outbox_targets
 from .scenarios.streams import STREAM_ROWS, streams
 from .scenarios.sweep import SWEEP_ROWS
 from .targets import (
+    budget_targets,
     busy_targets,
     issue6_targets,
     notify_targets,
@@ -53,7 +57,15 @@ from .targets import (
 
 # The phases that run only the bare baseline, or measure no CPU per request (a stall's
 # latency): --compare leaves them out.
-BARE = {"baseline", "baseline_parent", "baseline_put", "stall_latency", *OUTBOX_ROWS}
+BARE = {
+    "baseline",
+    "baseline_parent",
+    "baseline_put",
+    "stall_latency",
+    *OUTBOX_ROWS,
+    *NEIGHBOUR_ROWS,
+    *BUDGET_ROWS,
+}
 
 
 def phases(bench: Harness) -> list[Phase]:
@@ -67,9 +79,12 @@ def phases(bench: Harness) -> list[Phase]:
         *CHANNEL_ROWS,
         *SWEEP_ROWS,
         "stall_latency",
+        *BUDGET_ROWS,
         *OUTBOX_ROWS,
+        *NEIGHBOUR_ROWS,
         *FLOOD_ROWS,
         *STREAM_ROWS,
+        *BADGE_ROWS,
         *BUSY_ROWS,
         "scale_out_one",
         "scale_out_two",
@@ -84,9 +99,12 @@ def phases(bench: Harness) -> list[Phase]:
         (CHANNEL_ROWS, channels.notified),
         (SWEEP_ROWS, sweep.swept),
         (["stall_latency"], channels.stall_latency),
+        (BUDGET_ROWS, budget.budget),
         (OUTBOX_ROWS, outbox),
+        (NEIGHBOUR_ROWS, neighbour),
         (FLOOD_ROWS, flood),
         (STREAM_ROWS, streams),
+        (BADGE_ROWS, badges),
         (["busy_embedded"], busy.embedded),
         (["busy_a", "busy_b"], busy.scale_out_busy),
         (["scale_out_one", "scale_out_two"], scale_out.scale_out),
@@ -110,7 +128,7 @@ def baseline(bench: Harness) -> None:
 
 def targets(rows: dict[str, Row], o: Options) -> list[Target]:
     """Every target, in table order: issue 6's, the reads and creates', the live stream's,
-    the busy space's, the notification channels'."""
+    the busy space's, the notification channels', the sweeper's, the badges'."""
     return (
         issue6_targets(rows, o)
         + reads_creates_targets(rows, o)
@@ -119,6 +137,9 @@ def targets(rows: dict[str, Row], o: Options) -> list[Target]:
         + notify_targets(rows, o)
         + sweep_targets(rows, o)
         + outbox_targets(rows, o)
+        + neighbour_targets(rows, o)
+        + badge_targets(rows)
+        + budget_targets(rows)
     )
 
 

@@ -42,6 +42,11 @@ STALL_P99_S = 30.0
 # The sweeper's target: PUT while it deletes an idle space, against a server that keeps it.
 SWEEP = "retention: the sweeper at work"
 SWEPT_RPS_RATIO = 0.9
+# The budget's target: RSS grows by what the progress budget counts plus the task caches'
+# bound (families and small spaces, 48 MiB), give or take BUDGET_SLACK of the counted.
+BUDGET = "the live-progress budget against memory"
+CACHES_MB = 48
+BUDGET_SLACK = 0.1
 BUSY_BACKENDS = [("", "embedded", ["busy_embedded"]), ("_scale_out", "PostgreSQL + Redis",
                  ["busy_a", "busy_b"])]  # fmt: skip
 
@@ -405,3 +410,33 @@ def sweep_targets(rows: dict[str, Row], o: Options) -> list[Target]:
         ]
     why = (rows.get("put_report_swept") or Row("", "")).reason or "not measured"
     return [Target("swept_put", description, "skipped", "–", why, SWEEP)]
+
+
+def budget_targets(rows: dict[str, Row]) -> list[Target]:
+    """What the budget counts explains the memory that tasks' progress takes: at each
+    count, RSS growth ≤ counted progress x (1 + BUDGET_SLACK) + the task caches' bound."""
+    found = []
+    for name in ("memory_budget", "memory_budget_large"):
+        row = ok(rows, name)
+        description = (
+            f"{name}: RSS growth ≤ the progress the budget counts (+{BUDGET_SLACK:.0%}) "
+            f"+ {CACHES_MB} MB of task caches"
+        )
+        if row is None:
+            why = (rows.get(name) or Row("", "")).reason or "not measured"
+            found.append(Target(name, description, "skipped", "–", why, BUDGET))
+            continue
+        x = row.extra
+        allowed = x["counted_mb"] * (1 + BUDGET_SLACK) + CACHES_MB
+        found.append(
+            Target(
+                name,
+                description,
+                "pass" if x["rss_growth_mb"] <= allowed else "fail",
+                f"+{x['rss_growth_mb']:,.1f} MB ≤ {allowed:,.1f} MB",
+                f"{x['tasks_with_progress']:,} tasks: counted {x['counted_mb']:,.1f} MB, "
+                f"caches {x['caches_mb']:,.1f} MB",
+                BUDGET,
+            )
+        )
+    return found

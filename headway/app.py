@@ -19,6 +19,7 @@ from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
 from . import metrics
+from .api import badges as badge_routes
 from .api import channels as channel_routes
 from .api import events, health, hot, openapi
 from .api import mcp as mcp_routes
@@ -116,6 +117,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 feed,
                 max_streams=settings.max_streams,
                 per_client=settings.streams_per_client if settings.rate_limits else None,
+                per_network=settings.streams_per_network if settings.rate_limits else None,
             )
             stalls = StallWatch(
                 db,
@@ -177,6 +179,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             *hot.routes,
             *events.routes,
             *share_routes.routes,
+            *badge_routes.routes,
             *webhook_routes.routes,
             *channel_routes.routes,
             *health.routes,
@@ -200,6 +203,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             **web_routes.openapi_paths,
             **events.openapi_paths,
             **share_routes.openapi_paths,
+            **badge_routes.openapi_paths,
             **webhook_routes.openapi_paths,
             **channel_routes.openapi_paths,
             **mcp_routes.openapi_paths,
@@ -213,11 +217,11 @@ class HeadwayApp(Starlette):
     """Starlette, with a short way in for the most used routes.
 
     Task reads and reports (`GET`, `PUT /tasks/{uuid}`, `GET /tasks/{uuid}/report`),
-    creates of tasks and space reads are most of the traffic. They go straight to their
-    endpoint (`api.hot`, where each is declared once for both ways), skipping the router
-    and the two exception middlewares (together about a tenth of a report's cost, and
-    more for routes later in the list); their
-    errors are rendered by the same handlers. Every other request takes the ordinary way
+    creates of tasks, space reads and share links' badges are most of the traffic. They go
+    straight to their endpoint (`api.hot`, where each is declared once for both ways),
+    skipping the router and the two exception middlewares (together about a tenth of a
+    report's cost, and more for routes later in the list); their errors are rendered by
+    the same handlers. Every other request takes the ordinary way
     (`_ordinary`). Both ways count each request (headway.metrics) under its route's
     template as its answer starts.
 
@@ -301,16 +305,20 @@ class HeadwayApp(Starlette):
 
 def make_progress_store(settings: Settings, clock: Clock) -> ProgressStore:
     """The progress store the settings ask for: Redis when HEADWAY_REDIS_URL is set."""
+    budget = settings.progress_memory_budget
+    client_bytes = int(budget * settings.progress_memory_per_client)
     if settings.redis_url is not None:
         from .progress.redis import RedisProgressStore
 
-        return RedisProgressStore(settings.redis_url, settings.progress_ttl, clock)
-    budget = settings.progress_memory_budget
+        return RedisProgressStore(
+            settings.redis_url, settings.progress_ttl, clock, client_bytes=client_bytes
+        )
     return MemoryProgressStore(
         settings.progress_ttl,
         clock,
         budget_bytes=budget,
         space_bytes=int(budget * settings.progress_memory_per_space),
+        client_bytes=client_bytes,
     )
 
 

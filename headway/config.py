@@ -68,11 +68,12 @@ class Settings:
     rate_reads: str = "300000/minute"
     # Creates of every kind (spaces, tasks, webhooks, shares, channels) per client address.
     rate_creates: str = "100000/day"
-    # Bytes of live progress this process may hold (memory store only). None: sized from
-    # the machine at start (an eighth of its memory, at most 512 MiB).
+    # Bytes of live progress this process (with Redis: all instances) may hold. None: sized
+    # from the machine at start (an eighth of its memory, at most 512 MiB).
     progress_memory: int | None = None
-    # The share of that budget one space may hold.
+    # Shares of it one space, and one client address (an IPv6 /64) over all spaces, may hold.
     progress_memory_per_space: float = 0.125
+    progress_memory_per_client: float = 0.25
     webhooks_per_space: int = 20
     # Undelivered events one endpoint (a webhook, a channel) holds; beyond, the oldest is
     # given up. And seconds after its creation an undelivered event is given up.
@@ -98,10 +99,11 @@ class Settings:
     # Seconds between two looks for stalled tasks (`notify.stalls`). At most 30: the
     # contract tells a stall within `stalled_after` + 30 s.
     stall_scan: int = 15
-    # Live streams (`GET /spaces/{s}/events`) open at once in this process, and per client
-    # address (the latter is a rate limit: off with `rate_limits`).
+    # Live streams open at once in this process, per client address and per network (an
+    # IPv6 /48; the last two are rate limits: off with `rate_limits`).
     max_streams: int = 2000
     streams_per_client: int = 256
+    streams_per_network: int = 512
     # HTTP server protections (`headway serve`).
     max_connections: int = 4096
     header_timeout: float = 10.0
@@ -163,6 +165,9 @@ class Settings:
             progress_memory_per_space=_fraction(
                 env, "PROGRESS_MEMORY_PER_SPACE", defaults.progress_memory_per_space
             ),
+            progress_memory_per_client=_fraction(
+                env, "PROGRESS_MEMORY_PER_CLIENT", defaults.progress_memory_per_client
+            ),
             webhooks_per_space=_int(
                 env, "WEBHOOKS_PER_SPACE", defaults.webhooks_per_space, minimum=1
             ),
@@ -184,6 +189,9 @@ class Settings:
             max_streams=_int(env, "MAX_STREAMS", defaults.max_streams, minimum=1),
             streams_per_client=_int(
                 env, "STREAMS_PER_CLIENT", defaults.streams_per_client, minimum=1
+            ),
+            streams_per_network=_int(
+                env, "STREAMS_PER_NETWORK", defaults.streams_per_network, minimum=1
             ),
             max_connections=_int(env, "MAX_CONNECTIONS", defaults.max_connections, minimum=1),
             header_timeout=_seconds(env, "HEADER_TIMEOUT", defaults.header_timeout),
@@ -234,8 +242,11 @@ class Settings:
             raise ConfigError(
                 f"HEADWAY_STALL_SCAN must be from 1 to {MAX_STALL_SCAN}, not {self.stall_scan}"
             )
-        if not 0 < self.progress_memory_per_space <= 1:
-            raise ConfigError("HEADWAY_PROGRESS_MEMORY_PER_SPACE must be above 0 and at most 1")
+        for share in ("space", "client"):
+            if not 0 < getattr(self, f"progress_memory_per_{share}") <= 1:
+                raise ConfigError(
+                    f"HEADWAY_PROGRESS_MEMORY_PER_{share.upper()} must be above 0 and at most 1"
+                )
         if self.outbox_per_endpoint < 1:
             raise ConfigError("HEADWAY_OUTBOX_PER_ENDPOINT must be a whole number, at least 1")
         if self.delivery_give_up < 60:
@@ -258,8 +269,8 @@ class Settings:
 
     @property
     def progress_memory_budget(self) -> int:
-        """Bytes of live progress the memory store may hold: the setting, or sized from
-        the machine (an eighth of its physical memory, at most 512 MiB)."""
+        """Bytes of live progress the store may hold (with Redis too): the setting, or
+        sized from the machine (an eighth of its physical memory, at most 512 MiB)."""
         if self.progress_memory is not None:
             return self.progress_memory
         try:

@@ -34,7 +34,6 @@ from .errors import DatabaseUnavailable
 _ALWAYS: tuple[type[BaseException], ...] = (
     DatabaseUnavailable,
     OSError,  # ConnectionError and TimeoutError among them
-    sqlalchemy.exc.InterfaceError,
     sqlalchemy.exc.TimeoutError,  # no pooled connection within the pool's wait
 )
 _SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53100", "53300"})

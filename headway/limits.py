@@ -28,7 +28,9 @@ Where the counts live:
 
 Rates are counted per client address: the peer's, or, from the proxies named in
 HEADWAY_TRUSTED_PROXIES, the nearest untrusted address in `X-Forwarded-For`. IPv6
-addresses count per /64, the block one subscriber usually holds.
+addresses count per /64, the block one subscriber usually holds. What a client holds at
+once (live streams: `Holdings`) is also capped per network, an IPv6 /48 (a site's usual
+block: its 65,536 /64s count as one there); an IPv4 address is its own network.
 """
 
 from __future__ import annotations
@@ -232,10 +234,13 @@ class TokenBuckets:
     are dropped once they have refilled (a full bucket is the same as no bucket; from the
     deepest debt that takes two periods), whenever there are many of them, so memory
     follows the addresses active within twice the longest period, not every address ever
-    seen.
+    seen; and never more than MOST are kept (about 250 bytes each): past that, those
+    updated longest ago go, as if they had refilled (an address that many others followed
+    has little left to count).
     """
 
     SWEEP_ABOVE = 10_000
+    MOST = 100_000
 
     def __init__(self, clock: Clock, longest_s: int) -> None:
         self._now = clock.now_us
@@ -306,8 +311,12 @@ class TokenBuckets:
 
     def _sweep(self, now: int) -> None:
         idle_before = now - self._idle_us
-        self._state = {k: v for k, v in self._state.items() if v[-1] > idle_before}
-        self._sweep_at = max(self.SWEEP_ABOVE, 2 * len(self._state))
+        state = {k: v for k, v in self._state.items() if v[-1] > idle_before}
+        if len(state) > self.MOST // 2:
+            newest = sorted(state.items(), key=lambda item: item[1][-1])[-self.MOST // 2 :]
+            state = dict(newest)
+        self._state = state
+        self._sweep_at = min(self.MOST, max(self.SWEEP_ABOVE, 2 * len(state)))
 
     def __len__(self) -> int:
         return len(self._state)
@@ -381,3 +390,55 @@ def _is_address(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def network_of(client: str) -> str:
+    """The network a client address belongs to: an IPv6 /64's /48, else the address."""
+    if client.endswith("/64"):
+        try:
+            return str(ipaddress.ip_network(client).supernet(new_prefix=48))
+        except ValueError:
+            return client
+    return client
+
+
+class Holdings:
+    """What clients hold at once (live streams), per client address and per network
+    (`network_of`), each capped (None: no cap). `take` refuses with 429 beyond a cap."""
+
+    def __init__(self, per_client: int | None, per_network: int | None, what: str) -> None:
+        self.per_client = per_client
+        self.per_network = per_network
+        self._what = what
+        self._by_client: dict[str, int] = {}
+        self._by_network: dict[str, int] = {}
+
+    def take(self, client: str) -> None:
+        """Count one more held by `client`; TooManyRequests (nothing counted) beyond a cap."""
+        held = self._by_client.get(client, 0)
+        if self.per_client is not None and held >= self.per_client:
+            metrics.refused("rate_streams")
+            raise TooManyRequests(
+                f"Your address holds {held} {self._what}, the most one may; close some first.",
+                headers={"retry-after": "5"},
+            )
+        network = network_of(client)
+        in_network = self._by_network.get(network, 0)
+        if self.per_network is not None and in_network >= self.per_network:
+            metrics.refused("network_streams")
+            raise TooManyRequests(
+                f"Your network ({network}) holds {in_network} {self._what}, the most one "
+                "may; close some first.",
+                headers={"retry-after": "5"},
+            )
+        self._by_client[client] = held + 1
+        self._by_network[network] = in_network + 1
+
+    def give_back(self, client: str) -> None:
+        """One held by `client` is let go."""
+        for counts, key in ((self._by_client, client), (self._by_network, network_of(client))):
+            left = counts[key] - 1
+            if left:
+                counts[key] = left
+            else:
+                del counts[key]

@@ -22,7 +22,8 @@ import msgspec
 from . import metrics
 from .dependencies import unavailable
 from .domain import TaskView
-from .errors import TooManyRequests, Unavailable
+from .errors import Unavailable
+from .limits import Holdings
 from .progress.feed import DROPPED, RESYNC, REVOKED, TASK, Change, ChangeFeed
 from .shares import ShareView
 
@@ -347,8 +348,9 @@ class SpaceWatch:
 
 
 class Live:
-    """Every stream open in this process, by space; at most `max_streams` at once, and
-    `per_client` per client address (unless `per_client` is None)."""
+    """Every stream open in this process, by space; at most `max_streams` at once,
+    `per_client` per client address and `per_network` per network (an IPv6 /48; see
+    `limits.Holdings`; None: no cap)."""
 
     def __init__(
         self,
@@ -357,33 +359,27 @@ class Live:
         *,
         max_streams: int,
         per_client: int | None,
+        per_network: int | None = None,
     ) -> None:
         self.service = service
         self.feed = feed
         self.max_streams = max_streams
-        self.per_client = per_client
+        self.holdings = Holdings(per_client, per_network, "live streams")
         self._watches: dict[str, SpaceWatch] = {}
         self._watchdog: asyncio.Task[None] | None = None
         self._links: asyncio.Task[None] | None = None
         self._open = 0
-        self._by_client: dict[str, int] = {}
 
     def open(self, space_uuid: str, share: ShareView | None, client: str) -> Stream:
         """A new stream of the space, subscribed from now on; 503 if the process holds as
-        many streams as it may, 429 if the client does."""
+        many streams as it may, 429 if the client, or its network, does."""
         if self._open >= self.max_streams:
             metrics.refused("streams")
             raise Unavailable(
                 "The server holds as many live streams as it may; retry shortly.",
                 headers={"retry-after": "5"},
             )
-        held = self._by_client.get(client, 0)
-        if self.per_client is not None and held >= self.per_client:
-            metrics.refused("rate_streams")
-            raise TooManyRequests(
-                f"Your address holds {held} live streams, the most one may; close some first.",
-                headers={"retry-after": "5"},
-            )
+        self.holdings.take(client)
         watch = self._watches.get(space_uuid)
         if watch is None or watch.dead:
             watch = self._watches[space_uuid] = SpaceWatch(self, space_uuid)
@@ -393,17 +389,12 @@ class Live:
         stream = Stream(watch, share, client)
         watch.streams.add(stream)
         self._open += 1
-        self._by_client[client] = held + 1
         metrics.stream_opened()
         return stream
 
     def closed(self, stream: Stream) -> None:
         self._open -= 1
-        left = self._by_client[stream.client] - 1
-        if left:
-            self._by_client[stream.client] = left
-        else:
-            del self._by_client[stream.client]
+        self.holdings.give_back(stream.client)
         metrics.stream_closed()
 
     def forget(self, watch: SpaceWatch) -> None:

@@ -83,9 +83,11 @@ REFUSAL_REASONS = (
     "rate_channels",
     "rate_creates",
     "rate_streams",
+    "network_streams",
     "streams",
     "progress_budget",
     "space_budget",
+    "client_budget",
     "redis_oom",
     "connections",
     "header_too_large",
@@ -318,8 +320,8 @@ def instruments() -> Instruments:
 
 
 def refused(reason: str) -> None:
-    """Count one refusal: `rate_<kind>`, `progress_budget`, `space_budget`, `redis_oom`,
-    `connections`, `header_too_large`, `timeout` (see REFUSAL_REASONS). A reason is a
+    """Count one refusal: `rate_<kind>`, `progress_budget`, `space_budget`, `client_budget`,
+    `redis_oom`, `connections`, `header_too_large`, `timeout` (see REFUSAL_REASONS). A reason is a
     constant of the caller's, never client input. Cheap; needs no app."""
     (_instruments or instruments()).refused(reason)
 

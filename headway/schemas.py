@@ -224,6 +224,19 @@ class ShareOut(msgspec.Struct):
     created_at: Annotated[str, Meta(extra_json_schema={"format": "date-time"})]
 
 
+class ShieldsOut(msgspec.Struct, rename="camel"):
+    """A badge in the JSON of Shields' endpoint badge (schemaVersion 1)."""
+
+    schema_version: Annotated[int, Meta(ge=1, le=1, description="Always 1.")]
+    label: Annotated[str, Meta(description="The left text.")]
+    message: Annotated[str, Meta(min_length=1, description="The right text: the state.")]
+    color: Annotated[str, Meta(description="The right colour, hex without #.")]
+    label_color: Annotated[str, Meta(description="The left colour, hex without #.")]
+    is_error: Annotated[bool, Meta(description="True for a failure: its colour is kept.")]
+    style: Annotated[str, Meta(description="flat, flat-square or for-the-badge.")]
+    cache_seconds: Annotated[int, Meta(ge=300, description="How long Shields keeps it.")]
+
+
 class TaskCreated(msgspec.Struct):
     uuid: Uuid
 

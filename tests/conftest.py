@@ -20,6 +20,7 @@ from starlette.applications import Starlette
 from headway.app import create_app
 from headway.clock import ManualClock
 from headway.config import Settings
+from headway.limits import RateLimiter
 
 from .live_server import LiveServer
 from .receivers import (  # noqa: F401 (fixtures: channels' receivers)
@@ -256,3 +257,36 @@ def served_space(server: LiveServer) -> str:
     """The uuid of a new, empty space on the shared `headway serve` (`server`); `space`
     is its match on the test's own app (`client`)."""
     return server.new_space()
+
+
+@pytest.fixture
+async def limited(settings: Settings, clock: ManualClock, request: pytest.FixtureRequest):
+    """Start an app with some settings changed: `await limited(rate_tasks="3/minute")`.
+    With `rates_on_the_clock`, its rates count on the test's clock (see `time_passes`)."""
+    apps: list[Any] = []
+
+    async def start(*, rates_on_the_clock: bool = False, **changes: Any) -> Starlette:
+        changed = settings.with_(**changes)
+        app = create_app(changed, clock)
+        context = running(app)
+        await context.__aenter__()
+        apps.append(context)
+        await empty_backend(app, settings)
+        if rates_on_the_clock and changed.redis_url is None:
+            # The app counts rates on real time even where a test moves its clock (see
+            # create_app), so that moving it refills nobody's buckets; here its token
+            # buckets count on the test's clock instead.
+            app.state.limiter = RateLimiter(changed, clock)
+        return app
+
+    yield start
+    for context in reversed(apps):
+        await context.__aexit__(None, None, None)
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[list[httpx.AsyncClient]]:
+    opened: list[httpx.AsyncClient] = []
+    yield opened
+    for client in opened:
+        await client.aclose()

@@ -27,8 +27,10 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
 
     from bench.cost_targets import READS_CREATES
     from bench.options import parse_options, scenario_titles
+    from bench.scenarios.badges import BADGES
+    from bench.scenarios.neighbour import NEIGHBOUR
     from bench.scenarios.outbox import OUTBOX
-    from bench.targets import BUSY, ISSUE6, LIVE, NOTIFY, SWEEP
+    from bench.targets import BUDGET, BUSY, ISSUE6, LIVE, NOTIFY, SWEEP
 
     results = json.loads((tmp_path / "latest.json").read_text())
     found = {row["name"]: row for row in results["scenarios"]}
@@ -42,6 +44,9 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
     measured = [row for row in found.values() if row["requests_per_s"] is not None]
     assert all(row["requests_per_s"] > 0 for row in measured)
     assert found["memory"]["extra"]["rss_mb"] > 0
+    # RSS against the progress budget, at two counts of tasks filled in-process.
+    assert found["memory_budget_large"]["extra"]["counted_mb"] > 0
+    assert found["memory_budget_large"]["extra"]["tasks_with_progress"] == 10_000
     assert found["put_report_limited"]["requests_per_s"] > 0
     # The flood ran from its own address and was answered; a bystander reported throughout.
     assert sum(found["flood_create"]["extra"]["answers"].values()) > 0
@@ -95,6 +100,7 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
             "scale_out_cpu",
         },
         LIVE: {"streams_latency", "streams_memory", "streams_put"},
+        BADGES: {"badge_cpu"},
         BUSY: {
             "busy_lag",
             "busy_lag_growth",
@@ -110,7 +116,15 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
             for row in ("outbox_claim", "outbox_claim_postgres")
             for check in ("flat", "lock", "writes")
         },
+        NEIGHBOUR: {"neighbour_success", "neighbour_p99"},
+        BUDGET: {"memory_budget", "memory_budget_large"},
     }
+    # The hostile neighbour: the well-behaved client measured alone and beside the greedy
+    # one, which ran from its own process and was answered.
+    for name in ("neighbour_alone", "neighbour_beside_greedy"):
+        assert found[name]["requests"] > 0 and found[name]["p99_ms"] > 0, found[name]
+    greedy = found["neighbour_beside_greedy"]["extra"]["greedy"]
+    assert sum(greedy["reads of the big space"].values()) > 0, greedy
     # The delivery backlog: claims timed at every size, writes beside a worker.
     claimed = found["outbox_claim"]
     assert claimed["status"] == "ok", claimed

@@ -18,6 +18,7 @@ NOT_CACHES = {
     "LocalFeed": "the change feed: Changes publishes every change to it",
     "RedisFeed": "the change feed: Changes publishes every change to it",
     "Live": "the open streams: each space's watch hears changes through the feed",
+    "Holdings": "the streams each client and network holds: counts, no copy of a task",
     "MemoryProgressStore": "the progress store: the live state itself, not a copy of it",
     "Coalesced": "script calls of the Redis store waiting to share one round trip",
     "Activity": "spaces used lately, to be written: a note about a deleted space updates nothing",

@@ -204,6 +204,7 @@ def subcommands() -> list[list[str]]:
 
 def test_every_command_is_known() -> None:
     assert sorted(" ".join(words) for words in subcommands()) == [
+        "badge",
         "channels test",
         "migrate",
         "report",

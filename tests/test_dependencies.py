@@ -44,6 +44,31 @@ def test_postgres_restarting_or_shutting_down_is_unavailable_however_wrapped():
         assert unavailable(wrapped(error)), error
 
 
+def test_the_driver_misused_is_a_fault_and_a_closed_connection_is_not_as_sqlalchemy_wraps_them():
+    """asyncpg's InterfaceError, as SQLAlchemy hands it over (an InterfaceError whose
+    `orig` is the adapted error, caused by asyncpg's): unavailable only when it says the
+    connection is closed; a statement given the wrong parameters is a fault of the code."""
+
+    def as_sqlalchemy_wraps(orig: BaseException) -> sqlalchemy.exc.InterfaceError:
+        adapted = Exception(f"{type(orig)}: {orig}")
+        adapted.__cause__ = orig
+        return sqlalchemy.exc.InterfaceError("SELECT $1", {}, adapted)
+
+    closed = asyncpg.exceptions.InterfaceError(
+        "cannot call Connection.fetch(): connection is closed"
+    )
+    assert unavailable(as_sqlalchemy_wraps(closed))
+    for fault in (
+        asyncpg.exceptions.InterfaceError(
+            "the server expects 2 arguments for this query, 1 was passed"
+        ),
+        asyncpg.exceptions.InterfaceError(
+            "cannot perform operation: another operation is in progress"
+        ),
+    ):
+        assert not unavailable(as_sqlalchemy_wraps(fault)), fault
+
+
 def test_a_lost_postgres_connection_counts_as_a_disconnect_but_a_busy_server_not():
     assert lost_connection(wrapped(asyncpg.exceptions.AdminShutdownError("terminating")))
     assert lost_connection(wrapped(asyncpg.exceptions.CannotConnectNowError("starting up")))

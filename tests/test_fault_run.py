@@ -50,7 +50,8 @@ class Cluster:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     started = time.monotonic()
-    with postgres_and_redis() as (postgres, redis_server):
+    # Durable: the crash must not lose commits already acknowledged (as in production).
+    with postgres_and_redis(durable=True) as (postgres, redis_server):
         env = {
             "HEADWAY_DATABASE_URL": postgres.url,
             "HEADWAY_REDIS_URL": redis_server.url,

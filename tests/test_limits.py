@@ -4,8 +4,7 @@ every backend. Every refusal carries `Retry-After` and a JSON error, and stores 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
@@ -13,37 +12,11 @@ import redis.asyncio as redis
 from limits import parse_many
 from starlette.applications import Starlette
 
-from headway.app import create_app
 from headway.clock import ManualClock
 from headway.config import Settings
 from headway.limits import RateLimiter
 
-from .conftest import empty_backend, pairs, running
-
-
-@pytest.fixture
-async def limited(settings: Settings, clock: ManualClock, request: pytest.FixtureRequest):
-    """Start an app with some settings changed: `await limited(rate_tasks="3/minute")`.
-    With `rates_on_the_clock`, its rates count on the test's clock (see `time_passes`)."""
-    apps: list[Any] = []
-
-    async def start(*, rates_on_the_clock: bool = False, **changes: Any) -> Starlette:
-        changed = settings.with_(**changes)
-        app = create_app(changed, clock)
-        context = running(app)
-        await context.__aenter__()
-        apps.append(context)
-        await empty_backend(app, settings)
-        if rates_on_the_clock and changed.redis_url is None:
-            # The app counts rates on real time even where a test moves its clock (see
-            # create_app), so that moving it refills nobody's buckets; here its token
-            # buckets count on the test's clock instead.
-            app.state.limiter = RateLimiter(changed, clock)
-        return app
-
-    yield start
-    for context in reversed(apps):
-        await context.__aexit__(None, None, None)
+from .conftest import pairs
 
 
 @pytest.fixture
@@ -74,14 +47,6 @@ def time_passes(settings: Settings, clock: ManualClock) -> Callable[[float], Awa
 def client_for(app: Starlette, address: str = "127.0.0.1", **headers: str) -> httpx.AsyncClient:
     transport = httpx.ASGITransport(app=app, client=(address, 40000))
     return httpx.AsyncClient(transport=transport, base_url="http://headway.test", headers=headers)
-
-
-@pytest.fixture
-async def clients() -> AsyncIterator[list[httpx.AsyncClient]]:
-    opened: list[httpx.AsyncClient] = []
-    yield opened
-    for client in opened:
-        await client.aclose()
 
 
 def assert_refused(response: httpx.Response, status: int) -> str:
@@ -205,6 +170,23 @@ async def test_idle_buckets_are_dropped_so_many_addresses_cannot_grow_memory(lim
     assert len(buckets) == 1
 
 
+def test_buckets_of_addresses_all_active_at_once_are_bounded_too(clock, monkeypatch):
+    """Addresses active within the longest period (a day, for creates) are many for a
+    client holding many IPv6 /64s: past MOST, those updated longest ago go."""
+    from headway.limits import TokenBuckets
+
+    monkeypatch.setattr(TokenBuckets, "MOST", 2_000)
+    monkeypatch.setattr(TokenBuckets, "SWEEP_ABOVE", 500)
+    buckets = TokenBuckets(clock, longest_s=86_400)
+    items = parse_many("100000/day")
+    for i in range(10_000):
+        clock.advance(us=1)
+        assert buckets.take(("creates", f"2001:db8:{i}::/64"), items) == 0
+        assert len(buckets) <= 2_000
+    buckets.take(("creates", "2001:db8:9999::/64"), items)  # the newest are still counted
+    assert buckets._state[("creates", "2001:db8:9999::/64")][0] < 100_000 - 1
+
+
 def test_ipv6_clients_are_counted_per_slash_64(settings):
     limiter = RateLimiter(settings.with_(rate_limits=True))
     first = limiter.client_address("2001:db8:1:2::1")
@@ -250,7 +232,9 @@ async def test_progress_budget_refuses_new_tasks_but_lets_reporting_tasks_go_on(
     limited, clients, clock
 ):
     """The memory store's budget (Redis has its maxmemory: see the test after next)."""
-    app = await limited(progress_memory=1024 * 1024, progress_memory_per_space=1.0)
+    app = await limited(
+        progress_memory=1024 * 1024, progress_memory_per_space=1.0, progress_memory_per_client=1.0
+    )
     client = client_for(app)
     clients.append(client)
     space = await new_space(client)
@@ -267,11 +251,16 @@ async def test_progress_budget_refuses_new_tasks_but_lets_reporting_tasks_go_on(
     assert refused is not None, "the budget never refused a report"
     store = app.state.service.progress
     assert store.bytes_used <= store.budget_bytes
-    # Nothing was stored for the refused task, also not a finish.
-    finish = {"values": big_values(), "done": True}
-    assert_refused(await client.put(f"/tasks/{refused}", json=finish), 503)
+    # Nothing was stored for the refused task.
     read = (await client.get(f"/tasks/{refused}")).json()
     assert read["progress"] is None and read["finished_at"] is None
+    # A finish needs no room among live progress: finished progress is no longer live,
+    # and gives way when live progress needs the room.
+    finished = (await client.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
+    finish = {"values": big_values(), "done": True}
+    shown = (await client.put(f"/tasks/{finished}", json=finish)).json()
+    assert shown["finished_at"] is not None and shown["progress"]["values"] == big_values()
+    assert store.live_bytes <= store.budget_bytes * 0.9
     # A task that already holds progress keeps reporting, even a little more.
     response = await client.put(f"/tasks/{reported[0]}", json={"values": big_values(1020)})
     assert response.status_code == 200, response.text
@@ -284,7 +273,11 @@ async def test_progress_budget_refuses_new_tasks_but_lets_reporting_tasks_go_on(
 
 @pytest.mark.parametrize("backend", pairs(progress="memory"), indirect=True)
 async def test_no_space_takes_more_than_its_share_of_the_budget(limited, clients):
-    app = await limited(progress_memory=2 * 1024 * 1024, progress_memory_per_space=0.25)
+    app = await limited(
+        progress_memory=2 * 1024 * 1024,
+        progress_memory_per_space=0.25,
+        progress_memory_per_client=1.0,
+    )
     client = client_for(app)
     clients.append(client)
     greedy, modest = await new_space(client), await new_space(client)

@@ -5,6 +5,7 @@ every store shared by instances does with family versions (Redis)."""
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import msgspec
@@ -27,7 +28,12 @@ TTL_US = TTL_S * 1_000_000
 SPACE = "5a1e0000-0000-4000-8000-000000000000"
 # What a scrape shows of each store (see headway.metrics).
 GAUGES = {
-    "memory": {"headway_live_tasks", "headway_progress_bytes", "headway_progress_budget_bytes"},
+    "memory": {
+        "headway_live_tasks",
+        "headway_progress_bytes",
+        "headway_progress_finished_bytes",
+        "headway_progress_budget_bytes",
+    },
     "redis": {"headway_redis_used_memory_bytes", "headway_redis_maxmemory_bytes"},
 }
 
@@ -272,3 +278,34 @@ async def test_versions_read_before_the_store_lost_everything_never_match(
     after = await shared_store.family_version(task(1))
     assert after != before
     assert await shared_store.put_if_family(task(1), progress(clock), SPACE, after) is None
+
+
+# --- The memory store's budget -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("finished", [False, True])
+async def test_the_memory_store_counts_what_its_entries_really_hold(clock, finished):
+    """What the budget counts is what the process's memory holds for the entries: keys,
+    structs, numbers, values, and a finished entry's place in its writer's order, as
+    tracemalloc sees them, and a little more (allocator size classes and dict tables,
+    which the process's RSS shows: see the bench's `memory_budget`); never less."""
+    import gc
+    import tracemalloc
+    import uuid
+
+    store = MemoryProgressStore(TTL_S, clock, budget_bytes=2**40)
+    uuids = [str(uuid.uuid4()) for _ in range(20_000)]
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n, key in enumerate(uuids):
+            values = msgspec.Raw(msgspec.json.encode({"log": f"step {n}"}))
+            written = Progress(n, 20_000, values, clock.now_us() + n)
+            await store.put(key, written, SPACE, client="192.0.2.1", finished=finished)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    held += sum(map(sys.getsizeof, uuids))  # the keys, made before (the store keeps them)
+    assert 1.0 < store.bytes_used / held < 1.25

@@ -22,8 +22,8 @@ from .live_server import serving
 from .test_limits import assert_refused, client_for, new_space
 from .test_mcp import HANDSHAKE, JSON_RPC, rpc
 
-# The rate tests' fixtures: an app with settings changed, its clients, time passing.
-limited, clients, time_passes = test_limits.limited, test_limits.clients, test_limits.time_passes
+# The rate tests' fixture for time passing (`limited` and `clients` are the conftest's).
+time_passes = test_limits.time_passes
 
 
 async def make_tasks(client: httpx.AsyncClient, space: str, count: int, **body: Any) -> list[str]:
@@ -118,6 +118,24 @@ async def test_share_link_reads_and_pages_are_rated_too(limited, clients):
     assert (await reader.get(f"/spaces/{space}")).status_code == 200
     assert_refused_read(await reader.get(link))
     assert_refused_read(await reader.get(f"/spaces/{space}", headers={"accept": "text/html"}))
+
+
+async def test_badges_and_the_embed_are_reads_rated_too(limited, clients):
+    """A task's badge costs 1, a space's badge (and Shields' JSON) the 50 newest tasks it
+    sums up; a client that asks too often is refused while another still gets its badge."""
+    app = await limited(rate_reads="105/hour")
+    owner, greedy, other = (client_for(app, f"192.0.2.{n}") for n in (1, 2, 3))
+    clients.extend([owner, greedy, other])
+    space = await new_space(owner)
+    await make_tasks(owner, space, 60)
+    link = (await owner.post(f"/spaces/{space}/shares", json={})).json()["url"]
+    for path in (f"{link}/badge.svg", f"{link}/shields.json"):  # 1 + 49, then 50
+        assert (await greedy.get(path)).status_code == 200
+    assert (await greedy.get(f"{link}/embed", headers={"accept": "text/html"})).status_code == 200
+    refused = await greedy.get(f"{link}/badge.svg")  # 101 paid: this one would be 151
+    assert refused.status_code == 200  # let through while the allowance is not spent...
+    assert_refused_read(await greedy.get(f"{link}/shields.json"))  # ...then in debt
+    assert (await other.get(f"{link}/badge.svg")).status_code == 200
 
 
 async def test_rate_limits_off_refuse_no_read(limited, clients):

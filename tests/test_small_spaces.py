@@ -10,6 +10,7 @@ import msgspec
 import pytest
 
 from headway.domain import Progress, TaskRow, TaskView, view_json
+from headway.storage.families import row_bytes
 from headway.storage.small_spaces import BigSpace, ShownTasks, SmallSpace, SmallSpaces
 
 from .conftest import pairs
@@ -121,9 +122,11 @@ async def test_a_big_space_known_childless_shows_the_first_child_created_in_it(a
 
 
 @every_pair
-async def test_held_spaces_stay_within_their_row_budget(app, client):
+async def test_held_spaces_stay_within_their_byte_budget(app, client):
+    """Rows (and in memory the answers kept with them) count: three spaces of two tasks
+    (about 0.7 KB of rows each) do not fit in 1.5 KB."""
     service = app.state.service
-    service._small = small = SmallSpaces(small=10, held=5)
+    service._small = small = SmallSpaces(small=10, max_bytes=1500)
     spaces = []
     for _ in range(3):
         space = (await client.post("/spaces", json={})).json()["uuid"]
@@ -131,8 +134,9 @@ async def test_held_spaces_stay_within_their_row_budget(app, client):
             await client.post(f"/spaces/{space}/tasks", json={"title": f"t{n}"})
         spaces.append(space)
         assert (await client.get(f"/spaces/{space}")).status_code == 200
+        assert small.bytes_held <= 1500
     assert small.get(spaces[0]) is None  # the least recently read went first
-    assert all(isinstance(small.get(space), SmallSpace) for space in spaces[1:])
+    assert isinstance(small.get(spaces[-1]), SmallSpace)
 
 
 @memory_only
@@ -218,9 +222,10 @@ async def test_pages_held_of_a_big_space_read_as_the_paged_read_after_each_chang
 
 
 @every_pair
-async def test_pages_held_stay_within_their_row_budget(app, client, space):
+async def test_pages_held_stay_within_their_byte_budget(app, client, space):
     service = app.state.service
-    service._small = small = SmallSpaces(small=3, page_rows=5)
+    bound = 5 * row_bytes(TaskRow("", "", None, "t0", None, 0))
+    service._small = small = SmallSpaces(small=3, page_bytes=bound)
     for n in range(8):
         await client.post(f"/spaces/{space}/tasks", json={"title": f"t{n}"})
     stamps = [t["created_at"] for t in (await client.get(f"/spaces/{space}")).json()["tasks"]]
@@ -229,12 +234,12 @@ async def test_pages_held_stay_within_their_row_budget(app, client, space):
     for before in cursors:
         answer = await client.get(f"/spaces/{space}", params={"limit": 2, "before": before})
         assert answer.status_code == 200
-        assert 0 < small._page_rows <= 5
+        assert 0 < small.page_bytes_held <= bound
         assert len(small._pages) <= 5
 
 
 @memory_only
-def test_shown_tasks_hold_at_most_their_bound(backend):
+def test_shown_tasks_hold_at_most_their_bounds(backend):
     shown = ShownTasks(held=16)
     rows = [
         TaskRow(f"00000000-0000-4000-8000-{n:012d}", "s", None, f"t{n}", None, n) for n in range(40)
@@ -242,6 +247,14 @@ def test_shown_tasks_hold_at_most_their_bound(backend):
     made = [shown.json(row, None) for row in rows]
     assert len(shown) <= 16
     assert shown.json(rows[-1], None) is made[-1]  # the newest still held
+    by_size = ShownTasks(max_bytes=4096)
+    grown: list[int] = []
+    counted = ShownTasks(max_bytes=4096, on_grow=grown.append)
+    for row in rows:
+        by_size.json(row, None)
+        counted.json(row, None)
+        assert by_size.bytes_held <= 4096 and sum(grown) == counted.bytes_held <= 4096
+    assert 5 < len(by_size) < 16
 
 
 @memory_only

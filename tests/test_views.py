@@ -11,7 +11,7 @@ import pytest
 from headway import domain
 from headway.api.streaming import PIECE_BYTES, space_pieces, task_pieces
 from headway.domain import Progress, TaskRow, format_ts, view
-from headway.storage.families import KEPT_JOINED_BYTES, FamilyCache
+from headway.storage.families import KEPT_JOINED_BYTES, FamilyCache, family_bytes, row_bytes
 
 from .reference import task_view
 
@@ -268,14 +268,35 @@ async def test_reads_over_http_are_the_reference(app, client, space, make_task, 
 
 
 def test_the_family_cache_holds_at_most_its_bound_dropping_the_longest_held():
-    cache = FamilyCache(max_entries=80)
     rows = [row(n) for n in range(200)]
+    bound = 80 * row_bytes(rows[0])
+    cache = FamilyCache(max_bytes=bound)
     for held in rows:
         cache.put((held, []), cache.generation)
-        assert len(cache) <= 80
+        assert len(cache) <= 80 and cache.bytes_held <= bound
     assert cache.get(rows[-1].uuid) == (rows[-1], ())  # the newest are all there
     assert all(cache.get(held.uuid) is not None for held in rows[-70:])
     assert cache.get(rows[0].uuid) is None  # the oldest went first
+    for held in rows[-80:]:
+        cache.forget(held.uuid)
+    assert len(cache) == 0 and cache.bytes_held == 0
+
+
+def test_the_family_cache_counts_the_answers_it_keeps_in_its_bound():
+    """A parent's children's answers, kept as JSON, count against the cache's bytes: a
+    cache full of parents read often holds no more than its bound."""
+    bound = 256 * 1024
+    cache = FamilyCache(max_bytes=bound)
+    for n in range(40):
+        parent = row(10_000 + n, uuid=f"00000000-0000-4000-8000-{n:012d}")
+        children = [row(100 * n + k) for k in range(50)]
+        cache.put((parent, children), cache.generation)
+        _, cached = cache.get(parent.uuid)
+        found = [progress(1, 2, {"log": "x" * 1000}) for _ in cached]
+        assert cache.children_answer(parent.uuid, cached, found) is not None
+        assert cache.bytes_held <= bound
+        assert cache.bytes_held > family_bytes(parent, children) + 50 * 1000
+    assert cache.get(parent.uuid) is not None and len(cache) < 40
 
 
 def test_the_family_cache_keeps_no_copy_of_large_children():
@@ -289,12 +310,19 @@ def test_the_family_cache_keeps_no_copy_of_large_children():
     _, cached = cache.get(PARENT)
     large = [progress(1, 2, {"log": "x" * 60_000}) for _ in cached]
     assert cache.children_answer(PARENT, cached, large) is None
-    middling = [progress(1, 2, {"log": "x" * 1_900}) for _ in cached]  # ~1.4 MB in all
-    assert cache.children_answer(PARENT, cached, middling) is None
     small = [progress(1, 2, {"log": "x"}) for _ in cached]
     kept = cache.children_answer(PARENT, cached, small)
     assert kept is not None and len(kept.shown.joined) <= KEPT_JOINED_BYTES
     assert cache.children_answer(PARENT, cached, small) is kept
+    middling = [progress(1, 2, {"log": "x" * 1_900}) for _ in cached]  # ~1.4 MB in all
+    assert cache.children_answer(PARENT, cached, middling) is None
+    # Once too large, the family keeps no answer until it changes (and holds only rows).
+    assert cache.children_answer(PARENT, cached, small) is None
+    assert cache.bytes_held == family_bytes(parent, children)
+    cache.forget(PARENT)
+    cache.put((parent, children), cache.generation)
+    _, cached = cache.get(PARENT)
+    assert cache.children_answer(PARENT, cached, small) is not None
 
 
 @pytest.mark.parametrize("at_once", [1, 2, 400])

@@ -25,7 +25,7 @@ from ..scope import CONNECTION, RAW_SEND
 from ..service import Service, parse_limit
 from ..shares import ShareView
 from .costs import admit
-from .openapi import RETRY_AFTER, SPACE, TOO_MANY_REQUESTS, _error, _query
+from .openapi import RETRY_AFTER, SPACE, _error, _query
 from .streaming import PIECE_BYTES, space_pieces
 
 _HEADERS = [
@@ -245,7 +245,13 @@ def stream_operation(operation_id: str, summary: str, path_parameter: dict[str, 
                 "stream follows the newest tasks)."
             ),
             "404": _error("No such space or share link (or not a UUID)."),
-            "429": TOO_MANY_REQUESTS,
+            "429": _error(
+                "This client address holds as many live streams as one may "
+                "(HEADWAY_STREAMS_PER_CLIENT), or its network, an IPv6 /48, does "
+                "(HEADWAY_STREAMS_PER_NETWORK); or it is over its rate of reads "
+                "(HEADWAY_RATE_READS), which the stream's snapshot pays for the tasks it shows.",
+                RETRY_AFTER,
+            ),
             "503": _error(
                 "The server holds as many live streams as it may, or a dependency is down.",
                 RETRY_AFTER,

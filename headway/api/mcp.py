@@ -18,6 +18,7 @@ from starlette.types import Message, Receive, Scope, Send
 from .. import schemas
 from ..config import Settings
 from ..errors import BadRequest, HeadwayError, error_body
+from ..scope import CLIENT
 from ..service import Service
 from .costs import MCP_READER
 from .openapi import TOO_MANY_REQUESTS, _error, _json
@@ -149,11 +150,12 @@ class MCPEndpoint:
             response = JSONResponse(error_body("The MCP endpoint is not running."), 503)
         else:
             limiter = scope["app"].state.limiter
+            scope[CLIENT] = client = limiter.address_of(scope)
             reader = None
             try:
                 if limiter.enabled:  # each tool call counts like a task created
-                    reader = (limiter, limiter.address_of(scope))
-                    await limiter.check("tasks", reader[1])
+                    reader = (limiter, client)
+                    await limiter.check("tasks", client)
                 body = await _utf8_body(receive)
             except HeadwayError as exc:
                 response = error_response(exc)

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import msgspec
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from mcp.server.transport_security import TransportSecuritySettings
@@ -29,7 +29,9 @@ from .. import __version__, schemas
 from ..config import Settings
 from ..dependencies import unavailable
 from ..errors import UNAVAILABLE_MESSAGE, BadRequest, HeadwayError
+from ..progress import NO_CLIENT
 from ..schemas import CreateSpace, CreateTask, decode_create, decode_report
+from ..scope import CLIENT
 from ..service import Service
 from .costs import admit_tool, tasks_in
 
@@ -193,14 +195,16 @@ def _with_uuid(schema: dict[str, Any], name: str, description: str) -> dict[str,
 
 # --- Tools -------------------------------------------------------------------------------
 
-Run = Callable[[Service, dict[str, Any]], Awaitable[Any]]
+# A tool's body: the service, its arguments, and the client address that called it (as
+# rates and shares count it).
+Run = Callable[[Service, dict[str, Any], str], Awaitable[Any]]
 
 
-async def _create_space(service: Service, arguments: dict[str, Any]) -> Any:
+async def _create_space(service: Service, arguments: dict[str, Any], client: str) -> Any:
     return await service.create_space(decode_create(_body(arguments), CreateSpace))
 
 
-async def _get_space(service: Service, arguments: dict[str, Any]) -> Any:
+async def _get_space(service: Service, arguments: dict[str, Any], client: str) -> Any:
     query: SpaceQuery = _convert(arguments, SpaceQuery)
     bill = await admit_tool()  # rated as REST's reads are (see `api.costs`)
     answer = await service.get_space(
@@ -214,12 +218,13 @@ async def _get_space(service: Service, arguments: dict[str, Any]) -> Any:
     return answer
 
 
-async def _create_task(service: Service, arguments: dict[str, Any]) -> Any:
+async def _create_task(service: Service, arguments: dict[str, Any], client: str) -> Any:
     space_uuid = _take_uuid(arguments, "space_uuid", "create_space")
-    return await service.create_task(space_uuid, decode_create(_body(arguments), CreateTask))
+    body = decode_create(_body(arguments), CreateTask)
+    return await service.create_task(space_uuid, body, client=client)
 
 
-async def _get_task(service: Service, arguments: dict[str, Any]) -> Any:
+async def _get_task(service: Service, arguments: dict[str, Any], client: str) -> Any:
     ref: TaskRef = _convert(arguments, TaskRef)
     bill = await admit_tool()
     task = await service.get_task(ref.task_uuid)
@@ -227,18 +232,18 @@ async def _get_task(service: Service, arguments: dict[str, Any]) -> Any:
     return task
 
 
-async def _report_progress(service: Service, arguments: dict[str, Any]) -> Any:
+async def _report_progress(service: Service, arguments: dict[str, Any], client: str) -> Any:
     task_uuid = _take_uuid(arguments, "task_uuid", "create_task")
-    return await service.report(task_uuid, decode_report(_body(arguments)))
+    return await service.report(task_uuid, decode_report(_body(arguments)), client)
 
 
-async def _delete_task(service: Service, arguments: dict[str, Any]) -> Any:
+async def _delete_task(service: Service, arguments: dict[str, Any], client: str) -> Any:
     ref: TaskRef = _convert(arguments, TaskRef)
     await service.delete_task(ref.task_uuid)
     return {"deleted": True}
 
 
-async def _delete_space(service: Service, arguments: dict[str, Any]) -> Any:
+async def _delete_space(service: Service, arguments: dict[str, Any], client: str) -> Any:
     ref: SpaceRef = _convert(arguments, SpaceRef)
     await service.delete_space(ref.space_uuid)
     return {"deleted": True}
@@ -382,9 +387,10 @@ def _tool(
     annotations: ToolAnnotations,
     service: Callable[[], Service],
 ) -> Tool:
-    async def call(**arguments: Any) -> CallToolResult:
+    async def call(context: Context, **arguments: Any) -> CallToolResult:
+        client = context.request_context.request.scope.get(CLIENT, NO_CLIENT)
         try:
-            answer = await run(service(), arguments)
+            answer = await run(service(), arguments, client)
         except HeadwayError as exc:
             return _error_result(exc.message)
         except Exception as exc:
@@ -407,6 +413,8 @@ def _tool(
         # on the server (the answer is the REST answer, already shaped by the service).
         fn_metadata=FuncMetadata(arg_model=_ArgumentsAsSent, output_schema=_object_schema(output)),
         is_async=True,
+        # The request's context (its client address), never an argument a client sends.
+        context_kwarg="context",
         annotations=annotations,
     )
 

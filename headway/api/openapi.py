@@ -34,6 +34,7 @@ _MODELS = [
     schemas.ShareCreated,
     schemas.ShareOut,
     schemas.SharedSpaceOut,
+    schemas.ShieldsOut,
     schemas.ErrorOut,
     HealthOut,
 ]
@@ -118,7 +119,9 @@ NOT_FOUND_TASK = _error("No such task (or not a UUID).")
 RESPONSES = {
     "TooManyRequests": _error(
         "This client address is over its rate for this kind of request (reads: for the tasks "
-        "they render, children included); nothing was done. Retry after Retry-After seconds.",
+        "they render, children included), or (creating a task, reporting) holds its share of "
+        "the live-progress budget over all its spaces (HEADWAY_PROGRESS_MEMORY_PER_CLIENT); "
+        "nothing was done. Retry after Retry-After seconds.",
         RETRY_AFTER,
     ),
     "HeaderFieldsTooLarge": _error(

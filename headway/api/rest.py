@@ -34,13 +34,14 @@ def _service(request: Request) -> Service:
     return request.app.state.service
 
 
-async def count(request: Request, kind: Kind) -> None:
-    """Count one `kind` against the client's rate; 429 if it is over."""
+async def count(request: Request, kind: Kind) -> str:
+    """Count one `kind` against the client's rate (429 if it is over); the client's
+    address, as rates and shares count it."""
     limiter = request.app.state.limiter
-    if limiter.enabled:
-        address = limiter.address_of(request.scope)
-        if not limiter.counted_here(kind, address):
-            await limiter.check(kind, address)
+    address: str = limiter.address_of(request.scope)
+    if limiter.enabled and not limiter.counted_here(kind, address):
+        await limiter.check(kind, address)
+    return address
 
 
 def idempotency_of(request: Request, operation: str, body: bytes) -> Idempotency | None:
@@ -100,12 +101,13 @@ async def get_space(request: Request) -> Response:
 
 
 async def create_task(request: Request) -> Response:
-    await count(request, "tasks")
+    client = await count(request, "tasks")
     raw = await read_body(request)
     idempotency = idempotency_of(request, "tasks", raw)
     body = decode_create(raw, CreateTask)
     space_uuid = request.path_params["space_uuid"]
-    return created(await _service(request).create_task(space_uuid, body, idempotency), idempotency)
+    answer = await _service(request).create_task(space_uuid, body, idempotency, client)
+    return created(answer, idempotency)
 
 
 async def task(request: Request) -> Response:
@@ -116,9 +118,9 @@ async def task(request: Request) -> Response:
         await _service(request).delete_task(task_uuid)
         return Response(status_code=204, headers=NO_STORE)
     if request.method == "PUT":
-        await count(request, "reports")
+        client = await count(request, "reports")
         report = decode_report(await read_body(request))
-        return task_response(await _service(request).report(task_uuid, report))
+        return task_response(await _service(request).report(task_uuid, report, client))
     state = request.app.state
     limiter = state.limiter  # `costs.admit`, without a bill: the hot path
     if limiter.enabled:
@@ -147,9 +149,10 @@ async def patch_task(_request: Request) -> Response:
 async def report_by_url(request: Request) -> Response:
     if request.method == "HEAD":  # a HEAD must not write; Starlette routes it with GET
         raise MethodNotAllowed("HEAD would write a report here; use GET.", headers={"allow": "GET"})
-    await count(request, "reports")
+    client = await count(request, "reports")
     report = report_from_query(request.scope["query_string"])
-    return task_response(await _service(request).report(request.path_params["task_uuid"], report))
+    task_uuid = request.path_params["task_uuid"]
+    return task_response(await _service(request).report(task_uuid, report, client))
 
 
 # The routes of the most used endpoints (`task`, `create_task`, `get_space`,

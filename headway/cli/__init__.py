@@ -1,5 +1,6 @@
 """The `headway` command: the server's commands (`serve`, `worker`, `migrate`), the
-client's (`space create`, `task create`, `report`, `run`), `watch` and `channels test`.
+client's (`space create`, `task create`, `report`, `run`), `watch`, `badge` and
+`channels test`.
 Each group lives in its own module; server modules are imported only when a server
 command runs."""
 
@@ -8,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from .. import __version__
-from . import channels, client, run, server, watch
+from . import badge, channels, client, run, server, watch
 
 DESCRIPTION = """\
 Headway: progress reporting for scripts, jobs, devices and agents, over plain HTTP.
@@ -37,6 +38,7 @@ def parser() -> argparse.ArgumentParser:
     client.add_commands(commands)
     run.add_commands(commands)
     watch.add_commands(commands)
+    badge.add_commands(commands)
     channels.add_commands(commands)
     return root
 

@@ -6,11 +6,17 @@ from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from ..domain import Progress
-from ..errors import Unavailable
+from ..errors import TooManyRequests, Unavailable
 from .feed import ChangeFeed
 
-# How long a client refused for a full budget is told to wait.
+# How long a client refused for a full budget, or for its full share, is told to wait.
 BUDGET_RETRY_AFTER_S = 30
+# The client a write is counted for when none is known (a test, a tool of the operator).
+NO_CLIENT = "unknown"
+# New tasks are admitted only while the store, their space and their client are below
+# this share of their budgets; the rest is headroom for tasks that already report, so
+# they keep working.
+ADMIT_NEW_BELOW = 0.9
 
 
 class ProgressBudgetFull(Unavailable):
@@ -29,6 +35,20 @@ class ProgressBudgetFull(Unavailable):
         self.which = which
 
 
+class ClientShareFull(TooManyRequests):
+    """The client address holds its share of the live-progress budget
+    (HEADWAY_PROGRESS_MEMORY_PER_CLIENT), over all the spaces it writes to: its new tasks,
+    and its reports that would hold more, are answered 429 with `Retry-After` until some
+    of its progress is finished, deleted or expires. Nothing is written."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "Your address holds as much live progress as one client may, over all its "
+            "spaces; finish or delete tasks, report smaller values, or retry later.",
+            headers={"retry-after": str(BUDGET_RETRY_AFTER_S)},
+        )
+
+
 class Measurement(NamedTuple):
     """One gauge of a store as a scrape shows it (see `headway.metrics`)."""
 
@@ -43,6 +63,13 @@ class ProgressStore(Protocol):
     Expiry is decided by the store's clock against each entry's `updated_at_us`. Reads
     never extend the expiry. An expired entry reads as None.
 
+    Each write is counted for the client address that wrote it (see
+    `limits.RateLimiter.client_address`): no client may hold more than its share of the
+    budget in progress of unfinished tasks, however many spaces it writes to. A finished
+    task's progress is kept for reading until it expires, but no longer counts against
+    its space's or its client's share: it gives way (reads as expired) when room is
+    needed, and each client's finished progress is bounded by its share as well.
+
     A store shared by several instances also keeps the versions of families that their
     caches check (`storage.families.FamilyVersions`); a store of one process has no use
     for them and does not.
@@ -55,15 +82,43 @@ class ProgressStore(Protocol):
     async def get_many(self, task_uuids: Sequence[str]) -> list[Progress | None]:
         """The progress of each task, in the order asked (None where there is none)."""
 
-    def admit(self, task_uuid: str, space_uuid: str, progress: Progress) -> None:
-        """Raise ProgressBudgetFull if the write of `progress` would go over a budget."""
+    def admit(
+        self,
+        task_uuid: str,
+        space_uuid: str,
+        progress: Progress,
+        *,
+        client: str = NO_CLIENT,
+        finished: bool = False,
+    ) -> None:
+        """Raise ProgressBudgetFull or ClientShareFull if the write of `progress` by
+        `client` would go over a budget or a share. A store that decides only as it
+        writes (Redis, atomically for every instance) raises from `put` instead."""
 
-    async def put(self, task_uuid: str, progress: Progress, space_uuid: str) -> None:
-        """Store `progress`; raise ProgressBudgetFull if the store itself is full."""
+    async def admit_client(self, client: str) -> None:
+        """Raise ClientShareFull if the client holds so much progress that no new task
+        of its could report (a create is refused before anything is written)."""
+
+    async def put(
+        self,
+        task_uuid: str,
+        progress: Progress,
+        space_uuid: str,
+        *,
+        client: str = NO_CLIENT,
+        finished: bool = False,
+    ) -> None:
+        """Store `progress`, written by `client`, of a task that has `finished` or not;
+        raise ProgressBudgetFull if the store itself is full, ClientShareFull if the
+        client's share is (a store that decides as it writes)."""
 
     async def delete(self, task_uuids: Sequence[str]) -> None:
         """Forget the progress of these tasks (deleted), freeing what it held."""
         ...
+
+    async def release(self, task_uuids: Sequence[str]) -> None:
+        """These tasks finished without a write of their progress (a parent finished by
+        its last step): keep their progress as finished, no longer live."""
 
     def change_feed(self) -> ChangeFeed:
         """A new change feed beside this store, reaching every instance the store serves

@@ -1,35 +1,49 @@
-"""Progress in this process's memory: the embedded default, within a byte budget."""
+"""Progress in this process's memory: the embedded default, within a byte budget that
+spaces and client addresses share fairly."""
 
 from __future__ import annotations
 
+import heapq
 import sys
 from collections import OrderedDict
 from collections.abc import Sequence
+from operator import itemgetter
+
+import msgspec
 
 from .. import metrics
 from ..clock import Clock
 from ..domain import Progress
-from . import Measurement, ProgressBudgetFull
+from . import ADMIT_NEW_BELOW, NO_CLIENT, ClientShareFull, Measurement, ProgressBudgetFull
 from .feed import LocalFeed
 
-# What one entry costs beyond its values' JSON text: the dict slots, the uuid key, the
-# Progress struct and its numbers (measured with tracemalloc: about 280 bytes).
-ENTRY_BYTES = 300
-# New entries are admitted only while the store (or the space) is below this share of
-# its budget; the rest is headroom for tasks that already report, so they keep working.
-ADMIT_NEW_BELOW = 0.9
+# What one entry costs beyond its values' JSON text, as the process's memory holds it:
+# the uuid key, the ordered dict's slot and link, the struct, its numbers and the
+# values' bytes object; a finished entry also its place in its writer's order. Python's
+# allocator sees 405 and 497 bytes with 11 bytes of values (tracemalloc, 100,000
+# entries); the process's RSS grows by about 460 per live entry at 100,000 and at
+# 1,000,000 tasks (size classes, dict tables: the bench's `memory_budget`), which is
+# what is counted.
+ENTRY_BYTES = 460
+KEPT_ENTRY_BYTES = 550
+# When finished progress must give way, this share of the budget more is freed at once,
+# so that who gives it is decided rarely.
+ROOM_SLACK = 1 / 64
 
 
-def entry_bytes(progress: Progress) -> int:
+def entry_bytes(progress: Progress, finished: bool = False) -> int:
     """What an entry is charged against the budget."""
-    return ENTRY_BYTES + len(progress.values)
+    return (KEPT_ENTRY_BYTES if finished else ENTRY_BYTES) + len(progress.values)
 
 
 class Held(Progress, frozen=True, gc=False, array_like=True):
-    """Progress as the store holds it: with its space, whose share of the budget it uses
-    (interned: one string per space, however many tasks)."""
+    """Progress as the store holds it: with its space and the client that wrote it
+    (interned: one string per space or client, however many tasks), and whether its
+    task has finished."""
 
     space_uuid: str
+    client: str
+    finished: bool
 
 
 class MemoryProgressStore:
@@ -39,10 +53,19 @@ class MemoryProgressStore:
     expire: each write drops expired entries from the front, and the store never holds
     more than what was written within one `ttl`.
 
-    The budget bounds what the store holds (`budget_bytes` in all, `space_bytes` per
-    space). `admit` decides before a write: a new entry needs the store and its space
-    below 90% of their budgets; a rewrite that grows an entry needs room for the growth
-    under the full budget; a rewrite that does not grow always passes.
+    Live progress (of unfinished tasks) counts against the budget (`budget_bytes`), its
+    space's share (`space_bytes`) and its writer's (`client_bytes`, however many spaces
+    the client writes to). `admit` decides before a write: a new entry needs the store,
+    its space and its client below 90% of their budgets; a rewrite that grows an entry
+    needs room for the growth under the full budgets; a rewrite that does not grow
+    always passes. A client over its share is refused 429 (`ClientShareFull`), a space
+    or the store 503 (`ProgressBudgetFull`).
+
+    Finished progress is kept for reading until it expires, but counts against neither
+    its space nor its client's share of live progress: it gives way when live progress
+    needs the room (taken from the client holding the most finished progress first,
+    oldest first), and no client keeps more than its share of finished progress either
+    (beyond, its own oldest gives way). Progress that gave way reads as expired.
     """
 
     name = "memory"
@@ -54,14 +77,21 @@ class MemoryProgressStore:
         *,
         budget_bytes: int = 512 * 1024**2,
         space_bytes: int | None = None,
+        client_bytes: int | None = None,
     ) -> None:
         self._ttl_us = ttl_seconds * 1_000_000
         self._clock = clock
         self._entries: OrderedDict[str, Held] = OrderedDict()
-        self._space_used: dict[str, int] = {}
         self.budget_bytes = budget_bytes
         self.space_bytes = budget_bytes if space_bytes is None else space_bytes
-        self.bytes_used = 0
+        self.client_bytes = budget_bytes if client_bytes is None else client_bytes
+        self.bytes_used = 0  # every entry, live and finished
+        self.live_bytes = 0
+        self._space_live: dict[str, int] = {}
+        self._client_live: dict[str, int] = {}
+        # Finished entries by writer, oldest write first, and the bytes each writer keeps.
+        self._kept: dict[str, OrderedDict[str, None]] = {}
+        self._kept_bytes: dict[str, int] = {}
 
     async def get(self, task_uuid: str) -> Progress | None:
         entry = self._entries.get(task_uuid)
@@ -81,81 +111,220 @@ class MemoryProgressStore:
             found.append(entry if entry is not None and entry.updated_at_us > oldest_live else None)
         return found
 
-    def admit(self, task_uuid: str, space_uuid: str, progress: Progress) -> None:
-        """Raise ProgressBudgetFull if writing `progress` would take the store or its
-        space over budget."""
-        old = self._entries.get(task_uuid)
-        growth = len(progress.values) - (len(old.values) if old is not None else -ENTRY_BYTES)
-        if growth <= 0 or self._fits(space_uuid, growth, old is not None):
+    def admit(
+        self,
+        task_uuid: str,
+        space_uuid: str,
+        progress: Progress,
+        *,
+        client: str = NO_CLIENT,
+        finished: bool = False,
+    ) -> None:
+        """Raise ClientShareFull or ProgressBudgetFull if writing `progress` would take
+        its client, its space or the store over budget."""
+        over = self._over(task_uuid, space_uuid, progress, client, finished)
+        if over is None:
             return
         self._drop_expired()  # expired progress frees its room: look again
+        over = self._over(task_uuid, space_uuid, progress, client, finished)
+        if over == "client":
+            metrics.refused("client_budget")
+            raise ClientShareFull()
+        if over is not None:
+            metrics.refused("space_budget" if over == "space" else "progress_budget")
+            raise ProgressBudgetFull(over)
+
+    def _over(
+        self, task_uuid: str, space_uuid: str, progress: Progress, client: str, finished: bool
+    ) -> str | None:
+        """What the write would take over budget: "client", "space", "store" or None."""
         old = self._entries.get(task_uuid)
-        growth = len(progress.values) - (len(old.values) if old is not None else -ENTRY_BYTES)
-        if growth <= 0:
+        if old is None:
+            old_size = old_live = 0
+        else:
+            old_size = entry_bytes(old, old.finished)
+            old_live = 0 if old.finished else old_size
+            finished = finished or old.finished
+        size = entry_bytes(progress, finished)
+        if finished:
+            # Finished progress needs only room beside live progress: the rest gives way.
+            if size <= old_size or self.live_bytes - old_live + size <= self.budget_bytes:
+                return None
+            return "store"
+        rewrite = old is not None and old.client == client
+        mine = size - (old_live if rewrite else 0)
+        if mine > 0 and self.client_bytes < self.budget_bytes:  # a share of 1: the budget's
+            share = 1.0 if rewrite else ADMIT_NEW_BELOW
+            if self._client_live.get(client, 0) + mine > self.client_bytes * share:
+                return "client"
+        growth = size - old_live
+        if growth > 0:
+            share = 1.0 if old is not None else ADMIT_NEW_BELOW
+            if self._space_live.get(space_uuid, 0) + growth > self.space_bytes * share:
+                return "space"
+            if self.live_bytes + growth > self.budget_bytes * share:
+                return "store"
+        return None
+
+    async def admit_client(self, client: str) -> None:
+        """Raise ClientShareFull if the client's live progress leaves no room for a new
+        task of its (see `admit`)."""
+        limit = self.client_bytes * ADMIT_NEW_BELOW
+        if self._client_live.get(client, 0) < limit or self.client_bytes >= self.budget_bytes:
             return
-        share = 1.0 if old is not None else ADMIT_NEW_BELOW
-        if self._space_used.get(space_uuid, 0) + growth > self.space_bytes * share:
-            metrics.refused("space_budget")
-            raise ProgressBudgetFull("space")
-        if self.bytes_used + growth > self.budget_bytes * share:
-            metrics.refused("progress_budget")
-            raise ProgressBudgetFull("store")
+        self._drop_expired()
+        if self._client_live.get(client, 0) >= limit:
+            metrics.refused("client_budget")
+            raise ClientShareFull()
 
-    def _fits(self, space_uuid: str, growth: int, rewrite: bool) -> bool:
-        share = 1.0 if rewrite else ADMIT_NEW_BELOW
-        return (
-            self.bytes_used + growth <= self.budget_bytes * share
-            and self._space_used.get(space_uuid, 0) + growth <= self.space_bytes * share
-        )
-
-    async def put(self, task_uuid: str, progress: Progress, space_uuid: str) -> None:
+    async def put(
+        self,
+        task_uuid: str,
+        progress: Progress,
+        space_uuid: str,
+        *,
+        client: str = NO_CLIENT,
+        finished: bool = False,
+    ) -> None:
         entries = self._entries
         old = entries.pop(task_uuid, None)
-        if old is None:
-            space_uuid = sys.intern(space_uuid)
-            delta = ENTRY_BYTES + len(progress.values)
-        else:
-            space_uuid = old.space_uuid
+        if old is not None and not finished and not old.finished and old.client == client:
+            # The hot path: a task reporting again, as it did before.
+            held = Held(
+                progress.current,
+                progress.end,
+                progress.values,
+                progress.updated_at_us,
+                old.space_uuid,
+                old.client,
+                False,
+            )
+            entries[task_uuid] = held
             delta = len(progress.values) - len(old.values)
-        entries[task_uuid] = Held(
-            progress.current, progress.end, progress.values, progress.updated_at_us, space_uuid
-        )
-        self.bytes_used += delta
-        self._space_used[space_uuid] = self._space_used.get(space_uuid, 0) + delta
+            if delta:
+                self.bytes_used += delta
+                self.live_bytes += delta
+                self._space_live[old.space_uuid] += delta
+                self._client_live[old.client] += delta
+        else:
+            if old is None:
+                space_uuid = sys.intern(space_uuid)
+            else:
+                space_uuid = old.space_uuid
+                finished = finished or old.finished  # a finished task stays finished
+                self._uncount(task_uuid, old)
+            client = sys.intern(client)
+            held = Held(
+                progress.current,
+                progress.end,
+                progress.values,
+                progress.updated_at_us,
+                space_uuid,
+                client,
+                finished,
+            )
+            entries[task_uuid] = held
+            self._count(task_uuid, held)
+            if finished and self._kept_bytes[client] > self.client_bytes:
+                self._trim_kept(client)
+        if self.bytes_used > self.budget_bytes:
+            self._make_room()
         first = next(iter(entries.values()))
         if first.updated_at_us + self._ttl_us <= self._clock.now_us():
             self._drop_expired()
 
+    def _count(self, task_uuid: str, held: Held) -> None:
+        size = entry_bytes(held, held.finished)
+        self.bytes_used += size
+        if held.finished:
+            kept = self._kept.get(held.client)
+            if kept is None:
+                kept = self._kept[held.client] = OrderedDict()
+            kept[task_uuid] = None
+            self._kept_bytes[held.client] = self._kept_bytes.get(held.client, 0) + size
+        else:
+            self.live_bytes += size
+            self._space_live[held.space_uuid] = self._space_live.get(held.space_uuid, 0) + size
+            self._client_live[held.client] = self._client_live.get(held.client, 0) + size
+
+    def _uncount(self, task_uuid: str, held: Held) -> None:
+        size = entry_bytes(held, held.finished)
+        self.bytes_used -= size
+        if held.finished:
+            kept = self._kept[held.client]
+            del kept[task_uuid]
+            if kept:
+                self._kept_bytes[held.client] -= size
+            else:
+                del self._kept[held.client], self._kept_bytes[held.client]
+        else:
+            self.live_bytes -= size
+            _less(self._space_live, held.space_uuid, size)
+            _less(self._client_live, held.client, size)
+
+    def _give_way(self, task_uuid: str) -> None:
+        """Drop a finished entry to make room (it reads as expired)."""
+        self._uncount(task_uuid, self._entries.pop(task_uuid))
+
+    def _trim_kept(self, client: str) -> None:
+        """The client keeps more finished progress than its share: its oldest gives way,
+        never the last it wrote."""
+        kept, kept_bytes = self._kept[client], self._kept_bytes
+        while len(kept) > 1 and kept_bytes[client] > self.client_bytes:
+            self._give_way(next(iter(kept)))
+
+    def _make_room(self) -> None:
+        """Bring the store back within its budget: expired entries go, then finished
+        ones, from the client keeping the most (its oldest first), until a little more
+        than what was over is free."""
+        self._drop_expired()
+        target = self.budget_bytes - int(self.budget_bytes * ROOM_SLACK)
+        kept_bytes = self._kept_bytes
+        while self.bytes_used > target and kept_bytes:
+            top = heapq.nlargest(2, kept_bytes.items(), key=itemgetter(1))
+            client = top[0][0]
+            floor = top[1][1] if len(top) > 1 else 0
+            kept = self._kept[client]
+            self._give_way(next(iter(kept)))
+            while self.bytes_used > target and kept_bytes.get(client, 0) > floor:
+                self._give_way(next(iter(kept)))
+
+    async def release(self, task_uuids: Sequence[str]) -> None:
+        entries = self._entries
+        for uuid in task_uuids:
+            old = entries.get(uuid)
+            if old is None or old.finished:
+                continue
+            self._uncount(uuid, old)
+            held = Held(*msgspec.structs.astuple(old)[:-1], True)  # in place: not a write
+            entries[uuid] = held
+            self._count(uuid, held)
+            if self._kept_bytes[held.client] > self.client_bytes:
+                self._trim_kept(held.client)
+        if self.bytes_used > self.budget_bytes:
+            self._make_room()
+
     async def delete(self, task_uuids: Sequence[str]) -> None:
-        entries, used = self._entries, self._space_used
+        entries = self._entries
         for uuid in task_uuids:
             entry = entries.pop(uuid, None)
-            if entry is None:
-                continue
-            size = entry_bytes(entry)
-            self.bytes_used -= size
-            left = used[entry.space_uuid] - size
-            if left:
-                used[entry.space_uuid] = left
-            else:
-                del used[entry.space_uuid]
+            if entry is not None:
+                self._uncount(uuid, entry)
 
     def _drop_expired(self) -> None:
         oldest_live = self._clock.now_us() - self._ttl_us
         entries = self._entries
-        used = self._space_used
         while entries:
-            first = next(iter(entries.values()))
+            uuid, first = next(iter(entries.items()))
             if first.updated_at_us > oldest_live:
                 return
-            entries.popitem(last=False)
-            size = entry_bytes(first)
-            self.bytes_used -= size
-            left = used[first.space_uuid] - size
-            if left:
-                used[first.space_uuid] = left
-            else:
-                del used[first.space_uuid]
+            del entries[uuid]
+            self._uncount(uuid, first)
+
+    def holds(self, client: str) -> tuple[int, int]:
+        """The bytes of live and of finished progress the client holds (for tests and
+        the operator's questions)."""
+        return self._client_live.get(client, 0), self._kept_bytes.get(client, 0)
 
     def change_feed(self) -> LocalFeed:
         """A feed within this process: progress in its memory serves no other."""
@@ -170,6 +339,11 @@ class MemoryProgressStore:
             ),
             Measurement("headway_progress_bytes", "Bytes of live progress held.", self.bytes_used),
             Measurement(
+                "headway_progress_finished_bytes",
+                "Bytes of it held for finished tasks (they give way when room is needed).",
+                self.bytes_used - self.live_bytes,
+            ),
+            Measurement(
                 "headway_progress_budget_bytes",
                 "Bytes of live progress allowed.",
                 self.budget_bytes,
@@ -181,5 +355,17 @@ class MemoryProgressStore:
 
     async def close(self) -> None:
         self._entries.clear()
-        self._space_used.clear()
-        self.bytes_used = 0
+        self._space_live.clear()
+        self._client_live.clear()
+        self._kept.clear()
+        self._kept_bytes.clear()
+        self.bytes_used = self.live_bytes = 0
+
+
+def _less(counts: dict[str, int], key: str, size: int) -> None:
+    """Take `size` from `counts[key]`, dropping the key at 0."""
+    left = counts[key] - size
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]

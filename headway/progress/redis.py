@@ -20,7 +20,8 @@ from .. import metrics
 from ..clock import Clock
 from ..domain import Progress
 from ..storage.families import FamilyVersion
-from . import Measurement, ProgressBudgetFull
+from . import ADMIT_NEW_BELOW, NO_CLIENT, ClientShareFull, Measurement, ProgressBudgetFull
+from . import redis_shares as shares
 
 if TYPE_CHECKING:
     from .redis_feed import RedisFeed
@@ -67,18 +68,24 @@ end
 return 0
 """
 # KEYS: as above, then the progress key. ARGV: a candidate epoch, the version the caller's
-# family was read at, the progress JSON, its TTL, and optionally a channel and a message
-# to publish once written (the change feed's, in the same round trip). Writes only if the
-# family is unchanged; returns nil once written, else the version now.
+# family was read at, a write's arguments (`redis_shares.write_args`), and optionally a
+# channel and a message to publish once written (the change feed's, in the same round
+# trip). Writes only if the family is unchanged and its client's share has room; returns
+# nil once written, `redis_shares.SHARE_FULL` if the share had no room, else the version
+# now.
 _PUT_IF_FAMILY = (
-    _VERSION_NOW
-    + """
+    shares.HELPERS
+    + _VERSION_NOW
+    + f"""
 if version ~= ARGV[2] then
   return version
 end
-redis.call('SET', KEYS[3], ARGV[3], 'EX', ARGV[4])
-if ARGV[5] then
-  redis.call('PUBLISH', ARGV[5], ARGV[6])
+local refused = write_at(KEYS[3], 2)
+if refused then
+  return refused
+end
+if ARGV[{3 + shares.WRITE_ARGS}] then
+  redis.call('PUBLISH', ARGV[{3 + shares.WRITE_ARGS}], ARGV[{4 + shares.WRITE_ARGS}])
 end
 return false
 """
@@ -177,9 +184,14 @@ def connection_pool(url: str) -> redis.asyncio.BlockingConnectionPool:
 
 class RedisProgressStore:
     """One key per task, `headway:progress:<uuid>`, holding the progress as compact JSON
+    (after a header naming whose share it counts against: see `progress.redis_shares`)
     with a key TTL of `ttl` seconds set on every write, so Redis drops it after that
     much inactivity. Reads also compare `updated_at` with the clock, so that every
     instance agrees on expiry to the microsecond, whatever Redis's own timer says.
+
+    No client address may hold more than `client_bytes` of live progress, counted in
+    Redis for every instance at once, atomically with each write; the store as a whole
+    is bounded by Redis's own `maxmemory` (with `noeviction`: a full Redis refuses).
     """
 
     name = "redis"
@@ -187,14 +199,26 @@ class RedisProgressStore:
     FAMILY_PREFIX = "headway:family:"
     FAMILY_EPOCH = "headway:family-epoch"
 
-    def __init__(self, url: str, ttl_seconds: int, clock: Clock) -> None:
+    def __init__(
+        self,
+        url: str,
+        ttl_seconds: int,
+        clock: Clock,
+        *,
+        client_bytes: int = 128 * 1024**2,
+    ) -> None:
         self._ttl_s = ttl_seconds
         self._ttl_us = ttl_seconds * 1_000_000
         self._clock = clock
+        self.client_bytes = client_bytes
         self._redis = redis.asyncio.Redis(connection_pool=connection_pool(url))
         self._family_version = Coalesced(self._redis, _FAMILY_VERSION)
         self._bump = Coalesced(self._redis, _BUMP)
         self._put_if_family = Coalesced(self._redis, _PUT_IF_FAMILY)
+        self._put = Coalesced(self._redis, shares.PUT)
+        self._admit_client = Coalesced(self._redis, shares.ADMIT_CLIENT)
+        self._delete = Coalesced(self._redis, shares.DELETE)
+        self._release = Coalesced(self._redis, shares.RELEASE)
         # Candidate epochs: this process's random prefix and a count, never the same
         # twice (and cheaper than a random id per call, on the path of every report).
         self._epochs = itertools.count()
@@ -206,7 +230,7 @@ class RedisProgressStore:
     def _live(self, raw: bytes | None) -> Progress | None:
         if raw is None:
             return None
-        progress = _decode(raw)
+        progress = _decode(shares.value_json(raw))
         if progress.updated_at_us + self._ttl_us <= self._clock.now_us():
             return None
         return progress
@@ -224,20 +248,75 @@ class RedisProgressStore:
         return found
 
     async def delete(self, task_uuids: Sequence[str]) -> None:
+        """Delete the tasks' progress, each uncounted for the client that wrote it."""
         for start in range(0, len(task_uuids), 1000):
             keys = [self.PREFIX + uuid for uuid in task_uuids[start : start + 1000]]
-            await self._redis.unlink(*keys)
+            await self._delete(keys=keys, args=[])
 
-    def admit(self, task_uuid: str, space_uuid: str, progress: Progress) -> None:
-        """Redis bounds its own memory (`maxmemory` with `noeviction`): see `put`."""
+    async def release(self, task_uuids: Sequence[str]) -> None:
+        """Count these tasks' progress as finished, no longer live (see
+        `redis_shares.RELEASE`)."""
+        if task_uuids:
+            await self._release(keys=[self.PREFIX + uuid for uuid in task_uuids], args=[])
 
-    async def put(self, task_uuid: str, progress: Progress, space_uuid: str) -> None:
+    def admit(
+        self,
+        task_uuid: str,
+        space_uuid: str,
+        progress: Progress,
+        *,
+        client: str = NO_CLIENT,
+        finished: bool = False,
+    ) -> None:
+        """Decided as each write is made, atomically for every instance (see `put`);
+        Redis bounds its own memory (`maxmemory` with `noeviction`)."""
+
+    async def admit_client(self, client: str) -> None:
         try:
-            await self._redis.set(self.PREFIX + task_uuid, _encode(progress), ex=self._ttl_s)
+            full = await self._admit_client(keys=[], args=self._client_args(client))
+        except redis.exceptions.OutOfMemoryError:
+            metrics.refused("redis_oom")
+            raise ProgressBudgetFull("store") from None
+        if full:
+            metrics.refused("client_budget")
+            raise ClientShareFull()
+
+    def _client_args(self, client: str) -> list[object]:
+        now_us = self._clock.now_us()
+        cutoff = now_us - self._ttl_us
+        return [client[: shares.MAX_CLIENT], cutoff, int(self.client_bytes * ADMIT_NEW_BELOW)]
+
+    def _write_args(self, progress: Progress, client: str, finished: bool) -> list[object]:
+        return shares.write_args(
+            _encode(progress),
+            self._ttl_s,
+            self._clock.now_us(),
+            self._ttl_us,
+            client,
+            finished,
+            self.client_bytes,
+            ADMIT_NEW_BELOW,
+        )
+
+    async def put(
+        self,
+        task_uuid: str,
+        progress: Progress,
+        space_uuid: str,
+        *,
+        client: str = NO_CLIENT,
+        finished: bool = False,
+    ) -> None:
+        args = self._write_args(progress, client, finished)
+        try:
+            refused = await self._put(keys=[self.PREFIX + task_uuid], args=args)
         except redis.exceptions.OutOfMemoryError:
             # Redis at its maxmemory with noeviction: the same refusal as a full budget.
             metrics.refused("redis_oom")
             raise ProgressBudgetFull("store") from None
+        if refused is not None:
+            metrics.refused("client_budget")
+            raise ClientShareFull()
 
     # --- Family versions: what lets each instance cache families (see storage.families) ---
 
@@ -263,12 +342,17 @@ class RedisProgressStore:
         space_uuid: str,
         version: FamilyVersion,
         announce: tuple[str, str] | None = None,
+        *,
+        client: str = NO_CLIENT,
+        finished: bool = False,
     ) -> FamilyVersion | None:
         """`put`, atomically only if the task's family is still at `version`: returns
         None once written, or the family's version now, having written nothing.
-        `announce`: a (channel, message) published once written, in the same call."""
+        `announce`: a (channel, message) published once written, in the same call.
+        Raises ClientShareFull, having written nothing, if the client's share is full."""
         keys = [self.FAMILY_EPOCH, self.FAMILY_PREFIX + task_uuid, self.PREFIX + task_uuid]
-        args: list[object] = [self._epoch_candidate(), version, _encode(progress), self._ttl_s]
+        args: list[object] = [self._epoch_candidate(), version]
+        args.extend(self._write_args(progress, client, finished))
         if announce is not None:
             args.extend(announce)
         try:
@@ -276,7 +360,12 @@ class RedisProgressStore:
         except redis.exceptions.OutOfMemoryError:
             metrics.refused("redis_oom")
             raise ProgressBudgetFull("store") from None
-        return None if current is None else FamilyVersion(current.decode())
+        if current is None:
+            return None
+        if current == shares.SHARE_FULL:
+            metrics.refused("client_budget")
+            raise ClientShareFull()
+        return FamilyVersion(current.decode())
 
     def change_feed(self) -> RedisFeed:
         """The change feed over this store's Redis (see `progress.redis_feed`)."""

@@ -8,7 +8,7 @@ stream and `/mcp` call and nothing else.
 - `caps`, `deletes`, `activity`: what a space may hold, deleting tasks and spaces, and
   when each space was last used (for retention);
 - `webhooks`, `channels`, `shares`: a space's webhooks, notification channels and share
-  links;
+  links; `badges`: what a share link's badges show;
 - `idempotency`: creates made once, however often they are retried with one key;
 - `changes`: the one point every write calls once it is stored.
 
@@ -22,15 +22,17 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..clock import Clock
+from ..dependencies import unavailable
 from ..disk import DiskBudget
 from ..domain import Report, TaskRow, TaskView
-from ..progress import ProgressStore
+from ..progress import NO_CLIENT, ProgressStore
 from ..progress.feed import ChangeFeed
 from ..schemas import CreateChannel, CreateSpace, CreateTask, CreateWebhook
 from ..storage.database import Database
 from ..storage.families import FamilyCache, FamilyVersions
 from ..storage.small_spaces import ShownTasks, SmallSpaces
 from .activity import Activity
+from .badges import Badges
 from .caps import Caps
 from .changes import Cache, Changes
 from .channels import ChannelRules, Channels
@@ -105,6 +107,7 @@ class Service:
             per_space=webhooks_per_space,
         )
         self.shares = Shares(stores, self.spaces, per_space=shares_per_space)
+        self.badges = Badges(stores, self.shares, self.reads, self.tasks)
         self.channels = Channels(
             stores,
             self.spaces,
@@ -166,9 +169,22 @@ class Service:
     # --- Tasks and reports ----------------------------------------------------------------
 
     async def create_task(
-        self, space_uuid: str, body: CreateTask, idempotency: Idempotency | None = None
+        self,
+        space_uuid: str,
+        body: CreateTask,
+        idempotency: Idempotency | None = None,
+        client: str = NO_CLIENT,
     ) -> dict[str, Any]:
+        """A new task; refused before anything is written when the disk runs short, or
+        when `client` holds its whole share of the progress budget."""
         self.disk.admit()
+        try:
+            await self.progress.admit_client(client)
+        except Exception as exc:
+            # A create needs only the database: with the progress store away, the share
+            # cannot be counted, and the task's reports wait for the store anyway.
+            if not unavailable(exc):
+                raise
         return await self.tasks.create(space_uuid, body, idempotency)
 
     async def delete_task(self, task_uuid: str) -> None:
@@ -180,8 +196,8 @@ class Service:
     async def get_task(self, task_uuid: str) -> TaskView:
         return await self.tasks.get(task_uuid)
 
-    async def report(self, task_uuid: str, report: Report) -> TaskView:
-        return await self.tasks.report(task_uuid, report)
+    async def report(self, task_uuid: str, report: Report, client: str = NO_CLIENT) -> TaskView:
+        return await self.tasks.report(task_uuid, report, client)
 
     async def event_views(self, task_uuids: Sequence[str]) -> list[TaskView]:
         return await self.tasks.event_views(task_uuids)

@@ -45,6 +45,7 @@ class Deletes:
         if finished_parent:
             assert parent_uuid is not None
             self._families.on_event()
+            await self._families.release(parent_uuid)
             await stores.changes.changed(Changed.FINISH, space_uuid, parent_uuid)
 
     async def space(self, space_uuid: str, reason: str = "owner") -> None:

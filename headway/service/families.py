@@ -10,6 +10,7 @@ import msgspec
 
 from .. import domain, metrics
 from ..completion import completion_event
+from ..dependencies import unavailable
 from ..domain import Changed, Progress, TaskRow, canonical_uuid
 from ..errors import NotFound
 from ..storage import channel_queue, outbox, queries
@@ -128,16 +129,31 @@ class Families:
                 return (await queries.tasks_by_uuid(st, (row.uuid,))).get(row.uuid, row)
             row = msgspec.structs.replace(row, finished_at_us=now_us, duration=duration)
             await self._record_event(st, domain.view(row, progress, family), now_us)
-            if row.parent_uuid is not None:
-                await self._finish_parent_if_done(st, row, progress, now_us)
+            parent_done = row.parent_uuid is not None and await self._finish_parent_if_done(
+                st, row, progress, now_us
+            )
         self.on_event()
+        if parent_done:
+            assert row.parent_uuid is not None
+            await self.release(row.parent_uuid)
         return row
+
+    async def release(self, parent_uuid: str) -> None:
+        """The parent finished with its last step: its own progress, written while it was
+        active, no longer counts as live (see `progress.ProgressStore.release`). A store
+        that does not answer keeps counting it until it expires."""
+        try:
+            await self._stores.progress.release([parent_uuid])
+        except Exception as exc:
+            if not unavailable(exc):
+                raise
 
     async def _finish_parent_if_done(
         self, st: Statements, child: TaskRow, child_progress: Progress, now_us: int
-    ) -> None:
+    ) -> bool:
         assert child.parent_uuid is not None
-        await self.finish_if_steps_done(st, child.parent_uuid, now_us, {child.uuid: child_progress})
+        known = {child.uuid: child_progress}
+        return await self.finish_if_steps_done(st, child.parent_uuid, now_us, known)
 
     async def finish_if_steps_done(
         self,

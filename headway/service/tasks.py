@@ -14,6 +14,7 @@ from .. import domain
 from ..dependencies import unavailable
 from ..domain import Changed, Progress, Report, TaskRow, canonical_uuid
 from ..errors import Conflict, HeadwayError, NotFound, Unprocessable
+from ..progress import NO_CLIENT
 from ..schemas import CreateTask
 from ..storage import queries
 from ..storage.batch import GroupCommit
@@ -215,8 +216,11 @@ class Tasks:
                 views.append(domain.view(row, progress))
         return views
 
-    async def report(self, task_uuid: str, report: Report) -> domain.TaskView:
-        """Replace a task's live state with `report`; finish the task if the report says so.
+    async def report(
+        self, task_uuid: str, report: Report, client: str = NO_CLIENT
+    ) -> domain.TaskView:
+        """Replace a task's live state with `report`, sent by `client` (whose share of the
+        progress budget it counts against); finish the task if the report says so.
 
         Finishing is decided by a conditional update in the database, so of several
         concurrent finishing reports exactly one records the completion and its event.
@@ -226,7 +230,7 @@ class Tasks:
         versions = self._stores.changes.versions
         if versions is None:
             row, children = await families.cached(task_uuid)
-            return await self._report(row, children, report)
+            return await self._report(row, children, report, client)
         # Versioned cache (several instances): the write of a report that finishes nothing
         # checks, in the same round trip, that the family it was decided on is current.
         key = canonical_uuid(task_uuid)
@@ -245,17 +249,20 @@ class Tasks:
                 row, children, version = cached
                 fresh = False
             try:
-                return await self._report(row, children, report, versions, version, fresh=fresh)
+                return await self._report(
+                    row, children, report, client, versions, version, fresh=fresh
+                )
             except _FamilyChanged as changed:
                 seen, cached = changed.version, None
         row, children = await families.read(key)
-        return await self._report(row, children, report)
+        return await self._report(row, children, report, client)
 
     async def _report(
         self,
         row: TaskRow,
         children: Sequence[TaskRow],
         report: Report,
+        client: str,
         versions: FamilyVersions | None = None,
         version: FamilyVersion | None = None,
         *,
@@ -279,13 +286,16 @@ class Tasks:
             found = await store.get_many([c.uuid for c in children])
             family = list(zip(children, found, strict=True))
         # Refused before anything is written, a finish included.
-        store.admit(row.uuid, row.space_uuid, progress)
+        finished = finishing or row.finished
+        store.admit(row.uuid, row.space_uuid, progress, client=client, finished=finished)
         if finishing and not row.finished:
             if not fresh:
                 raise _FamilyChanged(None)
-            row, progress = await self._finish(row, progress, family, report, previous, now_us)
+            row, progress = await self._finish(
+                row, progress, family, report, previous, now_us, client
+            )
         elif version is None:
-            await store.put(row.uuid, progress, row.space_uuid)
+            await store.put(row.uuid, progress, row.space_uuid, client=client, finished=finished)
             await changes.changed(Changed.REPORT, row.space_uuid, row.uuid, row.parent_uuid)
         else:
             # The change is announced to the other instances by the write itself.
@@ -294,7 +304,7 @@ class Tasks:
                 changes.change(Changed.REPORT, row.space_uuid, row.uuid, row.parent_uuid)
             )
             current = await versions.put_if_family(
-                row.uuid, progress, row.space_uuid, version, note
+                row.uuid, progress, row.space_uuid, version, note, client=client, finished=finished
             )
             if current is not None:
                 raise _FamilyChanged(current)
@@ -317,9 +327,10 @@ class Tasks:
         report: Report,
         previous: Progress | None,
         now_us: int,
+        client: str,
     ) -> tuple[TaskRow, Progress]:
-        """Finish `row` with `progress`, then store its progress; the row and progress
-        as they now stand."""
+        """Finish `row` with `progress`, then store its progress (finished: kept for
+        reading, no longer counted as live); the row and progress as they now stand."""
         store = self._stores.progress
         row = await self._families.finish(row, progress, family, now_us)
         try:
@@ -331,7 +342,7 @@ class Tasks:
                     progress, _ = domain.apply_report(
                         latest, report, now_us, is_parent=bool(family)
                     )
-            await store.put(row.uuid, progress, row.space_uuid)
+            await store.put(row.uuid, progress, row.space_uuid, client=client, finished=True)
         except Exception as exc:
             if not unavailable(exc):
                 raise

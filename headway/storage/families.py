@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from itertools import islice
 from typing import ClassVar, NamedTuple, NewType, Protocol
 
 import msgspec
@@ -48,6 +47,23 @@ VERSIONED_MAX_AGE_US = 3600 * 1_000_000
 # (`api.streaming`), so that a client that does not read holds a piece, not a copy.
 KEPT_JSON_BYTES = 2048
 KEPT_JOINED_BYTES = 1024 * 1024
+# What the family cache holds at most, in bytes as the process's memory holds them: a
+# row costs ROW_BYTES plus its title's and source's characters (measured with tracemalloc
+# over 100,000 rows as the database hands them), a child's answer kept as JSON
+# SHOWN_BYTES plus its length. Past it, the families held longest go.
+FAMILY_BYTES = 32 * 1024**2
+ROW_BYTES = 330
+SHOWN_BYTES = 150
+
+
+def row_bytes(row: TaskRow) -> int:
+    """What a cached row costs, as the family cache and the space reads count it."""
+    return ROW_BYTES + len(row.title or "") + len(row.source or "")
+
+
+def family_bytes(row: TaskRow, children: Sequence[TaskRow]) -> int:
+    """What a cached family's rows cost (a child also has its place in two lists)."""
+    return row_bytes(row) + sum(row_bytes(child) + 16 for child in children)
 
 
 # A family's version, as its store gives it: only ever compared for equality.
@@ -73,10 +89,14 @@ class FamilyVersions(Protocol):
         space_uuid: str,
         version: FamilyVersion,
         announce: tuple[str, str] | None = None,
+        *,
+        client: str = "unknown",
+        finished: bool = False,
     ) -> FamilyVersion | None:
         """`put`, atomically only if the task's family is still at `version`: returns
         None once written, or the family's version now, having written nothing.
-        `announce`: a (channel, message) published once written, in the same call."""
+        `announce`: a (channel, message) published once written, in the same call.
+        Counted for `client` as `put` counts a write (raising as it does)."""
 
 
 class ChildrenJSON(list[msgspec.Raw]):
@@ -102,9 +122,11 @@ class ChildrenAnswer(NamedTuple):
 class _Parent:
     """A cached family with children, and the JSON shown for each child (with the
     progress it was made from), filled in as the family is read; `answer` is the last
-    `ChildrenAnswer` made, with the progress it was made from."""
+    `ChildrenAnswer` made, with the progress it was made from. `large`: its children's
+    answers together passed KEPT_JOINED_BYTES, so none is kept (until the family
+    changes). `size`: what it costs, as the cache counts it."""
 
-    __slots__ = ("answer", "children", "row", "shown", "uuids")
+    __slots__ = ("answer", "children", "large", "row", "shown", "size", "uuids")
 
     def __init__(self, row: TaskRow, children: tuple[TaskRow, ...]) -> None:
         self.row = row
@@ -112,12 +134,16 @@ class _Parent:
         self.uuids = [row.uuid, *(child.uuid for child in children)]
         self.shown: list[tuple[Progress | None, msgspec.Raw] | None] | None = None
         self.answer: tuple[list[Progress | None], ChildrenAnswer] | None = None
+        self.large = False
+        self.size = family_bytes(row, children)
 
 
 class FamilyCache:
-    """Families, at most `max_entries` of them: past that, the eighth held longest are
-    dropped at once (a plain dict in insertion order costs about 60 bytes less per entry
-    than keeping recency in an OrderedDict, and every reporting task has an entry).
+    """Families, holding at most `max_bytes` (FAMILY_BYTES: rows, and children's answers
+    kept as JSON, as `row_bytes` and SHOWN_BYTES count them): past that, those held
+    longest are dropped until an eighth is free (a plain dict in insertion order costs
+    about 60 bytes less per entry than keeping recency in an OrderedDict, and every
+    reporting task has an entry).
 
     `generation` guards against a race: a reader that fetched a family from the database
     before a concurrent change was committed and forgotten must not store its stale copy.
@@ -133,9 +159,10 @@ class FamilyCache:
         {Changed.CREATE, Changed.FINISH, Changed.DELETE, Changed.DROP}
     )
 
-    def __init__(self, max_entries: int = 100_000, *, versioned: bool = False) -> None:
+    def __init__(self, max_bytes: int = FAMILY_BYTES, *, versioned: bool = False) -> None:
         self._entries: dict[str, TaskRow | _Parent] = {}
-        self._max = max_entries
+        self._max = max_bytes
+        self.bytes_held = 0
         self.generation = 0
         # Versioned only: each entry's (family version, when it was read, in µs).
         self.versioned = versioned
@@ -181,33 +208,45 @@ class FamilyCache:
         returned it). While no child's progress changed, the last answer is reused
         whole: a parent of a thousand children is then read without a loop over them."""
         entry = self._entries.get(parent_uuid)
-        if not isinstance(entry, _Parent) or entry.children is not children:
+        if not isinstance(entry, _Parent) or entry.children is not children or entry.large:
             return None
         found = list(found)
         if entry.answer is not None and entry.answer[0] == found:  # identity first: C speed
             return entry.answer[1]
         if any(p is not None and len(p.values) > KEPT_JSON_BYTES for p in found):
             return None  # large values: see KEPT_JSON_BYTES
+        before = entry.size
         shown = entry.shown
         if shown is None:
             shown = entry.shown = [None] * len(children)
+            entry.size += 8 * len(children)
         answers = []
         latest = None
         size = 0
         for index, progress in enumerate(found):
             made = shown[index]
             if made is None or made[0] is not progress:
+                old = made
                 made = shown[index] = (progress, view_json(children[index], progress))
+                entry.size += len(made[1]) - (len(old[1]) if old else -SHOWN_BYTES)
             answers.append(made[1])
             size += len(made[1]) + 1
             if progress is not None and (latest is None or progress.updated_at_us > latest):
                 latest = progress.updated_at_us
+        if entry.answer is not None:
+            entry.size -= len(entry.answer[1].shown.joined) + 16 * len(children)
         if size > KEPT_JOINED_BYTES:
-            entry.answer = None
+            # Too large to keep: answered from structs, encoded as sent, from now on.
+            entry.answer = entry.shown = None
+            entry.large = True
+            entry.size = family_bytes(entry.row, children)
+            self._grew(entry.size - before)
             return None
         done = sum(1 for child in children if child.finished_at_us is not None)
         answer = ChildrenAnswer(ChildrenJSON(answers), done, latest)
         entry.answer = (found, answer)
+        entry.size += len(answer.shown.joined) + 16 * len(children)
+        self._grew(entry.size - before)
         return answer
 
     def put(self, family: Family, generation: int) -> None:
@@ -217,12 +256,30 @@ class FamilyCache:
         shared_space = sys.intern(row.space_uuid)
         if shared_space is not row.space_uuid:
             row = msgspec.structs.replace(row, space_uuid=shared_space)
-        self._entries[row.uuid] = _Parent(row, tuple(children)) if children else row
-        if len(self._entries) > self._max:
-            # An eighth at a time: each drop walks past what the last one left behind.
-            for evicted in list(islice(self._entries, max(1, self._max // 8))):
-                del self._entries[evicted]
-                self._stamps.pop(evicted, None)
+        old = self._entries.pop(row.uuid, None)
+        if old is not None:
+            self.bytes_held -= _size(old)
+        entry = _Parent(row, tuple(children)) if children else row
+        self._entries[row.uuid] = entry
+        self._grew(_size(entry))
+
+    def _grew(self, size: int) -> None:
+        """Count `size` bytes more; past the bound, drop the families held longest until
+        an eighth of it is free (each drop walks past what the last one left behind, so
+        a drop frees much at once)."""
+        self.bytes_held += size
+        if self.bytes_held <= self._max:
+            return
+        goal = self._max - self._max // 8
+        dropped = []
+        for uuid in self._entries:
+            if self.bytes_held <= goal:
+                break
+            self.bytes_held -= _size(self._entries[uuid])
+            dropped.append(uuid)
+        for uuid in dropped:
+            del self._entries[uuid]
+            self._stamps.pop(uuid, None)
 
     def on_change(
         self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
@@ -242,5 +299,11 @@ class FamilyCache:
         self.generation += 1
         for uuid in task_uuids:
             if uuid is not None:
-                self._entries.pop(uuid, None)
+                entry = self._entries.pop(uuid, None)
+                if entry is not None:
+                    self.bytes_held -= _size(entry)
                 self._stamps.pop(uuid, None)
+
+
+def _size(entry: TaskRow | _Parent) -> int:
+    return entry.size if isinstance(entry, _Parent) else row_bytes(entry)

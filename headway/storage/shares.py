@@ -82,3 +82,14 @@ async def share_secret(db: Database, now_us: int) -> bytes:
             )
             found = await st.rows(select, (SHARE_SECRET,))
     return base64.urlsafe_b64decode(found[0][0])
+
+
+async def tasks_since(fetch: Fetch, space_uuid: str, after_us: int) -> list[tuple[str, int]]:
+    """The space's tasks (steps too) created after `after_us`, as (uuid, created_at_us),
+    oldest first: what a share link's ids may name that was not seen before."""
+    found = await fetch(
+        "SELECT uuid, created_at_us FROM tasks WHERE space_uuid = ? AND created_at_us > ? "
+        "ORDER BY created_at_us",
+        (space_uuid, after_us),
+    )
+    return [(uuid, created) for uuid, created in found]

@@ -12,29 +12,41 @@ With each row the entry keeps the JSON of its answer while the task's progress s
 same object (the memory store replaces it on every write), so a read of an unchanged
 task costs a lookup. Pages of bigger spaces, read from the database, reuse the answers
 of their childless tasks the same way, for a bounded number of tasks (`ShownTasks`).
+
+Every cache here is bounded in bytes as the process's memory holds them (rows as
+`storage.families.row_bytes` counts them, answers at SHOWN_BYTES plus their JSON): small
+spaces with their answers SPACES_BYTES, big spaces' pages PAGES_BYTES, the answers of
+big spaces' tasks SHOWN_TASKS_BYTES.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
 from typing import Any, ClassVar
 
 import msgspec
 
 from ..domain import Changed, Progress, TaskRow, TaskView, view, view_json
 from .database import Fetch
-from .families import KEPT_JSON_BYTES, VERSIONED_MAX_AGE_US, FamilyVersion
+from .families import (
+    KEPT_JSON_BYTES,
+    ROW_BYTES,
+    SHOWN_BYTES,
+    VERSIONED_MAX_AGE_US,
+    FamilyVersion,
+    row_bytes,
+)
 from .queries import Window, families_of, space_has_children, space_rows
 
 # Spaces of at most this many tasks are held whole; bigger ones are read page by page.
 SMALL_SPACE = 1000
-# Rows held in all: the least recently read spaces go first.
-ROWS_HELD = 50_000
-# Answers of tasks of big spaces held (`ShownTasks`): about 0.5 KB each.
-TASKS_SHOWN = 16_384
+# Small spaces' rows and their answers held in all: the least recently read spaces go
+# first (about 50,000 rows of short titles).
+SPACES_BYTES = 16 * 1024**2
+# Answers of tasks of big spaces held (`ShownTasks`): about 16,000 of 0.5 KB.
+SHOWN_TASKS_BYTES = 8 * 1024**2
 
 
 def space_version_key(space_uuid: str) -> str:
@@ -48,14 +60,24 @@ class ShownTasks:
     those shown in pages of big spaces): reused while the task's progress is the same
     object (the memory store replaces it on every write) and its row has not finished
     since, so a page read again costs a lookup per unchanged task. At most `held` of
-    them: past that, the eighth made longest ago are dropped. Tasks holding large
-    values are not kept (see `storage.families.KEPT_JSON_BYTES`)."""
+    them, holding at most `max_bytes` (each SHOWN_BYTES plus its JSON): past either, the
+    eighth made longest ago are dropped. Tasks holding large values are not kept (see
+    `storage.families.KEPT_JSON_BYTES`). `on_grow`, if given, hears every change of
+    `bytes_held` (a small space's answers count in its space's bytes)."""
 
     # An entry checks its progress and finish on every use: no change makes it stale.
     hears: ClassVar[frozenset[Changed]] = frozenset()
 
-    def __init__(self, held: int = TASKS_SHOWN) -> None:
+    def __init__(
+        self,
+        held: int | None = None,
+        max_bytes: int = SHOWN_TASKS_BYTES,
+        on_grow: Callable[[int], None] | None = None,
+    ) -> None:
         self._held = held
+        self._max_bytes = max_bytes
+        self._on_grow = on_grow
+        self.bytes_held = 0
         self._entries: dict[str, tuple[Progress | None, int | None, msgspec.Raw]] = {}
 
     def on_change(
@@ -73,25 +95,50 @@ class ShownTasks:
         if made is not None and made[0] is progress and made[1] == row.finished_at_us:
             return made[2]
         entries = self._entries
-        entries.pop(row.uuid, None)  # re-made: now the newest
+        grew = 0
+        old = entries.pop(row.uuid, None)  # re-made: now the newest
+        if old is not None:
+            grew -= SHOWN_BYTES + len(old[2])
         if progress is not None and len(progress.values) > KEPT_JSON_BYTES:
+            self._grew(grew)
             return view(row, progress)
         shown = view_json(row, progress)
         entries[row.uuid] = (progress, row.finished_at_us, shown)
-        if len(entries) > self._held:
-            for dropped in list(islice(entries, max(1, self._held // 8))):
-                del entries[dropped]
+        grew += SHOWN_BYTES + len(shown)
+        held = self.bytes_held + grew
+        if held > self._max_bytes or (self._held is not None and len(entries) > self._held):
+            # An eighth at a time: each drop walks past what the last one left behind.
+            bytes_goal = self._max_bytes - self._max_bytes // 8
+            count_goal = len(entries) if self._held is None else self._held - self._held // 8
+            dropped = []
+            for uuid, entry in entries.items():
+                if held <= bytes_goal and len(entries) - len(dropped) <= count_goal:
+                    break
+                held -= SHOWN_BYTES + len(entry[2])
+                dropped.append(uuid)
+            for uuid in dropped:
+                del entries[uuid]
+            grew = held - self.bytes_held
+        self._grew(grew)
         return shown
+
+    def _grew(self, size: int) -> None:
+        if size:
+            self.bytes_held += size
+            if self._on_grow is not None:
+                self._on_grow(size)
 
 
 @dataclass
 class SmallSpace:
     """A space's top-level tasks (oldest first), their children (oldest first) by
-    parent, and the JSON of the answers last made for childless tasks."""
+    parent, the JSON of the answers last made for childless tasks, and what its rows
+    cost (`storage.families.row_bytes`)."""
 
     top: list[TaskRow]
     children: dict[str, list[TaskRow]]
     rows: int
+    rows_bytes: int = 0
     shown: ShownTasks = field(default_factory=lambda: ShownTasks(SMALL_SPACE))
 
     def rows_of(self, window: Window) -> tuple[list[TaskRow], dict[str, list[TaskRow]]]:
@@ -111,15 +158,17 @@ class BigSpace:
         self.version = 0
 
 
-# Rows of big spaces' pages held (`SmallSpaces.page`): about 0.25 KB each.
-PAGE_ROWS_HELD = 16_384
+# Rows of big spaces' pages held (`SmallSpaces.page`), as `row_bytes` counts them.
+PAGES_BYTES = 4 * 1024**2
 # A page holding more rows than this (its tasks' children count) is not held.
 PAGE_ROWS_MOST = 1_000
 Page = tuple[list[TaskRow], dict[str, list[TaskRow]]]
 
 
 class SmallSpaces:
-    """Small spaces by uuid, least recently read first, and big ones (`BigSpace`)."""
+    """Small spaces by uuid, least recently read first, and big ones (`BigSpace`):
+    small spaces' rows and answers hold at most `max_bytes`, big spaces' pages at most
+    `page_bytes`."""
 
     # A space's rows change when a task is created in it, finishes or is deleted.
     hears: ClassVar[frozenset[Changed]] = frozenset(
@@ -127,19 +176,23 @@ class SmallSpaces:
     )
 
     def __init__(
-        self, small: int = SMALL_SPACE, held: int = ROWS_HELD, page_rows: int = PAGE_ROWS_HELD
+        self,
+        small: int = SMALL_SPACE,
+        max_bytes: int = SPACES_BYTES,
+        page_bytes: int = PAGES_BYTES,
     ) -> None:
         self._small = small
-        self._held = held
+        self._max_bytes = max_bytes
         self._entries: OrderedDict[str, SmallSpace | BigSpace] = OrderedDict()
         # Versioned only: each entry's (version of its rows, when they were read, in µs).
         self._stamps: dict[str, tuple[FamilyVersion, int]] = {}
-        self._rows = 0
+        self.bytes_held = 0  # small spaces' rows and answers
         self.generation = 0
-        # Whole answers of big spaces' windows, oldest first: (space, its version, page).
+        # Whole answers of big spaces' windows, oldest first: (space, its version, page,
+        # its bytes).
         self._pages: dict[Window, tuple[BigSpace, int, Page, int]] = {}
-        self._page_rows = 0
-        self._page_rows_held = page_rows
+        self.page_bytes_held = 0
+        self._page_bytes = page_bytes
 
     def page(self, big: BigSpace, window: Window) -> Page | None:
         """The rows a read of `window` in the big space answers (its top-level tasks and
@@ -158,20 +211,23 @@ class SmallSpaces:
         `version` (kept only if nothing was created or finished there since)."""
         if big.version != version or self._entries.get(window.space_uuid) is not big:
             return
-        # An empty page counts as one row: the bound holds however many are read.
-        rows = max(1, len(page[0]) + sum(map(len, page[1].values())))
-        if rows > PAGE_ROWS_MOST:
+        if len(page[0]) + sum(map(len, page[1].values())) > PAGE_ROWS_MOST:
             return
+        # An empty page counts as a row: the bound holds however many are read.
+        size = sum(map(row_bytes, page[0])) + sum(
+            row_bytes(child) for children in page[1].values() for child in children
+        )
+        size = max(size, ROW_BYTES)
         self._drop_page(window)
-        self._pages[window] = (big, version, page, rows)
-        self._page_rows += rows
-        while self._page_rows > self._page_rows_held:
+        self._pages[window] = (big, version, page, size)
+        self.page_bytes_held += size
+        while self.page_bytes_held > self._page_bytes:
             self._drop_page(next(iter(self._pages)))
 
     def _drop_page(self, window: Window) -> None:
         held = self._pages.pop(window, None)
         if held is not None:
-            self._page_rows -= held[3]
+            self.page_bytes_held -= held[3]
 
     def get(
         self, space_uuid: str, version: FamilyVersion | None = None, now_us: int = 0
@@ -216,16 +272,27 @@ class SmallSpaces:
             self._entries[space_uuid] = entry
             if version is not None:
                 self._stamps[space_uuid] = (version, now_us)
-            self._rows += entry.rows
-            while self._rows > self._held and self._entries:
-                self._drop(next(iter(self._entries)))
+
+            def grew(size: int) -> None:  # its answers count while it is held
+                if self._entries.get(space_uuid) is entry:
+                    self._grew(size)
+
+            entry.shown = ShownTasks(self._small, self._max_bytes, grew)
+            self._grew(entry.rows_bytes)
         return entry
+
+    def _grew(self, size: int) -> None:
+        """Count `size` bytes more of small spaces; past the bound, the spaces read
+        longest ago go (the one growing too, if it alone is over)."""
+        self.bytes_held += size
+        while self.bytes_held > self._max_bytes and self._entries:
+            self._drop(next(iter(self._entries)))
 
     def _drop(self, space_uuid: str) -> None:
         entry = self._entries.pop(space_uuid, None)
         self._stamps.pop(space_uuid, None)
         if isinstance(entry, SmallSpace):
-            self._rows -= entry.rows
+            self.bytes_held -= entry.rows_bytes + entry.shown.bytes_held
 
     def on_change(
         self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
@@ -255,4 +322,7 @@ class SmallSpaces:
 
 def _small_space(space_uuid: str, found: Sequence[tuple[Any, ...]]) -> SmallSpace:
     top, children = families_of(space_uuid, found)
-    return SmallSpace(top, children, len(found))
+    size = sum(map(row_bytes, top)) + sum(
+        row_bytes(child) for held in children.values() for child in held
+    )
+    return SmallSpace(top, children, len(found), size)

@@ -26,17 +26,37 @@ PAGE_HEADERS = {
     "cache-control": "no-store",
     "vary": "Accept",
 }
+# A share link's embed is the one page any other page may frame; it is otherwise as
+# strict. (X-Frame-Options cannot say "any": it is left out, and CSP decides.)
+EMBED_CONTENT_SECURITY_POLICY = CONTENT_SECURITY_POLICY.replace(
+    "frame-ancestors 'none'", "frame-ancestors *"
+)
+EMBED_HEADERS = {
+    "content-security-policy": EMBED_CONTENT_SECURITY_POLICY,
+    "referrer-policy": "no-referrer",
+    "cache-control": "no-store",
+}
+# The embed's looks: `theme` and at most how many top-level tasks it shows.
+THEMES = ("auto", "light", "dark")
+EMBED_TASKS = 10
+MAX_EMBED_TASKS = 50
 
 
 def wants_html(request: Request) -> bool:
     """Whether the client prefers a page to JSON: `text/html` is named in `Accept` and
     weighs more than `application/json`. A tie (`*/*`, as curl and HTTP libraries send)
     is JSON."""
+    return prefers(request, "text", "html")
+
+
+def prefers(request: Request, kind: str, subtype: str) -> bool:
+    """Whether the client prefers `kind/subtype` (or `kind/*`) to JSON: it is named in
+    `Accept` and weighs more than `application/json`. A tie (`*/*`) is JSON."""
     accept = request.headers.get("accept")
-    if not accept or "html" not in accept:
+    if not accept or kind not in accept:
         return False
-    html = _weight(accept, "text", "html")
-    return html > 0 and html > _weight(accept, "application", "json")
+    wanted = _weight(accept, kind, subtype)
+    return wanted > 0 and wanted > _weight(accept, "application", "json")
 
 
 def _weight(accept: str, kind: str, subtype: str) -> float:
@@ -75,10 +95,12 @@ def _templates() -> jinja2.Environment:
     )
 
 
-def render(template: str, status: int = 200, **context: Any) -> Response:
-    """A page from `template`, with the headers every page carries."""
+def render(
+    template: str, status: int = 200, headers: dict[str, str] = PAGE_HEADERS, **context: Any
+) -> Response:
+    """A page from `template`, with the headers every page carries (`headers`)."""
     body = _templates().get_template(template).render(**context)
-    return Response(body, status, PAGE_HEADERS, media_type="text/html")
+    return Response(body, status, headers, media_type="text/html")
 
 
 class _StaticFiles(StaticFiles):
@@ -126,6 +148,32 @@ def shared_page(share_uuid: str, head: dict[str, Any]) -> Response:
         title=head["title"],
         icon=head["icon"],
         retention=None,
+    )
+
+
+def embed_page(
+    share_uuid: str | None,
+    head: dict[str, Any],
+    *,
+    theme: str = "auto",
+    transparent: bool = False,
+    limit: int = EMBED_TASKS,
+    status: int = 200,
+) -> Response:
+    """A share link's compact live view, for other pages to frame: its newest `limit`
+    top-level tasks with their bars and log lines, in `theme` (`auto` follows the
+    system), on a `transparent` background if asked. No `share_uuid`: the link was
+    revoked or never existed, and the page says so (404)."""
+    return render(
+        "embed.html",
+        status,
+        EMBED_HEADERS,
+        base=None if share_uuid is None else f"/shared/{share_uuid}",
+        title=head.get("title"),
+        icon=head.get("icon"),
+        theme=theme,
+        transparent=transparent,
+        limit=limit,
     )
 
 

@@ -151,7 +151,8 @@ function setUpShares(space, say, onShares) {
     .catch(() => showError("The read-only links could not be loaded."));
 }
 
-/** One read-only link: its full address, and copy, open and revoke buttons. */
+/** One read-only link: its full address, and copy, open and revoke buttons, then what
+ *  it can be shown as elsewhere (see linkSnippets). */
 function shareItem(share) {
   const url = new URL(share.url, window.location.origin).href;
   const label = "Read-only link";
@@ -167,5 +168,54 @@ function shareItem(share) {
     el("button", { type: "button", class: "danger", "aria-label": "Revoke the link" }, "Revoke"),
     el("span", { class: "muted" }, created),
   );
-  return el("li", { class: "share" }, field, actions);
+  return el("li", { class: "share" }, field, actions, shareSnippets(url));
+}
+
+/** The snippets of a read-only link at `url`, with the space's `title`: its badge in
+ *  Markdown (for a README), its Shields endpoint badge's address, and an <iframe> of its
+ *  compact live view. The same forms as `headway badge URL` prints. */
+export function linkSnippets(url, title) {
+  const name = title || "progress";
+  const alt = name.replace(/[[\]\\]/g, "");
+  const attribute = name.replace(/[&<>"']/g, (c) => `&#${c.codePointAt(0)};`);
+  const json = encodeURIComponent(`${url}/shields.json`);
+  return {
+    markdown: `[![${alt}](${url}/badge.svg)](${url})`,
+    shields: `https://img.shields.io/endpoint?url=${json}`,
+    iframe: `<iframe src="${url}/embed" title="${attribute}" width="480" height="320"></iframe>`,
+  };
+}
+
+const SNIPPETS = [
+  ["markdown", "Badge, in Markdown"],
+  ["shields", "Shields badge address"],
+  ["iframe", "Live view, to frame in a page"],
+];
+
+/** A link's badge (shown live), and its snippets, each with a copy button. */
+function shareSnippets(url) {
+  const title = document.getElementById("space-title").textContent;
+  const snippets = linkSnippets(url, title);
+  const rows = SNIPPETS.map(([kind, name]) => {
+    const field = el("input", {
+      type: "text",
+      readonly: true,
+      value: snippets[kind],
+      "aria-label": name,
+      "data-snippet": kind,
+    });
+    const copy = el("button", { type: "button", "aria-label": `Copy: ${name}` }, "Copy");
+    copy.addEventListener("click", async () => {
+      confirmCopy(copy, await copyText(snippets[kind], field));
+    });
+    return el("div", { class: "share-snippet" }, el("span", { class: "muted" }, name), field, copy);
+  });
+  const badge = el("img", { src: `${url}/badge.svg`, alt: "This link's badge", height: 20 });
+  return el(
+    "details",
+    { class: "share-snippets" },
+    el("summary", {}, "Badge and embed"),
+    el("p", { class: "share-badge" }, badge),
+    ...rows,
+  );
 }
