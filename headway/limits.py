@@ -16,7 +16,8 @@ Where the counts live:
 - Embedded default: token buckets in this process's memory, on the service's clock
   (tests move time instead of sleeping). A bucket of "600/second" holds 600 tokens and
   refills at 600 a second, so a burst of 600 passes at once. A check costs about a
-  microsecond; the report path pays it on every report, a task's read on every read.
+  microsecond; the report path pays it on every report. Reads take their tokens a
+  chunk at a time (up to 64, paid ahead), so most reads pay a dict lookup.
   (The `limits` library's own memory storage costs about ten times that.)
 - With HEADWAY_REDIS_URL: the `limits` library's sliding-window counters in Redis,
   shared by every instance (one Redis round trip per limit). Reads count in its fixed
@@ -98,6 +99,11 @@ class RateLimiter:
         else:
             longest_s = max(item.get_expiry() for items in self._limits.values() for item in items)
             self._buckets = TokenBuckets(clock or SystemClock(), longest_s)
+        # Reads are taken from their buckets a chunk at a time (a thousandth of the
+        # smallest limit, at most 64; 1 for small limits: exact): the reads a client has
+        # paid for ahead then pass with a dict lookup (see `counted_here`).
+        self._chunk = max(1, min(64, min(item.amount for item in self._limits["reads"]) // 1000))
+        self._paid_reads: dict[str, int] = {}
 
     async def check(self, kind: Kind, address: str) -> None:
         """Count one `kind` for `address` (a create also against the daily cap on creates);
@@ -116,6 +122,12 @@ class RateLimiter:
         buckets = self._buckets
         if buckets is None:
             return False
+        if kind == "reads":
+            paid = self._paid_reads.get(address)
+            if paid:
+                self._paid_reads[address] = paid - 1
+                return True
+            return self._read_chunk(buckets, address)
         if kind in CREATES:
             wait_s = buckets.take(("creates", address), self._limits["creates"])
             if wait_s > 0:
@@ -123,6 +135,20 @@ class RateLimiter:
         wait_s = buckets.take((kind, address), self._limits[kind])
         if wait_s > 0:
             raise self._refusal(kind, wait_s)
+        return True
+
+    def _read_chunk(self, buckets: TokenBuckets, address: str) -> bool:
+        """Take a chunk of reads from the client's buckets (while it is not in debt), one
+        for this read and the rest paid ahead; 429 once the client's allowance is spent."""
+        items = self._limits["reads"]
+        wait_s = buckets.take(("reads", address), items)
+        if wait_s > 0:
+            raise self._refusal("reads", wait_s)
+        if self._chunk > 1:
+            buckets.charge(("reads", address), items, self._chunk - 1)
+            if len(self._paid_reads) >= TokenBuckets.SWEEP_ABOVE:
+                self._paid_reads.clear()  # what was paid ahead is forfeit, no more
+            self._paid_reads[address] = self._chunk - 1
         return True
 
     async def _shared_check(self, kind: Kind, address: str) -> None:

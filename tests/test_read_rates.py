@@ -306,3 +306,21 @@ async def test_mcp_reads_are_rated_as_rest_reads_are(limited, clients):
     assert "Too many tasks read" in refused["content"][0]["text"]
     assert_refused_read(await agent.get(f"/tasks/{task}"))  # one allowance for both
     assert not (await call("create_task", space_uuid=space))["isError"]  # writes go on
+
+
+def test_reads_are_taken_from_the_bucket_a_chunk_at_a_time(clock: ManualClock):
+    """With a big read rate, reads are paid for 64 at a time (the hot path then costs a
+    dict lookup); once the allowance is spent, the next chunk is refused."""
+    from headway.errors import TooManyRequests
+
+    limiter = RateLimiter(Settings(rate_reads="64000/minute"), clock)
+    key = ("reads", "192.0.2.1")
+    assert limiter._buckets is not None
+    for _ in range(64):
+        assert limiter.counted_here("reads", key[1])
+    assert limiter._buckets._state[key][0] == 64000 - 64  # one chunk, taken once
+    limiter._buckets.charge(key, limiter._limits["reads"], 64000)  # a big read's pages
+    with pytest.raises(TooManyRequests):
+        limiter.counted_here("reads", key[1])
+    # Small rates are counted a read at a time, exactly (the other tests rely on it).
+    assert RateLimiter(Settings(rate_reads="300/hour"), clock)._chunk == 1

@@ -121,12 +121,13 @@ async def task(request: Request) -> Response:
         client = await count(request, "reports")
         report = decode_report(await read_body(request))
         return task_response(await _service(request).report(task_uuid, report, client))
-    limiter = request.app.state.limiter  # `costs.admit`, without a bill: the hot path
+    state = request.app.state
+    limiter = state.limiter  # `costs.admit`, without a bill: the hot path
     if limiter.enabled:
         address = limiter.address_of(request.scope)
         if not limiter.counted_here("reads", address):
             await limiter.check("reads", address)
-    found = await _service(request).get_task(task_uuid)
+    found = await state.service.get_task(task_uuid)
     if found.children and limiter.enabled:  # the task paid 1: now its children
         await limiter.charge("reads", address, len(found.children))
     return task_response(found)
