@@ -14,6 +14,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -268,13 +269,29 @@ def test_the_board_draws_a_share_links_tasks() -> None:
     assert re.search(r"^✓\s{4}Shared step\s.*100%\s+4/4", row(lines, "Shared step"))
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """An answer a stream's request may get instead of the stream, the way Headway refuses
+    (a JSON error, with `retry_after` as its Retry-After if given)."""
+
+    status: int
+    retry_after: str | None = None
+
+
 class StreamServer:
     """A stand-in for the live stream on `port`: each connection gets the next script of
-    events (then the connection ends), or a 404 once none is left."""
+    events (then the connection ends, or, with `hold`, stays open until the server stops)
+    or the next refusal, or a 404 once none is left. `arrivals` holds when each request
+    came (time.monotonic())."""
 
-    def __init__(self, scripts: list[list[bytes]], port: int | None = None) -> None:
+    def __init__(
+        self, scripts: list[list[bytes] | Refusal], port: int | None = None, *, hold: bool = False
+    ) -> None:
         self.scripts = scripts
+        self.hold = hold
+        self.stopping = threading.Event()
         self.connections = 0
+        self.arrivals: list[float] = []
         self.port = port or free_port()
         owner = self
 
@@ -283,21 +300,28 @@ class StreamServer:
                 pass
 
             def do_GET(self) -> None:
+                owner.arrivals.append(time.monotonic())
                 owner.connections += 1
-                if not owner.scripts:
-                    body = b'{"error":"No such space."}'
-                    self.send_response(404)
+                script = owner.scripts.pop(0) if owner.scripts else Refusal(404)
+                if isinstance(script, Refusal):
+                    message = "No such space." if script.status == 404 else "Refused."
+                    body = json.dumps({"error": message}).encode()
+                    self.send_response(script.status)
                     self.send_header("content-type", "application/json")
                     self.send_header("content-length", str(len(body)))
+                    if script.retry_after is not None:
+                        self.send_header("retry-after", script.retry_after)
                     self.end_headers()
                     self.wfile.write(body)
                     return
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.end_headers()
-                for chunk in owner.scripts.pop(0):
+                for chunk in script:
                     self.wfile.write(chunk)
                     self.wfile.flush()
+                if owner.hold:
+                    owner.stopping.wait()
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
 
@@ -308,6 +332,7 @@ class StreamServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -318,7 +343,7 @@ def test_follow_reconnects_when_the_stream_drops_and_stops_on_a_404() -> None:
     with StreamServer([first, second]) as server:
         events = follow(f"http://127.0.0.1:{server.port}/spaces/s/events", backoff=(0.01, 0.05))
         assert next(events) == Event("snapshot", '{"title":"one"}', "0")
-        assert next(events) == Event(RECONNECTING, "the stream ended")
+        assert next(events) == Event(RECONNECTING, "the stream ended", retry_in=0.01)
         assert next(events) == Event("snapshot", '{"title":"two"}', "0")
         assert next(events).event == RECONNECTING
         with pytest.raises(APIError) as gone:

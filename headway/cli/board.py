@@ -4,10 +4,11 @@ the board drawn for a terminal (`render`), a pure function of the board and the 
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from rich.console import RenderableType
 from rich.progress_bar import ProgressBar
@@ -58,7 +59,8 @@ class Row:
 
 class Board:
     """The space as the stream tells it: a snapshot, then one task at a time. Steps are
-    kept under their parent (a parent's own event carries no children). `apply` and
+    kept under their parent (a parent's own event carries no children). While the
+    follower waits to reconnect, `waiting` holds why and until when. `apply` and
     `render` may run in different threads: both hold `lock`."""
 
     def __init__(self) -> None:
@@ -68,9 +70,11 @@ class Board:
         self.top: list[str] = []
         self.steps: dict[str, list[str]] = {}
         self.status = "connecting"
+        self.waiting: tuple[str, datetime] | None = None
         self.lock = threading.Lock()
 
-    def apply(self, event: Event) -> None:
+    def apply(self, event: Event, now: datetime | None = None) -> None:
+        """Take one event in; `now` (default: the time) starts a reconnection's wait."""
         with self.lock:
             if event.event == "snapshot":
                 self._snapshot(Space.from_json(json.loads(event.data)))
@@ -79,6 +83,10 @@ class Board:
                 self._put(task, task.parent_key, {})
             elif event.event == RECONNECTING:
                 self.status = f"reconnecting: {event.data}"
+                self.waiting = None
+                if event.retry_in is not None:
+                    until = (now or datetime.now(UTC)) + timedelta(seconds=event.retry_in)
+                    self.waiting = (event.data, until)
 
     def _snapshot(self, space: Space) -> None:
         """Start over from the snapshot, keeping the counts seen of tasks still there."""
@@ -90,6 +98,7 @@ class Board:
             for child in task.children:
                 self._put(child, task.key, previous)
         self.status = "live"
+        self.waiting = None
 
     def _put(self, task: Task, parent: str | None, previous: dict[str, Row]) -> None:
         row = self.rows.get(task.key)
@@ -115,14 +124,16 @@ class Board:
 def render(board: Board, now: datetime) -> RenderableType:
     """The board as a table: one bar per task, steps indented under their task, with
     ratio, count, rate, time left, age of the last report, and the latest log line; a
-    failed task is marked ✗ and shows how it failed instead of its log line."""
+    failed task is marked ✗ and shows how it failed instead of its log line. The caption
+    says whether the stream is live, or why and for how long more it waits to reconnect
+    ("rate limited; retrying in 12 s")."""
     with board.lock:
         heading = " ".join(part for part in (board.icon, board.title or "Untitled space") if part)
         failures = {key: board.failure(key) for key in board.rows}
         failed = sum(failures[key] is not None for key in board.top)
         table = Table(
             title=Text(heading, style="bold"),
-            caption=f"{board.status} · {len(board.rows)} tasks"
+            caption=f"{_status(board, now)} · {len(board.rows)} tasks"
             + (f" · {failed} failed" if failed else "")
             + " · Ctrl-C to quit",
             box=None,
@@ -140,6 +151,15 @@ def render(board: Board, now: datetime) -> RenderableType:
             for child in board.steps.get(key, ()):
                 _add_row(table, board.rows[child], now, failures[child], step=True)
         return table
+
+
+def _status(board: Board, now: datetime) -> str:
+    if board.waiting is not None:
+        why, until = board.waiting
+        left = (until - now).total_seconds()
+        if left > 0:
+            return f"{why}; retrying in {math.ceil(left)} s"
+    return board.status
 
 
 def _add_row(table: Table, row: Row, now: datetime, failure: Failure | None, *, step: bool) -> None:

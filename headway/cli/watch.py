@@ -17,7 +17,11 @@ time left, the age of its last report and its latest log line; finished tasks ar
 ✓, or ✗ with how they failed (their `error` value, or their failed steps). SPACE is a
 space's uuid (default HEADWAY_SPACE, on --url or HEADWAY_URL), a space's address
 (http://host/spaces/<uuid>) or a share link (http://host/shared/<id>). When the stream
-drops, watch reconnects and starts over from a fresh snapshot. Ctrl-C quits."""
+drops, watch reconnects and starts over from a fresh snapshot. When the server refuses it
+(429 over a rate, 503 over a budget or with a dependency down), watch waits what the
+answer's Retry-After asks (0-60 s) before it tries again, saying why and how long in its
+last line; with no Retry-After, its own backoff (0.5 s doubling to 10 s). Ctrl-C quits,
+waiting or not."""
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

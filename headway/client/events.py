@@ -14,16 +14,21 @@ from .errors import APIError, HeadwayError
 
 # Told by the follower, not the server: the stream dropped and is being opened again.
 RECONNECTING = "reconnecting"
+# How the follower names the refusals it waits out, in place of the server's message
+# (whose own "retry in N s" would be stale by the time it is read).
+REFUSALS = {429: "rate limited", 503: "service unavailable"}
 
 
 @dataclass(frozen=True, slots=True)
 class Event:
     """One event: `snapshot` (data: the space's JSON), `task` (data: one task's JSON),
-    or RECONNECTING (data: why)."""
+    or RECONNECTING (data: why; `retry_in`: the seconds the follower waits before it
+    opens the stream again)."""
 
     event: str
     data: str
     id: str | None = None
+    retry_in: float | None = None
 
 
 def parse_events(lines: Iterable[str]) -> Iterator[Event]:
@@ -58,12 +63,18 @@ def follow(
 ) -> Iterator[Event]:
     """The events of the stream at `url`, for as long as the caller reads. When the stream
     drops (or stays silent `idle` seconds: the server sends a comment at least every 15),
-    yields a RECONNECTING event and opens it again after a backoff, starting over with a
-    snapshot. An answer that retrying cannot change (a 404) raises APIError."""
+    or is refused with a status retrying can change (429, 503, any 5xx, 408, 425), yields
+    a RECONNECTING event and opens it again after a wait, starting over with a snapshot.
+    The wait is the backoff (`backoff[0]` doubling to `backoff[1]`, back to the start
+    once an event arrives), or what a refusal's Retry-After asks if that is longer: read
+    as the client reads it (`calls.retry_after`: seconds or an HTTP date, clamped to
+    0-60 s, garbage ignored), so a server that says 0 each time still gets the backoff.
+    An answer that retrying cannot change (a 404) raises APIError."""
     delay = backoff[0]
     limits = httpx.Timeout(timeout, read=idle)
     with httpx.Client(timeout=limits, headers={"accept": "text/event-stream"}) as http:
         while True:
+            asked: float | None = None
             try:
                 with http.stream("GET", url) as response:
                     if response.status_code != 200:
@@ -81,7 +92,9 @@ def follow(
             except APIError as exc:
                 if not exc.retryable:
                     raise
-                reason = str(exc)
-            yield Event(RECONNECTING, reason)
-            time.sleep(delay)
+                reason = REFUSALS.get(exc.status, str(exc))
+                asked = exc.retry_after
+            wait = delay if asked is None else max(delay, asked)
+            yield Event(RECONNECTING, reason, retry_in=wait)
+            time.sleep(wait)
             delay = min(delay * 2, backoff[1])
