@@ -1,8 +1,12 @@
 """Stall clocks on a moved clock, on every backend pair: a silent task, a flat one, one
 that never reported, a recovery, a finished task that never stalls, and two instances
-looking at once that send one message per episode."""
+looking at once that send one message per episode; the lease moving on when the
+instance that holds it dies or shuts down."""
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
 
 import pytest
 
@@ -148,3 +152,47 @@ async def test_two_instances_looking_send_one_message_per_episode(
     # With the lease as it is, the second does not look at all.
     other = StallWatch(service.db, service.progress, clock, service.event_views)
     assert await other.step() == 0
+
+
+async def test_another_instance_takes_over_within_two_looks_of_a_dead_one(
+    app, make_task, channel, clock
+):
+    """The lease lasts two looks; an instance without it looks again when it lapses."""
+    service = app.state.service
+    await stop(app.state.loops["stalls"])  # the app's own look, which lets the lease go
+    one = StallWatch(service.db, service.progress, clock, service.event_views, scan_s=15)
+    two = StallWatch(service.db, service.progress, clock, service.event_views, scan_s=15)
+    await make_task(title="Crawl")
+    await one.step()
+    await two.step()
+    assert two.wait_s == 15  # the lease lapses in two looks (30 s)...
+    clock.advance(20)
+    await two.step()
+    assert two.wait_s == pytest.approx(10, abs=0.1)  # ...and it looks again at that moment
+    clock.advance(10)  # `one` died without looking again: its lease has lapsed
+    await two.step()
+    assert two.wait_s == 15  # it holds the lease now
+    clock.advance(5)
+    await one.step()  # back: the lease is another's, lapsing in 25 s
+    assert not one._held and one.wait_s == 15
+
+
+async def test_an_instance_shutting_down_lets_the_lease_go(app, make_task, channel, clock):
+    service = app.state.service
+    await stop(app.state.loops["stalls"])
+    one = StallWatch(service.db, service.progress, clock, service.event_views, scan_s=15)
+    two = StallWatch(service.db, service.progress, clock, service.event_views, scan_s=15)
+    await make_task(title="Crawl")
+    looking = asyncio.create_task(one.run())
+    async with asyncio.timeout(10):
+        while not one._held:
+            await asyncio.sleep(0.01)
+    await stop(looking)
+    await two.step()  # no time has passed: the lease was given up, not lapsed
+    assert two._held and two.wait_s == 15
+
+
+async def stop(task: asyncio.Task) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

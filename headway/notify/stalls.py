@@ -15,7 +15,10 @@ as its message, so even two instances looking at once send one `stalled` message
 `recovered` message follows when `current` changes or the task finishes.
 
 Each `headway serve` looks every `HEADWAY_STALL_SCAN` seconds (`SCAN_S` by default,
-at most 30), so a stall is told within `stalled_after` + that wait. When `current` last
+at most 30), so a stall is told within `stalled_after` + that wait. The lease lasts two
+looks; an instance that does not hold it looks again as soon as it lapses, so when the
+instance that looks dies another takes over within two looks (30 s by default), and at
+once when it shuts down (it lets the lease go). When `current` last
 changed is known from this process's own looks: a `flat` stall is seen within
 `stalled_after` + the wait of its last change, except just after the instance that
 looks changed (a restart, the lease moving), when the flat clock starts again from the
@@ -45,6 +48,8 @@ log = logging.getLogger("headway")
 
 SCAN_S = 15.0
 LEASE_NAME = "stalls"
+# The lease lasts this many looks; each look by its holder takes it afresh.
+LEASE_LOOKS = 2
 # Active tasks looked at per space (oldest first); beyond, newer ones are not watched.
 MAX_WATCHED = 10_000
 
@@ -76,6 +81,9 @@ class StallWatch:
         self.holder = f"stalls-{uuid.uuid4().hex[:12]}"
         # Per task: (what its `current` was, when this process first saw it so), µs.
         self._moved: dict[str, tuple[str, int]] = {}
+        # Seconds until the next look: `scan_s`, or less when another's lease lapses sooner.
+        self.wait_s = scan_s
+        self._held = False
 
     async def run(self) -> None:
         """Look every `scan_s` seconds until cancelled; a failed look is logged (and
@@ -84,30 +92,53 @@ class StallWatch:
 
         from ..dependencies import unavailable
 
-        while True:
-            try:
-                await self.step()
-            except Exception as exc:
-                if unavailable(exc):
-                    log.warning("stalls: a dependency is unavailable (%s); looking again", exc)
-                else:
-                    log.exception("stalls: a look failed; looking again")
-                    metrics.loop_failed("stalls")
-            await asyncio.sleep(self.scan_s)
+        try:
+            while True:
+                try:
+                    await self.step()
+                except Exception as exc:
+                    self.wait_s = self.scan_s
+                    if unavailable(exc):
+                        log.warning("stalls: a dependency is unavailable (%s); looking again", exc)
+                    else:
+                        log.exception("stalls: a look failed; looking again")
+                        metrics.loop_failed("stalls")
+                await asyncio.sleep(self.wait_s)
+        finally:
+            await self.let_go()
+
+    async def let_go(self) -> None:
+        """Give the lease up if this process holds it, so that another instance looks at
+        once (a shutdown); bounded, and never raises: the lease lapses by itself anyway."""
+        import asyncio
+
+        if not self._held:
+            return
+        self._held = False
+        try:
+            async with asyncio.timeout(2):
+                async with self.db.write() as st:
+                    await channels.give_up_lease(st, LEASE_NAME, self.holder)
+        except Exception as exc:  # lapses within two looks all the same
+            log.warning("stalls: the lease could not be given up (%s)", exc)
 
     async def step(self) -> int:
         """One look; returns how many messages it queued. Does nothing unless this
-        process holds the lease (three looks: another instance takes over once it lapses)."""
+        process holds the lease (`LEASE_LOOKS` looks: another instance takes over once it
+        lapses, and looks again at that moment: see `wait_s`)."""
         now = self.clock.now_us()
+        self.wait_s = self.scan_s
         if not await self.db.fetch("SELECT 1 FROM channels WHERE on_stalled LIMIT 1", ()):
             self._moved.clear()
             return 0  # no channel wants stalls: nothing written, no lease taken
+        lease_us = round(self.scan_s * LEASE_LOOKS * 1_000_000)
         async with self.db.write() as st:
-            held = await channels.take_lease(
-                st, LEASE_NAME, self.holder, now, now + round(self.scan_s * 3 * 1_000_000)
-            )
-        if not held:
+            self._held = await channels.take_lease(st, LEASE_NAME, self.holder, now, now + lease_us)
+        if not self._held:
             self._moved.clear()  # another instance looks: its clocks are the ones kept
+            # Look again as soon as the holder's lease lapses.
+            lapses_s = (await channels.lease_until(self.db.fetch, LEASE_NAME) - now) / 1e6
+            self.wait_s = min(self.scan_s, max(0.01, lapses_s + 0.01))
             return 0
         async with self.db.read() as fetch:
             watchers = await channels.stall_watchers(fetch)

@@ -275,3 +275,14 @@ async def take_lease(st: Statements, name: str, holder: str, now_us: int, until_
         (holder, until_us, name, holder, now_us),
     )
     return bool(won)
+
+
+async def lease_until(fetch: Fetch, name: str) -> int:
+    """Until when (µs) the named lease is held; 0 if it is free or was never taken."""
+    found = await fetch("SELECT until_us FROM leases WHERE name = ?", (name,))
+    return int(found[0][0]) if found else 0
+
+
+async def give_up_lease(st: Statements, name: str, holder: str) -> None:
+    """Let the named lease go at once if `holder` has it (a process shutting down)."""
+    await st.many("UPDATE leases SET until_us = 0 WHERE name = ? AND holder = ?", [(name, holder)])
