@@ -27,7 +27,9 @@ def settings(settings):
 
 
 @pytest.fixture
-def watch(app, clock):
+async def watch(app, clock):
+    """The test's own look; the app's own is stopped, lest it hold the lease."""
+    await stop(app.state.loops["stalls"])
     service = app.state.service
     return StallWatch(service.db, service.progress, clock, service.event_views)
 
@@ -139,6 +141,7 @@ async def test_two_instances_looking_send_one_message_per_episode(
     app, client, make_task, channel, sender, clock, json_receiver
 ):
     service = app.state.service
+    await stop(app.state.loops["stalls"])  # the app's own look, which may hold the lease
     one = StallWatch(service.db, service.progress, clock, service.event_views)
     two = StallWatch(service.db, service.progress, clock, service.event_views)
     await make_task(title="Crawl")
