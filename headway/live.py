@@ -7,6 +7,8 @@ each share link's). Each `Stream` then holds, per task, only the latest event it
 sent yet, so a slow reader never slows a reporter and holds at most one event per task;
 a stream that falls further behind than that (`MAX_PENDING` tasks), or whose reader takes
 nothing for `STALL_S` seconds, is ended, and its browser reconnects to a fresh snapshot.
+A task pruned to make room (`service.caps`) ends only the streams it would leave showing
+a task the space no longer holds (see `live_events.StreamFilter`).
 """
 
 from __future__ import annotations
@@ -17,22 +19,19 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import TYPE_CHECKING
 
-import msgspec
-
 from . import metrics
 from .dependencies import unavailable
 from .domain import TaskView
 from .errors import Unavailable
 from .limits import Holdings
-from .progress.feed import DROPPED, RESYNC, REVOKED, TASK, Change, ChangeFeed
+from .live_events import Key, Round, StreamFilter
+from .progress.feed import DROPPED, PRUNED, RESYNC, REVOKED, TASK, Change, ChangeFeed
 from .shares import ShareView
 
 if TYPE_CHECKING:
     from .service import Service
 
 log = logging.getLogger("headway")
-
-_encode = msgspec.json.Encoder().encode
 
 # Distinct tasks with an unsent event a stream may hold before it is ended as too far
 # behind (its reader reconnects and starts again from a snapshot).
@@ -59,69 +58,6 @@ LINK_CHECK_S = 0.5
 # A render that fails (a dependency down) is retried after this long.
 RETRY_S = 1.0
 
-Key = str | None  # None: the space's own view; else a share link's uuid
-
-
-class StreamFilter:
-    """Which events a stream with `limit` and `state` sends: those of the top-level tasks
-    its snapshot's window holds (`floor`: the oldest `created_at` of a full window), in
-    that state, and of their children. A task leaving `state="active"` sends its finish,
-    then nothing more."""
-
-    __slots__ = ("floor", "passing", "state")
-
-    def __init__(self, state: str | None, floor: str | None, shown: set[str]) -> None:
-        self.state = state
-        self.floor = floor
-        self.passing = shown  # top-level tasks whose events (and children's) are sent
-
-    def admits(self, task: TaskView) -> bool:
-        if task.parent_uuid is not None:
-            return task.parent_uuid in self.passing
-        uuid = task.uuid
-        if self.floor is not None and task.created_at < self.floor:
-            return False
-        finished = task.finished_at is not None
-        if self.state == "active" and finished:
-            if uuid in self.passing:
-                self.passing.discard(uuid)
-                return True  # its finish is its last event here
-            return False
-        if self.state == "finished" and not finished:
-            return False
-        self.passing.add(uuid)
-        return True
-
-
-class Round:
-    """The tasks one round rendered, in the order of their last change, and their events
-    as each way of showing them encodes them, made once for every stream."""
-
-    __slots__ = ("_events", "_joined", "head", "tasks")
-
-    def __init__(self, tasks: list[TaskView], first_id: int) -> None:
-        self.tasks = tasks
-        self.head = first_id
-        self._events: dict[Key, list[bytes]] = {}
-        self._joined: dict[Key, bytes] = {}
-
-    def events(self, key: Key, share: ShareView | None) -> list[bytes]:
-        found = self._events.get(key)
-        if found is None:
-            found = self._events[key] = [
-                b"id: %d\nevent: task\ndata: " % (self.head + index)
-                + _encode(task if share is None else share.task(task))
-                + b"\n\n"
-                for index, task in enumerate(self.tasks)
-            ]
-        return found
-
-    def joined(self, key: Key, share: ShareView | None) -> bytes:
-        found = self._joined.get(key)
-        if found is None:
-            found = self._joined[key] = b"".join(self.events(key, share))
-        return found
-
 
 class Stream:
     """One open stream: the rounds it has not sent yet, sent as they were joined for every
@@ -131,7 +67,9 @@ class Stream:
 
     __slots__ = (
         "_held",
+        "_pruned",
         "_rounds",
+        "_skip",
         "_waiter",
         "abort",
         "client",
@@ -151,6 +89,9 @@ class Stream:
         self.client = client
         self.key: Key = None if share is None else share.share_uuid
         self.filter: StreamFilter | None = None  # set once the snapshot is sent
+        # Tasks pruned while its snapshot was read and sent, judged once it is (`follow`).
+        self._pruned: list[tuple[str, int]] | None = []
+        self._skip: set[str] = set()  # pruned tasks whose held events are not sent
         self._rounds: list[Round] = []
         self._held = 0  # events in `_rounds`
         self._waiter: asyncio.Future[None] | None = None  # set while `next_events` waits
@@ -183,10 +124,35 @@ class Stream:
             for task, event in zip(held.tasks, held.events(self.key, self.share), strict=True):
                 merged.pop(task.uuid, None)
                 merged[task.uuid] = (task, event)
-        one = Round([task for task, _ in merged.values()], 0)
+        one = Round([task for task, _ in merged.values()], 0, self._rounds[-1].render)
         one._events[self.key] = [event for _, event in merged.values()]
         self._rounds, self._held = [one], len(merged)
         return merged
+
+    def follow(self, filter_: StreamFilter | None) -> None:
+        """Its snapshot is sent: from now on its events pass `filter_` (None: every
+        event). The tasks pruned meanwhile are judged now, as they would have been."""
+        self.filter = filter_
+        early, self._pruned = self._pruned, None
+        for task_uuid, begun in early or ():
+            self.pruned(task_uuid, begun)
+
+    def pruned(self, task_uuid: str, begun: int) -> None:
+        """A top-level task was removed to make room for a new one (see `service.caps`)
+        as the space's `begun`th round was the last begun. The stream starts over if its
+        reader is left showing it (see `StreamFilter.pruned`): at once without a limit or
+        state (it shows every task). Its events (and its steps') not yet sent never are."""
+        if self.ended is not None:
+            return
+        if self._pruned is not None:  # its snapshot is under way: judged by `follow`
+            self._pruned.append((task_uuid, begun))
+            if len(self._pruned) > MAX_PENDING:
+                self.end("resync")
+            return
+        if self.filter is None or self.filter.pruned(task_uuid, begun):
+            self.end("resync")
+        elif any(task_uuid in (t.uuid, t.parent_uuid) for held in self._rounds for t in held.tasks):
+            self._skip.add(task_uuid)
 
     @property
     def held(self) -> int:
@@ -225,10 +191,18 @@ class Stream:
             # once the rounds held pass MAX_PENDING events).
             rounds, self._rounds, self._held = self._rounds, [], 0
             return b"".join(held.joined(self.key, self.share) for held in rounds)
+        render = self._rounds[-1].render
         merged = self._merged()
         self._rounds, self._held = [], 0
-        admits = self.filter.admits if self.filter is not None else None
-        return b"".join(event for task, event in merged.values() if admits is None or admits(task))
+        admits, skip, self._skip = self.filter.admits, self._skip, set()
+        events = b"".join(
+            event
+            for task, event in merged.values()
+            if not (skip and {task.uuid, task.parent_uuid} & skip) and admits(task)
+        )
+        if self.filter.still_shows_pruned(render):
+            self.end("resync")  # after these events: the next call ends it
+        return events
 
     def close(self) -> None:
         """Unsubscribe, when its answer ends."""
@@ -250,6 +224,9 @@ class SpaceWatch:
         self._dirty: dict[str, None] = {}
         self._wake = asyncio.Event()
         self._sequence = 0
+        self.begun = 0  # rounds begun
+        # While a round reads its tasks: the tasks pruned meanwhile (see `_render`).
+        self._pruning: set[str] | None = None
         # Seconds its streams spent sending since the last round (see `_render_loop`).
         self.sending_s = 0.0
         self._unsubscribe = live.feed.subscribe(space_uuid, self._on_change)
@@ -273,12 +250,28 @@ class SpaceWatch:
             for stream in tuple(self.streams):
                 if stream.key == change.task_uuid:
                     stream.end("revoked")
+        elif change.kind == PRUNED:
+            self._pruned(change.task_uuid, change.parent_uuid)
         elif change.kind == RESYNC:
             for stream in tuple(self.streams):
                 stream.end("resync")
         elif change.kind == DROPPED:
             for stream in tuple(self.streams):
                 stream.end("deleted")
+
+    def _pruned(self, task_uuid: str, new_uuid: str | None) -> None:
+        """`task_uuid` was pruned to make room for `new_uuid`, which the next round begun
+        renders (again, maybe): a stream whose window held the pruned task judges, once
+        it has that round, whether the new task took its place (see `StreamFilter`)."""
+        dirty = self._dirty
+        dirty.pop(task_uuid, None)
+        if new_uuid is not None:
+            dirty.setdefault(new_uuid, None)
+            self._wake.set()
+        if self._pruning is not None:
+            self._pruning.add(task_uuid)
+        for stream in tuple(self.streams):
+            stream.pruned(task_uuid, self.begun)
 
     def remove(self, stream: Stream) -> None:
         self.streams.discard(stream)
@@ -312,11 +305,19 @@ class SpaceWatch:
     async def _render(self, dirty: list[str]) -> float:
         """Render the changed tasks, read in one batch, and offer them to every stream
         as one round; the seconds of CPU this took, with its streams' sending since the
-        last round, not counting the wait on the stores."""
-        rendered = await self.live.service.event_views(dirty) if dirty else []
+        last round, not counting the wait on the stores. Tasks pruned meanwhile may have
+        been read before they went: left out, with their steps (the streams were told)."""
+        self.begun += 1
+        self._pruning = set()
+        try:
+            rendered = await self.live.service.event_views(dirty) if dirty else []
+        finally:
+            pruned, self._pruning = self._pruning, None
+        if pruned:
+            rendered = [t for t in rendered if not {t.uuid, t.parent_uuid} & pruned]
         started = perf_counter()
         if rendered:
-            round_ = Round(rendered, self._sequence + 1)
+            round_ = Round(rendered, self._sequence + 1, self.begun)
             self._sequence += len(rendered)
             for stream in tuple(self.streams):
                 stream.offer(round_)

@@ -19,7 +19,8 @@ from starlette.types import Receive, Scope, Send
 
 from ..domain import TaskView
 from ..errors import BadRequest
-from ..live import KEEPALIVE_S, Live, Stream, StreamFilter
+from ..live import KEEPALIVE_S, Live, Stream
+from ..live_events import StreamFilter
 from ..schemas import query_params
 from ..scope import CONNECTION, RAW_SEND
 from ..service import Service, parse_limit
@@ -72,7 +73,7 @@ async def open_stream(request: Request, space_uuid: str, share: ShareView | None
         stream.close()
         raise
     filtering = limit is not None or state is not None
-    shown: set[str] = set()
+    shown: dict[str, str] = {}  # top-level tasks shown: their uuid and `created_at`
     oldest: list[str] = []
     count = 0
 
@@ -84,7 +85,7 @@ async def open_stream(request: Request, space_uuid: str, share: ShareView | None
                 for task in page:
                     if isinstance(task, msgspec.Raw):  # a task's JSON, made already
                         task = _decode_task(task)
-                    shown.add(task.uuid)
+                    shown[task.uuid] = task.created_at
                     if not oldest or task.created_at < oldest[0]:
                         oldest[:] = [task.created_at]
                 count += len(page)
@@ -96,7 +97,7 @@ async def open_stream(request: Request, space_uuid: str, share: ShareView | None
         if not filtering:
             return None
         full = window is not None and oldest and count >= window
-        return StreamFilter(state, oldest[0] if full else None, shown)
+        return StreamFilter(state, oldest[0] if full else None, shown, window)
 
     snapshot = space_pieces(head, noted(bill.pages(pages)))
     return EventStream(stream, snapshot, filtered)
@@ -175,7 +176,7 @@ class EventStream(Response):
         if not await body(b"".join(held)):
             return
         held = []
-        stream.filter = self._make_filter()
+        stream.follow(self._make_filter())
         self._snapshot = self._make_filter = None  # type: ignore[assignment]
         stream.sent_at = loop.time()
         while True:
@@ -218,7 +219,12 @@ _SSE = {
     "its parent's). Every event has an `id`; a comment line comes at least every 15 s. Under "
     "load intermediate states of a task may be skipped; its latest state always arrives. No "
     "history is kept: a reconnection, with or without `Last-Event-ID`, begins again with a "
-    "snapshot. A stream whose reader falls far behind, or takes nothing for 30 s, is ended.",
+    "snapshot. A stream whose reader falls far behind, or takes nothing for 30 s, is ended. "
+    "A deleted task has no event: the streams that may show it end (their readers reconnect "
+    "to a new snapshot). An owner's delete ends every stream of the space; a task removed to "
+    "make room (`HEADWAY_TASKS_PER_SPACE`) ends only the streams that show it: those without "
+    "`limit`, and those whose window (the newest `limit` top-level tasks sent) still holds it "
+    "once the new task is sent.",
     "content": {"text/event-stream": {"schema": {"type": "string"}}},
 }
 

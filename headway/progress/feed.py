@@ -15,6 +15,10 @@ from typing import NamedTuple, Protocol
 TASK = "task"  # a task was created, reported or finished
 REVOKED = "revoked"  # a share link of the space was revoked: `task_uuid` names the share
 RESYNC = "resync"  # changes may have been missed: read everything again
+# A top-level task (with its steps) was removed to make room for a new one (the cap on
+# tasks per space): `task_uuid` names it, `parent_uuid` the new task that took its place.
+# Only the streams left showing it once the new one is sent start over (`headway.live`).
+PRUNED = "pruned"
 DROPPED = "dropped"  # the space was deleted: its streams end
 
 

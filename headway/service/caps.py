@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from .. import metrics
 from ..domain import Changed, TaskRow
@@ -52,8 +52,9 @@ class Caps:
         self._stores = stores
         self.steps_per_parent = steps_per_parent
         self.tasks_per_space = tasks_per_space
-        # Tasks removed to make room, by space, until their commit is announced.
-        self.pruned: list[tuple[str, list[str]]] = []
+        # Tasks removed to make room until their commit is announced: by space, each
+        # with its steps, and the top-level ones each with the new task in its place.
+        self.pruned: list[tuple[str, list[str], list[tuple[str, str]]]] = []
         self._announcing: set[asyncio.Task[None]] = set()
 
     def steps_of(self, parents: Mapping[str, tuple[TaskRow, int]]) -> Steps:
@@ -65,19 +66,24 @@ class Caps:
             "(HEADWAY_TASKS_PER_SPACE): finish or delete one first."
         )
 
-    async def make_room(self, st: Statements, space_uuid: str, held: int, new: int) -> int:
-        """The space holds `held` top-level tasks with `new` ones being created: remove
-        the oldest finished ones (with their steps) beyond the cap; returns how many of
-        the new ones find no room (every other task is still active)."""
-        excess = min(held - self.tasks_per_space, new)
+    async def make_room(
+        self, st: Statements, space_uuid: str, held: int, new: Sequence[str]
+    ) -> int:
+        """The space holds `held` top-level tasks with `new` ones being created (their
+        uuids, in order): remove the oldest finished ones (with their steps) beyond the
+        cap; returns how many of the new ones find no room (the last ones: every other
+        task is still active)."""
+        excess = min(held - self.tasks_per_space, len(new))
         if excess <= 0:
             return 0
         oldest = await queries.oldest_finished_top_level(st, space_uuid, excess)
+        refused = excess - len(oldest)
         if oldest:
             gone = [*await queries.children_uuids(st, oldest), *oldest]
             await deletes.delete_tasks(st, gone)
-            self.pruned.append((space_uuid, gone))
-        refused = excess - len(oldest)
+            # Each removed task is paired with a new one made (the last, if some found no room).
+            made = new[: len(new) - refused][-len(oldest) :]
+            self.pruned.append((space_uuid, gone, list(zip(oldest, made, strict=True))))
         await queries.count_top_level(st, space_uuid, -excess)
         return refused
 
@@ -85,18 +91,20 @@ class Caps:
         """After a batch's commit (`ok`) or failure: tell what was removed to make room."""
         pruned, self.pruned = self.pruned, []
         changes = self._stores.changes
-        for space_uuid, gone in pruned:
+        for space_uuid, gone, replaced in pruned:
             for task_uuid in gone:
                 changes.forget(Changed.DELETE, space_uuid, task_uuid)
             if ok:
                 metrics.deleted("cap", len(gone))
-                task = asyncio.ensure_future(self._announce(space_uuid, gone))
+                task = asyncio.ensure_future(self._announce(space_uuid, gone, replaced))
                 self._announcing.add(task)
                 task.add_done_callback(self._announcing.discard)
 
-    async def _announce(self, space_uuid: str, gone: list[str]) -> None:
+    async def _announce(
+        self, space_uuid: str, gone: list[str], replaced: list[tuple[str, str]]
+    ) -> None:
         try:
             await self._stores.progress.delete(gone)
         except Exception as exc:  # it expires in its time
             log.warning("progress of pruned tasks not deleted (%s)", exc)
-        await self._stores.changes.deleted(space_uuid, gone)
+        await self._stores.changes.pruned(space_uuid, gone, replaced)

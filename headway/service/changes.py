@@ -16,7 +16,7 @@ from typing import ClassVar, Protocol
 
 from ..dependencies import unavailable
 from ..domain import Changed
-from ..progress.feed import DROPPED, RESYNC, REVOKED, TASK, Change, ChangeFeed
+from ..progress.feed import DROPPED, PRUNED, RESYNC, REVOKED, TASK, Change, ChangeFeed
 from ..storage.families import FamilyVersions
 from ..storage.small_spaces import space_version_key
 
@@ -146,15 +146,35 @@ class Changes:
         kind = Changed.DROP if whole_space else Changed.DELETE
         for task_uuid in task_uuids or ("",):
             self.forget(kind, space_uuid, task_uuid, parent_uuid)
+        await self._bump_deleted(space_uuid, [*task_uuids, parent_uuid])
+        with contextlib.suppress(Exception):
+            self.feed.publish(Change(DROPPED if whole_space else RESYNC, space_uuid, ""))
+
+    async def pruned(
+        self, space_uuid: str, task_uuids: Sequence[str], replaced: Sequence[tuple[str, str]]
+    ) -> None:
+        """`task_uuids` were removed to make room for new tasks (see `service.caps`): the
+        oldest finished top-level tasks of the space, each paired in `replaced` with the
+        new task that took its place, and their steps, which this process's caches
+        forgot as the removal committed. The other instances see new versions of their
+        families and of the space's rows; the streams are told which task went for
+        which (`PRUNED`): only those it would leave wrong start over, where an owner's
+        delete starts every stream of the space over. Never raises."""
+        await self._bump_deleted(space_uuid, task_uuids)
+        with contextlib.suppress(Exception):
+            for task_uuid, new_uuid in replaced:
+                self.feed.publish(Change(PRUNED, space_uuid, task_uuid, new_uuid))
+
+    async def _bump_deleted(self, space_uuid: str, keys: Sequence[str | None]) -> None:
+        """With Redis: new versions of the deleted tasks' families (`keys`) and of the
+        space's rows, for the other instances' caches."""
         try:
             if self.versions is not None:
-                keys = [*task_uuids, parent_uuid, space_version_key(space_uuid)]
+                keys = [*keys, space_version_key(space_uuid)]
                 for start in range(0, len(keys), 1000):
                     await self.versions.bump_families(*keys[start : start + 1000])
         except Exception as exc:
             log.warning("a delete could not be announced to other instances (%s)", exc)
-        with contextlib.suppress(Exception):
-            self.feed.publish(Change(DROPPED if whole_space else RESYNC, space_uuid, ""))
 
     @staticmethod
     def change(

@@ -158,7 +158,8 @@ class Tasks:
                     outcomes[index] = NotFound(NO_SPACE)  # before any parent's refusal
                 continue
             first_us, held = claimed
-            beyond = await self.caps.make_room(st, space_key, held, len(top))
+            new_uuids = [batch[index].uuid for index in top]
+            beyond = await self.caps.make_room(st, space_key, held, new_uuids)
             for index in top[len(top) - beyond :] if beyond else ():
                 refused[index] = self.caps.full()
             for index in members:
