@@ -28,7 +28,7 @@ from ..schemas import MAX_TEXT, query_params
 from ..service import Service
 from ..web import pages
 from .costs import admit
-from .openapi import TOO_MANY_REQUESTS, UNAVAILABLE, _error, _query, _ref, _uuid_param
+from .openapi_parts import TOO_MANY_REQUESTS, UNAVAILABLE, error, query_param, ref, uuid_param
 from .responses import REST_ANSWER
 
 # Seconds a badge may be shown before it is asked again (GitHub's camo honours it): a
@@ -222,7 +222,7 @@ routes = [
 
 # --- OpenAPI ------------------------------------------------------------------------------
 
-_SHARE = _uuid_param("share_uuid", "The share link's uuid.")
+_SHARE = uuid_param("share_uuid", "The share link's uuid.")
 _TASK_ID = {
     "name": "task_id",
     "in": "path",
@@ -231,18 +231,18 @@ _TASK_ID = {
     "schema": {"type": "string"},
 }
 _BADGE_PARAMETERS = [
-    _query(
+    query_param(
         "label",
         {"type": "string", "maxLength": MAX_TEXT},
         "The left text (default: the space's or the task's title); empty: none.",
     ),
-    _query(
+    query_param(
         "style",
         {"type": "string", "enum": list(STYLES), "default": "flat"},
         "The badge's style, as Shields names them.",
     ),
 ]
-_BAR = _query(
+_BAR = query_param(
     "bar",
     {"type": "string", "enum": ["0", "1", "true", "false"], "default": "0"},
     "1: a bar inside the message shows the ratio done.",
@@ -287,11 +287,11 @@ def _badge_operation(operation_id: str, summary: str, description: str, *, task:
                 "content": {"image/svg+xml": {"schema": {"type": "string"}}},
             },
             "304": {"description": "The badge named by If-None-Match is unchanged."},
-            "400": _error("A bad label, style or bar, or a parameter given twice."),
+            "400": error("A bad label, style or bar, or a parameter given twice."),
             "404": {
-                **_error(_NO_SUCH),
+                **error(_NO_SUCH),
                 "content": {
-                    "application/json": {"schema": _ref("ErrorOut")},
+                    "application/json": {"schema": ref("ErrorOut")},
                     "image/svg+xml": {"schema": {"type": "string"}},
                 },
             },
@@ -311,8 +311,8 @@ def _shields_operation(operation_id: str, summary: str, *, task: bool) -> Any:
         "parameters": [_SHARE, *([_TASK_ID] if task else []), *_BADGE_PARAMETERS],
         "responses": {
             "200": _json_200("The badge in Shields' endpoint schema (schemaVersion 1)."),
-            "400": _error("A bad label or style, or a parameter given twice."),
-            "404": _error(
+            "400": error("A bad label or style, or a parameter given twice."),
+            "404": error(
                 "No such share link (revoked, never created, or not a UUID), or no task "
                 "of that id under it."
             ),
@@ -326,7 +326,7 @@ def _json_200(description: str) -> Any:
     return {
         "description": description,
         "headers": {"Cache-Control": _CACHE_HEADERS["Cache-Control"]},
-        "content": {"application/json": {"schema": _ref("ShieldsOut")}},
+        "content": {"application/json": {"schema": ref("ShieldsOut")}},
     }
 
 
@@ -372,17 +372,17 @@ openapi_paths: dict[str, Any] = {
             "page.",
             "parameters": [
                 _SHARE,
-                _query(
+                query_param(
                     "theme",
                     {"type": "string", "enum": list(pages.THEMES), "default": "auto"},
                     "Light, dark, or the system's (auto).",
                 ),
-                _query(
+                query_param(
                     "transparent",
                     {"type": "string", "enum": ["0", "1", "true", "false"], "default": "0"},
                     "1: no background of its own (an overlay on a stream, say).",
                 ),
-                _query(
+                query_param(
                     "limit",
                     {"type": "integer", "minimum": 1, "maximum": pages.MAX_EMBED_TASKS},
                     f"The newest top-level tasks shown (default {pages.EMBED_TASKS}).",
@@ -393,14 +393,14 @@ openapi_paths: dict[str, Any] = {
                     "description": "The page.",
                     "content": {"text/html": {"schema": {"type": "string"}}},
                 },
-                "400": _error("A bad theme, transparent or limit, or a parameter given twice."),
+                "400": error("A bad theme, transparent or limit, or a parameter given twice."),
                 "404": {
-                    **_error(
+                    **error(
                         "No such share link. A browser gets a page saying so, which may be "
                         "framed too."
                     ),
                     "content": {
-                        "application/json": {"schema": _ref("ErrorOut")},
+                        "application/json": {"schema": ref("ErrorOut")},
                         "text/html": {"schema": {"type": "string"}},
                     },
                 },

@@ -10,16 +10,16 @@ from starlette.routing import Route
 
 from ..schemas import CreateChannel, TestChannel, decode_create
 from ..service import Service
-from .openapi import (
+from .openapi_parts import (
     CREATE_UNAVAILABLE,
     SPACE,
     TOO_LARGE,
     TOO_MANY_REQUESTS,
     UNAVAILABLE,
-    _error,
-    _json,
-    _link,
-    _ref,
+    error,
+    json_answer,
+    link,
+    ref,
 )
 from .responses import NO_STORE, JSONResponse, read_body
 from .rest import count, created, idempotency_of
@@ -65,7 +65,7 @@ routes = [
     Route("/spaces/{space_uuid}/channels/{channel_uuid}/test", test_channel, methods=["POST"]),
 ]
 
-NO_SPACE = _error("No such space.")
+NO_SPACE = error("No such space.")
 CHANNEL = {
     "name": "channel_uuid",
     "in": "path",
@@ -88,18 +88,18 @@ openapi_paths: dict[str, Any] = {
             "parameters": [SPACE],
             "requestBody": {
                 "required": True,
-                "content": {"application/json": {"schema": _ref("CreateChannel")}},
+                "content": {"application/json": {"schema": ref("CreateChannel")}},
             },
             "responses": {
                 "201": {
-                    **_json(_ref("ChannelOut"), "The channel, its URL redacted."),
+                    **json_answer(ref("ChannelOut"), "The channel, its URL redacted."),
                     "links": {
-                        "TestChannel": _link(
+                        "TestChannel": link(
                             "testChannel",
                             space_uuid="$request.path.space_uuid",
                             channel_uuid="$response.body#/uuid",
                         ),
-                        "DeleteChannel": _link(
+                        "DeleteChannel": link(
                             "deleteChannel",
                             space_uuid="$request.path.space_uuid",
                             channel_uuid="$response.body#/uuid",
@@ -108,7 +108,7 @@ openapi_paths: dict[str, Any] = {
                 },
                 "404": NO_SPACE,
                 "413": TOO_LARGE,
-                "422": _error(
+                "422": error(
                     "A URL Apprise cannot read; a scheme the operator does not allow; a "
                     "host that is not public; an unknown event; `stalled_after` outside "
                     "60-604800; a `share_uuid` that is not a share link of the space; the "
@@ -124,8 +124,8 @@ openapi_paths: dict[str, Any] = {
             "description": "Each with its last 20 deliveries, newest first.",
             "parameters": [SPACE],
             "responses": {
-                "200": _json(
-                    {"type": "array", "items": _ref("ChannelWithDeliveries")}, "The channels."
+                "200": json_answer(
+                    {"type": "array", "items": ref("ChannelWithDeliveries")}, "The channels."
                 ),
                 "404": NO_SPACE,
                 "503": UNAVAILABLE,
@@ -140,7 +140,7 @@ openapi_paths: dict[str, Any] = {
             "parameters": [SPACE, CHANNEL],
             "responses": {
                 "204": {"description": "Removed."},
-                "404": _error("No such space or channel."),
+                "404": error("No such space or channel."),
                 "503": UNAVAILABLE,
             },
         }
@@ -153,13 +153,13 @@ openapi_paths: dict[str, Any] = {
             "requestBody": {
                 "required": True,
                 "description": "`{}`, or no body at all.",
-                "content": {"application/json": {"schema": _ref("TestChannel")}},
+                "content": {"application/json": {"schema": ref("TestChannel")}},
             },
             "responses": {
-                "200": _json(_ref("ChannelDelivery"), "How the test message went."),
-                "404": _error("No such space or channel."),
+                "200": json_answer(ref("ChannelDelivery"), "How the test message went."),
+                "404": error("No such space or channel."),
                 "413": TOO_LARGE,
-                "422": _error("A body that is not `{}`."),
+                "422": error("A body that is not `{}`."),
                 "429": TOO_MANY_REQUESTS,
                 "503": UNAVAILABLE,
             },

@@ -26,7 +26,7 @@ from ..scope import CONNECTION, RAW_SEND
 from ..service import Service, parse_limit
 from ..shares import ShareView
 from .costs import admit
-from .openapi import RETRY_AFTER, SPACE, _error, _query
+from .openapi_parts import RETRY_AFTER, SPACE, error, query_param
 from .streaming import PIECE_BYTES, space_pieces
 
 _HEADERS = [
@@ -236,8 +236,10 @@ def stream_operation(operation_id: str, summary: str, path_parameter: dict[str, 
         "summary": summary,
         "parameters": [
             path_parameter,
-            _query("limit", {"type": "integer", "minimum": 1}, "Newest top-level tasks shown."),
-            _query(
+            query_param(
+                "limit", {"type": "integer", "minimum": 1}, "Newest top-level tasks shown."
+            ),
+            query_param(
                 "state",
                 {"type": "string", "enum": ["active", "finished"]},
                 "Only running or only finished top-level tasks (a task that finishes "
@@ -246,19 +248,19 @@ def stream_operation(operation_id: str, summary: str, path_parameter: dict[str, 
         ],
         "responses": {
             "200": _SSE,
-            "400": _error(
+            "400": error(
                 "A bad limit or state, a parameter given twice, or `before`/`after` (a "
                 "stream follows the newest tasks)."
             ),
-            "404": _error("No such space or share link (or not a UUID)."),
-            "429": _error(
+            "404": error("No such space or share link (or not a UUID)."),
+            "429": error(
                 "This client address holds as many live streams as one may "
                 "(HEADWAY_STREAMS_PER_CLIENT), or its network, an IPv6 /48, does "
                 "(HEADWAY_STREAMS_PER_NETWORK); or it is over its rate of reads "
                 "(HEADWAY_RATE_READS), which the stream's snapshot pays for the tasks it shows.",
                 RETRY_AFTER,
             ),
-            "503": _error(
+            "503": error(
                 "The server holds as many live streams as it may, or a dependency is down.",
                 RETRY_AFTER,
             ),

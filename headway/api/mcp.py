@@ -21,7 +21,7 @@ from ..errors import BadRequest, HeadwayError, error_body
 from ..scope import CLIENT
 from ..service import Service
 from .costs import MCP_READER
-from .openapi import TOO_MANY_REQUESTS, _error, _json
+from .openapi_parts import TOO_MANY_REQUESTS, error, json_answer
 from .responses import NO_STORE, JSONResponse, error_response, receive_body
 
 if TYPE_CHECKING:
@@ -45,16 +45,16 @@ openapi_paths: dict[str, Any] = {
                 "content": {"application/json": {"schema": _JSON_RPC}},
             },
             "responses": {
-                "200": _json(_JSON_RPC, "The JSON-RPC response."),
+                "200": json_answer(_JSON_RPC, "The JSON-RPC response."),
                 "202": {"description": "A notification or response was accepted."},
-                "400": _json(_JSON_RPC, "Not a valid JSON-RPC request for this protocol."),
-                "403": _error(
+                "400": json_answer(_JSON_RPC, "Not a valid JSON-RPC request for this protocol."),
+                "403": error(
                     "The Origin header names an origin not allowed by "
                     "HEADWAY_MCP_ALLOWED_HOSTS (a web page of another site)."
                 ),
-                "406": _error("The Accept header does not allow application/json."),
-                "413": _error(f"The body is larger than {MAX_MCP_BODY} bytes."),
-                "421": _error("The Host header is not in HEADWAY_MCP_ALLOWED_HOSTS."),
+                "406": error("The Accept header does not allow application/json."),
+                "413": error(f"The body is larger than {MAX_MCP_BODY} bytes."),
+                "421": error("The Host header is not in HEADWAY_MCP_ALLOWED_HOSTS."),
                 "429": TOO_MANY_REQUESTS,
             },
         }

@@ -17,18 +17,18 @@ from ..service import Service
 from ..web import pages
 from .costs import admit
 from .events import open_stream, stream_operation
-from .openapi import (
+from .openapi_parts import (
     CREATE_UNAVAILABLE,
     SPACE,
     TOO_LARGE,
     TOO_MANY_REQUESTS,
     UNAVAILABLE,
-    _error,
-    _json,
-    _link,
-    _query,
-    _ref,
-    _uuid_param,
+    error,
+    json_answer,
+    link,
+    query_param,
+    ref,
+    uuid_param,
 )
 from .responses import NO_STORE, JSONResponse, read_body
 from .rest import count, created, idempotency_of
@@ -99,22 +99,22 @@ routes = [
     Route("/shared/{share_uuid}/events", shared_events, methods=["GET"]),
 ]
 
-SHARE = _uuid_param("share_uuid", "The share link's uuid.")
-NO_SPACE = _error("No such space (or not a UUID).")
-NO_SHARE = _error("No such share link: revoked, or never created (or not a UUID).")
+SHARE = uuid_param("share_uuid", "The share link's uuid.")
+NO_SPACE = error("No such space (or not a UUID).")
+NO_SHARE = error("No such share link: revoked, or never created (or not a UUID).")
 _SPACE_PARAMETERS = [
-    _query("limit", {"type": "integer", "minimum": 1}, "How many top-level tasks to return."),
-    _query(
+    query_param("limit", {"type": "integer", "minimum": 1}, "How many top-level tasks to return."),
+    query_param(
         "before",
         {"type": "string", "format": "date-time"},
         "Only tasks created strictly before this instant.",
     ),
-    _query(
+    query_param(
         "after",
         {"type": "string", "format": "date-time"},
         "Only tasks created strictly after this instant.",
     ),
-    _query("state", {"type": "string", "enum": ["active", "finished"]}, "Only this state."),
+    query_param("state", {"type": "string", "enum": ["active", "finished"]}, "Only this state."),
 ]
 
 openapi_paths: dict[str, Any] = {
@@ -127,14 +127,14 @@ openapi_paths: dict[str, Any] = {
             "parameters": [SPACE],
             "requestBody": {
                 "required": True,
-                "content": {"application/json": {"schema": _ref("CreateShare")}},
+                "content": {"application/json": {"schema": ref("CreateShare")}},
             },
             "responses": {
                 "201": {
-                    **_json(_ref("ShareCreated"), "The new link."),
+                    **json_answer(ref("ShareCreated"), "The new link."),
                     "links": {
-                        "ReadShared": _link("readShared", share_uuid="$response.body#/uuid"),
-                        "RevokeShare": _link(
+                        "ReadShared": link("readShared", share_uuid="$response.body#/uuid"),
+                        "RevokeShare": link(
                             "revokeShare",
                             space_uuid="$request.path.space_uuid",
                             share_uuid="$response.body#/uuid",
@@ -143,7 +143,7 @@ openapi_paths: dict[str, Any] = {
                 },
                 "404": NO_SPACE,
                 "413": TOO_LARGE,
-                "422": _error(
+                "422": error(
                     "A body other than {}, malformed JSON, or a space already holding its "
                     "most share links (100 by default)."
                 ),
@@ -156,7 +156,7 @@ openapi_paths: dict[str, Any] = {
             "summary": "List share links",
             "parameters": [SPACE],
             "responses": {
-                "200": _json({"type": "array", "items": _ref("ShareOut")}, "Oldest first."),
+                "200": json_answer({"type": "array", "items": ref("ShareOut")}, "Oldest first."),
                 "404": NO_SPACE,
                 "503": UNAVAILABLE,
             },
@@ -171,7 +171,7 @@ openapi_paths: dict[str, Any] = {
             "parameters": [SPACE, SHARE],
             "responses": {
                 "204": {"description": "Revoked."},
-                "404": _error("No such space, or no such link in it."),
+                "404": error("No such space, or no such link in it."),
                 "503": UNAVAILABLE,
             },
         }
@@ -188,11 +188,11 @@ openapi_paths: dict[str, Any] = {
                 "200": {
                     "description": "The space, read-only.",
                     "content": {
-                        "application/json": {"schema": _ref("SharedSpaceOut")},
+                        "application/json": {"schema": ref("SharedSpaceOut")},
                         "text/html": {"schema": {"type": "string"}},
                     },
                 },
-                "400": _error("A bad cursor, limit or state, or a parameter given twice."),
+                "400": error("A bad cursor, limit or state, or a parameter given twice."),
                 "404": NO_SHARE,
                 "429": TOO_MANY_REQUESTS,
                 "503": UNAVAILABLE,

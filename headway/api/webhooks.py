@@ -10,16 +10,16 @@ from starlette.routing import Route
 
 from ..schemas import CreateWebhook, decode_create
 from ..service import Service
-from .openapi import (
+from .openapi_parts import (
     CREATE_UNAVAILABLE,
     SPACE,
     TOO_LARGE,
     TOO_MANY_REQUESTS,
     UNAVAILABLE,
-    _error,
-    _json,
-    _link,
-    _ref,
+    error,
+    json_answer,
+    link,
+    ref,
 )
 from .responses import NO_STORE, JSONResponse, read_body
 from .rest import count, created, idempotency_of
@@ -53,7 +53,7 @@ routes = [
     Route("/spaces/{space_uuid}/webhooks/{webhook_uuid}", delete_webhook, methods=["DELETE"]),
 ]
 
-NO_SPACE = _error("No such space.")
+NO_SPACE = error("No such space.")
 
 openapi_paths: dict[str, Any] = {
     "/spaces/{space_uuid}/webhooks": {
@@ -66,25 +66,23 @@ openapi_paths: dict[str, Any] = {
             "parameters": [SPACE],
             "requestBody": {
                 "required": True,
-                "content": {"application/json": {"schema": _ref("CreateWebhook")}},
+                "content": {"application/json": {"schema": ref("CreateWebhook")}},
             },
             "responses": {
                 "201": {
-                    **_json(_ref("WebhookCreated"), "The webhook and its signing secret."),
+                    **json_answer(ref("WebhookCreated"), "The webhook and its signing secret."),
                     "links": {
-                        "DeleteWebhook": _link(
+                        "DeleteWebhook": link(
                             "deleteWebhook",
                             space_uuid="$request.path.space_uuid",
                             webhook_uuid="$response.body#/uuid",
                         ),
-                        "ListWebhooks": _link(
-                            "listWebhooks", space_uuid="$request.path.space_uuid"
-                        ),
+                        "ListWebhooks": link("listWebhooks", space_uuid="$request.path.space_uuid"),
                     },
                 },
                 "404": NO_SPACE,
                 "413": TOO_LARGE,
-                "422": _error(
+                "422": error(
                     "Not an http(s) URL; a host that is not a valid name; an address, or a "
                     "name resolving to one, that is not public (also when an IPv6 address "
                     "embeds a refused IPv4 address); text that is not UTF-8; malformed JSON."
@@ -101,7 +99,7 @@ openapi_paths: dict[str, Any] = {
             "events) shows there.",
             "parameters": [SPACE],
             "responses": {
-                "200": _json({"type": "array", "items": _ref("WebhookOut")}, "The webhooks."),
+                "200": json_answer({"type": "array", "items": ref("WebhookOut")}, "The webhooks."),
                 "404": NO_SPACE,
                 "503": UNAVAILABLE,
             },
@@ -124,7 +122,7 @@ openapi_paths: dict[str, Any] = {
             ],
             "responses": {
                 "204": {"description": "Deleted."},
-                "404": _error("No such space or webhook."),
+                "404": error("No such space or webhook."),
                 "503": UNAVAILABLE,
             },
         }

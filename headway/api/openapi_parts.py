@@ -1,0 +1,154 @@
+"""Pieces of the OpenAPI description shared by every module that describes its routes:
+references, answers, parameters, and the answers many operations share."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def json_answer(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def error(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    response = json_answer(ref("ErrorOut"), description)
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+def response_ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/responses/{name}"}
+
+
+def link(operation_id: str, **parameters: str) -> dict[str, Any]:
+    """A link from a response to `operation_id`, its parameters taken from the exchange."""
+    return {"operationId": operation_id, "parameters": parameters}
+
+
+def uuid_param(name: str, description: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "description": description + " A value that is not a UUID answers 404.",
+        "schema": {"type": "string", "format": "uuid"},
+    }
+
+
+def query_param(
+    name: str, schema: dict[str, Any], description: str, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": schema,
+        "description": description,
+        **extra,
+    }
+
+
+SPACE = uuid_param("space_uuid", "The space's uuid, its credential.")
+TASK = uuid_param("task_uuid", "The task's uuid.")
+RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before trying again.",
+                               "schema": {"type": "integer", "minimum": 0}}}  # fmt: skip
+TOO_LARGE = error("The body is larger than 65,536 bytes.")
+UNAVAILABLE = error(
+    "A dependency (database or progress store) is down; retry after Retry-After seconds.",
+    RETRY_AFTER,
+)
+# Creates add rows that stay: they are refused when the database's storage runs short.
+CREATE_UNAVAILABLE = error(
+    "A dependency (database or progress store) is down, or the database's storage is "
+    "short: it is past HEADWAY_DATABASE_MAX_SIZE, its disk has less free than "
+    "HEADWAY_DISK_FREE_MIN, or its disk is full. Nothing was written; reports still work. "
+    "Retry after Retry-After seconds.",
+    RETRY_AFTER,
+)
+# Reports also write live progress, which has a memory budget.
+UNAVAILABLE_OR_FULL = error(
+    "A dependency (database or progress store) is down, or the live-progress memory budget "
+    "is full (of the whole service, or of this task's space), or a report that finishes "
+    "its task found the database's disk full; nothing was written. Retry after "
+    "Retry-After seconds.",
+    RETRY_AFTER,
+)
+TOO_MANY_REQUESTS = response_ref("TooManyRequests")
+NOT_FOUND_TASK = error("No such task (or not a UUID).")
+RESPONSES = {
+    "TooManyRequests": error(
+        "This client address is over its rate for this kind of request (reads: for the tasks "
+        "they render, children included), or (creating a task, reporting) holds its share of "
+        "the live-progress budget over all its spaces (HEADWAY_PROGRESS_MEMORY_PER_CLIENT); "
+        "nothing was done. Retry after Retry-After seconds.",
+        RETRY_AFTER,
+    ),
+    "HeaderFieldsTooLarge": error(
+        "The request head is too large: its URL, or its request line and header fields "
+        "together, pass the server's limit. Answered before any route is tried."
+    ),
+}
+# Creates honour an Idempotency-Key (see `service.idempotency`).
+IDEMPOTENT = frozenset(
+    {"createSpace", "createTask", "createWebhook", "createChannel", "createShare"}
+)
+PARAMETERS = {
+    "IdempotencyKey": {
+        "name": "Idempotency-Key",
+        "in": "header",
+        "required": False,
+        "description": "Makes a retried create safe: the same key with the same request "
+        "(byte for byte) from the same space (for `POST /spaces`, the same client address) "
+        "within 24 hours answers the first answer again (same status and body, with "
+        "`Idempotent-Replayed: true`) and creates nothing; with another body or endpoint it "
+        "is 422. Any 1 to 255 printable ASCII characters, e.g. a random UUID; longer, "
+        "empty, other characters or given twice: 400. Only creates that were made are "
+        "remembered: a refused one may be sent again with the same key.",
+        "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[ -~]+$"},
+    }
+}
+REPLAYED_HEADER = {
+    "Idempotent-Replayed": {
+        "description": "`true` when this is the first answer under the request's "
+        "Idempotency-Key again (nothing was created this time); absent otherwise.",
+        "schema": {"type": "string", "enum": ["true"]},
+    }
+}
+KEY_REFUSED = (
+    "An Idempotency-Key that is empty, longer than 255 characters, not printable ASCII, "
+    "or given twice."
+)
+KEY_REUSED = (
+    " Or an Idempotency-Key used in the last 24 hours with another request (another body "
+    "or endpoint)."
+)
+KEY_IN_PROGRESS = error(
+    "A create with the same Idempotency-Key was still under way and did not settle; "
+    "nothing was created. Retry shortly: the retry answers its answer."
+)
+
+
+def idempotent(operation: dict[str, Any]) -> dict[str, Any]:
+    """A create's operation with the Idempotency-Key parameter and its answers."""
+    responses = dict(operation["responses"])
+    created = dict(responses["201"])
+    created["headers"] = {**created.get("headers", {}), **REPLAYED_HEADER}
+    responses["201"] = created
+    responses["400"] = error(KEY_REFUSED)
+    responses["409"] = KEY_IN_PROGRESS
+    responses["422"] = error(responses["422"]["description"] + KEY_REUSED)
+    parameters = [*operation.get("parameters", []), parameter_ref("IdempotencyKey")]
+    return {**operation, "parameters": parameters, "responses": dict(sorted(responses.items()))}
+
+
+def parameter_ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/parameters/{name}"}
+
+
+# HTTP methods of a path item (the other keys of a path item are not operations).
+METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")

@@ -1,0 +1,292 @@
+"""The OpenAPI description of the core routes: spaces, tasks, reports and the health
+check (every other module describes its own routes beside them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .openapi_parts import (
+    CREATE_UNAVAILABLE,
+    NOT_FOUND_TASK,
+    SPACE,
+    TASK,
+    TOO_LARGE,
+    TOO_MANY_REQUESTS,
+    UNAVAILABLE,
+    UNAVAILABLE_OR_FULL,
+    error,
+    json_answer,
+    link,
+    query_param,
+    ref,
+)
+
+
+def space_paths() -> dict[str, Any]:
+    """`/spaces`, `/spaces/{space_uuid}` and its tasks."""
+    return {
+        "/spaces": {
+            "post": {
+                "operationId": "createSpace",
+                "summary": "Create a space",
+                "description": "Creates an anonymous space. The uuid in the answer is the only "
+                "credential and is shown only here.",
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": ref("CreateSpace")}},
+                },
+                "responses": {
+                    "201": {
+                        **json_answer(ref("SpaceCreated"), "The new space."),
+                        "links": {
+                            "GetSpace": link("getSpace", space_uuid="$response.body#/uuid"),
+                            "CreateTask": link("createTask", space_uuid="$response.body#/uuid"),
+                            "CreateWebhook": link(
+                                "createWebhook", space_uuid="$response.body#/uuid"
+                            ),
+                            "ListWebhooks": link("listWebhooks", space_uuid="$response.body#/uuid"),
+                        },
+                    },
+                    "413": TOO_LARGE,
+                    "422": error(
+                        "icon more than one character, an unknown member, a wrong type, "
+                        "a title over 200 characters, text that is not UTF-8 or holds a lone "
+                        "surrogate, or malformed JSON."
+                    ),
+                    "429": TOO_MANY_REQUESTS,
+                    "503": CREATE_UNAVAILABLE,
+                },
+            }
+        },
+        "/spaces/{space_uuid}": {
+            "get": {
+                "operationId": "getSpace",
+                "summary": "Read a space",
+                "description": "Top-level tasks with their children nested. With no parameters, "
+                "every task, oldest first. A bare `limit` gives the newest `limit` tasks, oldest "
+                "first; `before` gives newest first; `after`, or `before` with `after`, gives "
+                "oldest first. `limit` applies after the cursors.",
+                "parameters": [
+                    SPACE,
+                    query_param(
+                        "limit",
+                        {"type": "integer", "minimum": 1},
+                        "How many top-level tasks to return.",
+                    ),
+                    query_param(
+                        "before",
+                        {"type": "string", "format": "date-time"},
+                        "Only tasks created strictly before this instant "
+                        "(pass the oldest created_at held).",
+                    ),
+                    query_param(
+                        "after",
+                        {"type": "string", "format": "date-time"},
+                        "Only tasks created strictly after this instant "
+                        "(pass the newest created_at held).",
+                    ),
+                    query_param(
+                        "state",
+                        {"type": "string", "enum": ["active", "finished"]},
+                        "Only running or only finished top-level tasks.",
+                    ),
+                ],
+                "responses": {
+                    "200": {
+                        "description": "The space. A browser (an Accept preferring text/html) "
+                        "gets its live dashboard instead.",
+                        "content": {
+                            "application/json": {"schema": ref("SpaceOut")},
+                            "text/html": {"schema": {"type": "string"}},
+                        },
+                    },
+                    "400": error(
+                        "A cursor that is not a timestamp, a limit that is not a whole "
+                        "number of at least 1, an unknown state, a parameter given twice, "
+                        "or one that is not UTF-8 once percent-decoded."
+                    ),
+                    "404": error("No such space (or not a UUID)."),
+                    "429": TOO_MANY_REQUESTS,
+                    "503": UNAVAILABLE,
+                },
+            },
+            "delete": {
+                "operationId": "deleteSpace",
+                "summary": "Delete a space and everything in it",
+                "description": "Its tasks and their progress, share links, webhooks, channels "
+                "and undelivered events go for good; its live streams (the owner's and share "
+                "links') end on every instance. Every read is 404 at once.",
+                "parameters": [SPACE],
+                "responses": {
+                    "204": {"description": "Deleted."},
+                    "404": error("No such space (or not a UUID)."),
+                    "503": UNAVAILABLE,
+                },
+            },
+        },
+        "/spaces/{space_uuid}/tasks": {
+            "post": {
+                "operationId": "createTask",
+                "summary": "Create a task",
+                "description": "Report to the task as soon as work starts: an unreported task "
+                "looks like a dead reporter.",
+                "parameters": [SPACE],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": ref("CreateTask")}},
+                },
+                "responses": {
+                    "201": {
+                        **json_answer(ref("TaskCreated"), "The new task's uuid."),
+                        "links": {
+                            "GetTask": link("getTask", task_uuid="$response.body#/uuid"),
+                            "ReportProgress": link(
+                                "reportProgress", task_uuid="$response.body#/uuid"
+                            ),
+                            "ReportProgressByUrl": link(
+                                "reportProgressByUrl", task_uuid="$response.body#/uuid"
+                            ),
+                            "GetSpace": link("getSpace", space_uuid="$request.path.space_uuid"),
+                        },
+                    },
+                    "404": error("No such space."),
+                    "413": TOO_LARGE,
+                    "422": error(
+                        "parent_uuid unknown, already a child, or in another space; an "
+                        "unknown member, a wrong type, a text over 200 characters, text "
+                        "that is not UTF-8 or holds a lone surrogate, or malformed JSON."
+                    ),
+                    "429": TOO_MANY_REQUESTS,
+                    "503": CREATE_UNAVAILABLE,
+                },
+            }
+        },
+    }
+
+
+def task_paths() -> dict[str, Any]:
+    """`/tasks/{task_uuid}`, its report by URL, and `/up`."""
+    return {
+        "/tasks/{task_uuid}": {
+            "get": {
+                "operationId": "getTask",
+                "summary": "Read one task",
+                "parameters": [TASK],
+                "responses": {
+                    "200": json_answer(ref("TaskOut"), "The task, children nested."),
+                    "404": NOT_FOUND_TASK,
+                    "429": TOO_MANY_REQUESTS,
+                    "503": UNAVAILABLE,
+                },
+            },
+            "put": {
+                "operationId": "reportProgress",
+                "summary": "Report progress",
+                "description": "Replaces the task's whole state. A body of exactly "
+                '{"done": true} finishes the task and keeps the last numbers. current at or '
+                "above a positive end finishes the task.",
+                "parameters": [TASK],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": ref("ReportBody")}},
+                },
+                "responses": {
+                    "200": json_answer(ref("TaskOut"), "The task as it now stands."),
+                    "400": error(
+                        "values not a flat object of numbers, strings or booleans; an "
+                        "unknown member; a negative or non-numeric count, or one beyond a "
+                        "64-bit float; text that is not UTF-8 or holds a lone surrogate; "
+                        "malformed JSON; a values limit exceeded."
+                    ),
+                    "404": NOT_FOUND_TASK,
+                    "413": TOO_LARGE,
+                    "429": TOO_MANY_REQUESTS,
+                    "503": UNAVAILABLE_OR_FULL,
+                },
+            },
+            "delete": {
+                "operationId": "deleteTask",
+                "summary": "Delete a task and its steps",
+                "description": "The task, its children and their progress go for good, with "
+                "undelivered events about them. A deleted step's parent shows its steps "
+                "without it, and finishes (with its one event) if every step left has "
+                "finished. The space's open streams start over from a snapshot.",
+                "parameters": [TASK],
+                "responses": {
+                    "204": {"description": "Deleted."},
+                    "404": NOT_FOUND_TASK,
+                    "503": UNAVAILABLE,
+                },
+            },
+            "patch": {
+                "operationId": "patchTask",
+                "summary": "Refused: use PUT",
+                "deprecated": True,
+                "description": "Always refused, whether or not the task exists: a merge would be "
+                "implied while every write replaces the whole state.",
+                "parameters": [TASK],
+                "responses": {"405": error("Always; use PUT.")},
+            },
+        },
+        "/tasks/{task_uuid}/report": {
+            "get": {
+                "operationId": "reportProgressByUrl",
+                "summary": "Report progress by URL",
+                "description": "The same write as PUT, for clients that can only fire a URL. "
+                "Anything that follows the URL performs the write.",
+                "parameters": [
+                    TASK,
+                    query_param(
+                        "current",
+                        {"type": "number", "minimum": 0},
+                        "A count, not a percentage. Within a 64-bit float.",
+                    ),
+                    query_param(
+                        "end",
+                        {"type": "number", "minimum": 0},
+                        "Omit for a count with no total. Within a 64-bit float.",
+                    ),
+                    query_param(
+                        "done",
+                        {"type": "boolean"},
+                        "Finishes the task; alone, keeps the last numbers.",
+                    ),
+                    query_param(
+                        "values",
+                        {"type": "object", "additionalProperties": {"type": "string"}},
+                        "Written values[key]=text; values arrive as text.",
+                        style="deepObject",
+                        explode=True,
+                    ),
+                ],
+                "responses": {
+                    "200": json_answer(ref("TaskOut"), "The task as it now stands."),
+                    "400": error(
+                        "values not flat, an unknown parameter, a parameter given twice, one "
+                        "that is not UTF-8 once percent-decoded, or a bad number (not a "
+                        "finite, non-negative number that fits a 64-bit float)."
+                    ),
+                    "404": NOT_FOUND_TASK,
+                    "429": TOO_MANY_REQUESTS,
+                    "503": UNAVAILABLE_OR_FULL,
+                },
+            }
+        },
+        "/up": {
+            "get": {
+                "operationId": "health",
+                "summary": "Health check",
+                "description": "Checks the database and the progress store; reports the "
+                "background worker and loops, whose death does not fail the check, and the "
+                "database's disk.",
+                "responses": {
+                    "200": json_answer(
+                        ref("HealthOut"),
+                        "Healthy (ok), or degraded: the database's disk is low or full "
+                        "(creates may be refused) while reports and reads work.",
+                    ),
+                    "503": json_answer(ref("HealthOut"), "A dependency is down."),
+                },
+            }
+        },
+    }
