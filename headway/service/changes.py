@@ -138,16 +138,19 @@ class Changes:
         *,
         whole_space: bool = False,
     ) -> None:
-        """Tasks were deleted (with `whole_space`, the space and everything in it):
-        every cache forgets each of them (and the space), the other instances see new
-        versions of their families and of the space's rows, and the space's streams end
-        (`DROPPED`: they have nothing to show) or start over (`RESYNC`: their tasks went).
-        Never raises."""
+        """Tasks were deleted, or (`whole_space`, no tasks named) the space with everything
+        in it: every cache forgets each of them (or everything of the space), the other
+        instances see new versions of their families (or the space marked dropped, which
+        no family of it they hold passes) and of the space's rows, and the space's streams
+        end (`DROPPED`: they have nothing to show) or start over (`RESYNC`: their tasks
+        went). Never raises."""
         kind = Changed.DROP if whole_space else Changed.DELETE
         for task_uuid in task_uuids or ("",):
             self.forget(kind, space_uuid, task_uuid, parent_uuid)
         try:
             if self.versions is not None:
+                if whole_space:
+                    await self.versions.drop_space(space_uuid)
                 keys = [*task_uuids, parent_uuid, space_version_key(space_uuid)]
                 for start in range(0, len(keys), 1000):
                     await self.versions.bump_families(*keys[start : start + 1000])
