@@ -38,10 +38,15 @@ REMOVAL_LEASE = "space-removal"
 REMOVAL_LEASE_S = 30.0
 # Idle spaces deleted per step.
 SPACES_PER_STEP = 10
-# Each removal transaction aims to hold the write lock about this long; batches start at
-# FIRST_BATCH rows and move towards the size that takes it, at most `batch` rows.
-HOLD_S = 0.005
+# Each removal transaction aims to take about this long: on SQLite it holds the write lock
+# of the whole database (other writers wait for it), on PostgreSQL only the rows it
+# removes, which nobody else uses. Batches start at FIRST_BATCH rows and move towards the
+# size that takes it, between LEAST_BATCH (below, a transaction's fixed cost, its round
+# trips and the commit's flush, is all it would take) and `batch` rows.
+HOLD_S = 0.003
+HOLD_S_POSTGRES = 0.008
 FIRST_BATCH = 100
+LEAST_BATCH = 50
 MOST_AT_ONCE = 2000
 # Tasks whose progress is forgotten per read, before their rows are removed.
 PROGRESS_PAGE = 1000
@@ -51,11 +56,12 @@ Item = TypeVar("Item")
 
 class BatchSize:
     """How many rows the next removal transaction takes: about as many as the last ones
-    removed in `hold_s`, between 1 and `most`, at most doubling from one batch to the
-    next (a fast batch of few rows says little of a large one)."""
+    removed in `hold_s`, between LEAST_BATCH and `most`, at most doubling from one batch
+    to the next (a fast batch of few rows says little of a large one)."""
 
     def __init__(self, most: int, hold_s: float = HOLD_S, first: int = FIRST_BATCH) -> None:
         self.most = max(1, most)
+        self.least = min(LEAST_BATCH, self.most)
         self.hold_s = hold_s
         self.size = min(first, self.most)
 
@@ -64,7 +70,7 @@ class BatchSize:
         if rows < self.size:
             return  # a space's last, short batch
         fit = rows * self.hold_s / seconds if seconds > 0 else 2 * rows
-        self.size = max(1, min(self.most, 2 * self.size, int(fit)))
+        self.size = max(self.least, min(self.most, 2 * self.size, int(fit)))
 
 
 class Sweeper:
@@ -80,12 +86,14 @@ class Sweeper:
         *,
         step_s: float = STEP_S,
         batch: int = MOST_AT_ONCE,
-        hold_s: float = HOLD_S,
+        hold_s: float | None = None,
     ) -> None:
         self.service = service
         self.clock = clock
         self.retention_us = retention_us
         self.step_s = step_s
+        if hold_s is None:
+            hold_s = HOLD_S if service.db.is_sqlite else HOLD_S_POSTGRES
         self.sizes = BatchSize(batch, hold_s)
         self.holder = f"sweeper-{uuid.uuid4().hex[:12]}"
         self._woken = asyncio.Event()
