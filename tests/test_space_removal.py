@@ -253,6 +253,7 @@ async def test_a_removal_cut_short_is_finished_after_a_restart_and_spares_what_c
     restarted = Sweeper(service, clock, None, batch=50)
     assert await restarted.remove() == 0  # the stopped one's lease has not lapsed yet
     assert (await left_of(sql, doomed))["tasks"] == 950
+    assert "headway_spaces_deleted 2.0" in (await client.get("/metrics")).text
     clock.advance(REMOVAL_LEASE_S + 1)
     assert await restarted.step() == 0  # its periodic step finishes both spaces
     assert await left_of(sql, doomed) == {}
@@ -267,3 +268,4 @@ async def test_a_removal_cut_short_is_finished_after_a_restart_and_spares_what_c
     answer = (await client.get(f"/spaces/{fresh}")).json()
     assert [task["uuid"] for task in answer["tasks"]] == fresh_tasks
     assert await restarted.remove() == 0  # nothing left: nothing taken, nothing written
+    assert "headway_spaces_deleted 0.0" in (await client.get("/metrics")).text

@@ -2,7 +2,7 @@
 (undelivered events, channel messages, stall episodes, share links, webhooks, channels,
 the first answers of creates made with an idempotency key).
 
-A task goes with everything of it in one transaction. A space goes in two times, so that
+A task goes with everything of it in one transaction. A space goes in two steps, so that
 no transaction holds the write lock long however much it holds: `delete_space` marks it
 deleted (`spaces.deleted_at_us`) and removes what could still act for it (share links,
 webhooks, channels, their logs) in one short transaction, after which no read sees it
