@@ -190,6 +190,12 @@ def scenario_titles(o: Options) -> dict[str, str]:
             "beside a worker meanwhile"
         ),
         "outbox_claim_postgres": "outbox: the same on PostgreSQL",
+        "space_delete": (
+            f"DELETE of a space of {o.big:,} tasks, SQLite: "
+            "other clients' creates and finishes while its rows are removed, against the "
+            "same writes just before"
+        ),
+        "space_delete_postgres": "space delete: the same on PostgreSQL",
         "neighbour_alone": (
             "hostile neighbour: a well-behaved client (100 req/s: creates, reports, reads, "
             "finishes, one stream) alone on a fresh embedded server"

@@ -44,6 +44,7 @@ from .scenarios.channels import CHANNEL_ROWS
 from .scenarios.flood import FLOOD_ROWS, flood
 from .scenarios.neighbour import NEIGHBOUR_ROWS, neighbour, neighbour_targets
 from .scenarios.outbox import OUTBOX_ROWS, outbox, outbox_targets
+from .scenarios.space_delete import DELETE_ROWS, space_delete, space_delete_targets
 from .scenarios.streams import STREAM_ROWS, streams
 from .scenarios.sweep import SWEEP_ROWS
 from .targets import (
@@ -63,6 +64,7 @@ BARE = {
     "baseline_put",
     "stall_latency",
     *OUTBOX_ROWS,
+    *DELETE_ROWS,
     *NEIGHBOUR_ROWS,
     *BUDGET_ROWS,
 }
@@ -81,6 +83,7 @@ def phases(bench: Harness) -> list[Phase]:
         "stall_latency",
         *BUDGET_ROWS,
         *OUTBOX_ROWS,
+        *DELETE_ROWS,
         *NEIGHBOUR_ROWS,
         *FLOOD_ROWS,
         *STREAM_ROWS,
@@ -101,6 +104,7 @@ def phases(bench: Harness) -> list[Phase]:
         (["stall_latency"], channels.stall_latency),
         (BUDGET_ROWS, budget.budget),
         (OUTBOX_ROWS, outbox),
+        (DELETE_ROWS, space_delete),
         (NEIGHBOUR_ROWS, neighbour),
         (FLOOD_ROWS, flood),
         (STREAM_ROWS, streams),
@@ -137,6 +141,7 @@ def targets(rows: dict[str, Row], o: Options) -> list[Target]:
         + notify_targets(rows, o)
         + sweep_targets(rows, o)
         + outbox_targets(rows, o)
+        + space_delete_targets(rows, o)
         + neighbour_targets(rows, o)
         + badge_targets(rows)
         + budget_targets(rows)

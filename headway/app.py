@@ -147,6 +147,8 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             app.state.sweeper = sweeper = Sweeper(
                 service, clock, retention_us, step_s=settings.sweep_every
             )
+            # A deleted space's rows are removed at once, in the background.
+            service.deletes.on_deleted = sweeper.wake
             sweeper_task = asyncio.create_task(sweeper.run(), name="headway-sweeper")
             app.state.loops["sweeper"] = sweeper_task
             async with mcp_endpoint.running():

@@ -66,15 +66,22 @@ async def _measure_held(db: Database) -> list[Metric]:
     try:
         async with asyncio.timeout(SCRAPE_TIMEOUT_S):
             found = await db.fetch(
-                "SELECT (SELECT count(*) FROM spaces), (SELECT count(*) FROM tasks)", ()
+                "SELECT (SELECT count(*) FROM spaces), (SELECT count(*) FROM tasks), "
+                "(SELECT count(*) FROM spaces WHERE deleted_at_us IS NOT NULL)",
+                (),
             )
     except Exception as exc:  # whatever the failure, the scrape still answers
         log.warning("metrics: what is held could not be counted: %s", type(exc).__name__)
         return []
-    spaces, tasks = found[0]
+    spaces, tasks, deleted = found[0]
     return [
         _gauge("headway_spaces", "Spaces the database holds.", spaces),
         _gauge("headway_tasks", "Tasks the database holds (steps included).", tasks),
+        _gauge(
+            "headway_spaces_deleted",
+            "Spaces deleted whose rows are still being removed (counted in headway_spaces).",
+            deleted,
+        ),
     ]
 
 

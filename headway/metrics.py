@@ -241,8 +241,9 @@ class Instruments:
         )
         self.deleted_tasks = Counter(
             "headway_deleted_tasks",
-            "Tasks deleted, by reason: owner (a DELETE), retention (an idle space), cap (a "
-            "full space made room for a new task).",
+            "Tasks deleted, by reason: owner (a DELETE of the task), cap (a full space "
+            "made room for a new task), space (removed after their space's delete, its "
+            "owner's or retention's: see headway_deleted_spaces).",
             ("reason",),
             registry=registry,
         )
@@ -251,6 +252,20 @@ class Instruments:
             "Spaces deleted, by reason: owner or retention.",
             ("reason",),
             registry=registry,
+        )
+        self.removals = Histogram(
+            "headway_space_removal_transaction_seconds",
+            "Transactions removing deleted spaces' rows a batch at a time, by how long each "
+            "held the database's write lock (sized to take about 3 ms on SQLite, 8 ms on "
+            "PostgreSQL).",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0),
+            registry=registry,
+        )
+        self.longest_removal = Gauge(
+            "headway_space_removal_longest_seconds",
+            "The longest of those transactions since the process started.",
+            registry=registry,
+            multiprocess_mode="max",
         )
         self.loop_failures = Counter(
             "headway_loop_failures",
@@ -265,6 +280,7 @@ class Instruments:
             registry=registry,
             multiprocess_mode="livesum",
         )
+        self.longest_seconds = 0.0
         self._refusals = {reason: self.refusals.labels(reason) for reason in REFUSAL_REASONS}
         self._deliveries = {o: self.deliveries.labels(o) for o in DELIVERY_OUTCOMES}
         for outcome in DELIVERY_OUTCOMES:  # counted from 0, like the webhooks' outcomes
@@ -351,12 +367,23 @@ def stall(change: str) -> None:
 
 
 def deleted(reason: str, tasks: int, spaces: int = 0) -> None:
-    """Count what was deleted and why: `owner`, `retention` or `cap`."""
+    """Count what was deleted and why: `owner`, `retention`, `cap` or (tasks removed
+    after their space's delete) `space`."""
     instruments_ = _instruments or instruments()
     if tasks:
         instruments_.deleted_tasks.labels(reason).inc(tasks)
     if spaces:
         instruments_.deleted_spaces.labels(reason).inc(spaces)
+
+
+def removal_transaction(seconds: float) -> None:
+    """Count one transaction that removed a batch of a deleted space's rows, and how long
+    it held the write lock."""
+    instruments_ = _instruments or instruments()
+    instruments_.removals.observe(seconds)
+    if seconds > instruments_.longest_seconds:
+        instruments_.longest_seconds = seconds
+        instruments_.longest_removal.set(seconds)
 
 
 def loop_failed(loop: str) -> None:

@@ -1,33 +1,82 @@
 """The sweeper: the background job that keeps storage bounded. Each step writes the
 spaces' noted activity (`service.activity`), forgets idempotency keys older than a day,
-and, on one instance at a time (a lease in the database), deletes spaces idle for longer
-than the retention, a small batch of tasks per transaction, so that SQLite's write lock
-is never held for long and readers and reporters do not notice it."""
+deletes spaces idle for longer than the retention (on one instance at a time: a lease in
+the database), and removes the rows of deleted spaces.
+
+A space's delete (its owner's or retention's) only marks it deleted, in one short
+transaction (see `storage.deletes`); its rows are removed here afterwards, a batch per
+transaction, each batch sized so that its transaction holds SQLite's write lock about
+HOLD_S (a few milliseconds), so that other writers, readers and reporters do not notice
+it. The delete wakes the sweeper of its process, which removes them at once; a space whose
+removal was cut short (the process stopped) is finished by whichever instance's sweeper
+holds the removal's lease next, once the lease of the one that stopped has lapsed."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 from . import metrics
 from .clock import Clock
 from .dependencies import unavailable
 from .service import Service
 from .storage import channels, deletes
+from .storage.database import Statements
 
 log = logging.getLogger("headway")
 
 STEP_S = 60.0
 LEASE_NAME = "sweeper"
-# Idle spaces deleted per step, and tasks per transaction while deleting one.
+# Deleted spaces' rows are removed on one instance at a time, under this lease: held for
+# REMOVAL_LEASE_S, renewed as batches go, given back once nothing is left.
+REMOVAL_LEASE = "space-removal"
+REMOVAL_LEASE_S = 30.0
+# Idle spaces deleted per step.
 SPACES_PER_STEP = 10
-TASKS_PER_BATCH = 500
+# Each removal transaction aims to take about this long: on SQLite it holds the write lock
+# of the whole database (other writers wait for it), on PostgreSQL only the rows it
+# removes, which nobody else uses. Batches start at FIRST_BATCH rows and move towards the
+# size that takes it, between LEAST_BATCH (below, a transaction's fixed cost, its round
+# trips and the commit's flush, is all it would take) and `batch` rows.
+HOLD_S = 0.003
+HOLD_S_POSTGRES = 0.008
+FIRST_BATCH = 100
+LEAST_BATCH = 50
+MOST_AT_ONCE = 2000
+# Tasks whose progress is forgotten per read, before their rows are removed.
+PROGRESS_PAGE = 1000
+
+Item = TypeVar("Item")
+
+
+class BatchSize:
+    """How many rows the next removal transaction takes: about as many as the last ones
+    removed in `hold_s`, between LEAST_BATCH and `most`, at most doubling from one batch
+    to the next (a fast batch of few rows says little of a large one)."""
+
+    def __init__(self, most: int, hold_s: float = HOLD_S, first: int = FIRST_BATCH) -> None:
+        self.most = max(1, most)
+        self.least = min(LEAST_BATCH, self.most)
+        self.hold_s = hold_s
+        self.size = min(first, self.most)
+
+    def took(self, rows: int, seconds: float) -> None:
+        """A batch of `rows` held its transaction `seconds`."""
+        if rows < self.size:
+            return  # a space's last, short batch
+        fit = rows * self.hold_s / seconds if seconds > 0 else 2 * rows
+        self.size = max(self.least, min(self.most, 2 * self.size, int(fit)))
 
 
 class Sweeper:
     """Retention: deletes spaces with no create, report or read for `retention_us`
-    (None: keeps everything); and writes activity as it goes."""
+    (None: keeps everything); removes deleted spaces' rows; and writes activity as it
+    goes."""
 
     def __init__(
         self,
@@ -36,22 +85,41 @@ class Sweeper:
         retention_us: int | None,
         *,
         step_s: float = STEP_S,
-        batch: int = TASKS_PER_BATCH,
+        batch: int = MOST_AT_ONCE,
+        hold_s: float | None = None,
     ) -> None:
         self.service = service
         self.clock = clock
         self.retention_us = retention_us
         self.step_s = step_s
-        self.batch = batch
+        if hold_s is None:
+            hold_s = HOLD_S if service.db.is_sqlite else HOLD_S_POSTGRES
+        self.sizes = BatchSize(batch, hold_s)
         self.holder = f"sweeper-{uuid.uuid4().hex[:12]}"
+        self._woken = asyncio.Event()
+        self._removing = asyncio.Lock()  # one removal at a time in this process
+        self._lease_until_us = 0
+
+    def wake(self) -> None:
+        """A space was deleted: remove its rows now rather than at the next step."""
+        self._woken.set()
 
     async def run(self) -> None:
-        """Step every `step_s` seconds until cancelled; a failed step is logged and
-        counted, and the next comes all the same."""
+        """Step every `step_s` seconds, and remove deleted spaces' rows whenever woken,
+        until cancelled; a failed step is logged and counted, and the next comes all
+        the same."""
+        loop = asyncio.get_running_loop()
+        next_step = loop.time() + self.step_s
         while True:
-            await asyncio.sleep(self.step_s)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(next_step):
+                    await self._woken.wait()
+            self._woken.clear()
+            stepping = loop.time() >= next_step
+            if stepping:
+                next_step = loop.time() + self.step_s
             try:
-                await self.step()
+                await (self.step() if stepping else self.remove())
             except Exception as exc:
                 if unavailable(exc):
                     log.warning("sweeper: a dependency is unavailable (%s)", exc)
@@ -63,18 +131,30 @@ class Sweeper:
         """Write the activity noted here and forget idempotency keys older than a day (a
         bounded number of short deletes, on any instance: deleting twice harms nothing);
         then, if some spaces are idle and this instance holds the lease, delete up to
-        SPACES_PER_STEP of them. Returns how many spaces."""
+        SPACES_PER_STEP of them; then remove deleted spaces' rows. Returns how many
+        spaces were deleted for their idleness."""
         db = self.service.db
         await self.service.activity.flush(db)
         forgotten = await self.service.keys.forget_expired()
         if forgotten:
             log.info("sweeper: forgot %d idempotency keys older than a day", forgotten)
+        deleted = await self.delete_idle()
+        await self.remove()
+        return deleted
+
+    async def delete_idle(self) -> int:
+        """Delete up to SPACES_PER_STEP spaces idle since before the retention, if this
+        instance holds the lease; how many. Each goes as its owner's delete does, in one
+        conditional transaction that checks it is still idle (activity noted meanwhile
+        keeps it); its rows are removed by `remove`."""
         if self.retention_us is None:
             return 0
+        db = self.service.db
         now = self.clock.now_us()
         cutoff = now - self.retention_us
         idle = await db.fetch(
-            "SELECT uuid FROM spaces WHERE active_at_us < ? ORDER BY active_at_us LIMIT ?",
+            "SELECT uuid FROM spaces WHERE active_at_us < ? AND deleted_at_us IS NULL "
+            "ORDER BY active_at_us LIMIT ?",
             (cutoff, SPACES_PER_STEP),
         )
         if not idle:
@@ -87,38 +167,142 @@ class Sweeper:
             return 0
         deleted = 0
         for (space_uuid,) in idle:
-            if await self.delete_idle(space_uuid, cutoff):
+            if await self.service.deletes.idle_space(space_uuid, cutoff):
+                log.info("sweeper: deleted a space idle since before the retention")
                 deleted += 1
         return deleted
 
-    async def delete_idle(self, space_uuid: str, cutoff_us: int) -> bool:
-        """Delete an idle space a batch of tasks at a time. It is first marked as being
-        deleted (`active_at_us` -1, in the same conditional update that checks it is still
-        idle), so that no activity noted meanwhile can leave it half deleted."""
-        db, service = self.service.db, self.service
-        async with db.write() as st:
-            marked = await st.rows(
-                "UPDATE spaces SET active_at_us = -1 WHERE uuid = ? AND active_at_us < ? "
-                "RETURNING uuid",
-                (space_uuid, cutoff_us),
-            )
-        if not marked:
-            return False
-        steps_left = True  # steps go first: none is ever left without its parent
+    async def remove(self, batches: int | None = None) -> int:
+        """Remove the rows of deleted spaces, a batch per transaction, oldest delete
+        first, until none is left, if this instance holds (or takes) the removal's lease;
+        how many transactions. With `batches`, stop after that many (the lease is then
+        kept until it lapses, as a process that stopped would keep it)."""
+        async with self._removing:
+            run = _Removal(batches)
+            tried: set[str] = set()
+            while (space_uuid := await self._next_space(tried)) is not None:
+                if not tried and not await self._hold():
+                    return 0
+                tried.add(space_uuid)
+                if not await self._remove_space(space_uuid, run):
+                    return run.done
+            if tried:
+                await self._give_back()
+            return run.done
+
+    async def _next_space(self, tried: set[str]) -> str | None:
+        """The deleted space deleted first, but for those this run tried already (one left
+        behind would be a bug: it is tried again by the next run, not forever by this)."""
+        found = await deletes.deleted_spaces(self.service.db.fetch, len(tried) + 1)
+        return next((space for space in found if space not in tried), None)
+
+    async def _remove_space(self, space_uuid: str, run: _Removal) -> bool:
+        """Forget the space's progress, then remove its tasks (newest first: steps before
+        their parents), its events, its keys and its row. False: the run stopped before
+        the end (its `batches` ran, or the lease was lost)."""
+        fetch = self.service.db.fetch
+        await self._forget_progress(space_uuid)
+        started, first, tasks = time.perf_counter(), run.done, 0
+        before_us: int | None = None
         while True:
-            gone: list[str] = []
-            if steps_left:
-                gone = await deletes.space_steps(db.fetch, space_uuid, self.batch)
-                steps_left = len(gone) == self.batch
-            if not steps_left:
-                gone += await deletes.space_top_level(db.fetch, space_uuid, self.batch - len(gone))
-            if len(gone) < self.batch:
-                break  # the rest goes with the space, in one last short transaction
-            async with db.write() as st:
-                await deletes.delete_tasks(st, gone)
-            metrics.deleted("retention", len(gone))
-            await service.progress.delete(gone)
-            await service.changes.deleted(space_uuid, gone)
-        await service.deletes.space(space_uuid, reason="retention")
-        log.info("sweeper: deleted a space idle since before the retention")
+            if not await self._may_go_on(run):
+                return False
+            size = self.sizes.size
+            page = await deletes.tasks_newest(fetch, space_uuid, before_us, size)
+            if page:
+                await self._batch(run, deletes.remove_tasks, [row[0] for row in page])
+                tasks, before_us = tasks + len(page), page[-1][1]
+                metrics.deleted("space", len(page))
+            if len(page) < size:
+                break
+        for read, remove in (
+            (deletes.event_ids, deletes.remove_events),
+            (deletes.key_pairs, deletes.remove_keys),
+        ):
+            while True:
+                if not await self._may_go_on(run):
+                    return False
+                size = self.sizes.size
+                rows: Sequence[object] = await read(fetch, space_uuid, size)
+                if rows:
+                    await self._batch(run, remove, rows)
+                if len(rows) < size:
+                    break
+        if not await self._may_go_on(run):
+            return False
+        await self._batch(run, lambda st, _: deletes.remove_space(st, space_uuid), [space_uuid])
+        log.info(
+            "sweeper: removed a deleted space's %d tasks in %d transactions, %.1f s",
+            tasks,
+            run.done - first,
+            time.perf_counter() - started,
+        )
         return True
+
+    async def _may_go_on(self, run: _Removal) -> bool:
+        """Whether the run may take another batch: its `batches` not all spent, and the
+        lease still held (renewed once a third of it has passed)."""
+        if run.batches is not None and run.done >= run.batches:
+            return False
+        left = self._lease_until_us - self.clock.now_us()
+        if left > REMOVAL_LEASE_S * 1_000_000 * 2 / 3:
+            return True
+        return await self._hold()  # False: another instance took it (this one stalled)
+
+    async def _batch(
+        self,
+        run: _Removal,
+        remove: Callable[[Statements, Sequence[Item]], Awaitable[None]],
+        rows: Sequence[Item],
+    ) -> None:
+        """One removal transaction, timed from the moment it holds the write lock to its
+        commit; the time sizes the next batch."""
+        async with self.service.db.write() as st:
+            started = time.perf_counter()
+            await remove(st, rows)
+        held = time.perf_counter() - started
+        run.done += 1
+        metrics.removal_transaction(held)
+        self.sizes.took(len(rows), held)
+
+    async def _forget_progress(self, space_uuid: str) -> None:
+        """Forget the live progress of every task of the space, a page at a time (reads
+        only): its memory counts for nobody from now, long before the last row goes."""
+        service, after_us = self.service, -1
+        while True:
+            page = await deletes.tasks_oldest(service.db.fetch, space_uuid, after_us, PROGRESS_PAGE)
+            if page:
+                await service.progress.delete([row[0] for row in page])
+                after_us = page[-1][1]
+            if len(page) < PROGRESS_PAGE:
+                return
+            await asyncio.sleep(0)  # reads run on the event loop's thread with SQLite
+
+    async def _hold(self) -> bool:
+        """Take the removal's lease (free, lapsed, or ours already)."""
+        now = self.clock.now_us()
+        until = now + round(REMOVAL_LEASE_S * 1_000_000)
+        async with self.service.db.write() as st:
+            held = await channels.take_lease(st, REMOVAL_LEASE, self.holder, now, until)
+        self._lease_until_us = until if held else 0
+        return held
+
+    async def _give_back(self) -> None:
+        """Nothing is left to remove: the lease is free for any instance at once."""
+        self._lease_until_us = 0
+        async with self.service.db.write() as st:
+            await st.many(
+                "UPDATE leases SET until_us = 0 WHERE name = ? AND holder = ?",
+                [(REMOVAL_LEASE, self.holder)],
+            )
+
+
+class _Removal:
+    """One run of `Sweeper.remove`: the transactions it ran, and how many it may run
+    (None: as many as it takes)."""
+
+    __slots__ = ("batches", "done")
+
+    def __init__(self, batches: int | None) -> None:
+        self.batches = batches
+        self.done = 0

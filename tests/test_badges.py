@@ -558,7 +558,7 @@ async def test_a_revoke_or_delete_made_elsewhere_ends_the_badges_within_a_second
     try:
         async with db.write() as st:
             await st.rows("DELETE FROM shares WHERE uuid = ?", (revoked,))
-            await deletes.delete_space(st, other_space)
+            await deletes.delete_space(st, other_space, clock.now_us())
     finally:
         await db.close()
     clock.advance(1.001)

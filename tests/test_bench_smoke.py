@@ -30,6 +30,7 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
     from bench.scenarios.badges import BADGES
     from bench.scenarios.neighbour import NEIGHBOUR
     from bench.scenarios.outbox import OUTBOX
+    from bench.scenarios.space_delete import DELETE
     from bench.targets import BUDGET, BUSY, ISSUE6, LIVE, NOTIFY, SWEEP
 
     results = json.loads((tmp_path / "latest.json").read_text())
@@ -116,6 +117,11 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
             for row in ("outbox_claim", "outbox_claim_postgres")
             for check in ("flat", "lock", "writes")
         },
+        DELETE: {
+            f"{row}_{check}"
+            for row in ("space_delete", "space_delete_postgres")
+            for check in ("answer", "lock", "writes")
+        },
         NEIGHBOUR: {"neighbour_success", "neighbour_p99"},
         BUDGET: {"memory_budget", "memory_budget_large"},
     }
@@ -130,6 +136,10 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
     assert claimed["status"] == "ok", claimed
     assert set(claimed["extra"]["claim_median_ms"]) == {"10", "1000"}
     assert claimed["p99_ms"] > 0 and claimed["extra"]["writes"]["1000"] > 0
+    # A big space's delete: answered, its rows removed while other clients wrote.
+    deleted = found["space_delete"]
+    assert deleted["status"] == "ok", deleted
+    assert deleted["extra"]["removal_transactions"] > 0 and deleted["requests"] > 0
     # Channels and stall looks on the PUT: both servers measured, the channels alive.
     notified = found["put_report_notified"]
     assert found["put_report_plain"]["cpu_us_per_request"] > 0

@@ -232,7 +232,7 @@ async def test_a_space_deleted_where_no_feed_announced_it_ends_every_stream_with
             db = Database(settings.database_url)
             try:
                 async with db.write() as st:
-                    await deletes.delete_space(st, space)
+                    await deletes.delete_space(st, space, time.time_ns() // 1000)
             finally:
                 await db.close()
             started = time.monotonic()

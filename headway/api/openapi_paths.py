@@ -114,8 +114,9 @@ def space_paths() -> dict[str, Any]:
                 "operationId": "deleteSpace",
                 "summary": "Delete a space and everything in it",
                 "description": "Its tasks and their progress, share links, webhooks, channels "
-                "and undelivered events go for good; its live streams (the owner's and share "
-                "links') end on every instance. Every read is 404 at once.",
+                "and undelivered events go for good; its live streams end on every instance. "
+                "From the answer on, every read is 404 and nothing of it is delivered; its rows "
+                "are removed in the background, in transactions of a few milliseconds.",
                 "parameters": [SPACE],
                 "responses": {
                     "204": {"description": "Deleted."},

@@ -43,6 +43,10 @@ _decode = msgspec.json.Decoder(Progress).decode
 # again, only once no instance still holds a family read before that key's last bump.
 FAMILY_VERSION_TTL_S = 30 * 86_400
 
+# A deleted space's mark (see `drop_space`) outlives any family of it read before the
+# delete (`storage.families.VERSIONED_MAX_AGE_US`, an hour), by far.
+DROPPED_TTL_S = 3 * 3600
+
 # A family's version is "<epoch>:<counter>": the counter of its key (0 while there is
 # none) and the epoch of the Redis that counted it, a random id kept beside the counters
 # (`FAMILY_EPOCH`, without a TTL). Redis restarted empty or flushed has lost its epoch as
@@ -67,18 +71,23 @@ for _, key in ipairs(KEYS) do
 end
 return 0
 """
-# KEYS: as above, then the progress key. ARGV: a candidate epoch, the version the caller's
-# family was read at, a write's arguments (`redis_shares.write_args`), and optionally a
-# channel and a message to publish once written (the change feed's, in the same round
-# trip). Writes only if the family is unchanged and its client's share has room; returns
-# nil once written, `redis_shares.SHARE_FULL` if the share had no room, else the version
-# now.
+# KEYS: as above, then the progress key and its space's dropped mark. ARGV: a candidate
+# epoch, the version the caller's family was read at, a write's arguments
+# (`redis_shares.write_args`), and optionally a channel and a message to publish once
+# written (the change feed's, in the same round trip). Writes only if the family is
+# unchanged, its space not dropped, and its client's share has room; returns nil once
+# written, `redis_shares.SHARE_FULL` if the share had no room, DROPPED if the space was
+# deleted, else the version now.
+DROPPED = "dropped"
 _PUT_IF_FAMILY = (
     shares.HELPERS
     + _VERSION_NOW
     + f"""
 if version ~= ARGV[2] then
   return version
+end
+if redis.call('EXISTS', KEYS[4]) == 1 then
+  return '{DROPPED}'
 end
 local refused = write_at(KEYS[3], 2)
 if refused then
@@ -198,6 +207,7 @@ class RedisProgressStore:
     PREFIX = "headway:progress:"
     FAMILY_PREFIX = "headway:family:"
     FAMILY_EPOCH = "headway:family-epoch"
+    DROPPED_PREFIX = "headway:dropped:"
 
     def __init__(
         self,
@@ -333,6 +343,12 @@ class RedisProgressStore:
         if keys:
             await self._bump(keys=keys, args=[FAMILY_VERSION_TTL_S])
 
+    async def drop_space(self, space_uuid: str) -> None:
+        """Mark the space deleted for `put_if_family` (for DROPPED_TTL_S): a family of it
+        another instance still holds fails the check, is read again, and is not found.
+        A Redis that lost the mark lost the families' epoch too, which fails them all."""
+        await self._redis.set(self.DROPPED_PREFIX + space_uuid, 1, ex=DROPPED_TTL_S)
+
     async def put_if_family(
         self,
         task_uuid: str,
@@ -344,11 +360,17 @@ class RedisProgressStore:
         client: str = NO_CLIENT,
         finished: bool = False,
     ) -> FamilyVersion | None:
-        """`put`, atomically only if the task's family is still at `version`: returns
-        None once written, or the family's version now, having written nothing.
+        """`put`, atomically only if the task's family is still at `version` and its
+        space not dropped: returns None once written, or the family's version now (DROPPED
+        for a dropped space: it matches no version), having written nothing.
         `announce`: a (channel, message) published once written, in the same call.
         Raises ClientShareFull, having written nothing, if the client's share is full."""
-        keys = [self.FAMILY_EPOCH, self.FAMILY_PREFIX + task_uuid, self.PREFIX + task_uuid]
+        keys = [
+            self.FAMILY_EPOCH,
+            self.FAMILY_PREFIX + task_uuid,
+            self.PREFIX + task_uuid,
+            self.DROPPED_PREFIX + space_uuid,
+        ]
         args: list[object] = [self._epoch_candidate(), version]
         args.extend(self._write_args(progress, client, finished))
         if announce is not None:

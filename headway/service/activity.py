@@ -38,8 +38,8 @@ class Activity:
         self._pending[space_uuid] = now_us
 
     async def flush(self, db: Database) -> int:
-        """Write what was noted; how many spaces. A space being deleted for its idleness
-        (`active_at_us` below 0) stays so."""
+        """Write what was noted; how many spaces. (A space deleted meanwhile has its
+        activity written all the same, harmlessly: it stays deleted.)"""
         pending, self._pending = self._pending, {}
         if not pending:
             return 0
@@ -48,8 +48,7 @@ class Activity:
             async with db.write() as st:
                 for start in range(0, len(items), AT_ONCE):
                     await st.many(
-                        "UPDATE spaces SET active_at_us = ? WHERE uuid = ? AND active_at_us >= 0 "
-                        "AND active_at_us < ?",
+                        "UPDATE spaces SET active_at_us = ? WHERE uuid = ? AND active_at_us < ?",
                         [(at_us, uuid, at_us) for uuid, at_us in items[start : start + AT_ONCE]],
                     )
         except BaseException:

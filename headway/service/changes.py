@@ -138,15 +138,16 @@ class Changes:
         *,
         whole_space: bool = False,
     ) -> None:
-        """Tasks were deleted (with `whole_space`, the space and everything in it):
-        every cache forgets each of them (and the space), the other instances see new
-        versions of their families and of the space's rows, and the space's streams end
-        (`DROPPED`: they have nothing to show) or start over (`RESYNC`: their tasks went).
-        Never raises."""
+        """Tasks were deleted, or (`whole_space`, no tasks named) the space with everything
+        in it: every cache forgets each of them (or everything of the space), the other
+        instances see new versions of their families (or the space marked dropped, which
+        no family of it they hold passes) and of the space's rows, and the space's streams
+        end (`DROPPED`: they have nothing to show) or start over (`RESYNC`: their tasks
+        went). Never raises."""
         kind = Changed.DROP if whole_space else Changed.DELETE
         for task_uuid in task_uuids or ("",):
             self.forget(kind, space_uuid, task_uuid, parent_uuid)
-        await self._bump_deleted(space_uuid, [*task_uuids, parent_uuid])
+        await self._bump_deleted(space_uuid, [*task_uuids, parent_uuid], drop_space=whole_space)
         with contextlib.suppress(Exception):
             self.feed.publish(Change(DROPPED if whole_space else RESYNC, space_uuid, ""))
 
@@ -165,11 +166,16 @@ class Changes:
             for task_uuid, new_uuid in replaced:
                 self.feed.publish(Change(PRUNED, space_uuid, task_uuid, new_uuid))
 
-    async def _bump_deleted(self, space_uuid: str, keys: Sequence[str | None]) -> None:
+    async def _bump_deleted(
+        self, space_uuid: str, keys: Sequence[str | None], *, drop_space: bool = False
+    ) -> None:
         """With Redis: new versions of the deleted tasks' families (`keys`) and of the
-        space's rows, for the other instances' caches."""
+        space's rows, for the other instances' caches; and (`drop_space`) the space marked
+        dropped."""
         try:
             if self.versions is not None:
+                if drop_space:
+                    await self.versions.drop_space(space_uuid)
                 keys = [*keys, space_version_key(space_uuid)]
                 for start in range(0, len(keys), 1000):
                     await self.versions.bump_families(*keys[start : start + 1000])

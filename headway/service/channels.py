@@ -16,7 +16,7 @@ from ..storage.channels import ChannelRow
 from ..storage.database import Statements
 from .context import Stores
 from .idempotency import Idempotency, Keys
-from .spaces import Spaces
+from .spaces import Spaces, added_to_space
 
 NO_CHANNEL = "No such channel in this space."
 
@@ -76,7 +76,7 @@ class Channels:
             del shown["deliveries"]
             return shown
 
-        return await self.keys.once(space_key, space_key, idempotency, write)
+        return await added_to_space(self.keys.once(space_key, space_key, idempotency, write))
 
     async def _checked(self, url: str) -> Any:
         from ..notify import guard, urls

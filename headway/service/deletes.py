@@ -1,7 +1,10 @@
 """Deleting: a task with its children, or a whole space with everything it holds, each in
-one transaction, then told to every cache, instance and stream through `Changes`."""
+one short transaction, then told to every cache, instance and stream through `Changes`
+(a space's rows are removed afterwards by the sweeper: see `storage.deletes`)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from .. import metrics
 from ..domain import Changed, canonical_uuid
@@ -17,6 +20,9 @@ class Deletes:
     def __init__(self, stores: Stores, families: Families) -> None:
         self._stores = stores
         self._families = families
+        # Called once a space's delete is committed (wakes the sweeper, which removes its
+        # rows).
+        self.on_deleted: Callable[[], None] = lambda: None
 
     async def task(self, task_uuid: str) -> None:
         """Delete a task, its children and their progress. Its parent's aggregate follows;
@@ -48,17 +54,35 @@ class Deletes:
             await self._families.release(parent_uuid)
             await stores.changes.changed(Changed.FINISH, space_uuid, parent_uuid)
 
-    async def space(self, space_uuid: str, reason: str = "owner") -> None:
+    async def space(self, space_uuid: str) -> None:
         """Delete a space and everything of it: tasks and their progress, webhooks,
-        channels, share links and undelivered events; its streams end everywhere."""
+        channels, share links and undelivered events; its streams end everywhere.
+
+        What the owner sees is done when this returns, in one short transaction: the space
+        is marked deleted, so that no read finds it or anything of it, no create adds to
+        it and nothing of it is delivered. Its rows (up to millions of tasks) are removed
+        after, a batch at a time, by the sweeper, woken here (`on_deleted`); if this
+        process stops first, by any instance's sweeper later."""
         key = canonical_uuid(space_uuid)
-        if key is None:
+        if key is None or not await self._delete_space(key, "owner"):
             raise NotFound(NO_SPACE)
+
+    async def idle_space(self, space_uuid: str, idle_before_us: int) -> bool:
+        """Delete the space as `space` does if it has been idle since before
+        `idle_before_us` still (retention); whether it was. The sweeper calling this
+        removes its rows next: it is not woken."""
+        return await self._delete_space(space_uuid, "retention", idle_before_us)
+
+    async def _delete_space(self, key: str, reason: str, idle_before_us: int | None = None) -> bool:
         stores = self._stores
         async with stores.db.write() as st:
-            gone = await deletes.delete_space(st, key)
-        if gone is None:
-            raise NotFound(NO_SPACE)
-        metrics.deleted(reason, len(gone), 1)
-        await stores.progress.delete(gone)
-        await stores.changes.deleted(key, gone, whole_space=True)
+            gone = await deletes.delete_space(
+                st, key, stores.clock.now_us(), idle_before_us=idle_before_us
+            )
+        if not gone:
+            return False
+        metrics.deleted(reason, 0, 1)
+        await stores.changes.deleted(key, (), whole_space=True)
+        if idle_before_us is None:
+            self.on_deleted()
+        return True

@@ -125,8 +125,12 @@ class Families:
             if row.parent_uuid is not None:
                 await queries.lock_task(st, row.parent_uuid)
             if not await queries.finish_task(st, row.uuid, now_us, duration):
-                # Another report finished it first; its finish time stands.
-                return (await queries.tasks_by_uuid(st, (row.uuid,))).get(row.uuid, row)
+                # Another report finished it first, and its finish time stands; or it was
+                # deleted meanwhile (its space too, maybe).
+                found = (await queries.tasks_by_uuid(st, (row.uuid,))).get(row.uuid)
+                if found is None:
+                    raise NotFound(NO_TASK)
+                return found
             row = msgspec.structs.replace(row, finished_at_us=now_us, duration=duration)
             await self._record_event(st, domain.view(row, progress, family), now_us)
             parent_done = row.parent_uuid is not None and await self._finish_parent_if_done(

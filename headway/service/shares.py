@@ -16,7 +16,7 @@ from ..storage import shares
 from ..storage.database import Statements
 from .context import NO_SHARE, Stores
 from .idempotency import Idempotency, Keys
-from .spaces import Spaces
+from .spaces import Spaces, added_to_space
 
 NO_SHARED_TASK = "No such task under this link: check its id."
 # Links whose space is kept for badges, and for how long at most, in µs (see `SharedSpaces`).
@@ -186,7 +186,7 @@ class Shares:
                 "created_at": domain.format_ts(now_us),
             }
 
-        return await self.keys.once(space_key, space_key, idempotency, write)
+        return await added_to_space(self.keys.once(space_key, space_key, idempotency, write))
 
     async def list(self, space_uuid: str) -> list[dict[str, str]]:
         space_key = await self._spaces.existing(space_uuid)

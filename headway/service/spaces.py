@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from .. import domain
 from ..domain import Changed, canonical_uuid
@@ -20,6 +20,8 @@ from .idempotency import IN_PROGRESS, KEY_TAKEN, TRIES, Idempotency, Keys, Settl
 # Spaces whose `{"title", "icon"}` are kept: a space never changes them, so a read of a
 # space seen before needs no query for them.
 SPACE_HEADS = 10_000
+
+T = TypeVar("T")
 
 Head = dict[str, str | None]
 
@@ -129,6 +131,15 @@ class Spaces:
         if key is not None and await queries.space_head(self._stores.db.fetch, key) is not None:
             return key
         raise NotFound(NO_SPACE)
+
+
+async def added_to_space(write: Awaitable[T]) -> T:
+    """The answer of `write`, which adds a row to a space (a webhook, a share link, a
+    channel); NotFound if the space was deleted since it was found."""
+    try:
+        return await write
+    except queries.SpaceGone:
+        raise NotFound(NO_SPACE) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from ..storage import outbox
 from ..storage.database import Statements
 from .context import Stores
 from .idempotency import Idempotency, Keys
-from .spaces import Spaces
+from .spaces import Spaces, added_to_space
 
 LOOKUP_TIMEOUT_S = 10.0  # a registration's name lookup, as a delivery attempt's
 
@@ -65,7 +65,7 @@ class Webhooks:
                 raise Unprocessable(f"A space holds at most {cap} webhooks; delete one first.")
             return {"uuid": webhook_uuid, "url": body.url, "secret": secret}
 
-        return await self.keys.once(space_key, space_key, idempotency, write)
+        return await added_to_space(self.keys.once(space_key, space_key, idempotency, write))
 
     async def list(self, space_uuid: str) -> list[dict[str, Any]]:
         """The space's webhooks, oldest first, each with its last deliveries."""

@@ -82,6 +82,11 @@ class FamilyVersions(Protocol):
         """Mark these families changed, so that versions read before no longer match.
         Call after the change is committed, before the request that made it answers."""
 
+    async def drop_space(self, space_uuid: str) -> None:
+        """Mark the space deleted, so that no family of it read before passes
+        `put_if_family` again (for longer than any such family is trusted). Call after
+        the delete is committed, before it answers."""
+
     async def put_if_family(
         self,
         task_uuid: str,
@@ -93,8 +98,9 @@ class FamilyVersions(Protocol):
         client: str = "unknown",
         finished: bool = False,
     ) -> FamilyVersion | None:
-        """`put`, atomically only if the task's family is still at `version`: returns
-        None once written, or the family's version now, having written nothing.
+        """`put`, atomically only if the task's family is still at `version` and its space
+        was not dropped: returns None once written, or the family's version now (or one
+        that matches nothing, the space dropped), having written nothing.
         `announce`: a (channel, message) published once written, in the same call.
         Counted for `client` as `put` counts a write (raising as it does)."""
 
@@ -286,11 +292,12 @@ class FamilyCache:
     ) -> None:
         """After a create or a finish committed (or may have): a new task's parent's
         family changed; a finished task's, and its parent's (its children and maybe its
-        own finish)."""
+        own finish). After a delete: the task's and its parent's; after a space's, every
+        family of the space."""
         if kind is Changed.FINISH or kind is Changed.DELETE:
             self.forget(task_uuid, parent_uuid)
         elif kind is Changed.DROP:
-            self.forget(task_uuid)
+            self.forget_space(space_uuid)
         elif parent_uuid is not None:
             self.forget(parent_uuid)
 
@@ -303,6 +310,16 @@ class FamilyCache:
                 if entry is not None:
                     self.bytes_held -= _size(entry)
                 self._stamps.pop(uuid, None)
+
+    def forget_space(self, space_uuid: str) -> None:
+        """Drop every family of the space (deleted): one pass over what is held, which
+        the cache's bound keeps to about a hundred thousand entries (a few milliseconds)."""
+        held = self._entries.items()
+        self.forget(*[uuid for uuid, entry in held if _space_of(entry) == space_uuid])
+
+
+def _space_of(entry: TaskRow | _Parent) -> str:
+    return entry.space_uuid if isinstance(entry, TaskRow) else entry.row.space_uuid
 
 
 def _size(entry: TaskRow | _Parent) -> int:

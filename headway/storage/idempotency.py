@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .database import Database, Fetch, Statements
+from .queries import LIVE
 
 # Keys named in one statement (two parameters each; SQLite allows 32,766).
 AT_ONCE = 500
@@ -26,14 +27,16 @@ class KeyRow:
 
 
 async def find(fetch: Fetch, keys: Sequence[tuple[str, str]], since_us: int) -> list[KeyRow]:
-    """The rows of these (scope, key) pairs recorded at or after `since_us`, in no order."""
+    """The rows of these (scope, key) pairs recorded at or after `since_us`, in no order;
+    none whose answer names a deleted space (its keys go with it: a retry is decided
+    afresh, as if they had gone already)."""
     found: list[KeyRow] = []
     for start in range(0, len(keys), AT_ONCE):
         chunk = keys[start : start + AT_ONCE]
         pairs = " OR ".join("(scope = ? AND key = ?)" for _ in chunk)
         rows = await fetch(
             "SELECT scope, key, fingerprint, space_uuid, status, answer FROM idempotency_keys "
-            f"WHERE ({pairs}) AND created_at_us >= ?",
+            f"WHERE ({pairs}) AND created_at_us >= ? AND {LIVE}",
             (*(value for pair in chunk for value in pair), since_us),
         )
         found.extend(KeyRow(*row) for row in rows)
@@ -42,14 +45,16 @@ async def find(fetch: Fetch, keys: Sequence[tuple[str, str]], since_us: int) -> 
 
 async def record(st: Statements, rows: Sequence[KeyRow], now_us: int, since_us: int) -> None:
     """Record the first answers of `rows`, in the transaction of the writes they answer.
-    A row of the same key older than `since_us` (forgotten, not yet swept) is replaced; a
-    newer one (a concurrent create with the key, on PostgreSQL) fails the transaction
-    with the unique constraint's IntegrityError, so that only one of them commits."""
+    A row of the same key older than `since_us` (forgotten, not yet swept) or of a deleted
+    space (not yet removed) is replaced; a newer one (a concurrent create with the key,
+    on PostgreSQL) fails the transaction with the unique constraint's IntegrityError, so
+    that only one of them commits."""
     if not rows:
         return
     ordered = sorted(rows, key=lambda row: (row.scope, row.key))  # no deadlock between two
     await st.many(
-        "DELETE FROM idempotency_keys WHERE scope = ? AND key = ? AND created_at_us < ?",
+        "DELETE FROM idempotency_keys WHERE scope = ? AND key = ? AND (created_at_us < ? "
+        "OR space_uuid IN (SELECT uuid FROM spaces WHERE deleted_at_us IS NOT NULL))",
         [(row.scope, row.key, since_us) for row in ordered],
     )
     await st.many(

@@ -148,23 +148,24 @@ async def log_deliveries(
     if_owned: tuple[str, str, int] | None = None,
 ) -> None:
     """Keep deliveries in their webhooks' logs: (webhook, at, event, outcome, detail),
-    the last `LOG_KEPT` of each. `if_owned`: only while that claimed row still exists."""
+    the last `LOG_KEPT` of each; not those of a webhook deleted meanwhile (with its space:
+    its deliveries stay a while, and an attempt under way may end after it). `if_owned`:
+    only while that claimed row still exists."""
     rows = [(w, at, ev, out, None if d is None else d[:500]) for w, at, ev, out, d in entries]
     if not rows:
         return
+    insert = (
+        "INSERT INTO webhook_log (webhook_uuid, at_us, event, outcome, detail) "
+        "SELECT CAST(? AS VARCHAR(36)), CAST(? AS BIGINT), CAST(? AS VARCHAR(64)), "
+        "CAST(? AS VARCHAR(16)), CAST(? AS TEXT) WHERE EXISTS (SELECT 1 FROM webhooks "
+        "WHERE uuid = ?)"
+    )
     if if_owned is None:
-        await st.many(
-            "INSERT INTO webhook_log (webhook_uuid, at_us, event, outcome, detail) "
-            "VALUES (?, ?, ?, ?, ?)",
-            rows,
-        )
+        await st.many(insert, [(*row, row[0]) for row in rows])
     else:
         await st.many(
-            "INSERT INTO webhook_log (webhook_uuid, at_us, event, outcome, detail) "
-            "SELECT CAST(? AS VARCHAR(36)), CAST(? AS BIGINT), CAST(? AS VARCHAR(64)), "
-            "CAST(? AS VARCHAR(16)), CAST(? AS TEXT) "
-            f"WHERE EXISTS (SELECT 1 FROM deliveries WHERE {OWNED})",
-            [(*row, *if_owned) for row in rows],
+            f"{insert} AND EXISTS (SELECT 1 FROM deliveries WHERE {OWNED})",
+            [(*row, row[0], *if_owned) for row in rows],
         )
     # The log's newest LOG_KEPT entries stay: an index range per webhook, never a scan.
     await st.many(

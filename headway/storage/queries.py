@@ -32,23 +32,37 @@ async def insert_spaces(st: Statements, new: Sequence[NewSpace], now_us: int) ->
     )
 
 
+# Tasks of spaces not deleted: a deleted space's rows stay a while after its delete (the
+# sweeper removes them a batch at a time: see `storage.deletes`), and no read sees them.
+# The deleted spaces are few (those still being removed) and indexed: the subquery is
+# read once per statement.
+LIVE = "space_uuid NOT IN (SELECT uuid FROM spaces WHERE deleted_at_us IS NOT NULL)"
+
+
+class SpaceGone(LookupError):
+    """The space is deleted, or never existed: nothing was written."""
+
+
 async def space_head(fetch: Fetch, uuid: str) -> tuple[str | None, str | None] | None:
-    """The space's (title, icon), or None if there is no such space."""
-    found = await fetch("SELECT title, icon FROM spaces WHERE uuid = ?", (uuid,))
+    """The space's (title, icon), or None if there is no such space (or it was deleted)."""
+    found = await fetch(
+        "SELECT title, icon FROM spaces WHERE uuid = ? AND deleted_at_us IS NULL", (uuid,)
+    )
     return (found[0][0], found[0][1]) if found else None
 
 
 async def space_exists(st: Statements, uuid: str) -> bool:
-    return bool(await st.rows("SELECT 1 FROM spaces WHERE uuid = ?", (uuid,)))
+    """Whether the space exists and is not deleted."""
+    found = await st.rows("SELECT 1 FROM spaces WHERE uuid = ? AND deleted_at_us IS NULL", (uuid,))
+    return bool(found)
 
 
 # Typed parameters: PostgreSQL cannot add two parameters of unknown type.
 _CLAIM = (
     "UPDATE spaces SET last_task_at_us = CASE WHEN last_task_at_us < CAST(? AS BIGINT) "
     "THEN CAST(? AS BIGINT) + CAST(? AS BIGINT) - 1 ELSE last_task_at_us + CAST(? AS BIGINT) "
-    "END, top_tasks = top_tasks + ?, active_at_us = CASE WHEN active_at_us < 0 "
-    "THEN active_at_us ELSE CAST(? AS BIGINT) END WHERE uuid = ? "
-    "RETURNING last_task_at_us, top_tasks"
+    "END, top_tasks = top_tasks + ?, active_at_us = CAST(? AS BIGINT) "
+    "WHERE uuid = ? AND deleted_at_us IS NULL RETURNING last_task_at_us, top_tasks"
 )
 
 
@@ -61,7 +75,9 @@ async def claim_created_at(
     how many top-level tasks the space holds with them.
 
     One conditional UPDATE, so concurrent creates (even on several instances) queue on
-    the space's row and each gets a distinct, increasing instant. None: no such space.
+    the space's row and each gets a distinct, increasing instant. None: no such space, or
+    it was deleted (a delete takes the same row: a create is either before it, and goes
+    with the space, or after it, and refused).
     """
     found = await st.rows(_CLAIM, (now_us, now_us, count, count, top_level, now_us, space_uuid))
     return (found[0][0] - count + 1, found[0][1]) if found else None
@@ -137,12 +153,12 @@ async def insert_tasks(st: Statements, rows: Sequence[TaskRow]) -> None:
 
 
 async def tasks_by_uuid(st: Statements, uuids: Collection[str]) -> dict[str, TaskRow]:
-    """The tasks of these uuids that exist, by uuid."""
+    """The tasks of these uuids that exist (in spaces not deleted), by uuid."""
     if not uuids:
         return {}
     found = await st.rows(
         f"SELECT uuid, space_uuid, parent_uuid, title, source, created_at_us, finished_at_us, "
-        f"duration FROM tasks WHERE uuid IN ({', '.join('?' * len(uuids))})",
+        f"duration FROM tasks WHERE uuid IN ({', '.join('?' * len(uuids))}) AND {LIVE}",
         list(uuids),
     )
     return {row.uuid: row for row in (TaskRow(*raw) for raw in found)}
@@ -150,14 +166,14 @@ async def tasks_by_uuid(st: Statements, uuids: Collection[str]) -> dict[str, Tas
 
 async def read_family(fetch: Fetch, uuid: str) -> tuple[TaskRow | None, list[TaskRow]]:
     """A task and its children (oldest first), in one query: outside any transaction
-    with a reader, within one with `Statements.rows`."""
+    with a reader, within one with `Statements.rows`. Nothing of a deleted space."""
     return _family(uuid, await fetch(_FAMILY_SQL, (uuid, uuid)))
 
 
 _ROW_COLUMNS = (
     "uuid, space_uuid, parent_uuid, title, source, created_at_us, finished_at_us, duration"
 )
-_FAMILY_SQL = f"SELECT {_ROW_COLUMNS} FROM tasks WHERE uuid = ? OR parent_uuid = ?"
+_FAMILY_SQL = f"SELECT {_ROW_COLUMNS} FROM tasks WHERE (uuid = ? OR parent_uuid = ?) AND {LIVE}"
 
 
 # Tasks a `read_families` query names at most: bounds its statement's parameters.
@@ -167,8 +183,9 @@ FAMILIES_AT_ONCE = 400
 async def read_families(
     fetch: Fetch, uuids: Sequence[str]
 ) -> dict[str, tuple[TaskRow, list[TaskRow]]]:
-    """The tasks of `uuids` that exist, each with its children (oldest first), by uuid:
-    one query for every FAMILIES_AT_ONCE of them, outside any transaction."""
+    """The tasks of `uuids` that exist (in spaces not deleted), each with its children
+    (oldest first), by uuid: one query for every FAMILIES_AT_ONCE of them, outside any
+    transaction."""
     found: dict[str, tuple[TaskRow, list[TaskRow]]] = {}
     wanted = list(dict.fromkeys(uuids))
     for start in range(0, len(wanted), FAMILIES_AT_ONCE):
@@ -177,8 +194,9 @@ async def read_families(
         rows = {
             raw[0]: TaskRow(*raw)  # a wanted child comes twice: as itself and as a child
             for raw in await fetch(
-                f"SELECT {_ROW_COLUMNS} FROM tasks WHERE uuid IN ({marks}) "
-                f"UNION ALL SELECT {_ROW_COLUMNS} FROM tasks WHERE parent_uuid IN ({marks})",
+                f"SELECT {_ROW_COLUMNS} FROM tasks WHERE uuid IN ({marks}) AND {LIVE} "
+                f"UNION ALL SELECT {_ROW_COLUMNS} FROM tasks WHERE parent_uuid IN ({marks}) "
+                f"AND {LIVE}",
                 (*chunk, *chunk),
             )
         }
@@ -414,16 +432,19 @@ async def space_holds_fewer(
     st: Statements, table: Literal["webhooks", "shares", "channels"], space_uuid: str, cap: int
 ) -> bool:
     """Whether the space has fewer than `cap` rows in `table` (webhooks, share links,
-    channels).
+    channels). SpaceGone if the space was deleted (or never existed).
 
     Exact under concurrent inserts when called first in their transaction: on PostgreSQL
     the space's row is locked first (FOR NO KEY UPDATE: inserts of this kind in one space
     queue for the length of their transaction, while task inserts, which only take a
     key-share lock on the space for their foreign key, do not); SQLite runs one write
-    transaction at a time anyway.
+    transaction at a time anyway. A space's delete takes the same lock, so a row added
+    here either goes with the space or is refused.
     """
-    if not st.is_sqlite:
-        await st.rows("SELECT uuid FROM spaces WHERE uuid = ? FOR NO KEY UPDATE", (space_uuid,))
+    lock = "" if st.is_sqlite else " FOR NO KEY UPDATE"
+    space = await st.rows(f"SELECT deleted_at_us FROM spaces WHERE uuid = ?{lock}", (space_uuid,))
+    if not space or space[0][0] is not None:
+        raise SpaceGone(space_uuid)
     found = await st.rows(f"SELECT count(*) FROM {table} WHERE space_uuid = ?", (space_uuid,))
     return found[0][0] < cap
 
@@ -442,10 +463,11 @@ async def lock_task(st: Statements, uuid: str) -> None:
 
 
 async def finish_task(st: Statements, uuid: str, finished_at_us: int, duration: int) -> bool:
-    """Mark the task finished unless it already is. True: this call finished it."""
+    """Mark the task finished unless it already is (or its space was deleted). True: this
+    call finished it."""
     found = await st.rows(
         "UPDATE tasks SET finished_at_us = ?, duration = ? "
-        "WHERE uuid = ? AND finished_at_us IS NULL RETURNING uuid",
+        f"WHERE uuid = ? AND finished_at_us IS NULL AND {LIVE} RETURNING uuid",
         (finished_at_us, duration, uuid),
     )
     return len(found) == 1

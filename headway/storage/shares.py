@@ -53,12 +53,13 @@ AT_ONCE = 500
 
 
 async def existing(fetch: Fetch, table: Literal["spaces", "shares"], uuids: list[str]) -> set[str]:
-    """Which of `uuids` are still rows of `table` (spaces, or share links)."""
+    """Which of `uuids` are still rows of `table` (spaces not deleted, or share links)."""
     found: set[str] = set()
+    live = " AND deleted_at_us IS NULL" if table == "spaces" else ""
     for start in range(0, len(uuids), AT_ONCE):
         chunk = uuids[start : start + AT_ONCE]
         marks = ", ".join("?" * len(chunk))
-        rows = await fetch(f"SELECT uuid FROM {table} WHERE uuid IN ({marks})", chunk)
+        rows = await fetch(f"SELECT uuid FROM {table} WHERE uuid IN ({marks}){live}", chunk)
         found.update(row[0] for row in rows)
     return found
 

@@ -14,6 +14,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 
 metadata = MetaData()
@@ -27,6 +28,15 @@ spaces = Table(
     Column("created_at_us", BigInteger, nullable=False),
     # The created_at of the space's newest task: each new task takes a later instant.
     Column("last_task_at_us", BigInteger, nullable=False, server_default="0"),
+    # When the space was deleted: gone for every reader, its rows removed a batch at a
+    # time afterwards (see `storage.deletes`). None: a space in use.
+    Column("deleted_at_us", BigInteger),
+    Index(
+        "spaces_deleted",
+        "deleted_at_us",
+        sqlite_where=text("deleted_at_us IS NOT NULL"),
+        postgresql_where=text("deleted_at_us IS NOT NULL"),
+    ),
 )
 
 tasks = Table(
