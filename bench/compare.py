@@ -9,8 +9,11 @@ old servers get DIR first on their PYTHONPATH (the venv is shared), so only the
 written with this checkout's tables) and tests/servers.py are this checkout's. For
 every scenario it prints and writes (`compare.json`, `compare.md` in the results
 directory) the CPU µs per request of each side, the median of its runs, and the ratio
-new/old. The bare baseline and its calibration rows do not run; no target is judged.
-The other options (`--quick`, `--smoke`, `--duration`, `--no-scale-out`…) apply.
+new/old; and for the scenarios that measure PostgreSQL's and Redis's CPU beside Headway's
+(`scale_out_*`), theirs likewise, in the note. `--only NAMES` keeps the phases that
+measure those scenarios. The bare baseline and its calibration rows do not run; no target
+is judged. The other options (`--quick`, `--smoke`, `--duration`, `--no-scale-out`…)
+apply.
 """
 
 from __future__ import annotations
@@ -112,6 +115,29 @@ def summary(name: str, title: str, rows: dict[str, list[Row]]) -> dict[str, Any]
         ]
     old, new = found["old_median"], found["new_median"]
     found["ratio"] = round(new / old, 3) if old and new is not None else None
+    found["backends"] = _backends(rows)
+    return found
+
+
+def _backends(rows: dict[str, list[Row]]) -> dict[str, dict[str, Any]]:
+    """The CPU per request of the backends a scenario measures beside Headway
+    (`extra.cpu_us_per_request_of`: PostgreSQL, Redis), each side's runs, medians, and the
+    ratio new/old."""
+    found: dict[str, dict[str, Any]] = {}
+    for side in SIDES:
+        for row in rows[side]:
+            if row.status != "ok":
+                continue
+            for backend, figure in (row.extra.get("cpu_us_per_request_of") or {}).items():
+                if backend != "headway" and figure is not None:
+                    runs = found.setdefault(backend, {f"{s}_cpu_us": [] for s in SIDES})
+                    runs[f"{side}_cpu_us"].append(figure)
+    for runs in found.values():
+        for side in SIDES:
+            figures = runs[f"{side}_cpu_us"]
+            runs[f"{side}_median"] = round(statistics.median(figures), 1) if figures else None
+        old, new = runs["old_median"], runs["new_median"]
+        runs["ratio"] = round(new / old, 3) if old and new is not None else None
     return found
 
 
@@ -133,7 +159,12 @@ def table(result: dict[str, Any]) -> str:
         if not (s["old_cpu_us"] or s["new_cpu_us"] or failed):
             continue  # no CPU per request to compare (memory and latency rows)
         why = dict.fromkeys(f"{r['side']}: {r['status']}, {r['reason'][:160]}" for r in failed)
-        note = "; ".join(why)
+        backends = [
+            f"{name} {_num(b['old_median'])} → {_num(b['new_median'])} µs/req"
+            + ("" if b["ratio"] is None else f" ({b['ratio']:.3f}x)")
+            for name, b in s.get("backends", {}).items()
+        ]
+        note = "; ".join([*backends, *why])
         ratio = "–" if s["ratio"] is None else f"{s['ratio']:.3f}"
         lines.append(
             f"| {s['name']} | {_num(s['old_median'])} | {_num(s['new_median'])} | {ratio} | "

@@ -50,6 +50,7 @@ class Options:
     busy_s: float
     compare: Path | None = None
     rounds: int = 2
+    only: frozenset[str] = frozenset()
 
 
 MODES: dict[str, dict[str, Any]] = {
@@ -81,6 +82,9 @@ def parse_options(argv: list[str] | None) -> Options:
         parser.error(f"--compare {args.compare}: no headway/ there; give a checkout")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    only = frozenset(name.strip() for name in (args.only or "").split(",") if name.strip())
+    if only and args.compare is None:
+        parser.error("--only goes with --compare")
     return Options(
         mode=name,
         small=100,
@@ -93,6 +97,7 @@ def parse_options(argv: list[str] | None) -> Options:
         streams=50 if args.smoke else STREAMS,
         compare=args.compare.resolve() if args.compare is not None else None,
         rounds=args.rounds,
+        only=only,
         **values,
     )
 
@@ -146,6 +151,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--rounds", type=int, default=2, help="with --compare: runs of each side (default 2)"
+    )
+    parser.add_argument(
+        "--only",
+        metavar="NAMES",
+        help="with --compare: only the phases that measure these scenarios (comma-separated, "
+        "e.g. scale_out_one)",
     )
     return parser
 

@@ -162,7 +162,15 @@ def main(argv: list[str] | None = None) -> int:
                 "other work is running, so figures will be low and noisy"
             )
         if options.compare is not None:
-            return compare(bench, [p for p in phases(bench) if not set(p[0]) <= BARE])
+            if unknown := options.only - set(bench.titles):
+                print(f"--only: no such scenario: {', '.join(sorted(unknown))}", file=sys.stderr)
+                return 2
+            chosen = [
+                phase
+                for phase in phases(bench)
+                if not set(phase[0]) <= BARE and (not options.only or options.only & set(phase[0]))
+            ]
+            return compare(bench, chosen)
         try:
             run(bench)
         finally:

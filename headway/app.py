@@ -309,17 +309,22 @@ def make_progress_store(settings: Settings, clock: Clock) -> ProgressStore:
     """The progress store the settings ask for: Redis when HEADWAY_REDIS_URL is set."""
     budget = settings.progress_memory_budget
     client_bytes = int(budget * settings.progress_memory_per_client)
+    space_bytes = int(budget * settings.progress_memory_per_space)
     if settings.redis_url is not None:
         from .progress.redis import RedisProgressStore
 
         return RedisProgressStore(
-            settings.redis_url, settings.progress_ttl, clock, client_bytes=client_bytes
+            settings.redis_url,
+            settings.progress_ttl,
+            clock,
+            client_bytes=client_bytes,
+            space_bytes=space_bytes,
         )
     return MemoryProgressStore(
         settings.progress_ttl,
         clock,
         budget_bytes=budget,
-        space_bytes=int(budget * settings.progress_memory_per_space),
+        space_bytes=space_bytes,
         client_bytes=client_bytes,
     )
 

@@ -334,9 +334,10 @@ class SharedCounters:
     def __init__(self, redis_url: str) -> None:
         from limits.aio.storage import RedisStorage
         from limits.aio.strategies import FixedWindowRateLimiter, SlidingWindowCounterRateLimiter
+        from redis.asyncio import Redis
         from redis.exceptions import OutOfMemoryError
 
-        from .progress.redis import connection_pool
+        from .progress.redis import connection_pool, with_room
 
         url = "redis+" + redis_url if redis_url.startswith("unix://") else redis_url
         self._pool = connection_pool(redis_url)
@@ -351,11 +352,18 @@ class SharedCounters:
         # whether the count is still within the limit (`limits.aio.strategies`).
         self._owing = FixedWindowRateLimiter(self._storage)
         self._full = OutOfMemoryError
+        self._redis = Redis(connection_pool=self._pool)
+        self._with_room = with_room
 
     async def hit(self, kind: str, address: str, items: list[RateLimitItem]) -> float:
-        """Count one hit against each limit; 0 if within all, else seconds to wait."""
+        """Count one hit against each limit; 0 if within all, else seconds to wait. A
+        Redis at its maxmemory first lets finished progress give way (as a write of
+        progress would), then counts once more; still full, it raises."""
         if kind not in self.OWING:
-            return await self._hit(self._strategy, kind, address, items)
+            strategy = self._strategy
+            return await self._with_room(
+                self._redis, lambda: self._hit(strategy, kind, address, items)
+            )
         try:
             return await self._hit(self._owing, kind, address, items)
         except self._full:

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis.asyncio as redis
 
 from headway.limits import Holdings, network_of
 from headway.progress import ClientShareFull
@@ -327,3 +328,147 @@ async def test_a_parent_finished_by_its_last_step_frees_its_own_progress(limited
     assert read["progress"]["values"] == big_values()
     task = (await greedy.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
     assert (await greedy.put(f"/tasks/{task}", json={"values": big_values()})).status_code == 200
+
+
+# --- A space's share, in memory and in Redis ---------------------------------------------
+
+
+async def fill_space(client: httpx.AsyncClient, space: str) -> tuple[list[str], Any]:
+    """Create tasks in the space and report 1 KB values to each until refused; the tasks
+    that hold progress, and the refusal (503: the space's share)."""
+    held: list[str] = []
+    for _ in range(500):
+        task = (await client.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
+        response = await client.put(f"/tasks/{task}", json={"values": big_values()})
+        if response.status_code != 200:
+            assert "This space" in assert_refused(response, 503)
+            return held, task
+        held.append(task)
+    pytest.fail("the space's share never refused it")
+
+
+async def space_holds(app: Any, space: str) -> int:
+    """The bytes of live progress the app's store counts for the space."""
+    store = app.state.service.progress
+    if store.name == "memory":
+        return store.space_holds(space)
+    admin = redis.Redis.from_url(app.state.settings.redis_url)
+    try:
+        return int(await admin.hget(f"headway:space:{space}", "live") or 0)
+    finally:
+        await admin.aclose()
+
+
+async def test_a_full_space_has_room_again_as_its_progress_finishes_is_deleted_or_expires(
+    limited, clients, clock
+):
+    app = await fair(limited, progress_memory_per_client=1.0)  # the space's share: 128 KiB
+    client = client_for(app)
+    clients.append(client)
+    space = await new_space(client)
+    held, refused = await fill_space(client, space)
+    assert BUDGET * 0.125 * 0.9 * 0.5 < len(held) * 1000 < BUDGET * 0.125 * 0.9
+    assert 0 < await space_holds(app, space) <= BUDGET * 0.125 * 0.9
+    # Finishing one gives its room back at once; so does deleting one, or a parent's
+    # own progress when its last step finishes it.
+    parent = held[2]
+    step = (await client.post(f"/spaces/{space}/tasks", json={"parent_uuid": parent})).json()
+    for free in (
+        client.put(f"/tasks/{held[0]}", json={"done": True}),
+        client.delete(f"/tasks/{held[1]}"),
+        client.put(f"/tasks/{step['uuid']}", json={"done": True}),
+    ):
+        assert (await free).is_success
+        response = await client.put(f"/tasks/{refused}", json={"values": big_values()})
+        assert response.status_code == 200, response.text
+        refused = (await client.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
+        response = await client.put(f"/tasks/{refused}", json={"values": big_values()})
+        assert "This space" in assert_refused(response, 503)
+    # Expired progress frees its room too.
+    clock.advance(61)
+    assert (await client.put(f"/tasks/{refused}", json={"values": big_values()})).is_success
+    # A deleted space leaves nothing counted.
+    other = await new_space(client)
+    await fill_space(client, other)
+    assert await space_holds(app, other) > 0
+    assert (await client.delete(f"/spaces/{other}")).status_code == 204
+    assert await space_holds(app, other) == 0
+
+
+@pytest.mark.parametrize("backend", pairs(progress="redis"), indirect=True)
+async def test_instances_on_one_redis_count_one_share_of_a_space(limited, clients):
+    """Two instances of the service on one Redis (and one database): a space filled
+    through both holds one share, not one per instance."""
+    one = await fair(limited, progress_memory_per_client=1.0)
+    other = await fair(limited, progress_memory_per_client=1.0)
+    through = [client_for(one), client_for(other)]
+    clients.extend(through)
+    space = await new_space(through[0])
+    accepted = [0, 0]
+    for n in range(500):
+        instance = n % 2
+        created = await through[instance].post(f"/spaces/{space}/tasks", json={})
+        task = created.json()["uuid"]
+        response = await through[1 - instance].put(f"/tasks/{task}", json={"values": big_values()})
+        if response.status_code != 200:
+            assert "This space" in assert_refused(response, 503)
+            break
+        accepted[1 - instance] += 1
+    else:
+        pytest.fail("the space's share never refused it")
+    assert sum(accepted) * 1000 < BUDGET * 0.125 * 0.9  # one share between them
+    assert min(accepted) >= max(accepted) - 1
+    response = await through[0].put(f"/tasks/{task}", json={"values": big_values()})
+    assert "This space" in assert_refused(response, 503)  # the other sees it full too
+
+
+@pytest.mark.parametrize("backend", pairs(progress="redis"), indirect=True)
+async def test_a_full_redis_takes_room_from_the_largest_keeper_of_finished_progress(
+    limited, clients, clock
+):
+    """Redis's budget is its maxmemory: when it is full, finished progress gives way to
+    live progress (the client keeping the most first, its oldest first), whether the
+    report's rate counter or its progress meets the full Redis first."""
+    app = await fair(limited, progress_memory_per_client=0.5, progress_memory_per_space=1.0)
+    keeper = client_for(app, "192.0.2.1")
+    small = client_for(app, "192.0.2.2")
+    live = client_for(app, "192.0.2.10")
+    clients.extend((keeper, small, live))
+    done = {"values": big_values(), "done": True}
+
+    async def finish_tasks(client: httpx.AsyncClient, count: int) -> list[str]:
+        space = await new_space(client)
+        made = []
+        for _ in range(count):
+            task = (await client.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
+            assert (await client.put(f"/tasks/{task}", json=done)).status_code == 200
+            made.append(task)
+            clock.advance(us=1)  # one after the other, as writes come
+        return made
+
+    theirs = await finish_tasks(small, 20)
+    mine = await finish_tasks(keeper, 300)
+    space = await new_space(live)
+    tasks = [
+        (await live.post(f"/spaces/{space}/tasks", json={})).json()["uuid"] for _ in range(101)
+    ]
+    admin = redis.Redis.from_url(app.state.settings.redis_url)
+    try:
+        used = (await admin.info("memory"))["used_memory"]
+        await admin.config_set("maxmemory-policy", "noeviction")
+        await admin.config_set("maxmemory", used + 64 * 1024)
+        for task in tasks[:100]:  # about 150 KB of live progress: more than is left
+            response = await live.put(f"/tasks/{task}", json={"values": big_values()})
+            assert response.status_code == 200, response.text
+        # Full before the request comes: its rate counter is refused first, and makes room.
+        used = (await admin.info("memory"))["used_memory"]
+        await admin.config_set("maxmemory", used - 16 * 1024)
+        response = await live.put(f"/tasks/{tasks[100]}", json={"values": big_values()})
+        assert response.status_code == 200, response.text
+    finally:
+        await admin.config_set("maxmemory", 0)
+        await admin.aclose()
+    assert (await keeper.get(f"/tasks/{mine[0]}")).json()["progress"]["values"] == {}
+    assert (await keeper.get(f"/tasks/{mine[-1]}")).json()["progress"]["values"] == big_values()
+    for task in theirs:
+        assert (await small.get(f"/tasks/{task}")).json()["progress"]["values"] == big_values()

@@ -14,7 +14,7 @@ import redis.asyncio as redis
 
 from headway.clock import ManualClock
 from headway.domain import Progress
-from headway.progress import Measurement, ProgressStore
+from headway.progress import ClientShareFull, Measurement, ProgressBudgetFull, ProgressStore
 from headway.progress.feed import TASK, Change, ChangeFeed
 from headway.progress.memory import MemoryProgressStore
 from headway.progress.redis import RedisProgressStore
@@ -26,6 +26,7 @@ from .protocols import assert_implements
 TTL_S = 60
 TTL_US = TTL_S * 1_000_000
 SPACE = "5a1e0000-0000-4000-8000-000000000000"
+OTHER_SPACE = "5a1e0000-0000-4000-8000-000000000001"
 # What a scrape shows of each store (see headway.metrics).
 GAUGES = {
     "memory": {
@@ -37,7 +38,7 @@ GAUGES = {
     "redis": {"headway_redis_used_memory_bytes", "headway_redis_maxmemory_bytes"},
 }
 
-MakeStore = Callable[[], Awaitable[ProgressStore]]
+MakeStore = Callable[..., Awaitable[ProgressStore]]
 
 
 def task(n: int) -> str:
@@ -80,11 +81,12 @@ async def stores_of(
     made: list[ProgressStore] = []
     url = request.getfixturevalue("redis_url") if kind == "redis" else ""
 
-    async def make() -> ProgressStore:
+    async def make(**budgets: int) -> ProgressStore:
+        """A store; `budgets`: its `space_bytes` and `client_bytes`."""
         if kind == "memory":
-            store: ProgressStore = MemoryProgressStore(TTL_S, clock)
+            store: ProgressStore = MemoryProgressStore(TTL_S, clock, **budgets)
         else:
-            store = RedisProgressStore(url, TTL_S, clock)
+            store = RedisProgressStore(url, TTL_S, clock, **budgets)
         made.append(store)
         return store
 
@@ -187,6 +189,61 @@ async def test_a_store_with_room_admits_new_tasks_and_rewrites(store, clock):
     await store.put(task(1), progress(clock, note="x" * 1000), SPACE)
     store.admit(task(1), SPACE, progress(clock, note="x" * 2000))  # a rewrite that grows
     store.admit(task(2), SPACE, progress(clock))
+
+
+async def write(store: ProgressStore, uuid: str, written: Progress, space: str, **how) -> None:
+    """Admit, then put, as the service writes a report."""
+    store.admit(uuid, space, written, **how)
+    await store.put(uuid, written, space, **how)
+
+
+async def test_no_space_holds_more_than_its_share_and_a_refusal_writes_nothing(make_store, clock):
+    """A space's live progress stops at `space_bytes` (new tasks under 90% of it),
+    refused with ProgressBudgetFull("space"): nothing written, other spaces go on, its
+    tasks that hold progress report on; a finish, a delete and expiry give room back."""
+    store = await make_store(space_bytes=20_000, client_bytes=10**9)
+    note = "x" * 1000
+    held = []
+    for n in range(100):
+        try:
+            await write(store, task(n), progress(clock, note=note), SPACE)
+        except ProgressBudgetFull as refusal:
+            assert refusal.which == "space" and refusal.status == 503
+            assert "This space" in refusal.message
+            break
+        held.append(task(n))
+    else:
+        pytest.fail("the space's share never refused a write")
+    assert 8 <= len(held) <= 13  # 18,000 bytes of tasks counted at 1,400 to 1,600
+    assert await store.get(task(len(held))) is None
+    await write(store, task(200), progress(clock, note=note), OTHER_SPACE)
+    await write(store, held[0], progress(clock, 2, note=note), SPACE)  # not growing: passes
+    for n, free in enumerate(
+        (
+            lambda: write(store, held[1], progress(clock, note=note), SPACE, finished=True),
+            lambda: store.delete([held[2]]),
+            lambda: store.release([held[3]]),
+        )
+    ):
+        await free()
+        await write(store, task(400 + n), progress(clock, note=note), SPACE)
+        with pytest.raises(ProgressBudgetFull):  # full again, with that task
+            await write(store, task(300), progress(clock, note=note), SPACE)
+    clock.advance(TTL_S)
+    for n in held[:8]:
+        await write(store, n, progress(clock, note=note), SPACE)
+
+
+async def test_the_client_share_is_refused_before_the_space_share(make_store, clock):
+    store = await make_store(space_bytes=10_000, client_bytes=10_000)
+    for n in range(20):
+        try:
+            await write(store, task(n), progress(clock, note="x" * 1000), SPACE)
+        except (ClientShareFull, ProgressBudgetFull) as refusal:
+            assert isinstance(refusal, ClientShareFull)
+            break
+    else:
+        pytest.fail("no share refused a write")
 
 
 async def test_a_store_that_answers_pings(store):
@@ -311,34 +368,57 @@ async def test_the_memory_store_counts_what_its_entries_really_hold(clock, finis
     assert 1.0 < store.bytes_used / held < 1.25
 
 
-# --- Clients' accounts in Redis (see progress.redis_shares) -------------------------------
+# --- Clients' and spaces' accounts in Redis (see progress.redis_shares) ---------------
 
 
-async def account(url: str, client: str) -> dict[str, tuple[int, dict[str, int]]]:
-    """A client's account as Redis holds it: per pool, the bytes counted and the members
-    (task uuid: bytes)."""
+async def accounts(url: str) -> dict[tuple[str, str], tuple[int, dict[str, int]]]:
+    """Every account Redis holds, by (client or space, pool): the bytes counted and the
+    members (task uuid: bytes); and the keepers' ranking as ("keepers", name) entries."""
     admin = redis.Redis.from_url(url)
     try:
-        counted = await admin.hgetall(f"headway:client:{client}")
-        found = {}
-        for pool in ("live", "kept"):
-            members = await admin.zrange(f"headway:{pool}:{client}", 0, -1)
-            sizes = dict(member.decode().split(" ") for member in members)
-            found[pool] = (
-                int(counted.get(pool.encode(), 0)),
-                {uuid: int(size) for uuid, size in sizes.items()},
-            )
+        found: dict[tuple[str, str], tuple[int, dict[str, int]]] = {}
+        for kind, pools in (("client", ("live", "kept")), ("space", ("live",))):
+            async for key in admin.scan_iter(match=f"headway:{kind}:*"):
+                owner = key.decode().split(":", 2)[2]
+                counted = await admin.hgetall(key)
+                for pool in pools:
+                    members = await admin.zrange(
+                        f"headway:{pool}:{owner}"
+                        if kind == "client"
+                        else f"headway:space-live:{owner}",
+                        0,
+                        -1,
+                    )
+                    sizes = dict(member.decode().split(" ") for member in members)
+                    found[(owner, pool)] = (
+                        int(counted.get(pool.encode(), 0)),
+                        {uuid: int(size) for uuid, size in sizes.items()},
+                    )
+        for keeper, score in await admin.zrange("headway:keepers", 0, -1, withscores=True):
+            found[(keeper.decode(), "keepers")] = (int(score), {})
         return found
     finally:
         await admin.aclose()
 
 
+def assert_exact(found: dict[tuple[str, str], tuple[int, dict[str, int]]]) -> None:
+    """Each account counts exactly the sum of its members, and the keepers' ranking
+    holds each client keeping finished progress at exactly its bytes."""
+    for (owner, pool), (counted, members) in found.items():
+        if pool != "keepers":
+            assert counted == sum(members.values()), (owner, pool)
+    keepers = {owner: counted for (owner, pool), (counted, _) in found.items() if pool == "keepers"}
+    kept = {owner: counted for (owner, pool), (counted, _) in found.items() if pool == "kept"}
+    assert keepers == {owner: counted for owner, counted in kept.items() if counted}
+
+
 @needs_redis
-async def test_a_clients_account_in_redis_counts_exactly_what_it_holds(redis_url, clock):
+async def test_every_account_in_redis_counts_exactly_what_it_holds(redis_url, clock):
     """Rewrites (same size, another size), a write by another client, a finish, a
-    release, a delete and an expiry each leave every account equal to the sum of what it
-    lists, and listing exactly the client's unexpired progress."""
-    store = RedisProgressStore(redis_url, TTL_S, clock, client_bytes=10**9)
+    release, a delete and an expiry each leave every account (each client's, each
+    space's) equal to the sum of what it lists, listing exactly the unexpired progress
+    it counts: a client's, live and finished; a space's, live only."""
+    store = RedisProgressStore(redis_url, TTL_S, clock, client_bytes=10**9, space_bytes=10**9)
     try:
         one, other = "192.0.2.1", "2001:db8::/64"
         await store.put(task(1), progress(clock, 1, note="a"), SPACE, client=one)
@@ -346,23 +426,118 @@ async def test_a_clients_account_in_redis_counts_exactly_what_it_holds(redis_url
         await store.put(task(1), progress(clock, 3, note="a" * 50), SPACE, client=one)
         await store.put(task(2), progress(clock, 1), SPACE, client=one)
         await store.put(task(2), progress(clock, 2), SPACE, client=other)  # moves to other
-        await store.put(task(3), progress(clock, 1), SPACE, client=one, finished=True)
-        await store.put(task(4), progress(clock, 1), SPACE, client=one)
+        await store.put(task(3), progress(clock, 1), OTHER_SPACE, client=one, finished=True)
+        await store.put(task(4), progress(clock, 1), OTHER_SPACE, client=one)
+        await store.put(task(7), progress(clock, 1), OTHER_SPACE, client=other)
+        await store.put(
+            task(7), progress(clock, 2, note="b"), OTHER_SPACE, client=other, finished=True
+        )
         await store.release([task(4)])
         await store.delete([task(1)])
         clock.advance(TTL_S / 2)
         await store.put(task(5), progress(clock, 1), SPACE, client=one)
-        for client, live, kept in ((one, {task(5)}, {task(3), task(4)}), (other, {task(2)}, set())):
-            held = await account(redis_url, client)
-            for pool, wanted in (("live", live), ("kept", kept)):
-                counted, members = held[pool]
-                assert set(members) == wanted, (client, pool)
-                assert counted == sum(members.values()), (client, pool)
-        clock.advance(TTL_S / 2)  # 1, 2, 3 and 4 expire; 5 does not
+        found = await accounts(redis_url)
+        assert_exact(found)
+        wanted = {
+            (one, "live"): {task(5)},
+            (one, "kept"): {task(3), task(4)},
+            (other, "live"): {task(2)},
+            (other, "kept"): {task(7)},
+            (SPACE, "live"): {task(2), task(5)},
+            (OTHER_SPACE, "live"): set(),
+        }
+        for account, members in wanted.items():
+            assert set(found.get(account, (0, {}))[1]) == members, account
+        clock.advance(TTL_S / 2)  # 1, 2, 3, 4 and 7 expire; 5 does not
         await store.put(task(6), progress(clock, 1), SPACE, client=one)  # uncounts what expired
-        held = await account(redis_url, one)
-        assert set(held["live"][1]) == {task(5), task(6)}
-        assert held["live"][0] == sum(held["live"][1].values())
+        found = await accounts(redis_url)
+        assert_exact(found)
+        assert set(found[(one, "live")][1]) == {task(5), task(6)}
+        assert set(found[(SPACE, "live")][1]) == {task(5), task(6)}
         await store.admit_client(one)  # a client far within its share
+    finally:
+        await store.close()
+
+
+async def test_instances_count_one_share_of_a_space(make_shared_store, clock):
+    """Two instances on one Redis: a space's share is counted once for both."""
+    instances = [await make_shared_store(space_bytes=20_000, client_bytes=10**9) for _ in "ab"]
+    written = 0
+    for n in range(100):
+        try:
+            await write(instances[n % 2], task(n), progress(clock, note="x" * 1000), SPACE)
+        except ProgressBudgetFull as refusal:
+            assert refusal.which == "space"
+            break
+        written += 1
+    assert 8 <= written <= 13  # as on one instance (see above), not twice as many
+    with pytest.raises(ProgressBudgetFull):
+        await write(
+            instances[(written + 1) % 2], task(200), progress(clock, note="x" * 1000), SPACE
+        )
+
+
+@needs_redis
+async def test_a_full_redis_lets_finished_progress_give_way_largest_keeper_first(redis_url, clock):
+    """At its maxmemory, Redis refuses writes; a write so refused first lets finished
+    progress give way, from the client keeping the most, oldest first, as the memory
+    store does with its budget, and is written. The accounts stay exact."""
+    store = RedisProgressStore(redis_url, TTL_S, clock, client_bytes=10**9, space_bytes=10**9)
+    admin = redis.Redis.from_url(redis_url)
+    keeper, small, live = "192.0.2.1", "192.0.2.2", "192.0.2.3"
+    note = "x" * 1000
+    try:
+        for n in range(320):
+            client = keeper if n < 300 else small
+            await store.put(
+                task(n), progress(clock, note=note), SPACE, client=client, finished=True
+            )
+            clock.advance(us=1)
+        assert await store.make_room() == 0  # no maxmemory: nothing to make room for
+        used = (await admin.info("memory"))["used_memory"]
+        await admin.config_set("maxmemory-policy", "noeviction")
+        await admin.config_set("maxmemory", used + 64 * 1024)
+        for n in range(1000, 1100):  # about 150 KB of live progress: more than is left
+            await store.put(task(n), progress(clock, note=note), OTHER_SPACE, client=live)
+    finally:
+        await admin.config_set("maxmemory", 0)
+        await admin.aclose()
+    try:
+        assert await store.get(task(0)) is None  # the largest keeper's oldest gave way
+        assert await store.get(task(299)) is not None  # not all of it
+        assert None not in await store.get_many([task(n) for n in range(300, 320)])
+        assert None not in await store.get_many([task(n) for n in range(1000, 1100)])
+        assert_exact(await accounts(redis_url))
+    finally:
+        await store.close()
+
+
+@needs_redis
+async def test_a_task_that_reports_on_stays_counted_however_long_ago_it_was_first_scored(
+    redis_url, clock
+):
+    """A rewrite at the same size within half a TTL of the last leaves the accounts as
+    they are (its score stays that of an earlier write); a trim that finds it by that
+    older score sees it was written since, and scores it anew rather than uncount it."""
+    store = RedisProgressStore(redis_url, TTL_S, clock, client_bytes=10**9, space_bytes=10**9)
+    half_us = TTL_US // 2
+    try:
+        clock.advance(us=half_us - clock.now_us() % half_us + 1)  # a half has just begun
+        await store.put(task(1), progress(clock, 1), SPACE, client="192.0.2.1")
+        clock.advance(10)
+        await store.put(task(1), progress(clock, 2), SPACE, client="192.0.2.1")  # same half
+        clock.advance(TTL_S - 5)  # expired by its first write's time, not by its last
+        await store.put(task(2), progress(clock, 1), SPACE, client="192.0.2.1")  # trims
+        assert (await store.get(task(1))).current == 2
+        found = await accounts(redis_url)
+        assert_exact(found)
+        for account in (("192.0.2.1", "live"), (SPACE, "live")):
+            assert set(found[account][1]) == {task(1), task(2)}, account
+        clock.advance(10)  # now it has expired
+        await store.put(task(3), progress(clock, 1), SPACE, client="192.0.2.1")
+        found = await accounts(redis_url)
+        assert_exact(found)
+        for account in (("192.0.2.1", "live"), (SPACE, "live")):
+            assert set(found[account][1]) == {task(2), task(3)}, account
     finally:
         await store.close()

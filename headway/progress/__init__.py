@@ -17,6 +17,9 @@ NO_CLIENT = "unknown"
 # this share of their budgets; the rest is headroom for tasks that already report, so
 # they keep working.
 ADMIT_NEW_BELOW = 0.9
+# When finished progress must give way, this share of the budget (Redis: of its
+# maxmemory) more is freed at once, so that who gives it is decided rarely.
+ROOM_SLACK = 1 / 64
 
 
 class ProgressBudgetFull(Unavailable):

@@ -14,7 +14,14 @@ import msgspec
 from .. import metrics
 from ..clock import Clock
 from ..domain import Progress
-from . import ADMIT_NEW_BELOW, NO_CLIENT, ClientShareFull, Measurement, ProgressBudgetFull
+from . import (
+    ADMIT_NEW_BELOW,
+    NO_CLIENT,
+    ROOM_SLACK,
+    ClientShareFull,
+    Measurement,
+    ProgressBudgetFull,
+)
 from .feed import LocalFeed
 
 # What one entry costs beyond its values' JSON text, as the process's memory holds it:
@@ -26,9 +33,6 @@ from .feed import LocalFeed
 # what is counted.
 ENTRY_BYTES = 460
 KEPT_ENTRY_BYTES = 550
-# When finished progress must give way, this share of the budget more is freed at once,
-# so that who gives it is decided rarely.
-ROOM_SLACK = 1 / 64
 
 
 def entry_bytes(progress: Progress, finished: bool = False) -> int:
@@ -325,6 +329,11 @@ class MemoryProgressStore:
         """The bytes of live and of finished progress the client holds (for tests and
         the operator's questions)."""
         return self._client_live.get(client, 0), self._kept_bytes.get(client, 0)
+
+    def space_holds(self, space_uuid: str) -> int:
+        """The bytes of live progress the space holds (for tests and the operator's
+        questions)."""
+        return self._space_live.get(space_uuid, 0)
 
     def change_feed(self) -> LocalFeed:
         """A feed within this process: progress in its memory serves no other."""

@@ -6,8 +6,8 @@ import asyncio
 import hashlib
 import itertools
 import secrets
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 import redis.asyncio
@@ -20,7 +20,14 @@ from .. import metrics
 from ..clock import Clock
 from ..domain import Progress
 from ..storage.families import FamilyVersion
-from . import ADMIT_NEW_BELOW, NO_CLIENT, ClientShareFull, Measurement, ProgressBudgetFull
+from . import (
+    ADMIT_NEW_BELOW,
+    NO_CLIENT,
+    ROOM_SLACK,
+    ClientShareFull,
+    Measurement,
+    ProgressBudgetFull,
+)
 from . import redis_shares as shares
 
 if TYPE_CHECKING:
@@ -34,6 +41,8 @@ REDIS_ERRORS: tuple[type[BaseException], ...] = (
     # At maxmemory with noeviction (rate counters, progress): a full budget, not a bug.
     redis.exceptions.OutOfMemoryError,
 )
+
+T = TypeVar("T")
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(Progress).decode
@@ -75,12 +84,14 @@ return 0
 # epoch, the version the caller's family was read at, a write's arguments
 # (`redis_shares.write_args`), and optionally a channel and a message to publish once
 # written (the change feed's, in the same round trip). Writes only if the family is
-# unchanged, its space not dropped, and its client's share has room; returns nil once
-# written, `redis_shares.SHARE_FULL` if the share had no room, DROPPED if the space was
-# deleted, else the version now.
+# unchanged, its space not dropped, and its client's and its space's shares have room;
+# returns nil once written, `redis_shares.SHARE_FULL` or `SPACE_FULL` if a share had no
+# room, DROPPED if the space was deleted, else the version now. Refused whole by a Redis
+# at its maxmemory.
 DROPPED = "dropped"
 _PUT_IF_FAMILY = (
-    shares.HELPERS
+    shares.GROWS
+    + shares.HELPERS
     + _VERSION_NOW
     + f"""
 if version ~= ARGV[2] then
@@ -166,6 +177,45 @@ class Coalesced:
 _sending: set[asyncio.Task[None]] = set()
 
 
+async def make_room(client: redis.asyncio.Redis) -> int:
+    """Let finished progress give way in a Redis over its maxmemory, until it is
+    `ROOM_SLACK` of it under (see `redis_shares.GIVE_WAY`); the bytes that gave way, as
+    counted (0: no maxmemory, nothing over it, or no finished progress). Any instance, or
+    the rate counters, call it when Redis refuses a write for want of memory."""
+    freed = await client.eval(shares.GIVE_WAY, 0, ROOM_SLACK)
+    return int(freed)
+
+
+# How many times a write refused by a full Redis lets finished progress give way and is
+# tried again. One is the rule; Redis's own memory moves by tens of KB beside what is
+# freed (a connection's buffers, its script cache's first use), which a tiny maxmemory
+# may notice.
+ROOM_TRIES = 3
+
+
+async def with_room(client: redis.asyncio.Redis, attempt: Callable[[], Awaitable[T]]) -> T:
+    """`attempt()` (a write that a full Redis refuses whole, having written nothing);
+    while Redis refuses it for want of memory, let finished progress give way
+    (`make_room`) and attempt it again, ROOM_TRIES times at most. Raises Redis's
+    OutOfMemoryError if it stays full, or has no finished progress to give."""
+    for _ in range(ROOM_TRIES):
+        try:
+            return await attempt()
+        except redis.exceptions.OutOfMemoryError:
+            if not await make_room(client):
+                raise
+    return await attempt()
+
+
+def _refuse(refused: bytes) -> None:
+    """Raise the refusal a write script answered with (a share without room)."""
+    if refused == shares.SPACE_FULL:
+        metrics.refused("space_budget")
+        raise ProgressBudgetFull("space")
+    metrics.refused("client_budget")
+    raise ClientShareFull()
+
+
 def connection_pool(url: str) -> redis.asyncio.BlockingConnectionPool:
     """Connections to Redis for one process. A burst of more requests than connections
     waits for a free one (up to 5 s, then 503) rather than failing at once.
@@ -198,9 +248,12 @@ class RedisProgressStore:
     much inactivity. Reads also compare `updated_at` with the clock, so that every
     instance agrees on expiry to the microsecond, whatever Redis's own timer says.
 
-    No client address may hold more than `client_bytes` of live progress, counted in
-    Redis for every instance at once, atomically with each write; the store as a whole
-    is bounded by Redis's own `maxmemory` (with `noeviction`: a full Redis refuses).
+    No client address may hold more than `client_bytes` of live progress, and no space
+    more than `space_bytes`, counted in Redis for every instance at once, atomically
+    with each write (see `progress.redis_shares`); the store as a whole is bounded by
+    Redis's own `maxmemory` (with `noeviction`: a full Redis refuses). A write refused by
+    a full Redis first lets finished progress give way (`make_room`), then is tried
+    again: as in memory, finished progress is kept only while live progress has room.
     """
 
     name = "redis"
@@ -216,11 +269,13 @@ class RedisProgressStore:
         clock: Clock,
         *,
         client_bytes: int = 128 * 1024**2,
+        space_bytes: int = 64 * 1024**2,
     ) -> None:
         self._ttl_s = ttl_seconds
         self._ttl_us = ttl_seconds * 1_000_000
         self._clock = clock
         self.client_bytes = client_bytes
+        self.space_bytes = space_bytes
         self._redis = redis.asyncio.Redis(connection_pool=connection_pool(url))
         self._family_version = Coalesced(self._redis, _FAMILY_VERSION)
         self._bump = Coalesced(self._redis, _BUMP)
@@ -267,7 +322,9 @@ class RedisProgressStore:
         """Count these tasks' progress as finished, no longer live (see
         `redis_shares.RELEASE`)."""
         if task_uuids:
-            await self._release(keys=[self.PREFIX + uuid for uuid in task_uuids], args=[])
+            keys = [self.PREFIX + uuid for uuid in task_uuids]
+            less = shares.REDIS_ENTRY_BYTES - shares.REDIS_KEPT_ENTRY_BYTES
+            await self._release(keys=keys, args=[less])
 
     def admit(
         self,
@@ -294,7 +351,9 @@ class RedisProgressStore:
         cutoff = now_us - self._ttl_us
         return [client[: shares.MAX_CLIENT], cutoff, int(self.client_bytes * ADMIT_NEW_BELOW)]
 
-    def _write_args(self, progress: Progress, client: str, finished: bool) -> list[object]:
+    def _write_args(
+        self, progress: Progress, space_uuid: str, client: str, finished: bool
+    ) -> list[object]:
         return shares.write_args(
             _encode(progress),
             self._ttl_s,
@@ -303,6 +362,8 @@ class RedisProgressStore:
             client,
             finished,
             self.client_bytes,
+            space_uuid,
+            self.space_bytes,
             ADMIT_NEW_BELOW,
         )
 
@@ -315,16 +376,27 @@ class RedisProgressStore:
         client: str = NO_CLIENT,
         finished: bool = False,
     ) -> None:
-        args = self._write_args(progress, client, finished)
+        args = self._write_args(progress, space_uuid, client, finished)
+        keys = [self.PREFIX + task_uuid]
+        refused = await self._room_made(self._put, keys, args)
+        if refused is not None:
+            _refuse(refused)
+
+    async def _room_made(self, script: Coalesced, keys: list[str], args: list[object]) -> Any:
+        """Run a write's `script`, letting finished progress give way while a full Redis
+        refuses it (see `with_room`). A Redis still full, or with no finished progress to
+        give, is a full budget: ProgressBudgetFull("store"), nothing written."""
         try:
-            refused = await self._put(keys=[self.PREFIX + task_uuid], args=args)
+            return await with_room(self._redis, lambda: script(keys=keys, args=args))
         except redis.exceptions.OutOfMemoryError:
             # Redis at its maxmemory with noeviction: the same refusal as a full budget.
             metrics.refused("redis_oom")
             raise ProgressBudgetFull("store") from None
-        if refused is not None:
-            metrics.refused("client_budget")
-            raise ClientShareFull()
+
+    async def make_room(self) -> int:
+        """Bring a Redis over its maxmemory back under it (see `make_room`); the bytes
+        of finished progress that gave way."""
+        return await make_room(self._redis)
 
     # --- Family versions: what lets each instance cache families (see storage.families) ---
 
@@ -364,7 +436,8 @@ class RedisProgressStore:
         space not dropped: returns None once written, or the family's version now (DROPPED
         for a dropped space: it matches no version), having written nothing.
         `announce`: a (channel, message) published once written, in the same call.
-        Raises ClientShareFull, having written nothing, if the client's share is full."""
+        Raises ClientShareFull or ProgressBudgetFull, having written nothing, if the
+        client's or the space's share is full (or Redis is, with nothing to give way)."""
         keys = [
             self.FAMILY_EPOCH,
             self.FAMILY_PREFIX + task_uuid,
@@ -372,19 +445,14 @@ class RedisProgressStore:
             self.DROPPED_PREFIX + space_uuid,
         ]
         args: list[object] = [self._epoch_candidate(), version]
-        args.extend(self._write_args(progress, client, finished))
+        args.extend(self._write_args(progress, space_uuid, client, finished))
         if announce is not None:
             args.extend(announce)
-        try:
-            current = await self._put_if_family(keys=keys, args=args)
-        except redis.exceptions.OutOfMemoryError:
-            metrics.refused("redis_oom")
-            raise ProgressBudgetFull("store") from None
+        current = await self._room_made(self._put_if_family, keys, args)
         if current is None:
             return None
-        if current == shares.SHARE_FULL:
-            metrics.refused("client_budget")
-            raise ClientShareFull()
+        if current in (shares.SHARE_FULL, shares.SPACE_FULL):
+            _refuse(current)
         return FamilyVersion(current.decode())
 
     def change_feed(self) -> RedisFeed:

@@ -1,155 +1,300 @@
-"""Clients' shares of progress in Redis: Lua that writes, deletes and counts progress
-atomically, so that every instance sees one account per client address.
+"""Clients' and spaces' shares of progress in Redis: Lua that writes, deletes and counts
+progress atomically, so that every instance sees one account per client address and one
+per space, and that makes room in a full Redis by letting finished progress give way.
 
 Each progress value starts with a header naming what it is counted as: its pool (`L`:
 live, the progress of an unfinished task; `F`: finished), the bytes it is counted for,
-and the client that wrote it, then a newline and the progress's JSON:
-`L412 203.0.113.7\\n[5,10,{"log":"x"},1764000000000000]`. A value without a header (written
-before shares were counted) is counted for no one.
+its space, the client that wrote it and the time of the write (µs), then a newline and
+the progress's JSON: `L640:5a1e…0000 203.0.113.7@1764000000000000\\n[5,10,{},1764…]`. A
+value without a header (written before shares were counted) is counted for no one; one
+with the older header `L412 203.0.113.7\\n` (before spaces were) for its client only.
 
 Per client address `c`, Redis keeps:
 - `headway:client:<c>`, a hash: the bytes of its `live` and of its `kept` (finished)
   progress;
 - `headway:live:<c>` and `headway:kept:<c>`, sorted sets of `"<uuid> <bytes>"` scored by
-  the write's time (µs), so that what expired is found (the lowest scores) and uncounted
+  the time of a write, so that what expired is found (the lowest scores) and uncounted
   without a scan, and so that its oldest finished progress can give way.
-All three are written together and expire together, at least `ttl` + 60 s after the
-client's last write (refreshed to twice that when less is left), when everything they
-count has expired too.
+Per space `s`, the same for its live progress only (finished progress counts against no
+space): `headway:space:<s>` (a hash, its field `live`) and `headway:space-live:<s>`.
+And `headway:keepers`, the clients keeping finished progress scored by its bytes: who
+gives way first when Redis is full.
 
-A write by its client uncounts what it replaces (whoever wrote it), counts itself, and,
-for a new task, uncounts what of its client's expired (at most 100 entries, or 10,000
-before refusing: a client that writes keeps up with its own expiry). A live write is
-refused (nothing written) if it would take its client over its share, under 90% of it
-for a new task, as in the memory store. A finished write is never refused: beyond its
-client's share of finished progress, that client's oldest finished progress gives way
-(its key is deleted: it reads as expired). Costs on the report path: a few commands on
-small keys, in the one round trip the write already makes (about 5 µs of Redis's CPU a
-report, 10 where it was 5).
+A write uncounts what it replaces (whoever wrote it) from its client's and its space's
+accounts, counts itself, and, for a new task, uncounts what of its client's and its
+space's expired (at most 100 entries each, or 10,000 before refusing: accounts that are
+written keep up with their own expiry). A live write is refused (nothing written) if it
+would take its client over its share (`!share`), then if it would take its space over
+its share (`!space`), under 90% of either for a new task, as in the memory store. A
+finished write is never refused for a share: beyond its client's share of finished
+progress, that client's oldest finished progress gives way (its key is deleted: it reads
+as expired).
+
+What a report costs Redis is kept near what it cost before spaces were counted: a value
+is counted at the allocation Redis makes for it (its allocator's size class), so that
+most reports change nothing counted; and a live member's score is moved on only by the
+first write in each half of the TTL (`count`), so that a task reporting again at the same
+size, within that half, finds its header as it left it and only writes its value: one
+compare of the header, no account touched. Trims check the value of a member whose
+score says it expired, and score it anew if it was written since. An account is set to
+expire twice the TTL (and a minute) after a write that counts a new member in it or
+scores one anew, so it outlives everything it counts.
+
+Scripts that may grow what Redis holds are refused whole by a Redis at its maxmemory
+(`#!lua`: never half run); those that only free or move what is held run all the same
+(`allow-oom`), and `GIVE_WAY` brings a full Redis back under its maxmemory by deleting
+finished progress, from the client keeping the most first, oldest first, as the memory
+store does with its budget. Needs Redis 7 or Valkey (script flags).
 """
 
 from __future__ import annotations
 
-# Lua helpers shared by the scripts below. `held(key)`: the pool, bytes and client of
-# the value at `key` (nil if none, or written without a header).
+# Lua helpers shared by the scripts below. An account is named by its hash and field (its
+# bytes) and its sorted set (its members), and for a client's finished progress by the
+# client as well (`keeper`, nil otherwise: it is ranked among keepers by those bytes):
+# a client's, `headway:client:<c>` `live` or `kept` and `headway:<pool>:<c>`; a space's,
+# `headway:space:<s>` `live` and `headway:space-live:<s>`. Names are passed as strings,
+# not tables, and arguments turned into numbers only where needed: the report path pays
+# for every table, string and closure a call makes.
 HELPERS = """
 local PREFIX = 'headway:progress:'
+local KEEPERS = 'headway:keepers'
+-- The pool, bytes, write time (µs), client and space of a value whose first bytes are
+-- `head` (nil if it has no header; time and space nil if written before spaces counted).
+local function parse(head)
+  local kind, size, space, client, at =
+    string.match(head, '^([LF])(%d+):(%S+) ([^@\\n]*)@(%d+)\\n')
+  if kind == nil then
+    kind, size, client = string.match(head, '^([LF])(%d+) ([^\\n]*)\\n')
+    if kind == nil then return nil end
+  end
+  return kind, tonumber(size), tonumber(at), client, space
+end
 local function held(key)
-  local head = redis.call('GETRANGE', key, 0, 191)
-  local kind, size, client = string.match(head, '^([LF])(%d+) ([^\\n]*)\\n')
-  if kind == nil then return nil end
-  return kind, tonumber(size), client
+  return parse(redis.call('GETRANGE', key, 0, 191))
 end
-local function pool_of(kind)
-  if kind == 'L' then return 'live' end
-  return 'kept'
+local function holds(h, f)
+  return tonumber(redis.call('HGET', h, f) or '0')
 end
-local function holds(client, pool)
-  return tonumber(redis.call('HGET', 'headway:client:' .. client, pool) or '0')
-end
--- Uncount at most `most` of the client's entries of `pool` that expired by `cutoff`.
-local function trim(client, pool, cutoff, most)
-  local z = 'headway:' .. pool .. ':' .. client
-  local gone = redis.call('ZRANGEBYSCORE', z, '-inf', cutoff, 'LIMIT', 0, most)
-  if #gone == 0 then return end
-  local freed = 0
-  for at = 1, #gone, 1000 do
-    local batch = {}
-    for n = at, math.min(at + 999, #gone) do
-      batch[#batch + 1] = gone[n]
-      freed = freed + tonumber(string.match(gone[n], ' (%d+)$'))
+local function add(h, f, keeper, delta)
+  local left = redis.call('HINCRBY', h, f, delta)
+  if keeper then
+    if left > 0 then
+      redis.call('ZADD', KEEPERS, left, keeper)
+    else
+      redis.call('ZREM', KEEPERS, keeper)
     end
-    redis.call('ZREM', z, unpack(batch))
   end
-  redis.call('HINCRBY', 'headway:client:' .. client, pool, -freed)
+  return left
 end
-local function uncount(client, pool, uuid, size)
-  if redis.call('ZREM', 'headway:' .. pool .. ':' .. client, uuid .. ' ' .. size) == 1 then
-    redis.call('HINCRBY', 'headway:client:' .. client, pool, -size)
+-- Uncount at most `most` of the account's members that expired by `cutoff`. A member's
+-- score is the time of a write of its value no later than the last (see `count`): one
+-- whose value was written since the cutoff is scored anew instead. `kind` and `client`
+-- or `space`: what the account counts (nil: any).
+local function trim(h, f, z, keeper, cutoff, most, kind, client, space)
+  local found = redis.call('ZRANGEBYSCORE', z, '-inf', cutoff, 'LIMIT', 0, most)
+  if #found == 0 then return end
+  local gone, freed = {}, 0
+  cutoff = tonumber(cutoff)
+  for _, member in ipairs(found) do
+    local uuid, size = string.match(member, '^(%S+) (%d+)$')
+    size = tonumber(size)
+    local okind, osize, oat, oclient, ospace = held(PREFIX .. uuid)
+    if okind == kind and osize == size and oat and oat > cutoff
+        and (client == nil or oclient == client) and (space == nil or ospace == space) then
+      redis.call('ZADD', z, oat, member)
+    else
+      gone[#gone + 1] = member
+      freed = freed + size
+    end
+  end
+  if #gone == 0 then return end
+  add(h, f, keeper, -freed)
+  for at = 1, #gone, 1000 do
+    redis.call('ZREM', z, unpack(gone, at, math.min(at + 999, #gone)))
   end
 end
--- Write `json` at `key` for `client`; '!share' (nothing written) if the client's share
--- has no room for it, else false.
-local function write(key, json, ttl, now, cutoff, client, kind, size, limit, limit_new)
-  local uuid = string.sub(key, #PREFIX + 1)
-  local okind, osize, oclient = held(key)
-  if okind == 'F' then kind = 'F' end
+local function uncount(h, f, z, keeper, uuid, size)
+  if redis.call('ZREM', z, uuid .. ' ' .. size) == 1 then add(h, f, keeper, -size) end
+end
+-- Uncount a value (of pool `kind`, `size` bytes) from its client's account and, given its
+-- space, from its space's.
+local function uncount_value(uuid, kind, size, client, space)
   if kind == 'L' then
+    uncount('headway:client:' .. client, 'live', 'headway:live:' .. client, nil, uuid, size)
+    if space then
+      uncount('headway:space:' .. space, 'live', 'headway:space-live:' .. space, nil, uuid, size)
+    end
+  else
+    uncount('headway:client:' .. client, 'kept', 'headway:kept:' .. client, client, uuid, size)
+  end
+end
+-- Count `uuid` at `size`, written at `now`, in an account that counted it at `osize` (nil:
+-- not at all), moved by the difference (or by the whole, if what it replaces expired and
+-- was uncounted already). A member is scored `now` when it is new, or `fresh` (its value
+-- last written in an earlier half of the TTL): its score is never more than half a TTL
+-- older than its value's last write.
+local function count(h, f, z, keeper, uuid, size, osize, now, fresh)
+  local member = uuid .. ' ' .. size
+  if osize ~= nil and osize ~= size then
+    local had = redis.call('ZREM', z, uuid .. ' ' .. osize)
+    add(h, f, keeper, size - had * osize)
+    redis.call('ZADD', z, now, member)
+  elseif osize == nil or fresh then
+    if redis.call('ZADD', z, now, member) == 1 then add(h, f, keeper, size) end
+  end
+end
+local function expire(seconds, a, b, c)
+  redis.call('EXPIRE', a, seconds)
+  redis.call('EXPIRE', b, seconds)
+  if c then redis.call('EXPIRE', c, seconds) end
+end
+-- Let a member of a client's finished progress give way: uncounted, and its key deleted
+-- if the key still holds what the member counts (a key that expired may have been
+-- written again since). The bytes freed in Redis.
+local function give_way(client, member)
+  local uuid, size = string.match(member, '^(%S+) (%d+)$')
+  size = tonumber(size)
+  redis.call('ZREM', 'headway:kept:' .. client, member)
+  add('headway:client:' .. client, 'kept', client, -size)
+  local kind, osize, _, oclient = held(PREFIX .. uuid)
+  if kind == 'F' and osize == size and oclient == client then
+    redis.call('UNLINK', PREFIX .. uuid)
+    return size
+  end
+  return 0
+end
+-- Write a report at `key` with the arguments from ARGV[o + 1] (see `write_args`); returns
+-- '!share' or '!space' (nothing written) if the client's or the space's share has no room
+-- for it, else false.
+local function write_at(key, o)
+  local json, now, kind, size = ARGV[o + 1], ARGV[o + 3], ARGV[o + 7], ARGV[o + 8]
+  local ident = ARGV[o + 13]
+  local head = redis.call('GETRANGE', key, 0, 191)
+  -- A live task reporting again, by the client that last wrote it, at the same size and
+  -- in the same half of the TTL as then: its accounts count it as they are.
+  local expect = kind .. size .. ident
+  if kind == 'L' and string.sub(head, 1, #expect) == expect then
+    local oat = tonumber(string.match(head, '^(%d+)\\n', #expect + 1))
+    if oat and oat >= tonumber(ARGV[o + 12]) then
+      redis.call('SET', key, expect .. now .. '\\n' .. json, 'EX', ARGV[o + 2])
+      return false
+    end
+  end
+  local ttl, cutoff, client, space = tonumber(ARGV[o + 2]), ARGV[o + 4], ARGV[o + 5], ARGV[o + 6]
+  local uuid = string.sub(key, #PREFIX + 1)
+  local okind, osize, oat, oclient, ospace = parse(head)
+  size = tonumber(size)
+  if okind == 'F' and kind == 'L' then kind, size = 'F', tonumber(ARGV[o + 9]) end
+  local ch, cl = 'headway:client:' .. client, 'headway:live:' .. client
+  local same_space = okind == 'L' and ospace == space
+  local sh, sz
+  if kind == 'L' then
+    local below = tonumber(ARGV[o + 14])
     local rewrite = okind == 'L' and oclient == client
-    local mine, cap = size, limit_new
-    if rewrite then mine, cap = size - osize, limit end
+    local mine = size
+    if rewrite then mine = size - osize end
     if mine > 0 then
+      local cap = tonumber(ARGV[o + 10])
       -- A new task uncounts some of what expired (a client that writes keeps up with its
       -- own expiry); a rewrite only when it looks over.
-      if not rewrite then trim(client, 'live', cutoff, 100) end
-      if holds(client, 'live') + mine > cap then
-        trim(client, 'live', cutoff, 10000)
-        if holds(client, 'live') + mine > cap then return '!share' end
+      if not rewrite then
+        cap = math.floor(cap * below)
+        trim(ch, 'live', cl, nil, cutoff, 100, 'L', client)
+      end
+      if holds(ch, 'live') + mine > cap then
+        trim(ch, 'live', cl, nil, cutoff, 10000, 'L', client)
+        if holds(ch, 'live') + mine > cap then return '!share' end
+      end
+    end
+    -- The space's share: what the write adds to the space's live progress, whoever held
+    -- the task before; under 90% of it for a new task.
+    sh, sz = 'headway:space:' .. space, 'headway:space-live:' .. space
+    local growth = size
+    if same_space then growth = size - osize end
+    if growth > 0 then
+      local cap = tonumber(ARGV[o + 11])
+      if not okind then
+        cap = math.floor(cap * below)
+        trim(sh, 'live', sz, nil, cutoff, 100, 'L', nil, space)
+      end
+      if holds(sh, 'live') + growth > cap then
+        trim(sh, 'live', sz, nil, cutoff, 10000, 'L', nil, space)
+        if holds(sh, 'live') + growth > cap then return '!space' end
       end
     end
   end
-  redis.call('SET', key, kind .. size .. ' ' .. client .. '\\n' .. json, 'EX', ttl)
-  local pool, member = pool_of(kind), uuid .. ' ' .. size
-  local z, h = 'headway:' .. pool .. ':' .. client, 'headway:client:' .. client
+  redis.call('SET', key, kind .. size .. ident .. now .. '\\n' .. json, 'EX', ttl)
+  -- Accounts outlive everything they count: set to expire twice the TTL (and a minute)
+  -- after each write that counts a new member or scores one anew (see `count`).
+  local fresh = kind == 'F' or oat == nil or oat < tonumber(ARGV[o + 12])
+  local long = 2 * ttl + 60
+  local ck = 'headway:kept:' .. client
+  local f, z, keeper = 'live', cl, nil
+  if kind == 'F' then f, z, keeper = 'kept', ck, client end
   if okind == kind and oclient == client then
-    -- The same task reporting again, as it did: one account, moved by the difference
-    -- (or by the whole, if what it replaces expired and was uncounted already).
-    if osize ~= size then
-      local had = redis.call('ZREM', z, uuid .. ' ' .. osize)
-      redis.call('HINCRBY', h, pool, size - had * osize)
-      redis.call('ZADD', z, now, member)
-    elseif redis.call('ZADD', z, now, member) == 1 then
-      redis.call('HINCRBY', h, pool, size)
-    end
+    count(ch, f, z, keeper, uuid, size, osize, now, fresh)
+    if fresh then expire(long, ch, cl, ck) end
   else
-    if okind then uncount(oclient, pool_of(okind), uuid, osize) end
-    redis.call('HINCRBY', h, pool, size)
-    redis.call('ZADD', z, now, member)
+    if okind then uncount_value(uuid, okind, osize, oclient) end
+    count(ch, f, z, keeper, uuid, size, nil, now, true)
+    expire(long, ch, cl, ck)
   end
-  -- The account outlives everything it counts: refreshed to twice the TTL whenever less
-  -- than the TTL (and a minute) is left, so a write rarely pays for it.
-  if redis.call('PTTL', h) < (ttl + 60) * 1000 then
-    for _, name in ipairs({h, 'headway:live:' .. client, 'headway:kept:' .. client}) do
-      redis.call('EXPIRE', name, 2 * ttl + 60)
+  if okind == 'L' and ospace and not (kind == 'L' and same_space) then
+    uncount('headway:space:' .. ospace, 'live', 'headway:space-live:' .. ospace, nil, uuid, osize)
+  end
+  if kind == 'L' then
+    if same_space then
+      count(sh, 'live', sz, nil, uuid, size, osize, now, fresh)
+      if fresh then expire(long, sh, sz) end
+    else
+      count(sh, 'live', sz, nil, uuid, size, nil, now, true)
+      expire(long, sh, sz)
     end
+    return false
   end
-  if kind == 'F' then
-    trim(client, 'kept', cutoff, 100)
-    local kept = holds(client, 'kept')
-    while kept > limit do
-      -- The oldest two: never the one just written (written in the same µs, say).
-      local two = redis.call('ZRANGE', z, 0, 1)
-      local oldest = two[1]
-      if string.match(oldest, '^(%S+) ') == uuid then oldest = two[2] end
-      if oldest == nil then break end
-      local ouuid, osz = string.match(oldest, '^(%S+) (%d+)$')
-      redis.call('ZREM', z, oldest)
-      redis.call('UNLINK', PREFIX .. ouuid)
-      kept = kept - tonumber(osz)
-      redis.call('HINCRBY', h, 'kept', -tonumber(osz))
+  trim(ch, 'kept', ck, client, cutoff, 100, 'F', client)
+  local kept, limit = holds(ch, 'kept'), tonumber(ARGV[o + 10])
+  while kept > limit do
+    -- The oldest two: never the one just written (written in the same µs, say).
+    local two = redis.call('ZRANGE', ck, 0, 1)
+    local oldest = two[1]
+    if string.match(oldest, '^(%S+) ') == uuid then oldest = two[2] end
+    if oldest == nil then break end
+    give_way(client, oldest)
+    kept = holds(ch, 'kept')
+  end
+  -- Keepers whose accounts expired are forgotten: two looked at for each finish keep
+  -- them fewer than the keepers that are not.
+  for _, other in ipairs(redis.call('ZRANDMEMBER', KEEPERS, 2)) do
+    if redis.call('EXISTS', 'headway:client:' .. other) == 0 then
+      redis.call('ZREM', KEEPERS, other)
     end
   end
   return false
 end
-local function write_at(key, o)
-  return write(key, ARGV[o + 1], tonumber(ARGV[o + 2]), ARGV[o + 3], ARGV[o + 4], ARGV[o + 5],
-    ARGV[o + 6], tonumber(ARGV[o + 7]), tonumber(ARGV[o + 8]), tonumber(ARGV[o + 9]))
-end
 """
 
+# Script flags (Redis 7, Valkey): refused whole by a Redis at its maxmemory, or run all the
+# same (for scripts that only free or move what is held).
+GROWS = "#!lua\n"
+FREES = "#!lua flags=allow-oom\n"
+
 # The arguments of a write, in `write_at`'s order, after any of the script's own.
-WRITE_ARGS = 9
+WRITE_ARGS = 14
 
 # KEYS[1]: the progress key. ARGV: a write's (see `write_args`).
-PUT = HELPERS + "return write_at(KEYS[1], 0)"
+PUT = GROWS + HELPERS + "return write_at(KEYS[1], 0)"
 
-# KEYS: the progress keys to delete. Each value's bytes are uncounted for its writer.
+# KEYS: the progress keys to delete. Each value's bytes are uncounted for its writer and,
+# if live, for its space.
 DELETE = (
-    HELPERS
+    FREES
+    + HELPERS
     + """
 for _, key in ipairs(KEYS) do
-  local kind, size, client = held(key)
-  if kind then uncount(client, pool_of(kind), string.sub(key, #PREFIX + 1), size) end
+  local kind, size, _, client, space = held(key)
+  if kind then uncount_value(string.sub(key, #PREFIX + 1), kind, size, client, space) end
   redis.call('UNLINK', key)
 end
 return 0
@@ -157,23 +302,29 @@ return 0
 )
 
 # KEYS: progress keys of tasks that finished without a write (a parent finished by its
-# last step): each live value becomes finished, counted as its writer's kept progress.
+# last step). ARGV[1]: how much less a finished value is counted for than a live one.
+# Each live value becomes finished, counted as its writer's kept progress (as of its
+# last write), and no longer counted for its space.
 RELEASE = (
-    HELPERS
+    FREES
+    + HELPERS
     + """
 for _, key in ipairs(KEYS) do
-  local kind, size, client = held(key)
+  local kind, size, at, client, space = held(key)
   if kind == 'L' then
-    local member = string.sub(key, #PREFIX + 1) .. ' ' .. size
-    local score = redis.call('ZSCORE', 'headway:live:' .. client, member)
-    if score then
-      uncount(client, 'live', string.sub(key, #PREFIX + 1), size)
-      redis.call('SETRANGE', key, 0, 'F')
-      local kept, h = 'headway:kept:' .. client, 'headway:client:' .. client
-      redis.call('ZADD', kept, score, member)
-      redis.call('HINCRBY', h, 'kept', size)
+    local uuid = string.sub(key, #PREFIX + 1)
+    local counted = redis.call('ZSCORE', 'headway:live:' .. client, uuid .. ' ' .. size)
+    uncount_value(uuid, kind, size, client, space)
+    if counted then
+      local kept_size = size - tonumber(ARGV[1])
+      local value = redis.call('GET', key)
+      local rest = string.match(value, '^L%d+(.*)$')
+      redis.call('SET', key, 'F' .. kept_size .. rest, 'KEEPTTL')
+      local h, z = 'headway:client:' .. client, 'headway:kept:' .. client
+      redis.call('ZADD', z, at or counted, uuid .. ' ' .. kept_size)
+      add(h, 'kept', client, kept_size)
       local ttl = redis.call('PTTL', h)
-      if ttl > 0 then redis.call('PEXPIRE', kept, ttl) end
+      if ttl > 0 then redis.call('PEXPIRE', z, ttl) end
     end
   end
 end
@@ -184,26 +335,80 @@ return 0
 # ARGV: the client, the expiry cutoff (µs), the most it may hold for a new task to be
 # admitted. 1 if it holds that much or more (after uncounting what expired), else 0.
 ADMIT_CLIENT = (
-    HELPERS
+    FREES
+    + HELPERS
     + """
 local client, cutoff, cap = ARGV[1], ARGV[2], tonumber(ARGV[3])
-trim(client, 'live', cutoff, 100)
-if holds(client, 'live') < cap then return 0 end
-trim(client, 'live', cutoff, 10000)
-if holds(client, 'live') < cap then return 0 end
+local h, z = 'headway:client:' .. client, 'headway:live:' .. client
+trim(h, 'live', z, nil, cutoff, 100, 'L', client)
+if holds(h, 'live') < cap then return 0 end
+trim(h, 'live', z, nil, cutoff, 10000, 'L', client)
+if holds(h, 'live') < cap then return 0 end
 return 1
 """
 )
 
-SHARE_FULL = b"!share"
+# ARGV[1]: the share of maxmemory to free beyond what is over it. A Redis over its
+# maxmemory (less that share) deletes finished progress until it is back under it: the
+# client keeping the most gives way first, its oldest first, down to the next keeper's
+# level, as the memory store does. Returns the bytes freed (as counted; 0 with no
+# maxmemory, or nothing over it, or no finished progress).
+GIVE_WAY = (
+    FREES
+    + HELPERS
+    + """
+local info = redis.call('INFO', 'memory')
+local used = tonumber(string.match(info, 'used_memory:(%d+)'))
+local most = tonumber(string.match(info, 'maxmemory:(%d+)') or '0')
+if most == 0 then return 0 end
+local need = used - most + math.floor(most * tonumber(ARGV[1]))
+local freed = 0
+while freed < need do
+  local top = redis.call('ZREVRANGE', KEEPERS, 0, 1, 'WITHSCORES')
+  if #top == 0 then break end
+  local client, floor = top[1], tonumber(top[4] or '0')
+  local h, z = 'headway:client:' .. client, 'headway:kept:' .. client
+  local oldest = redis.call('ZRANGE', z, 0, 0)[1]
+  if oldest == nil then
+    redis.call('ZREM', KEEPERS, client)  -- its account expired: nothing to give
+  else
+    repeat
+      freed = freed + give_way(client, oldest)
+      oldest = redis.call('ZRANGE', z, 0, 0)[1]
+    until oldest == nil or freed >= need or holds(h, 'kept') <= floor
+  end
+end
+return freed
+"""
+)
 
-# What a key and its value cost Redis beyond the value's JSON: the key's name, its
-# entries in the keyspace and expiry dictionaries, the header, and its member in its
-# client's sorted set (measured with INFO used_memory over 100,000 keys: 376 bytes with
-# 35 bytes of JSON).
-REDIS_ENTRY_BYTES = 340
+SHARE_FULL = b"!share"
+SPACE_FULL = b"!space"
+
+# What a key costs Redis beside its value's allocation (`allocation`): the key's name, its
+# entries in the keyspace and expiry dictionaries, its member in its client's sorted set
+# and, while live, in its space's. Measured with INFO used_memory over 100,000 keys of one
+# client (values of 104 and 1,104 bytes alike): a live key costs 404 bytes more in spaces
+# of 10 tasks, 453 in one space of 100,000 (whose set is no longer a compact list); a
+# finished one 309.
+REDIS_ENTRY_BYTES = 450
+REDIS_KEPT_ENTRY_BYTES = 310
 # A client's address as counted: short, one line (an IPv6 /64 is at most 43 characters).
 MAX_CLIENT = 64
+# A value's header beside its identity: pool, bytes, time, separators; and the string's
+# own header in Redis.
+HEADER_BYTES = 28
+
+
+def allocation(size: int) -> int:
+    """The bytes Redis's allocator (jemalloc) sets aside for `size` bytes: its size class,
+    four to each doubling above 128 bytes."""
+    if size <= 8:
+        return 8
+    if size <= 128:
+        return -(-size // 16) * 16
+    step = 1 << ((size - 1).bit_length() - 3)
+    return -(-size // step) * step
 
 
 def write_args(
@@ -214,19 +419,32 @@ def write_args(
     client: str,
     finished: bool,
     client_bytes: int,
+    space: str,
+    space_bytes: int,
     admit_below: float,
 ) -> list[object]:
     """The arguments of a write (`write_at` in Lua), in order."""
+    client = client[:MAX_CLIENT].replace("\n", " ").replace("@", " ")
+    space = "".join(space[:MAX_CLIENT].split()) or "-"
+    identity = f":{space} {client}@"
+    stored = allocation(HEADER_BYTES + len(identity) + len(json))
+    kept = REDIS_KEPT_ENTRY_BYTES + stored
+    half = ttl_us // 2
     return [
         json,
         ttl_s,
         now_us,
         now_us - ttl_us,
-        client[:MAX_CLIENT].replace("\n", " "),
+        client,
+        space,
         "F" if finished else "L",
-        REDIS_ENTRY_BYTES + len(json),
+        kept if finished else REDIS_ENTRY_BYTES + stored,
+        kept,
         client_bytes,
-        int(client_bytes * admit_below),
+        space_bytes,
+        now_us - now_us % half,  # the start of this half of the TTL
+        identity,
+        admit_below,
     ]
 
 
