@@ -429,6 +429,11 @@ def process_state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
 
 
+def both_states(run_pid: int, command_pid: int) -> tuple[str, str]:
+    """The states of `headway run` and of its command (in a failure's message)."""
+    return process_state(run_pid), process_state(command_pid)
+
+
 def recorder_args(
     script: Callable[[str], str], record: Path, handled: str, exit_on: str
 ) -> list[str]:
@@ -547,9 +552,13 @@ def test_ctrl_z_stops_the_command_and_headway_run_until_sigcont(
     with process:
         try:
             process.send_signal(signal.SIGTSTP)
-            wait_for(lambda: process_state(pid) == "T" and process_state(process.pid) == "T")
+            wait_for(lambda: both_states(process.pid, pid) == ("T", "T"), timeout=15)
             process.send_signal(signal.SIGCONT)
-            wait_for(lambda: process_state(pid) != "T" and process_state(process.pid) != "T")
+            try:
+                wait_for(lambda: "T" not in both_states(process.pid, pid), timeout=15)
+            except pytest.fail.Exception:
+                states = both_states(process.pid, pid)
+                pytest.fail(f"after SIGCONT, (headway run, the command) are {states}")
             wait_for(lambda: recorded(record) == [signal.SIGTSTP, signal.SIGCONT])
             process.send_signal(signal.SIGTERM)
             assert process.wait(timeout=10) == 3
