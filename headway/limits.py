@@ -361,9 +361,12 @@ class SharedCounters:
         progress would), then counts once more; still full, it raises."""
         if kind not in self.OWING:
             strategy = self._strategy
-            return await self._with_room(
-                self._redis, lambda: self._hit(strategy, kind, address, items)
-            )
+            try:
+                return await self._hit(strategy, kind, address, items)
+            except self._full:
+                return await self._with_room(
+                    self._redis, lambda: self._hit(strategy, kind, address, items), full=True
+                )
         try:
             return await self._hit(self._owing, kind, address, items)
         except self._full:

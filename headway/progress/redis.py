@@ -179,9 +179,10 @@ _sending: set[asyncio.Task[None]] = set()
 
 async def make_room(client: redis.asyncio.Redis) -> int:
     """Let finished progress give way in a Redis over its maxmemory, until it is
-    `ROOM_SLACK` of it under (see `redis_shares.GIVE_WAY`); the bytes that gave way, as
-    counted (0: no maxmemory, nothing over it, or no finished progress). Any instance, or
-    the rate counters, call it when Redis refuses a write for want of memory."""
+    `ROOM_SLACK` of it under (see `redis_shares.GIVE_WAY`): the bytes that gave way, as
+    counted (0: it is full and has no finished progress to give), or -1 if it has room
+    already (another made it, or there is no maxmemory). Any instance, or the rate
+    counters, call it when Redis refuses a write for want of memory."""
     freed = await client.eval(shares.GIVE_WAY, 0, ROOM_SLACK)
     return int(freed)
 
@@ -193,17 +194,21 @@ async def make_room(client: redis.asyncio.Redis) -> int:
 ROOM_TRIES = 3
 
 
-async def with_room(client: redis.asyncio.Redis, attempt: Callable[[], Awaitable[T]]) -> T:
-    """`attempt()` (a write that a full Redis refuses whole, having written nothing);
-    while Redis refuses it for want of memory, let finished progress give way
-    (`make_room`) and attempt it again, ROOM_TRIES times at most. Raises Redis's
-    OutOfMemoryError if it stays full, or has no finished progress to give."""
+async def with_room(
+    client: redis.asyncio.Redis, attempt: Callable[[], Awaitable[T]], *, full: bool = False
+) -> T:
+    """`attempt()` (a write that a full Redis refuses whole, having written nothing;
+    `full`: it was just refused so); while Redis refuses it for want of memory, let
+    finished progress give way (`make_room`) and attempt it again, ROOM_TRIES times at
+    most. Raises Redis's OutOfMemoryError if Redis stays full, or is full and has no
+    finished progress to give."""
     for _ in range(ROOM_TRIES):
+        if full and not await make_room(client):
+            raise redis.exceptions.OutOfMemoryError("Redis is full: no finished progress to give")
         try:
             return await attempt()
         except redis.exceptions.OutOfMemoryError:
-            if not await make_room(client):
-                raise
+            full = True
     return await attempt()
 
 
@@ -349,7 +354,7 @@ class RedisProgressStore:
     def _client_args(self, client: str) -> list[object]:
         now_us = self._clock.now_us()
         cutoff = now_us - self._ttl_us
-        return [client[: shares.MAX_CLIENT], cutoff, int(self.client_bytes * ADMIT_NEW_BELOW)]
+        return [shares.account_name(client), cutoff, int(self.client_bytes * ADMIT_NEW_BELOW)]
 
     def _write_args(
         self, progress: Progress, space_uuid: str, client: str, finished: bool
@@ -358,13 +363,11 @@ class RedisProgressStore:
             _encode(progress),
             self._ttl_s,
             self._clock.now_us(),
-            self._ttl_us,
             client,
             finished,
             self.client_bytes,
             space_uuid,
             self.space_bytes,
-            ADMIT_NEW_BELOW,
         )
 
     async def put(
@@ -378,16 +381,19 @@ class RedisProgressStore:
     ) -> None:
         args = self._write_args(progress, space_uuid, client, finished)
         keys = [self.PREFIX + task_uuid]
-        refused = await self._room_made(self._put, keys, args)
+        try:
+            refused = await self._put(keys=keys, args=args)
+        except redis.exceptions.OutOfMemoryError:
+            refused = await self._when_full(self._put, keys, args)
         if refused is not None:
             _refuse(refused)
 
-    async def _room_made(self, script: Coalesced, keys: list[str], args: list[object]) -> Any:
-        """Run a write's `script`, letting finished progress give way while a full Redis
-        refuses it (see `with_room`). A Redis still full, or with no finished progress to
-        give, is a full budget: ProgressBudgetFull("store"), nothing written."""
+    async def _when_full(self, script: Coalesced, keys: list[str], args: list[object]) -> Any:
+        """Run again a write's `script` that a full Redis refused (it wrote nothing),
+        letting finished progress give way first (see `with_room`). A Redis still full,
+        with no finished progress to give, is a full budget: ProgressBudgetFull("store")."""
         try:
-            return await with_room(self._redis, lambda: script(keys=keys, args=args))
+            return await with_room(self._redis, lambda: script(keys=keys, args=args), full=True)
         except redis.exceptions.OutOfMemoryError:
             # Redis at its maxmemory with noeviction: the same refusal as a full budget.
             metrics.refused("redis_oom")
@@ -448,7 +454,10 @@ class RedisProgressStore:
         args.extend(self._write_args(progress, space_uuid, client, finished))
         if announce is not None:
             args.extend(announce)
-        current = await self._room_made(self._put_if_family, keys, args)
+        try:
+            current = await self._put_if_family(keys=keys, args=args)
+        except redis.exceptions.OutOfMemoryError:
+            current = await self._when_full(self._put_if_family, keys, args)
         if current is None:
             return None
         if current in (shares.SHARE_FULL, shares.SPACE_FULL):

@@ -49,6 +49,25 @@ store does with its budget. Needs Redis 7 or Valkey (script flags).
 
 from __future__ import annotations
 
+import re
+
+from . import ADMIT_NEW_BELOW
+
+# What a key costs Redis beside its value's allocation (`allocation`): the key's name, its
+# entries in the keyspace and expiry dictionaries, its member in its client's sorted set
+# and, while live, in its space's. Measured with INFO used_memory over 100,000 keys of one
+# client (values of 104 and 1,104 bytes alike): a live key costs 404 bytes more in spaces
+# of 10 tasks, 453 in one space of 100,000 (whose set is no longer a compact list); a
+# finished one 309.
+REDIS_ENTRY_BYTES = 450
+REDIS_KEPT_ENTRY_BYTES = 310
+# A client's address as counted: short, one line (an IPv6 /64 is at most 43 characters).
+MAX_CLIENT = 64
+# A value's header beside its identity: pool, bytes, time, separators; and the string's
+# own header in Redis.
+HEADER_BYTES = 28
+
+
 # Lua helpers shared by the scripts below. An account is named by its hash and field (its
 # bytes) and its sorted set (its members), and for a client's finished progress by the
 # client as well (`keeper`, nil otherwise: it is ranked among keepers by those bytes):
@@ -59,6 +78,13 @@ from __future__ import annotations
 HELPERS = """
 local PREFIX = 'headway:progress:'
 local KEEPERS = 'headway:keepers'
+-- What a finished value is counted for less than a live one; the share of a budget under
+-- which a new task is admitted.
+local KEPT_LESS, ADMIT = $KEPT_LESS, $ADMIT
+-- A time in µs as Redis takes it (a Lua number would be sent with 14 digits).
+local function micros(number)
+  return string.format('%.0f', number)
+end
 -- The pool, bytes, write time (µs), client and space of a value whose first bytes are
 -- `head` (nil if it has no header; time and space nil if written before spaces counted).
 local function parse(head)
@@ -92,17 +118,16 @@ end
 -- whose value was written since the cutoff is scored anew instead. `kind` and `client`
 -- or `space`: what the account counts (nil: any).
 local function trim(h, f, z, keeper, cutoff, most, kind, client, space)
-  local found = redis.call('ZRANGEBYSCORE', z, '-inf', cutoff, 'LIMIT', 0, most)
+  local found = redis.call('ZRANGEBYSCORE', z, '-inf', micros(cutoff), 'LIMIT', 0, most)
   if #found == 0 then return end
   local gone, freed = {}, 0
-  cutoff = tonumber(cutoff)
   for _, member in ipairs(found) do
     local uuid, size = string.match(member, '^(%S+) (%d+)$')
     size = tonumber(size)
     local okind, osize, oat, oclient, ospace = held(PREFIX .. uuid)
     if okind == kind and osize == size and oat and oat > cutoff
         and (client == nil or oclient == client) and (space == nil or ospace == space) then
-      redis.call('ZADD', z, oat, member)
+      redis.call('ZADD', z, micros(oat), member)
     else
       gone[#gone + 1] = member
       freed = freed + size
@@ -168,38 +193,41 @@ end
 -- '!share' or '!space' (nothing written) if the client's or the space's share has no room
 -- for it, else false.
 local function write_at(key, o)
-  local json, now, kind, size = ARGV[o + 1], ARGV[o + 3], ARGV[o + 7], ARGV[o + 8]
-  local ident = ARGV[o + 13]
+  local json, now, kind, size = ARGV[o + 1], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
+  local ident = ARGV[o + 6]
   local head = redis.call('GETRANGE', key, 0, 191)
+  local ttl = tonumber(ARGV[o + 2])
+  local at = tonumber(now)
+  local half = at - at % (ttl * 500000)  -- the start of this half of the TTL
   -- A live task reporting again, by the client that last wrote it, at the same size and
   -- in the same half of the TTL as then: its accounts count it as they are.
   local expect = kind .. size .. ident
   if kind == 'L' and string.sub(head, 1, #expect) == expect then
     local oat = tonumber(string.match(head, '^(%d+)\\n', #expect + 1))
-    if oat and oat >= tonumber(ARGV[o + 12]) then
-      redis.call('SET', key, expect .. now .. '\\n' .. json, 'EX', ARGV[o + 2])
+    if oat and oat >= half then
+      redis.call('SET', key, expect .. now .. '\\n' .. json, 'EX', ttl)
       return false
     end
   end
-  local ttl, cutoff, client, space = tonumber(ARGV[o + 2]), ARGV[o + 4], ARGV[o + 5], ARGV[o + 6]
+  local space, client = string.match(ident, '^:(%S+) ([^@\\n]*)@$')
+  local cutoff = at - ttl * 1000000
   local uuid = string.sub(key, #PREFIX + 1)
   local okind, osize, oat, oclient, ospace = parse(head)
   size = tonumber(size)
-  if okind == 'F' and kind == 'L' then kind, size = 'F', tonumber(ARGV[o + 9]) end
+  if okind == 'F' and kind == 'L' then kind, size = 'F', size - KEPT_LESS end
   local ch, cl = 'headway:client:' .. client, 'headway:live:' .. client
   local same_space = okind == 'L' and ospace == space
   local sh, sz
   if kind == 'L' then
-    local below = tonumber(ARGV[o + 14])
     local rewrite = okind == 'L' and oclient == client
     local mine = size
     if rewrite then mine = size - osize end
     if mine > 0 then
-      local cap = tonumber(ARGV[o + 10])
+      local cap = tonumber(ARGV[o + 7])
       -- A new task uncounts some of what expired (a client that writes keeps up with its
       -- own expiry); a rewrite only when it looks over.
       if not rewrite then
-        cap = math.floor(cap * below)
+        cap = math.floor(cap * ADMIT)
         trim(ch, 'live', cl, nil, cutoff, 100, 'L', client)
       end
       if holds(ch, 'live') + mine > cap then
@@ -213,9 +241,9 @@ local function write_at(key, o)
     local growth = size
     if same_space then growth = size - osize end
     if growth > 0 then
-      local cap = tonumber(ARGV[o + 11])
+      local cap = tonumber(ARGV[o + 8])
       if not okind then
-        cap = math.floor(cap * below)
+        cap = math.floor(cap * ADMIT)
         trim(sh, 'live', sz, nil, cutoff, 100, 'L', nil, space)
       end
       if holds(sh, 'live') + growth > cap then
@@ -227,7 +255,7 @@ local function write_at(key, o)
   redis.call('SET', key, kind .. size .. ident .. now .. '\\n' .. json, 'EX', ttl)
   -- Accounts outlive everything they count: set to expire twice the TTL (and a minute)
   -- after each write that counts a new member or scores one anew (see `count`).
-  local fresh = kind == 'F' or oat == nil or oat < tonumber(ARGV[o + 12])
+  local fresh = kind == 'F' or oat == nil or oat < half
   local long = 2 * ttl + 60
   local ck = 'headway:kept:' .. client
   local f, z, keeper = 'live', cl, nil
@@ -254,7 +282,7 @@ local function write_at(key, o)
     return false
   end
   trim(ch, 'kept', ck, client, cutoff, 100, 'F', client)
-  local kept, limit = holds(ch, 'kept'), tonumber(ARGV[o + 10])
+  local kept, limit = holds(ch, 'kept'), tonumber(ARGV[o + 7])
   while kept > limit do
     -- The oldest two: never the one just written (written in the same µs, say).
     local two = redis.call('ZRANGE', ck, 0, 1)
@@ -274,6 +302,8 @@ local function write_at(key, o)
   return false
 end
 """
+HELPERS = HELPERS.replace("$KEPT_LESS", str(REDIS_ENTRY_BYTES - REDIS_KEPT_ENTRY_BYTES))
+HELPERS = HELPERS.replace("$ADMIT", str(ADMIT_NEW_BELOW))
 
 # Script flags (Redis 7, Valkey): refused whole by a Redis at its maxmemory, or run all the
 # same (for scripts that only free or move what is held).
@@ -281,7 +311,7 @@ GROWS = "#!lua\n"
 FREES = "#!lua flags=allow-oom\n"
 
 # The arguments of a write, in `write_at`'s order, after any of the script's own.
-WRITE_ARGS = 14
+WRITE_ARGS = 8
 
 # KEYS[1]: the progress key. ARGV: a write's (see `write_args`).
 PUT = GROWS + HELPERS + "return write_at(KEYS[1], 0)"
@@ -302,8 +332,7 @@ return 0
 )
 
 # KEYS: progress keys of tasks that finished without a write (a parent finished by its
-# last step). ARGV[1]: how much less a finished value is counted for than a live one.
-# Each live value becomes finished, counted as its writer's kept progress (as of its
+# last step). Each live value becomes finished, counted as its writer's kept progress (as of its
 # last write), and no longer counted for its space.
 RELEASE = (
     FREES
@@ -316,12 +345,12 @@ for _, key in ipairs(KEYS) do
     local counted = redis.call('ZSCORE', 'headway:live:' .. client, uuid .. ' ' .. size)
     uncount_value(uuid, kind, size, client, space)
     if counted then
-      local kept_size = size - tonumber(ARGV[1])
+      local kept_size = size - KEPT_LESS
       local value = redis.call('GET', key)
       local rest = string.match(value, '^L%d+(.*)$')
       redis.call('SET', key, 'F' .. kept_size .. rest, 'KEEPTTL')
       local h, z = 'headway:client:' .. client, 'headway:kept:' .. client
-      redis.call('ZADD', z, at or counted, uuid .. ' ' .. kept_size)
+      redis.call('ZADD', z, at and micros(at) or counted, uuid .. ' ' .. kept_size)
       add(h, 'kept', client, kept_size)
       local ttl = redis.call('PTTL', h)
       if ttl > 0 then redis.call('PEXPIRE', z, ttl) end
@@ -338,7 +367,7 @@ ADMIT_CLIENT = (
     FREES
     + HELPERS
     + """
-local client, cutoff, cap = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local client, cutoff, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local h, z = 'headway:client:' .. client, 'headway:live:' .. client
 trim(h, 'live', z, nil, cutoff, 100, 'L', client)
 if holds(h, 'live') < cap then return 0 end
@@ -351,8 +380,9 @@ return 1
 # ARGV[1]: the share of maxmemory to free beyond what is over it. A Redis over its
 # maxmemory (less that share) deletes finished progress until it is back under it: the
 # client keeping the most gives way first, its oldest first, down to the next keeper's
-# level, as the memory store does. Returns the bytes freed (as counted; 0 with no
-# maxmemory, or nothing over it, or no finished progress).
+# level, as the memory store does. Returns the bytes freed (as counted: 0 if there was no
+# finished progress to give), or -1 if Redis had that much room already (or no
+# maxmemory).
 GIVE_WAY = (
     FREES
     + HELPERS
@@ -360,8 +390,9 @@ GIVE_WAY = (
 local info = redis.call('INFO', 'memory')
 local used = tonumber(string.match(info, 'used_memory:(%d+)'))
 local most = tonumber(string.match(info, 'maxmemory:(%d+)') or '0')
-if most == 0 then return 0 end
+if most == 0 then return -1 end
 local need = used - most + math.floor(most * tonumber(ARGV[1]))
+if need <= 0 then return -1 end
 local freed = 0
 while freed < need do
   local top = redis.call('ZREVRANGE', KEEPERS, 0, 1, 'WITHSCORES')
@@ -385,20 +416,6 @@ return freed
 SHARE_FULL = b"!share"
 SPACE_FULL = b"!space"
 
-# What a key costs Redis beside its value's allocation (`allocation`): the key's name, its
-# entries in the keyspace and expiry dictionaries, its member in its client's sorted set
-# and, while live, in its space's. Measured with INFO used_memory over 100,000 keys of one
-# client (values of 104 and 1,104 bytes alike): a live key costs 404 bytes more in spaces
-# of 10 tasks, 453 in one space of 100,000 (whose set is no longer a compact list); a
-# finished one 309.
-REDIS_ENTRY_BYTES = 450
-REDIS_KEPT_ENTRY_BYTES = 310
-# A client's address as counted: short, one line (an IPv6 /64 is at most 43 characters).
-MAX_CLIENT = 64
-# A value's header beside its identity: pool, bytes, time, separators; and the string's
-# own header in Redis.
-HEADER_BYTES = 28
-
 
 def allocation(size: int) -> int:
     """The bytes Redis's allocator (jemalloc) sets aside for `size` bytes: its size class,
@@ -415,37 +432,36 @@ def write_args(
     json: bytes,
     ttl_s: int,
     now_us: int,
-    ttl_us: int,
     client: str,
     finished: bool,
     client_bytes: int,
     space: str,
     space_bytes: int,
-    admit_below: float,
 ) -> list[object]:
     """The arguments of a write (`write_at` in Lua), in order."""
-    client = client[:MAX_CLIENT].replace("\n", " ").replace("@", " ")
-    space = "".join(space[:MAX_CLIENT].split()) or "-"
-    identity = f":{space} {client}@"
+    identity = f":{account_name(space)} {account_name(client)}@"
     stored = allocation(HEADER_BYTES + len(identity) + len(json))
-    kept = REDIS_KEPT_ENTRY_BYTES + stored
-    half = ttl_us // 2
     return [
         json,
         ttl_s,
         now_us,
-        now_us - ttl_us,
-        client,
-        space,
         "F" if finished else "L",
-        kept if finished else REDIS_ENTRY_BYTES + stored,
-        kept,
+        (REDIS_KEPT_ENTRY_BYTES if finished else REDIS_ENTRY_BYTES) + stored,
+        identity,
         client_bytes,
         space_bytes,
-        now_us - now_us % half,  # the start of this half of the TTL
-        identity,
-        admit_below,
     ]
+
+
+_PLAIN_NAME = re.compile(rf"[^\s@]{{1,{MAX_CLIENT}}}")
+
+
+def account_name(text: str) -> str:
+    """A client or a space as its accounts are named: one word of at most MAX_CLIENT
+    characters (a header separates them with a space and an `@`)."""
+    if _PLAIN_NAME.fullmatch(text):
+        return text
+    return re.sub(r"[\s@]", "_", text[:MAX_CLIENT]) or "_"
 
 
 def value_json(raw: bytes) -> bytes | memoryview:
