@@ -565,3 +565,27 @@ def test_ctrl_z_stops_the_command_and_headway_run_until_sigcont(
         finally:
             process.kill()
     assert only_task(server, served_space)["finished_at"] is not None
+
+
+def test_steps_run_under_a_parent_that_reported_leave_it_open_until_its_done(
+    server: LiveServer, served_space: str, env: dict[str, str]
+) -> None:
+    """A shell job: a parent that reported that it started, each step a `headway run`;
+    the parent finishes when the job says so, not when its first (or last) step ends."""
+
+    def headway(*args: str) -> str:
+        done = subprocess.run(["headway", *args], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    parent = headway("task", "create", "--title", "Deploy")
+    headway("report", parent, "--log", "starting")
+    for step in ("build", "release"):
+        ran = headway_run("--parent", parent, "--title", step, "--", PYTHON, "-c", "", env=env)
+        assert ran.returncode == 0, ran.stderr
+        family = server.task(parent)
+        assert family["finished_at"] is None
+        assert all(child["finished_at"] for child in family["children"])
+    headway("report", parent, "--done")
+    family = server.task(parent)
+    assert family["finished_at"] >= max(child["finished_at"] for child in family["children"])

@@ -4,20 +4,26 @@ importing it loads, and the README's Python example run as written."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 import subprocess
 import sys
+import time
 import uuid
+from collections import defaultdict
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
+import httpx
 import pytest
 
 import headway
 from headway import APIError, AsyncClient, Client, NetworkError, NoSpaceError, Space, Task
 
-from .live_server import LiveServer, environment
+from .live_server import LiveServer, environment, wait_for
+from .receiver import Receiver
 from .servers import free_port
 
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -218,14 +224,47 @@ def readme_blocks(language: str) -> list[str]:
     return re.findall(rf"```{language}\n(.*?)```", readme_section(), flags=re.DOTALL)
 
 
+@contextlib.contextmanager
+def completions(server: LiveServer, space: str) -> Iterator[Receiver]:
+    """A webhook of `space` on the shared server, into a receiver of its own."""
+    receiver = Receiver().start()
+    hook = httpx.post(f"{server.url}/spaces/{space}/webhooks", json={"url": receiver.url})
+    assert hook.status_code == 201, hook.text
+    try:
+        yield receiver
+    finally:
+        receiver.stop()
+
+
+def completed(receiver: Receiver, count: int) -> dict[str, list[dict]]:
+    """The completion events `receiver` got, once it has `count`, by task title."""
+    wait_for(lambda: len(receiver.deliveries) >= count, timeout=15)
+    time.sleep(0.3)  # a second event of one task would come with the others
+    by_title: dict[str, list[dict]] = defaultdict(list)
+    for delivery in receiver.deliveries:
+        task = json.loads(delivery.body)["data"]
+        by_title[task["title"]].append(task)
+    return by_title
+
+
+def assert_finished_after_its_steps(parent: dict) -> None:
+    """The parent finished once its last step had, never between two of them."""
+    steps = parent["children"]
+    assert steps and parent["finished_at"] is not None
+    assert all(step["finished_at"] is not None for step in steps)
+    assert parent["finished_at"] >= max(step["finished_at"] for step in steps)
+
+
 def test_readme_python_example_runs_as_written(server: LiveServer, served_space: str) -> None:
     example = readme_blocks("python")[0]
     env = environment(HEADWAY_URL=server.url, HEADWAY_SPACE=served_space)
-    result = subprocess.run(
-        [sys.executable, "-c", example], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == ""
+    with completions(server, served_space) as receiver:
+        result = subprocess.run(
+            [sys.executable, "-c", example], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stderr == ""
+        events = completed(receiver, 4)
 
     backup, deploy = server.space(served_space)["tasks"]
     assert backup["title"] == "Nightly backup" and backup["finished_at"] is not None
@@ -233,7 +272,16 @@ def test_readme_python_example_runs_as_written(server: LiveServer, served_space:
     assert backup["progress"]["values"] == {"log": "dumping events"}
     assert deploy["title"] == "Deploy" and deploy["finished_at"] is not None
     assert [step["title"] for step in deploy["children"]] == ["Build", "Release 1.4.2"]
-    assert all(step["finished_at"] for step in deploy["children"])
+    assert_finished_after_its_steps(deploy)
+    # One notification each; the parent's, when its block ended.
+    assert {title: len(tasks) for title, tasks in events.items()} == {
+        "Nightly backup": 1,
+        "Deploy": 1,
+        "Build": 1,
+        "Release 1.4.2": 1,
+    }
+    assert len(events["Deploy"][0]["children"]) == 2
+    assert_finished_after_its_steps(events["Deploy"][0])
 
 
 def test_readme_space_example_prints_the_uuid_then_the_dashboard(server: LiveServer) -> None:

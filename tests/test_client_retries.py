@@ -437,3 +437,23 @@ def test_a_create_whose_answer_was_lost_makes_one_task(
     assert proxy.lost == 1  # the first create was committed, its answer lost
     made = [task["uuid"] for task in server.space(served_space)["tasks"]]
     assert made == [answered]  # the retry, with the same key, was answered the first answer
+
+
+def test_a_parents_refused_first_report_goes_before_its_step_is_made(
+    gate: Gate, server: LiveServer, served_space: str
+) -> None:
+    """A parent's first report, refused by an outage, is not overtaken by its step: the
+    parent is held open by it, so its only step finishing does not finish it."""
+    parent_uuid = new_task(server, served_space, "Deploy")
+    gate.refuse(1, 503, retry_after="0")  # the parent's first report
+    with Client(gate.url, space=served_space, **FAST) as client:
+        parent = client.reporter(parent_uuid)
+        parent.report(log="starting")
+        with parent.step("Build"):
+            pass
+        assert client.close(5)
+    family = server.task(parent_uuid)
+    assert [step["finished_at"] is not None for step in family["children"]] == [True]
+    assert family["finished_at"] is None
+    assert family["progress"]["values"] == {"log": "starting"}
+    assert [arrival.status for arrival in gate.arrivals][:2] == [503, 200]

@@ -303,9 +303,10 @@ def test_client_share_full_is_a_429_with_retry_after():
     assert refusal.status == 429 and int(refusal.headers["retry-after"]) > 0
 
 
-async def test_a_parent_finished_by_its_last_step_frees_its_own_progress(limited, clients, clock):
-    """A parent's own values count as live while it is active; when its last step
-    finishes it, they are kept for reading and no longer count against its client."""
+async def test_a_held_parent_finished_by_its_done_frees_its_own_progress(limited, clients, clock):
+    """A parent's own values count as live while it is active (held open by them until
+    its own `done`, whatever its steps do); once finished, they are kept for reading and
+    no longer count against its client."""
     app = await fair(limited, progress_memory_per_client=0.03)  # about 31 KB
     greedy, _ = greedy_and_other(app, clients)
     space = await new_space(greedy)
@@ -320,8 +321,11 @@ async def test_a_parent_finished_by_its_last_step_frees_its_own_progress(limited
         parents.append((parent, step.json()["uuid"]))
     else:
         pytest.fail("the client's share never refused it")
-    for _, step in parents:
+    for parent, step in parents:
         assert (await greedy.put(f"/tasks/{step}", json={"done": True})).status_code == 200
+        clock.advance(us=1)
+        assert (await greedy.get(f"/tasks/{parent}")).json()["finished_at"] is None  # held
+        assert (await greedy.put(f"/tasks/{parent}", json={"done": True})).status_code == 200
         clock.advance(us=1)
     read = (await greedy.get(f"/tasks/{parents[-1][0]}")).json()  # (its share of finished
     assert read["finished_at"] is not None  # progress holds the newest, at least)
@@ -369,14 +373,15 @@ async def test_a_full_space_has_room_again_as_its_progress_finishes_is_deleted_o
     held, refused = await fill_space(client, space)
     assert BUDGET * 0.125 * 0.9 * 0.5 < len(held) * 1000 < BUDGET * 0.125 * 0.9
     assert 0 < await space_holds(app, space) <= BUDGET * 0.125 * 0.9
-    # Finishing one gives its room back at once; so does deleting one, or a parent's
-    # own progress when its last step finishes it.
+    # Finishing one gives its room back at once; so does deleting one, or a parent's own
+    # `done` (its own progress held it open past its last step).
     parent = held[2]
     step = (await client.post(f"/spaces/{space}/tasks", json={"parent_uuid": parent})).json()
+    assert (await client.put(f"/tasks/{step['uuid']}", json={"done": True})).is_success
     for free in (
         client.put(f"/tasks/{held[0]}", json={"done": True}),
         client.delete(f"/tasks/{held[1]}"),
-        client.put(f"/tasks/{step['uuid']}", json={"done": True}),
+        client.put(f"/tasks/{parent}", json={"done": True}),
     ):
         assert (await free).is_success
         response = await client.put(f"/tasks/{refused}", json={"values": big_values()})

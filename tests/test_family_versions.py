@@ -151,7 +151,9 @@ async def test_a_stale_cached_family_is_not_finished_by_its_counts(instances, sp
 
     await b.put(child, current=1, end=1)
     parent_now = (await a.client.get(f"/tasks/{parent}")).json()
-    assert parent_now["finished_at"] is not None
+    assert parent_now["finished_at"] is None  # held open by its own reports
+    assert (parent_now["progress"]["current"], parent_now["progress"]["end"]) == (1, 1)
+    assert (await b.put(parent, done=True))["finished_at"] is not None
     assert await completions(a, parent) == 1
 
 
@@ -164,10 +166,13 @@ async def test_a_child_finished_elsewhere_updates_its_parent_cached_here(instanc
     await a.put(children[0], current=1, end=1)
     assert (await b.put(parent, values={"step": "y"}))["progress"]["current"] == 1
 
-    await a.put(children[1], current=1, end=1)  # the last child finishes the parent
+    await a.put(children[1], current=1, end=1)  # the parent's reports hold it open
     answer = await b.put(parent, values={"step": "z"})
-    assert answer["finished_at"] is not None
+    assert answer["finished_at"] is None
     assert answer["progress"]["current"] == 2
+    answer = await b.put(parent, done=True)
+    assert answer["finished_at"] is not None
+    assert answer["progress"]["values"] == {"step": "z"}
     assert await completions(a, parent) == 1
 
 

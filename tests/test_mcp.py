@@ -190,6 +190,25 @@ async def test_agent_reports_a_job_and_reads_back_what_rest_shows(
         assert (await rest.get(f"/tasks/{job['uuid']}")).status_code == 404
 
 
+async def test_an_agents_parent_stays_open_until_it_says_done(mcp_url: str) -> None:
+    """An agent that reported to its job holds it open: the job finishes when the agent
+    says `done`, not when the last step it has made so far ends."""
+    async with connect("auto", mcp_url) as client:
+        space = (await call(client, "create_space", title="Agent job"))["uuid"]
+        job = (await call(client, "create_task", space_uuid=space, title="Migrate"))["uuid"]
+        started = await call(client, "report_progress", task_uuid=job, values={"log": "plan"})
+        assert started["finished_at"] is None
+        for title in ("dump", "load"):
+            step = await call(client, "create_task", space_uuid=space, title=title, parent_uuid=job)
+            await call(client, "report_progress", task_uuid=step["uuid"], done=True)
+            read = await call(client, "get_task", task_uuid=job)
+            assert read["finished_at"] is None
+            assert read["progress"]["current"] == read["progress"]["end"]
+        finished = await call(client, "report_progress", task_uuid=job, done=True)
+        assert finished["finished_at"] is not None
+        assert finished["progress"]["values"] == {"log": "plan"}
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_errors_are_tool_results_with_the_rest_message(
     mode: str, mcp_url: str, rest: httpx.AsyncClient

@@ -20,7 +20,7 @@ from headway import Client
 from headway.tqdm import attach, tqdm, trange
 
 from .live_server import LiveServer, environment
-from .test_client import readme_blocks
+from .test_client import assert_finished_after_its_steps, completed, completions, readme_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -203,14 +203,26 @@ def test_a_disabled_bar_reports_nothing(
 def test_readme_tqdm_example_runs_as_written(server: LiveServer, served_space: str) -> None:
     [example] = [block for block in readme_blocks("python") if "headway.tqdm" in block]
     env = environment(HEADWAY_URL=server.url, HEADWAY_SPACE=served_space)
-    result = subprocess.run(
-        [sys.executable, "-c", example], env=env, capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
+    with completions(server, served_space) as receiver:
+        result = subprocess.run(
+            [sys.executable, "-c", example], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 0, result.stderr
+        events = completed(receiver, 4)
     [task] = server.space(served_space)["tasks"]
     assert task["title"] == "Training" and task["finished_at"] is not None
     assert [step["title"] for step in task["children"]] == ["Epoch 0", "Epoch 1", "Epoch 2"]
     assert all(step["progress"]["current"] == 200 for step in task["children"])
+    assert_finished_after_its_steps(task)
+    # One notification each; the outer bar's when it ended, not with its first epoch.
+    assert {title: len(tasks) for title, tasks in events.items()} == {
+        "Training": 1,
+        "Epoch 0": 1,
+        "Epoch 1": 1,
+        "Epoch 2": 1,
+    }
+    assert len(events["Training"][0]["children"]) == 3
+    assert_finished_after_its_steps(events["Training"][0])
 
 
 def test_headway_logger_is_quiet_when_all_goes_well(

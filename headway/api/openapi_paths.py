@@ -185,7 +185,10 @@ def task_paths() -> dict[str, Any]:
                 "summary": "Report progress",
                 "description": "Replaces the task's whole state. A body of exactly "
                 '{"done": true} finishes the task and keeps the last numbers. current at or '
-                "above a positive end finishes the task.",
+                "above a positive end finishes the task (a parent's own counts are ignored). "
+                "A report to a parent that does not finish it holds the parent open: it then "
+                "finishes only by its own done, never with its last step; a parent nobody "
+                "reported to finishes when its last step does.",
                 "parameters": [TASK],
                 "requestBody": {
                     "required": True,
@@ -211,7 +214,8 @@ def task_paths() -> dict[str, Any]:
                 "description": "The task, its children and their progress go for good, with "
                 "undelivered events about them. A deleted step's parent shows its steps "
                 "without it, and finishes (with its one event) if every step left has "
-                "finished. The space's open streams start over from a snapshot.",
+                "finished, unless its own reports hold it open. The space's open streams "
+                "start over from a snapshot.",
                 "parameters": [TASK],
                 "responses": {
                     "204": {"description": "Deleted."},

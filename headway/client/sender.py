@@ -239,6 +239,7 @@ class Sender:
         parent = reporter.parent
         if parent is not None:
             self._ensure_created(parent)
+            self._report_started(parent)
             if reporter.space is None:
                 reporter.space = parent.space or self._parent_space(parent)
         if reporter.space is None:
@@ -260,6 +261,25 @@ class Sender:
             reporter._gone = True
             log.warning("Headway: task %r could not be created: %s", reporter.title, exc)
             raise _Gone from None
+
+    def _report_started(self, parent: Reporter) -> None:
+        """Send the parent's first report, if it is still waiting, before its first step
+        is made: a parent that reported itself is held open until its own finish, where
+        one nobody reported to finishes with its last step (and a step may well finish
+        before the parent's report, retried after an outage, would have gone)."""
+        state = parent._state
+        if parent._sent is not None or state is None or parent._closed:
+            return
+        try:
+            self._send(calls.report(parent.uuid or "", calls.report_body(*state)))
+        except APIError as exc:
+            if exc.retryable:
+                raise
+            self._refused(parent, exc, final=False)
+        except (TypeError, ValueError) as exc:  # values JSON cannot carry
+            self._refused(parent, exc, final=False)
+        parent._sent = state
+        parent._next_at = time.monotonic() + parent.min_interval
 
     def _parent_space(self, parent: Reporter) -> str | None:
         """The space of a task known only by its uuid, read from the server."""

@@ -167,22 +167,32 @@ class Families:
         known: dict[str, Progress] | None = None,
     ) -> bool:
         """Finish the parent, with its event, if it has steps and every one of them has
-        finished (after a step's finish, or a step's delete). Call under the parent's row
-        lock (`queries.lock_task`), within the transaction that changed its steps.
-        `known`: progress just written and not yet stored. True: it finished here."""
+        finished (after a step's finish, or a step's delete), unless it is held open by
+        its own reporter. Call under the parent's row lock (`queries.lock_task`), within
+        the transaction that changed its steps. `known`: progress just written and not
+        yet stored. True: it finished here.
+
+        A parent with progress of its own received a report that did not finish it: it
+        is held (marked so in the database, which outlasts that progress's expiry), and
+        only its own `done` finishes it."""
         parent, steps = await queries.read_family(st.rows, parent_uuid)
         if parent is None or parent.finished or not steps:
+            return False
+        progress = self._stores.progress
+        own = await progress.get(parent.uuid)
+        if own is not None:
+            await queries.hold_tasks(st, (parent.uuid,))
             return False
         if any(not step.finished for step in steps):
             return False
         duration = domain.duration_seconds(parent.created_at_us, now_us)
-        if not await queries.finish_task(st, parent.uuid, now_us, duration):
+        if not await queries.finish_task(st, parent.uuid, now_us, duration, unless_held=True):
             return False
         parent = msgspec.structs.replace(parent, finished_at_us=now_us, duration=duration)
-        found = await self._stores.progress.get_many([parent.uuid, *(s.uuid for s in steps)])
+        found = await progress.get_many([s.uuid for s in steps])
         known = known or {}
-        family = [(s, known.get(s.uuid, p)) for s, p in zip(steps, found[1:], strict=True)]
-        await self._record_event(st, domain.view(parent, found[0], family), now_us)
+        family = [(s, known.get(s.uuid, p)) for s, p in zip(steps, found, strict=True)]
+        await self._record_event(st, domain.view(parent, None, family), now_us)
         return True
 
     async def _record_event(self, st: Statements, task: domain.TaskView, now_us: int) -> None:

@@ -68,7 +68,8 @@ class Tasks:
             if parent_key is None:
                 raise Unprocessable(NOT_A_PARENT)
         task_uuid = str(uuid.uuid4())
-        new = _NewTask(task_uuid, space_key, parent_key, body.title, body.source, idempotency)
+        hold = parent_key is not None and await self._reported_itself(parent_key)
+        new = _NewTask(task_uuid, space_key, parent_key, body.title, body.source, idempotency, hold)
         changes = self._stores.changes
         try:
             outcome = await self._submit(new)
@@ -82,6 +83,18 @@ class Tasks:
             return outcome  # the first answer under the key again: nothing was created
         await changes.announce(Changed.CREATE, space_key, task_uuid, parent_key)
         return {"uuid": task_uuid}
+
+    async def _reported_itself(self, parent_uuid: str) -> bool:
+        """Whether the would-be parent holds progress of its own (a report that did not
+        finish it): its first step then marks it held (see `Families.finish_if_steps_done`).
+        A progress store that does not answer tells nothing: a create needs only the
+        database, and the step's finish looks again."""
+        try:
+            return await self._stores.progress.get(parent_uuid) is not None
+        except Exception as exc:
+            if not unavailable(exc):
+                raise
+            return False
 
     async def _submit(self, new: _NewTask) -> TaskRow | dict[str, Any]:
         """The row `new` was written as; with a key, the first answer under it, if there
@@ -175,6 +188,10 @@ class Tasks:
         if rows:
             await queries.insert_tasks(st, rows)
             await queries.count_children(st, steps.added)
+            made = {row.uuid for row in rows}
+            await queries.hold_tasks(
+                st, {new.parent_uuid for new in batch if new.hold_parent and new.uuid in made}
+            )
             if keyed:
                 await self.keys.record(st, _key_rows(batch, outcomes, settled))
         return [settled[i] if i in settled else outcomes[i] for i in range(len(batch))]
@@ -376,6 +393,8 @@ class _NewTask:
     title: str | None
     source: str | None
     idempotency: Idempotency | None = None
+    # The parent reported itself: this step marks it held (see `Tasks._reported_itself`).
+    hold_parent: bool = False
 
 
 # What a batch answers a create: its row, its refusal, or what its key settled.

@@ -462,15 +462,30 @@ async def lock_task(st: Statements, uuid: str) -> None:
     await st.many("UPDATE tasks SET duration = duration WHERE uuid = ?", [(uuid,)])
 
 
-async def finish_task(st: Statements, uuid: str, finished_at_us: int, duration: int) -> bool:
-    """Mark the task finished unless it already is (or its space was deleted). True: this
-    call finished it."""
+async def finish_task(
+    st: Statements, uuid: str, finished_at_us: int, duration: int, *, unless_held: bool = False
+) -> bool:
+    """Mark the task finished unless it already is (or its space was deleted, or, with
+    `unless_held`, it is a parent held open by its own reporter). True: this call
+    finished it."""
+    held = " AND NOT held" if unless_held else ""
     found = await st.rows(
         "UPDATE tasks SET finished_at_us = ?, duration = ? "
-        f"WHERE uuid = ? AND finished_at_us IS NULL AND {LIVE} RETURNING uuid",
+        f"WHERE uuid = ? AND finished_at_us IS NULL{held} AND {LIVE} RETURNING uuid",
         (finished_at_us, duration, uuid),
     )
     return len(found) == 1
+
+
+async def hold_tasks(st: Statements, uuids: Collection[str]) -> None:
+    """Mark these parents held open by their own reporter: from now on only their own
+    `done` finishes them (see `service.families`)."""
+    if uuids:
+        await st.many(
+            f"UPDATE tasks SET held = TRUE WHERE uuid IN ({', '.join('?' * len(uuids))}) "
+            "AND NOT held",
+            [list(uuids)],
+        )
 
 
 async def insert_event(

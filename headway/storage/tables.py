@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     ForeignKey,
     Index,
@@ -14,6 +15,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    false,
     text,
 )
 
@@ -50,6 +52,8 @@ tasks = Table(
     Column("created_at_us", BigInteger, nullable=False),
     Column("finished_at_us", BigInteger),
     Column("duration", BigInteger),
+    # A parent that reported itself: it finishes only by its own `done` (0011).
+    Column("held", Boolean, nullable=False, server_default=false()),
     Index("tasks_space_created", "space_uuid", "created_at_us", unique=True),
     Index("tasks_parent", "parent_uuid"),
     Index("tasks_space_parent_created", "space_uuid", "parent_uuid", "created_at_us"),
