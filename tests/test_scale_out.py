@@ -213,7 +213,11 @@ async def test_family_changes_on_one_instance_reach_the_next_report_on_another(c
     again = (await two.put(f"/tasks/{child}", json={"current": 0, "end": 1})).json()
     assert again["finished_at"] == finished["finished_at"]
     parent_seen = (await two.put(f"/tasks/{parent}", json={"values": {"a": 1}})).json()
-    assert parent_seen["finished_at"] is not None
+    # Its step's finish, made on one, is seen on two; its own reports hold it open.
+    assert (parent_seen["progress"]["current"], parent_seen["progress"]["end"]) == (1, 1)
+    assert parent_seen["finished_at"] is None
+    done = (await two.put(f"/tasks/{parent}", json={"done": True})).json()
+    assert done["finished_at"] is not None
 
 
 async def test_a_change_on_one_instance_reaches_streams_open_on_another(clients):
