@@ -175,9 +175,12 @@ def _serve(settings: Settings, workers: int) -> int:
     from ..server import serve
 
     # Migrate in a child process: the server then finds its schema current and never
-    # loads the migration machinery.
+    # loads the migration machinery. `-P`: `-m` would put the working directory first on
+    # the path, and any `headway/` folder there would shadow the installed package.
     migrated = subprocess.run(
-        [sys.executable, "-m", "headway.cli", "migrate"], stdout=subprocess.DEVNULL, check=False
+        [sys.executable, "-P", "-m", "headway.cli", "migrate"],
+        stdout=subprocess.DEVNULL,
+        check=False,
     )
     if migrated.returncode != 0:
         return migrated.returncode
