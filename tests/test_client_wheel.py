@@ -26,6 +26,7 @@ from headway.app import create_app
 from headway.config import Settings
 
 from .live_server import LiveServer
+from .test_client import readme_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 WHEEL = f"headway-{__version__}-py3-none-any.whl"
@@ -159,11 +160,15 @@ async def test_the_wheel_requires_the_clients_dependencies_only():
 
 @pytest.fixture(scope="module")
 def venv(server: LiveServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A fresh virtualenv where the README's line installed the client from `server`."""
+    """A fresh virtualenv where the README's line, as written, installed the client from
+    `server`."""
     root = tmp_path_factory.mktemp("client-venv")
     subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, timeout=INSTALL_SECONDS)
-    pip = f"{root}/bin/pip install --disable-pip-version-check --no-input"
-    line = f'{pip} "$(curl -fsS {server.url}/client)"'
+    [line] = [block for block in readme_blocks("sh") if "/client)" in block]
+    assert line.startswith("pip install ")
+    line = line.replace("http://HOST:PORT", server.url).replace(
+        "pip install ", f"{root}/bin/pip install --disable-pip-version-check --no-input ", 1
+    )
     installed = subprocess.run(
         ["bash", "-c", f"set -eo pipefail\n{line}"],
         capture_output=True,
