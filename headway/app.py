@@ -21,7 +21,7 @@ from starlette.types import Receive, Scope, Send
 from . import metrics
 from .api import badges as badge_routes
 from .api import channels as channel_routes
-from .api import events, health, hot, openapi
+from .api import client_wheel, events, health, hot, openapi
 from .api import mcp as mcp_routes
 from .api import metrics as metrics_routes
 from .api import shares as share_routes
@@ -185,6 +185,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             *webhook_routes.routes,
             *channel_routes.routes,
             *health.routes,
+            *client_wheel.routes,
             *openapi.routes,
             *web_routes.routes,
             Route("/mcp", mcp_endpoint),
@@ -200,6 +201,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     )
     app.router.redirect_slashes = False  # `/spaces/` is a JSON 404, never a redirect
     app.state.settings = settings
+    app.state.client_wheel = client_wheel.ClientWheel()
     app.state.openapi = openapi.build_document(
         {
             **web_routes.openapi_paths,
@@ -208,6 +210,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             **badge_routes.openapi_paths,
             **webhook_routes.openapi_paths,
             **channel_routes.openapi_paths,
+            **client_wheel.openapi_paths,
             **mcp_routes.openapi_paths,
             **(metrics_routes.openapi_paths if scraped_here else {}),
         }

@@ -272,8 +272,10 @@ def test_a_server_command_without_the_server_says_how_to_install_it(
     )
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
-    assert result.stderr.startswith(f"headway {command}: the server is not installed")
-    assert result.stderr.rstrip().endswith("pip install 'headway[server]'")
+    assert result.stderr.startswith(f"headway {command} needs the server, which is not installed")
+    assert result.stderr.rstrip().endswith(
+        "pip install 'headway[server]', or from a clone: pip install '.[server]'"
+    )
 
 
 def test_client_commands_work_without_the_server(server: LiveServer) -> None:

@@ -1312,6 +1312,8 @@ def test_the_home_page_creates_a_space_and_lands_on_its_dashboard(new_page, serv
     expect(page.get_by_role("heading", level=1)).to_have_text("🚀Nightly builds")
     expect(page.locator("#snippet-curl")).to_contain_text(f"{server.url}/spaces/{space}/tasks")
     expect(page.locator("#snippet-cli")).to_contain_text(f"HEADWAY_SPACE={space}")
+    install = f'pip install "$(curl -fsS {server.url}/client)"'
+    expect(page.locator("#snippet-cli")).to_contain_text(install)
     expect(page.get_by_text("This page's address is the key to this space")).to_be_visible()
     assert page.evaluate("document.querySelector('link[rel=icon]').href").startswith("data:")
 

@@ -38,3 +38,13 @@ def test_serve_with_nothing_configured_runs_the_embedded_default(tmp_path):
     assert rest.strip() == "", f"more than one line printed: {rest!r}"
     assert "Traceback" not in errors
     assert space_uuid not in output + errors
+
+
+def test_serve_from_a_folder_holding_a_headway_folder_imports_the_installed_package(tmp_path):
+    # A clone's parent folder, or any folder with an unrelated `headway/` directory: its
+    # migration step must not import that folder as the package.
+    (tmp_path / "headway").mkdir()
+    with LiveServer(tmp_path) as server:
+        health = httpx.get(f"{server.url}/up", timeout=5)
+        assert health.status_code == 200
+        assert "cannot import" not in server.errors()

@@ -10,13 +10,17 @@ import os
 import sys
 
 from ..config import ConfigError, Settings
-from .parsers import command_parser
+from .parsers import command_parser, installed
 
 APPRISE_EXTRA = "pip install 'headway[server]' (or only: pip install apprise)"
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    channels = commands.add_parser("channels", help="try a notification channel's URL")
+    # Listed where Apprise is installed: without it the command only says how to get it.
+    listed = installed("apprise")
+    channels = commands.add_parser(
+        "channels", **({"help": "try a notification channel's URL"} if listed else {})
+    )
     channel_commands = channels.add_subparsers(
         dest="channels_command", required=True, metavar="test"
     )

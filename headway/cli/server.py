@@ -1,5 +1,7 @@
 """The server's commands: `headway serve`, `headway worker`, `headway migrate`. Server
-modules are imported only when one of them runs, and a missing server extra is said so."""
+modules are imported only when one of them runs; where the server's packages are not
+installed (a client-only install) the commands are left out of the help, and each says
+how to get the server."""
 
 from __future__ import annotations
 
@@ -12,12 +14,15 @@ import tempfile
 from collections.abc import Callable
 
 from ..config import ConfigError, Settings
-from .parsers import command_parser
+from .parsers import command_parser, installed
 
-SERVER_EXTRA = "pip install 'headway[server]'"
+SERVER_EXTRA = "pip install 'headway[server]', or from a clone: pip install '.[server]'"
+# What every server command imports: without them, there is no server here.
+SERVER_MODULES = ("starlette", "uvicorn", "sqlalchemy", "alembic")
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    listed = installed(*SERVER_MODULES)
     serve = command_parser(
         commands,
         "serve",
@@ -27,6 +32,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "webhook worker in the same process.",
         "headway serve --port 9000\n  HEADWAY_REDIS_URL=redis://127.0.0.1:6379/0 "
         "headway serve --workers 2",
+        listed=listed,
     )
     serve.add_argument("--host", help="address to listen on (HEADWAY_HOST, default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port to listen on (HEADWAY_PORT, default 8000)")
@@ -44,6 +50,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "Run only the background worker, which delivers webhooks, for servers started with "
         "HEADWAY_RUN_WORKER=false.",
         "HEADWAY_DATABASE_URL=postgresql://headway@127.0.0.1/headway headway worker",
+        listed=listed,
     )
     worker.set_defaults(handler=_server_command(_worker_command))
     migrate = command_parser(
@@ -52,6 +59,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "create or upgrade the database schema, then exit",
         "Create or upgrade the database schema, then exit (`headway serve` does it too).",
         "HEADWAY_DATABASE_URL=postgresql://headway@127.0.0.1/headway headway migrate",
+        listed=listed,
     )
     migrate.set_defaults(handler=_server_command(_migrate_command))
 
@@ -59,22 +67,30 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def _server_command(
     run: Callable[[argparse.Namespace], int],
 ) -> Callable[[argparse.Namespace], int]:
-    """`run`, or a message saying how to install the server when a package is missing."""
+    """`run`, or a message saying how to install the server when a package is missing
+    (none of the server's, or one it imports on the way)."""
 
     def handler(args: argparse.Namespace) -> int:
+        if not installed(*SERVER_MODULES):
+            return _not_installed(args.command)
         try:
             return run(args)
         except ModuleNotFoundError as exc:
             if (exc.name or "headway").partition(".")[0] == "headway":
                 raise
-            print(
-                f"headway {args.command}: the server is not installed (no module {exc.name!r}); "
-                f"install it with: {SERVER_EXTRA}",
-                file=sys.stderr,
-            )
-            return 1
+            return _not_installed(args.command, exc.name)
 
     return handler
+
+
+def _not_installed(command: str, missing: str | None = None) -> int:
+    """Say that `command` needs the server and how to install it; the exit status."""
+    why = f" (no module {missing!r})" if missing else ""
+    print(
+        f"headway {command} needs the server, which is not installed here{why}: {SERVER_EXTRA}",
+        file=sys.stderr,
+    )
+    return 1
 
 
 def _settings(args: argparse.Namespace) -> Settings | None:
@@ -175,9 +191,12 @@ def _serve(settings: Settings, workers: int) -> int:
     from ..server import serve
 
     # Migrate in a child process: the server then finds its schema current and never
-    # loads the migration machinery.
+    # loads the migration machinery. `-P`: `-m` would put the working directory first on
+    # the path, and any `headway/` folder there would shadow the installed package.
     migrated = subprocess.run(
-        [sys.executable, "-m", "headway.cli", "migrate"], stdout=subprocess.DEVNULL, check=False
+        [sys.executable, "-P", "-m", "headway.cli", "migrate"],
+        stdout=subprocess.DEVNULL,
+        check=False,
     )
     if migrated.returncode != 0:
         return migrated.returncode

@@ -30,6 +30,9 @@ function snippets(origin, space) {
       `curl "${origin}/tasks/$T/report?current=3&end=10&values%5Blog%5D=copying"`,
     ].join("\n"),
     "snippet-cli": [
+      `# Install the command and the Python client from this server`,
+      `pip install "$(curl -fsS ${origin}/client)"`,
+      ``,
       `# Run a command as a task: its output's last line is the log,`,
       `# and a count it prints (12/30, 40%) the progress`,
       `export HEADWAY_URL=${origin}`,
