@@ -53,7 +53,7 @@ class Settings:
     # `host` (see `api.mcp_tools.transport_security`); ("*",): no check.
     mcp_allowed_hosts: tuple[str, ...] | None = None
     # --- Abuse limits (see `headway.limits` and the README's "Limits and abuse") ---------------
-    # Addresses whose X-Forwarded-For is believed (networks, e.g. 10.0.0.0/8).
+    # Addresses whose X-Forwarded-For, Forwarded, X-Real-IP are believed (10.0.0.0/8).
     trusted_proxies: tuple[str, ...] = ()
     # False turns every rate limit off; budgets and sizes stay on.
     rate_limits: bool = True
