@@ -231,6 +231,24 @@ async def test_a_host_with_any_refused_address_is_refused(addresses: list[str]) 
         )
 
 
+async def test_a_refusal_names_the_host_and_the_setting_never_the_address() -> None:
+    """What a resolver inside the network answers is not for the client to learn."""
+    channel = check_channel_url("json://vm:8080/in")
+    with pytest.raises(RefusedAddress) as refused:
+        await check_channel_hosts(channel, allow_private=False, resolve=dns({"vm": ["10.1.2.3"]}))
+    assert str(refused.value) == (
+        "the host vm resolves to a non-public address "
+        "(HEADWAY_ALLOW_PRIVATE_TARGETS=true allows private targets)"
+    )
+
+
+async def test_a_resolver_answer_with_a_zone_id_is_refused() -> None:
+    channel = check_channel_url("json://hooks.example.com/in")
+    resolve = dns({"hooks.example.com": ["2606:4700:4700::1111%eth0"]})
+    with pytest.raises(RefusedAddress, match="non-public"):
+        await check_channel_hosts(channel, allow_private=False, resolve=resolve)
+
+
 async def test_a_hosted_service_has_nothing_to_check_before_it_connects() -> None:
     channel = check_channel_url("slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ/#general")
     assert await check_channel_hosts(channel, allow_private=False, resolve=dns({})) == {}
