@@ -40,7 +40,7 @@ def test_a_test_message_reaches_a_local_receiver_when_private_addresses_are_allo
         HEADWAY_WEBHOOK_ALLOW_PRIVATE="true",
     )
     assert status == 0, err
-    assert out.startswith(f"json://127.0.0.1:{json_receiver.port}/hook?")
+    assert out.startswith(f"json://127.0.0.1:{json_receiver.port}/****?+X-Token=****: ")
     assert out.rstrip().endswith(": delivered to JSON (HTTP 200)")
     assert "s3cr3tt0k3n" not in out + err
     [arrived] = json_receiver.arrivals

@@ -179,7 +179,39 @@ def test_the_redacted_url_shows_no_token(url: str, secrets: list[str]) -> None:
     for secret in secrets:
         assert secret not in channel.redacted
         assert secret not in repr(channel)
-    assert channel.redacted.startswith(channel.scheme.rstrip("s"))
+    assert channel.redacted.startswith(url.partition("://")[0] + "://")
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("json://t0k3n@hooks.example.com/", "json://****@hooks.example.com/"),
+        (
+            "jsons://hooks.example.com/in/ab12?-X-Key=y1&format=text&bare",
+            "jsons://hooks.example.com/****/****?-X-Key=****&format=****&****",
+        ),
+        ("ntfys://ntfy.example.com/builds", "ntfys://ntfy.example.com/****"),
+        ("ntfy://builds", "ntfy://****"),
+        (
+            "slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ/#general",
+            "slack://****/****/T...Q/****",
+        ),
+        (
+            "https://discord.com/api/webhooks/1234567890/abcdefghijklmnop",
+            "https://discord.com/****/****/****/a...p",
+        ),
+        ("tgram://123456789:abcdefg_hijklmnop/-123456/", "tgram://1...p/****/"),
+        (
+            "mailtos://me:mailpassw0rd@example.com?smtp=smtp.example.net",
+            "mailtos://****:****@example.com?smtp=s...t",
+        ),
+        ("json://[::1]:8080/x", "json://[::1]:8080/****"),
+    ],
+)
+def test_the_redacted_url_is_the_owners_own_with_every_token_masked(url: str, shown: str) -> None:
+    """Short tokens and username-only ones too; hosts the owner chose stay readable, and
+    nothing the owner did not write (Apprise's defaults) is added."""
+    assert check_channel_url(url).redacted == shown
 
 
 def test_parse_schemes_reads_a_setting_and_refuses_the_never_allowed() -> None:
