@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from .config_parse import (
     ConfigError,
     FreeMin,
+    _allow_private,
     _bool,
     _check_host_patterns,
     _check_rate,
@@ -47,13 +48,15 @@ class Settings:
     progress_ttl: int = 86_400
     host: str = "127.0.0.1"
     port: int = 8000
+    # Webhooks and channels may reach non-public addresses: HEADWAY_ALLOW_PRIVATE_TARGETS,
+    # or its older name HEADWAY_WEBHOOK_ALLOW_PRIVATE.
     webhook_allow_private: bool = False
     run_worker: bool = True
     # Host header patterns `/mcp` answers (DNS-rebinding protection). None: derived from
     # `host` (see `api.mcp_tools.transport_security`); ("*",): no check.
     mcp_allowed_hosts: tuple[str, ...] | None = None
     # --- Abuse limits (see `headway.limits` and the README's "Limits and abuse") ---------------
-    # Addresses whose X-Forwarded-For is believed (networks, e.g. 10.0.0.0/8).
+    # Addresses whose X-Forwarded-For, Forwarded, X-Real-IP are believed (10.0.0.0/8).
     trusted_proxies: tuple[str, ...] = ()
     # False turns every rate limit off; budgets and sizes stay on.
     rate_limits: bool = True
@@ -133,9 +136,7 @@ class Settings:
             progress_ttl=_int(env, "PROGRESS_TTL", defaults.progress_ttl, minimum=1),
             host=text("HOST", defaults.host) or defaults.host,
             port=_int(env, "PORT", defaults.port, minimum=0, maximum=65535),
-            webhook_allow_private=_bool(
-                env, "WEBHOOK_ALLOW_PRIVATE", defaults.webhook_allow_private
-            ),
+            webhook_allow_private=_allow_private(env),
             run_worker=_bool(env, "RUN_WORKER", defaults.run_worker),
             mcp_allowed_hosts=_host_patterns(env, "MCP_ALLOWED_HOSTS"),
             trusted_proxies=_networks(env, "TRUSTED_PROXIES"),

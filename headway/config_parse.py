@@ -76,6 +76,21 @@ def _bool(env: Mapping[str, str], name: str, default: bool) -> bool:
     raise ConfigError(f"HEADWAY_{name} must be true or false, not {raw!r}")
 
 
+def _allow_private(env: Mapping[str, str]) -> bool:
+    """HEADWAY_ALLOW_PRIVATE_TARGETS, or its older name HEADWAY_WEBHOOK_ALLOW_PRIVATE (it
+    governs channels too): either alone decides; both set must agree, since which one an
+    operator meant cannot be known, and a guess could open the network to every URL."""
+    new = _bool(env, "ALLOW_PRIVATE_TARGETS", False)
+    old = _bool(env, "WEBHOOK_ALLOW_PRIVATE", False)
+    both = env.get("HEADWAY_ALLOW_PRIVATE_TARGETS") and env.get("HEADWAY_WEBHOOK_ALLOW_PRIVATE")
+    if both and new != old:
+        raise ConfigError(
+            "HEADWAY_ALLOW_PRIVATE_TARGETS and HEADWAY_WEBHOOK_ALLOW_PRIVATE (its older name) "
+            "disagree: set one of them"
+        )
+    return new or old
+
+
 def _networks(env: Mapping[str, str], name: str) -> tuple[str, ...]:
     """A comma-separated list of addresses or networks (`10.0.0.0/8`, `::1`)."""
     raw = env.get(f"HEADWAY_{name}") or ""

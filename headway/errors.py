@@ -39,6 +39,10 @@ class NotFound(HeadwayError):
     status = 404
 
 
+class Forbidden(HeadwayError):
+    status = 403
+
+
 class MethodNotAllowed(HeadwayError):
     status = 405
 
@@ -49,6 +53,12 @@ class Conflict(HeadwayError):
 
 class PayloadTooLarge(HeadwayError):
     status = 413
+
+
+class Misdirected(HeadwayError):
+    """421: the request names a host this server does not answer for."""
+
+    status = 421
 
 
 class Unprocessable(HeadwayError):

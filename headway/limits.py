@@ -27,10 +27,11 @@ Where the counts live:
   are paid for with a round trip each.
 
 Rates are counted per client address: the peer's, or, from the proxies named in
-HEADWAY_TRUSTED_PROXIES, the nearest untrusted address in `X-Forwarded-For`. IPv6
-addresses count per /64, the block one subscriber usually holds. What a client holds at
-once (live streams: `Holdings`) is also capped per network, an IPv6 /48 (a site's usual
-block: its 65,536 /64s count as one there); an IPv4 address is its own network.
+HEADWAY_TRUSTED_PROXIES (and from no one else), the nearest untrusted address in
+`X-Forwarded-For`, `Forwarded` or `X-Real-IP`. IPv6 addresses count per /64, the block
+one subscriber usually holds. What a client holds at once (live streams: `Holdings`) is
+also capped per network, an IPv6 /48 (a site's usual block: its 65,536 /64s count as one
+there); an IPv4 address is its own network.
 """
 
 from __future__ import annotations
@@ -172,23 +173,17 @@ class RateLimiter:
         peer = client[0] if client else None
         if not self._proxies and peer is not None and ":" not in peer:
             return peer  # the usual case, on the path of every read and report
-        forwarded: list[str] = []
-        if self._proxies:
-            forwarded = [
-                value.decode("latin-1")
-                for name, value in scope["headers"]
-                if name == b"x-forwarded-for"
-            ]
-        return self.client_address(peer, forwarded)
+        return self.client_address(peer, scope["headers"] if self._proxies else ())
 
-    def client_address(self, peer: str | None, forwarded_for: Iterable[str] = ()) -> str:
+    def client_address(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]] = ()) -> str:
         """The address rates are counted for: the peer's, or, when the peer is a trusted
-        proxy, the nearest address in X-Forwarded-For that is not a trusted proxy. An
-        IPv6 address stands for its /64."""
+        proxy, the nearest address its forwarding header names (`forwarded_hops`) that is
+        not a trusted proxy. A hop that is not an address ends the walk: nothing further
+        along is believed, and the nearest address believed so far counts. An IPv6
+        address stands for its /64."""
         address = peer or "unknown"
         if self._proxies and self._trusted(address):
-            hops = [hop.strip() for value in forwarded_for for hop in value.split(",")]
-            for hop in reversed(hops):
+            for hop in reversed(forwarded_hops(headers)):
                 if not hop:
                     continue
                 if not _is_address(hop):
@@ -401,6 +396,40 @@ def _is_address(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+FORWARDING_HEADERS = (b"x-forwarded-for", b"forwarded", b"x-real-ip")
+"""The headers a proxy names the client in, in the order they are believed: the first
+of them a request carries is read, the others ignored (they may be the client's own)."""
+
+
+def forwarded_hops(headers: Iterable[tuple[bytes, bytes]]) -> list[str]:
+    """The addresses a request passed through by its forwarding header (the first of
+    FORWARDING_HEADERS it carries, every line of it), nearest last: `X-Forwarded-For`'s
+    hops, `Forwarded`'s `for=` nodes (RFC 7239: quotes, brackets and ports taken off; an
+    element without one, or `unknown`, is a hop that is not an address), `X-Real-IP`."""
+    found: dict[bytes, list[str]] = {}
+    for name, value in headers:
+        if name in FORWARDING_HEADERS:
+            found.setdefault(name, []).append(value.decode("latin-1"))
+    for name in FORWARDING_HEADERS:
+        if name in found:
+            hops = [hop.strip() for value in found[name] for hop in value.split(",")]
+            return [_forwarded_node(hop) for hop in hops] if name == b"forwarded" else hops
+    return []
+
+
+def _forwarded_node(element: str) -> str:
+    """The address in one `Forwarded` element's `for=` (`unknown` when it has none)."""
+    for pair in element.split(";"):
+        name, _, node = pair.partition("=")
+        if name.strip().lower() == "for":
+            node = node.strip().strip('"')
+            if node.startswith("["):
+                inside, closed, _ = node[1:].partition("]")
+                return inside if closed else "unknown"
+            return node.partition(":")[0] if node.count(":") == 1 else node
+    return "unknown" if element else ""
 
 
 def network_of(client: str) -> str:

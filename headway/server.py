@@ -74,6 +74,10 @@ def server_config(settings: Settings, *, workers: int = 1, app: Any = None) -> S
         port=settings.port,
         workers=workers,
         http=HeadwayProtocol,
+        # uvicorn would believe X-Forwarded-For from 127.0.0.1 and rewrite the client
+        # address before Headway sees it; Headway believes forwarding headers from
+        # HEADWAY_TRUSTED_PROXIES only (`limits.RateLimiter.client_address`).
+        proxy_headers=False,
         ws="none",
         lifespan="on",
         log_level="warning",

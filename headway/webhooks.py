@@ -11,7 +11,7 @@ import re
 import secrets
 import socket
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -158,15 +158,9 @@ async def addresses(
             ) from None
         except ValueError:  # UnicodeError included: a stored URL from before names were checked
             raise RefusedAddress(f"the host {host} is not a valid host name") from None
-        found = list(
-            dict.fromkeys(ipaddress.ip_address(info[4][0].split("%", 1)[0]) for info in infos)
-        )
+        found = list(dict.fromkeys(ipaddress.ip_address(info[4][0]) for info in infos))
     if not allow_private:
-        for address in found:
-            if not is_public(address):
-                raise RefusedAddress(
-                    f"the host {host} resolves to the non-public address {address}"
-                )
+        refuse_non_public(host, found)
     if not found:
         raise RefusedAddress(f"the host {host} does not resolve")
     return found
@@ -179,8 +173,27 @@ def pinned(url: httpx.URL, address: Address) -> tuple[httpx.URL, dict[str, str],
     return url.copy_with(host=str(address)), {"host": url.netloc.decode()}, extensions
 
 
+PRIVATE_TARGETS_SETTING = "HEADWAY_ALLOW_PRIVATE_TARGETS"
+"""The setting that lets webhooks and channels reach non-public addresses (its older name,
+HEADWAY_WEBHOOK_ALLOW_PRIVATE, works too: see `config`)."""
+
+
+def refuse_non_public(host: str, found: Iterable[Address]) -> None:
+    """Raise RefusedAddress if any of `found`, the addresses of `host`, is not public: the
+    one check of webhooks and channels, at registration and at delivery. The refusal
+    names the host and the setting that allows it, never the address: what a resolver
+    inside the network answers is not for the client to learn."""
+    if not all(is_public(address) for address in found):
+        raise RefusedAddress(
+            f"the host {host} resolves to a non-public address "
+            f"({PRIVATE_TARGETS_SETTING}=true allows private targets)"
+        )
+
+
 def is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """True for a globally routable unicast address.
+    """True for a globally routable unicast address, without a zone id (a zone names a
+    link of this host, whatever the address), outside the deprecated and reserved ranges
+    Python still calls global (`_RESERVED`).
 
     An IPv6 address that carries an IPv4 address is judged by what it carries too, so that
     no encoding reaches a refused IPv4 address:
@@ -194,7 +207,7 @@ def is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
       choice): always refused.
     """
     if isinstance(address, ipaddress.IPv6Address):
-        if any(address in network for network in _ALWAYS_REFUSED):
+        if address.scope_id is not None or any(address in net for net in _ALWAYS_REFUSED):
             return False
         if address.ipv4_mapped is not None:
             address = address.ipv4_mapped
@@ -209,6 +222,7 @@ def is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
         or address.is_link_local
         or address.is_reserved
         or address.is_unspecified
+        or any(address in network for network in _RESERVED)
     )
 
 
@@ -217,4 +231,9 @@ _ALWAYS_REFUSED = (
     ipaddress.IPv6Network("::/96"),  # IPv4-compatible, and :: and ::1
     ipaddress.IPv6Network("2001::/32"),  # Teredo
     ipaddress.IPv6Network("64:ff9b:1::/48"),  # local-use NAT64
+)
+_RESERVED = (
+    ipaddress.IPv4Network("192.88.99.0/24"),  # 6to4 relay anycast, deprecated (RFC 7526)
+    ipaddress.IPv6Network("fec0::/10"),  # site-local, deprecated (RFC 3879)
+    ipaddress.IPv6Network("3fff::/20"),  # documentation (RFC 9637)
 )

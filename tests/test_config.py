@@ -55,6 +55,8 @@ def test_empty_variables_read_as_unset():
         ("PORT", "9001", "port", 9001),
         ("WEBHOOK_ALLOW_PRIVATE", "true", "webhook_allow_private", True),
         ("WEBHOOK_ALLOW_PRIVATE", "FALSE", "webhook_allow_private", False),
+        ("ALLOW_PRIVATE_TARGETS", "true", "webhook_allow_private", True),
+        ("ALLOW_PRIVATE_TARGETS", "false", "webhook_allow_private", False),
         ("RUN_WORKER", "false", "run_worker", False),
         ("RUN_WORKER", "True", "run_worker", True),
         ("TRUSTED_PROXIES", "10.0.0.0/8, ::1", "trusted_proxies", ("10.0.0.0/8", "::1")),
@@ -126,6 +128,7 @@ def test_from_env_reads_the_process_environment(bare_env):
         ("RUN_WORKER", "yes"),
         ("RUN_WORKER", "1"),
         ("WEBHOOK_ALLOW_PRIVATE", "on"),
+        ("ALLOW_PRIVATE_TARGETS", "yes"),
         ("DATABASE_URL", "mysql://x"),
         ("DATABASE_URL", "headway.db"),
         ("DATABASE_URL", "sqlite:///:memory:"),
@@ -240,6 +243,16 @@ class _Recorded(dict[str, str]):
     def get(self, name: str, default: object = None) -> object:  # type: ignore[override]
         self.asked.append(name)
         return default
+
+
+def test_either_name_of_the_private_targets_setting_allows_and_both_must_agree():
+    new, old = "HEADWAY_ALLOW_PRIVATE_TARGETS", "HEADWAY_WEBHOOK_ALLOW_PRIVATE"
+    assert Settings.from_env({new: "true", old: "true"}).webhook_allow_private
+    assert not Settings.from_env({new: "false", old: ""}).webhook_allow_private
+    assert Settings.from_env({new: "", old: "true"}).webhook_allow_private
+    for first, second in (("true", "false"), ("false", "true")):
+        with pytest.raises(ConfigError, match="disagree"):
+            Settings.from_env({new: first, old: second})
 
 
 def test_every_setting_is_in_the_readme_configuration_table():

@@ -302,6 +302,25 @@ def test_is_public_refuses_every_ipv6_encoding_of_an_ipv4_address(address):
 
 @pytest.mark.parametrize(
     "address",
+    [
+        "fec0::1",  # site-local, deprecated
+        "feff::1",
+        "3fff::1",  # documentation
+        "3fff:fff::1",
+        "192.88.99.1",  # 6to4 relay anycast, deprecated
+        "::ffff:192.88.99.1",
+        "2002:c058:6301::",  # 6to4 through that relay
+        "2606:4700:4700::1111%eth0",  # a global address with a zone id
+        "2606:4700:4700::1111%1",
+        "64:ff9b::808:808%0",
+    ],
+)
+def test_is_public_refuses_deprecated_and_reserved_ranges_and_zone_ids(address):
+    assert not webhooks.is_public(ipaddress.ip_address(address))
+
+
+@pytest.mark.parametrize(
+    "address",
     ["8.8.8.8", "2606:4700:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808", "2002:808:808::"],
 )
 def test_is_public_accepts_public_addresses(address):

@@ -4,6 +4,7 @@ every backend. Every refusal carries `Retry-After` and a JSON error, and stores 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
 import httpx
@@ -17,6 +18,8 @@ from headway.config import Settings
 from headway.limits import RateLimiter
 
 from .conftest import pairs
+from .live_server import LiveServer
+from .test_events import watching
 
 
 @pytest.fixture
@@ -206,6 +209,77 @@ async def test_forwarded_for_is_believed_only_from_trusted_proxies(limited, clie
     await new_space(proxy_b)  # 198.51.100.1: the nearest untrusted hop, not the proxy
     await new_space(liar)  # counted as 192.0.2.50 itself: its header is not believed
     assert_refused(await liar.post("/spaces", json={}, headers={"x-forwarded-for": "1.2.3.4"}), 429)
+
+
+def test_forwarding_headers_name_the_nearest_untrusted_hop():
+    limiter = RateLimiter(Settings(trusted_proxies=("10.0.0.0/8",)))
+
+    def client(peer: str, **headers: str) -> str:
+        encoded = [(name.replace("_", "-").encode(), v.encode()) for name, v in headers.items()]
+        return limiter.client_address(peer, encoded)
+
+    forwarded = 'for=192.0.2.1;proto=https, for="[2001:db8::7]:4711", For=10.9.9.9:80'
+    assert client("10.0.0.1", forwarded=forwarded) == "2001:db8::/64"
+    assert client("10.0.0.1", forwarded="for=192.0.2.1:443") == "192.0.2.1"
+    assert client("10.0.0.1", x_real_ip="192.0.2.2") == "192.0.2.2"
+    # X-Forwarded-For first: the other headers may be the client's own.
+    assert client("10.0.0.1", x_forwarded_for="192.0.2.3", x_real_ip="192.0.2.4") == "192.0.2.3"
+    # Garbage is never a client of its own: the nearest address believed counts.
+    for garbage in ("not-an-ip", "192.0.2.5, 999.1.1.1", "[::1]", ""):
+        assert client("10.0.0.1", x_forwarded_for=garbage) == "10.0.0.1"
+    for garbage in ("for=unknown", "for=_hidden", "proto=http", 'for="[::1', "for="):
+        assert client("10.0.0.1", forwarded=garbage) == "10.0.0.1"
+    assert client("10.0.0.1", x_real_ip="x") == "10.0.0.1"
+    # From anyone else, none of them is believed.
+    for name in ("x_forwarded_for", "forwarded", "x_real_ip"):
+        assert client("192.0.2.50", **{name: "for=192.0.2.6"}) == "192.0.2.50"
+
+
+FORWARDING = ("x-forwarded-for", "forwarded", "x-real-ip")
+
+
+def rotating(n: int) -> dict[str, str]:
+    """Forwarding headers naming a new client each time, as an attacker rotates them."""
+    header = FORWARDING[n % 3]
+    value = f"for=203.0.113.{n}" if header == "forwarded" else f"203.0.113.{n}"
+    return {header: value}
+
+
+async def test_forwarding_headers_from_loopback_are_not_believed_by_default(tmp_path):
+    """A real `headway serve` with nothing configured: a client on loopback naming a new
+    address in each request is still one client, for rates and for streams."""
+    limits = {"HEADWAY_RATE_SPACES": "5/minute", "HEADWAY_STREAMS_PER_CLIENT": "3"}
+    with LiveServer(tmp_path, **limits) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+            spaces = [await http.post("/spaces", json={}, headers=rotating(n)) for n in range(6)]
+            assert [answer.status_code for answer in spaces[:5]] == [201] * 5
+            assert "Too many spaces" in assert_refused(spaces[5], 429)
+            path = f"/spaces/{spaces[0].json()['uuid']}/events"
+            async with contextlib.AsyncExitStack() as stack:
+                for n in range(3):
+                    watcher = await stack.enter_async_context(watching(http, path, **rotating(n)))
+                    await watcher.snapshot()
+                refused = await http.get(path, headers=rotating(3))
+                assert "Your address holds 3" in assert_refused(refused, 429)
+
+
+async def test_forwarding_headers_from_a_trusted_proxy_name_the_client(tmp_path):
+    env = {"HEADWAY_RATE_SPACES": "2/minute", "HEADWAY_TRUSTED_PROXIES": "127.0.0.1"}
+    with LiveServer(tmp_path, **env) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+            for n in range(6):  # each names a client of its own
+                for _ in range(2):
+                    answer = await http.post("/spaces", json={}, headers=rotating(n))
+                    assert answer.status_code == 201, answer.text
+                assert_refused(await http.post("/spaces", json={}, headers=rotating(n)), 429)
+            # Not an address: the proxy itself (127.0.0.1) is the client, not a new one.
+            assert (await http.post("/spaces", json={})).status_code == 201
+            assert (await http.post("/spaces", json={})).status_code == 201
+            for garbage in ("not-an-ip", "unknown", "203.0.113.1, not-an-ip"):
+                refused = await http.post("/spaces", json={}, headers={"x-forwarded-for": garbage})
+                assert_refused(refused, 429)
+            refused = await http.post("/spaces", json={}, headers={"forwarded": "for=nobody"})
+            assert_refused(refused, 429)
 
 
 @pytest.mark.parametrize("backend", pairs(progress="redis"), indirect=True)

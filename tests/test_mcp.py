@@ -23,8 +23,9 @@ import pytest
 from mcp import Client, ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import CallToolResult, TextContent
+from starlette.datastructures import Headers
 
-from headway.api.mcp_tools import transport_security
+from headway.api.mcp_hosts import allowed_hosts, refusal
 from headway.app import create_app
 from headway.config import ConfigError, Settings
 
@@ -490,8 +491,18 @@ async def test_loopback_server_refuses_foreign_host_headers(mcp_url: str, base_u
          ["headway.example.com", "api.example.com:8443"],
          ["headway.example.com:8443", "api.example.com", "127.0.0.1:8000"]),
         ({"mcp_allowed_hosts": ("*",)}, ["anything.example.com", "127.0.0.1:1"], []),
-        ({"host": "0.0.0.0"}, ["headway.example.com", "10.0.0.7:8000"], []),
+        ({"host": "0.0.0.0"}, ["0.0.0.0:8000", "127.0.0.1:8000", "localhost"],
+         ["headway.example.com", "10.0.0.7:8000"]),
+        ({"host": "0.0.0.0", "public_url": "https://Progress.example.com/"},
+         ["progress.example.com", "progress.example.com:443", "PROGRESS.example.com"],
+         ["example.com", "progress.example.com.evil.com"]),
         ({"host": "::1"}, ["[::1]:8000", "localhost:9"], ["headway.example.com"]),
+        # Whole names and ports, never a prefix.
+        ({}, ["127.0.0.1:8850"],
+         ["127.0.0.1:8850.evil.com", "127.0.0.1:.evil.com", "localhost.evil.com",
+          "127.0.0.1:8850@evil.com", "127.0.0.1:", "127.0.0.1:99999", "", "[::1"]),
+        ({"mcp_allowed_hosts": ("api.example.com:*",)}, ["api.example.com:1"],
+         ["api.example.com:8443.evil.com", "api.example.com:x"]),
     ],
 )  # fmt: skip
 async def test_allowed_hosts_come_from_settings(
@@ -525,9 +536,23 @@ def test_allowed_hosts_are_read_from_the_environment() -> None:
 
 
 def test_origins_follow_the_allowed_hosts() -> None:
-    security = transport_security(Settings(mcp_allowed_hosts=("api.example.com",)))
-    assert security.enable_dns_rebinding_protection
-    assert security.allowed_origins == ["http://api.example.com", "https://api.example.com"]
+    patterns = allowed_hosts(Settings(mcp_allowed_hosts=("api.example.com", "localhost:*")))
+
+    def status(origin: str) -> int:
+        headers = Headers({"host": "api.example.com", "origin": origin})
+        refused = refusal(patterns, headers)
+        return refused.status if refused else 200
+
+    for origin in ("http://api.example.com", "https://api.example.com", "http://localhost:6274"):
+        assert status(origin) == 200, origin
+    for origin in (
+        "http://api.example.com.evil.com",
+        "http://localhost:6274.evil.com",
+        "http://api.example.com:8080",
+        "null",
+        "file://api.example.com",
+    ):
+        assert status(origin) == 403, origin
 
 
 # --- The MCP Inspector command line ----------------------------------------------------------

@@ -179,7 +179,39 @@ def test_the_redacted_url_shows_no_token(url: str, secrets: list[str]) -> None:
     for secret in secrets:
         assert secret not in channel.redacted
         assert secret not in repr(channel)
-    assert channel.redacted.startswith(channel.scheme.rstrip("s"))
+    assert channel.redacted.startswith(url.partition("://")[0] + "://")
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("json://t0k3n@hooks.example.com/", "json://****@hooks.example.com/"),
+        (
+            "jsons://hooks.example.com/in/ab12?-X-Key=y1&format=text&bare",
+            "jsons://hooks.example.com/****/****?-X-Key=****&format=****&****",
+        ),
+        ("ntfys://ntfy.example.com/builds", "ntfys://ntfy.example.com/****"),
+        ("ntfy://builds", "ntfy://****"),
+        (
+            "slack://T1JJ3T3L2/A1BRTD4JD/TIiajkdnlazkcOXrIdevi7FQ/#general",
+            "slack://****/****/T...Q/****",
+        ),
+        (
+            "https://discord.com/api/webhooks/1234567890/abcdefghijklmnop",
+            "https://discord.com/****/****/****/a...p",
+        ),
+        ("tgram://123456789:abcdefg_hijklmnop/-123456/", "tgram://1...p/****/"),
+        (
+            "mailtos://me:mailpassw0rd@example.com?smtp=smtp.example.net",
+            "mailtos://****:****@example.com?smtp=s...t",
+        ),
+        ("json://[::1]:8080/x", "json://[::1]:8080/****"),
+    ],
+)
+def test_the_redacted_url_is_the_owners_own_with_every_token_masked(url: str, shown: str) -> None:
+    """Short tokens and username-only ones too; hosts the owner chose stay readable, and
+    nothing the owner did not write (Apprise's defaults) is added."""
+    assert check_channel_url(url).redacted == shown
 
 
 def test_parse_schemes_reads_a_setting_and_refuses_the_never_allowed() -> None:
@@ -229,6 +261,24 @@ async def test_a_host_with_any_refused_address_is_refused(addresses: list[str]) 
         await check_channel_hosts(
             channel, allow_private=False, resolve=dns({"hooks.example.com": addresses})
         )
+
+
+async def test_a_refusal_names_the_host_and_the_setting_never_the_address() -> None:
+    """What a resolver inside the network answers is not for the client to learn."""
+    channel = check_channel_url("json://vm:8080/in")
+    with pytest.raises(RefusedAddress) as refused:
+        await check_channel_hosts(channel, allow_private=False, resolve=dns({"vm": ["10.1.2.3"]}))
+    assert str(refused.value) == (
+        "the host vm resolves to a non-public address "
+        "(HEADWAY_ALLOW_PRIVATE_TARGETS=true allows private targets)"
+    )
+
+
+async def test_a_resolver_answer_with_a_zone_id_is_refused() -> None:
+    channel = check_channel_url("json://hooks.example.com/in")
+    resolve = dns({"hooks.example.com": ["2606:4700:4700::1111%eth0"]})
+    with pytest.raises(RefusedAddress, match="non-public"):
+        await check_channel_hosts(channel, allow_private=False, resolve=resolve)
 
 
 async def test_a_hosted_service_has_nothing_to_check_before_it_connects() -> None:

@@ -111,6 +111,10 @@ async def test_bad_webhook_body_is_422(client, space, body):
         "http://192.168.1.10/hook",
         "http://[::ffff:127.0.0.1]/hook",
         "http://224.0.0.1/hook",
+        "http://[fec0::1]/hook",
+        "http://[3fff::1]/hook",
+        "http://192.88.99.1/hook",
+        "http://[2606:4700:4700::1111%25eth0]/hook",
     ],
 )
 async def test_private_addresses_are_refused_by_default(tmp_path, clock, url):
@@ -123,7 +127,11 @@ async def test_private_addresses_are_refused_by_default(tmp_path, clock, url):
             space = (await client.post("/spaces", json={})).json()["uuid"]
             response = await client.post(f"/spaces/{space}/webhooks", json={"url": url})
             assert response.status_code == 422
-            assert "refused" in response.json()["error"]
+            error = response.json()["error"]
+            assert "refused" in error and "HEADWAY_ALLOW_PRIVATE_TARGETS=true" in error
+            if "localhost" in url:  # named, without the address it resolves to
+                assert "the host localhost resolves to a non-public address" in error
+                assert "127.0.0.1" not in error
             assert (await client.get(f"/spaces/{space}/webhooks")).json() == []
 
 

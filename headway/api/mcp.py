@@ -20,6 +20,7 @@ from ..config import Settings
 from ..errors import BadRequest, HeadwayError, error_body
 from ..scope import CLIENT
 from ..service import Service
+from . import mcp_hosts
 from .costs import MCP_READER
 from .openapi_parts import TOO_MANY_REQUESTS, error, json_answer
 from .responses import NO_STORE, JSONResponse, error_response, receive_body
@@ -75,7 +76,7 @@ class MCPEndpoint:
         settings: Settings,
         service: Callable[[], Service],
     ) -> None:
-        self._settings = settings
+        self._hosts = mcp_hosts.allowed_hosts(settings)
         self._service = service
         self._serving = False
         self._manager: StreamableHTTPSessionManager | None = None
@@ -105,13 +106,16 @@ class MCPEndpoint:
         async with self._starting:
             if self._manager is not None:
                 return self._manager
+            from mcp.server.transport_security import TransportSecuritySettings
+
             from . import mcp_tools
 
             server = mcp_tools.build_server(self._service)
             server.streamable_http_app(
                 stateless_http=True,
                 json_response=True,
-                transport_security=mcp_tools.transport_security(self._settings),
+                # Headway's own check (`mcp_hosts`), before the request gets here.
+                transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
                 max_request_body_size=MAX_MCP_BODY,
             )
             manager = server.session_manager
@@ -148,6 +152,8 @@ class MCPEndpoint:
             response = JSONResponse(error_body(message), 413)
         elif not self._serving:
             response = JSONResponse(error_body("The MCP endpoint is not running."), 503)
+        elif refused := mcp_hosts.refusal(self._hosts, Headers(scope=scope)):
+            response = error_response(refused)
         else:
             limiter = scope["app"].state.limiter
             scope[CLIENT] = client = limiter.address_of(scope)

@@ -11,7 +11,6 @@ message REST puts in `{"error": ...}`.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
@@ -20,13 +19,11 @@ import msgspec
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.tools import Tool
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
-from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from msgspec import Meta
 from pydantic import ConfigDict
 
 from .. import __version__, schemas
-from ..config import Settings
 from ..dependencies import unavailable
 from ..errors import UNAVAILABLE_MESSAGE, BadRequest, HeadwayError
 from ..progress import NO_CLIENT
@@ -37,7 +34,6 @@ from .costs import admit_tool, tasks_in
 
 log = logging.getLogger("headway.mcp")
 
-_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 _SPACE_UUID = "The space's uuid, as create_space returned it."
 _TASK_UUID = "The task's uuid, as create_task returned it."
 
@@ -421,49 +417,6 @@ def _tool(
 
 def _error_result(message: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
-
-
-# --- Host check --------------------------------------------------------------------------
-
-
-def transport_security(settings: Settings) -> TransportSecuritySettings:
-    """The SDK's Host/Origin check (DNS-rebinding protection) for `/mcp`, from settings.
-
-    - `HEADWAY_MCP_ALLOWED_HOSTS` set: exactly those `host[:port]` patterns (`name:*` for
-      any port); `*` turns the check off.
-    - Unset, serving on a loopback address: only loopback names (127.0.0.1, localhost,
-      [::1] and the configured host), any port. A web page whose name rebinds to 127.0.0.1
-      is refused.
-    - Unset, serving on any other address (0.0.0.0 behind a load balancer): off, because
-      the public name clients use is not known here.
-    """
-    patterns = settings.mcp_allowed_hosts
-    if patterns is None:
-        if not _is_loopback(settings.host):
-            return TransportSecuritySettings(enable_dns_rebinding_protection=False)
-        names = dict.fromkeys([*_LOOPBACK_NAMES, _host_name(settings.host)])
-        patterns = tuple(p for name in names for p in (name, f"{name}:*"))
-    if patterns == ("*",):
-        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=list(patterns),
-        allowed_origins=[f"{scheme}://{p}" for p in patterns for scheme in ("http", "https")],
-    )
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() in ("localhost", "localhost."):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def _host_name(host: str) -> str:
-    """`host` as it appears in a Host header: IPv6 addresses in brackets."""
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 # --- Endpoint ----------------------------------------------------------------------------

@@ -32,7 +32,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "host it names on a public address) and send it a test message directly from "
         "this machine. Prints the outcome with the URL's tokens masked; exits 0 when the "
         "service accepted the message, 1 otherwise. HEADWAY_CHANNEL_SCHEMES and "
-        "HEADWAY_WEBHOOK_ALLOW_PRIVATE apply as on the server.",
+        "HEADWAY_ALLOW_PRIVATE_TARGETS apply as on the server.",
         "headway channels test 'ntfys://ntfy.sh/my-builds'\n"
         "  headway channels test --allow-private 'json://127.0.0.1:8080/hook'",
     )
@@ -41,7 +41,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "--allow-private",
         action="store_true",
         help="allow hosts on private and loopback addresses "
-        "(default: HEADWAY_WEBHOOK_ALLOW_PRIVATE, else false)",
+        "(default: HEADWAY_ALLOW_PRIVATE_TARGETS, else false)",
     )
     test.add_argument(
         "--timeout",
@@ -108,7 +108,7 @@ def _send(
     if "refused:" in outcome.detail and not allow_private:
         print(
             "headway: private and loopback addresses are refused; --allow-private (or "
-            "HEADWAY_WEBHOOK_ALLOW_PRIVATE=true) allows them.",
+            "HEADWAY_ALLOW_PRIVATE_TARGETS=true) allows them.",
             file=sys.stderr,
         )
     return 0 if outcome.delivered else 1

@@ -14,7 +14,7 @@ other thread) gets the system's answer as before. During an attempt:
   since only the lookup changes;
 - any other name (a hosted service's own host, a server a plugin discovers, an address
   written in the URL) is looked up there and then, and refused (`socket.gaierror`)
-  unless every address it has is public (`webhooks.is_public`): the addresses checked
+  unless every address it has is public (`webhooks.refuse_non_public`): the addresses checked
   are the ones connected to, so rebinding gains nothing there either. With
   `allow_private` nothing is refused or pinned.
 
@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ..webhooks import is_public
+from ..webhooks import RefusedAddress, refuse_non_public
 
 T = TypeVar("T")
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -177,12 +177,11 @@ def _getaddrinfo(
             str(pinned), port, family, type, proto, flags | socket.AI_NUMERICHOST
         )
     infos = _system_getaddrinfo(host, port, family, type, proto, flags)
-    for info in infos:
-        address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
-        if not is_public(address):
-            reason = f"the host {name} resolves to the non-public address {address}"
-            state.refused.append(reason)
-            raise socket.gaierror(socket.EAI_NONAME, f"refused: {reason}")
+    try:
+        refuse_non_public(name, (ipaddress.ip_address(str(info[4][0])) for info in infos))
+    except RefusedAddress as exc:
+        state.refused.append(str(exc))
+        raise socket.gaierror(socket.EAI_NONAME, f"refused: {exc}") from None
     return infos
 
 

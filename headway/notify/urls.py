@@ -18,7 +18,6 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, NamedTuple
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .. import webhooks
 from ..errors import Unprocessable
@@ -105,9 +104,6 @@ _USER_HOST = frozenset(
 # Schemes of a hosted service: the URL's host is a token, the service's hosts are fixed.
 _HOSTED = frozenset({"slack", "discord", "tgram", "gchat", "pover", "pbul", "wxteams", "webex"})
 _ALWAYS_HTTPS = frozenset({"workflow", "workflows"})
-# Schemes whose path Apprise's privacy form shows as given, though it may be a secret:
-# an HTTP endpoint's path (often its token) and ntfy's topics (anyone who knows one reads it).
-_PATH_SECRETS = frozenset({"json", "jsons", "form", "forms", "xml", "xmls", "ntfy", "ntfys"})
 
 _SCHEME = re.compile(r"\s*([a-z][a-z0-9+.-]{0,31})://", re.IGNORECASE)
 
@@ -207,16 +203,15 @@ def check_channel_url(url: str, allowed_schemes: Collection[str] = DEFAULT_SCHEM
             f"this server. Allowed: {', '.join(sorted(allowed)) or 'none'}."
         )
     plugin = _instantiate(apprise, parsed, plugin_class.service_name)
+    hosts = tuple(_checked_target(host, port) for host, port in _targets(scheme, plugin))
     return ChannelURL(
         url=url,
         scheme=scheme,
         service=plugin_class.service_name,
-        redacted=redact(
-            plugin.url(privacy=True),
-            path=scheme in _PATH_SECRETS,
-            host=scheme in ("ntfy", "ntfys") and plugin.mode != "private",
-        ),
-        hosts=tuple(_checked_target(host, port) for host, port in _targets(scheme, plugin)),
+        # A URL that names no host to connect to holds a token or a topic where its host
+        # would be (slack://, ntfy://topic), unless it is the service's own https:// URL.
+        redacted=redact(url, host=not hosts and found.group(1).lower() not in ("http", "https")),
+        hosts=hosts,
     )
 
 
@@ -258,33 +253,26 @@ def plugin_for(channel: ChannelURL) -> Any:
     return _instantiate(apprise, parsed, channel.service)
 
 
-def redact(privacy_url: str, *, path: bool = False, host: bool = False) -> str:
-    """Apprise's privacy form of a URL, with what it still shows as given masked too: the
-    values of header (`+`), query (`-`) and payload (`:`) overrides; with `path`, every
-    path segment of 8 characters or more (a json:// endpoint's token, an ntfy topic);
-    with `host`, the host (ntfy.sh's first topic stands there). A masked part keeps its
-    first and last character, as Apprise's tokens do (`a...z`)."""
-    parts = urlsplit(privacy_url)
-    if path:
-        parts = parts._replace(
-            path="/".join(
-                _masked(segment) if len(segment) >= 8 and "..." not in segment else segment
-                for segment in parts.path.split("/")
-            )
-        )
-    if host and parts.hostname and len(parts.hostname) > 2:
-        auth, _, hostport = parts.netloc.rpartition("@")
-        masked = _masked(parts.hostname)
-        hostport = re.sub(
-            re.escape(parts.hostname), lambda _: masked, hostport, count=1, flags=re.IGNORECASE
-        )
-        parts = parts._replace(netloc=f"{auth}@{hostport}" if auth else hostport)
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    query = urlencode(
-        [(key, "****" if key[:1] in "+-:" and value else value) for key, value in pairs],
-        safe="*",
-    )
-    return urlunsplit(parts._replace(query=query))
+def redact(url: str, *, host: bool = False) -> str:
+    """`url` as its owner wrote it, with every part that may hold a token masked: the
+    userinfo (`****`: a password gives away no letter), every path segment, every query
+    value (a bare query word too); with `host`, the host and port (where a hosted
+    service's URL holds its token, or ntfy.sh's first topic). The scheme, a host of the
+    owner's choosing and the query's names stay readable, and nothing the owner did not
+    write is added. A masked part of 12 characters or more keeps its first and last (`a...z`,
+    as Apprise shows tokens), so that its owner can tell one from another; a shorter one
+    is `****`."""
+    scheme, _, rest = url.strip().partition("://")
+    rest, question, query = rest.partition("?")
+    netloc, slash, path = rest.partition("/")
+    userinfo, at, hostport = netloc.rpartition("@")
+    userinfo = ":".join("****" if part else "" for part in userinfo.split(":"))
+    if host:
+        hostport = _masked(hostport)
+    path = "/".join(_masked(segment) for segment in path.split("/"))
+    pairs = (pair.partition("=") for pair in query.split("&"))
+    query = "&".join(f"{key}={_masked(value)}" if eq else _masked(key) for key, eq, value in pairs)
+    return f"{scheme}://{userinfo}{at}{hostport}{slash}{path}{question}{query}"
 
 
 _apprise: ModuleType | None = None
@@ -381,5 +369,7 @@ def _bracketed(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def _masked(segment: str) -> str:
-    return f"{segment[0]}...{segment[-1]}"
+def _masked(part: str) -> str:
+    if not part:
+        return part
+    return f"{part[0]}...{part[-1]}" if len(part) >= 12 else "****"
