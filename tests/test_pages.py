@@ -895,6 +895,31 @@ def test_a_collapsed_family_still_shows_its_failed_steps(new_page, api):
     expect(step_card(page, "Image 4").locator(".task-error")).to_have_text("corrupt JPEG")
 
 
+def test_a_failed_task_shows_how_far_it_got_in_the_failed_colour(new_page, api):
+    space = api.space("Imports")
+    api.report(api.task(space, "Copied"), current=10, end=10)
+    api.report(api.task(space, "Broke"), current=4, end=10, values={"error": "bad row"}, done=True)
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    broke, copied = task_card(page, "Broke"), task_card(page, "Copied")
+    expect(broke.locator(".badge")).to_have_text("Failed")
+    expect(bar(broke, "Broke")).to_have_attribute("aria-valuenow", "40")
+    expect(bar(broke, "Broke")).to_have_attribute("aria-valuetext", "40%, 4 of 10")
+    expect(bar(copied, "Copied")).to_have_attribute("aria-valuenow", "100")
+
+    def filled(card: Locator) -> float:
+        page.wait_for_timeout(400)  # the width's transition
+        return card.locator(".bar").evaluate(
+            "bar => bar.firstElementChild.getBoundingClientRect().width"
+            " / bar.getBoundingClientRect().width"
+        )
+
+    assert filled(broke) == pytest.approx(0.4, abs=0.01)
+    assert filled(copied) == pytest.approx(1)
+    fill = broke.locator(".bar-fill").evaluate("fill => getComputedStyle(fill).backgroundColor")
+    assert fill == DANGER
+
+
 FAILURE_CASES = [
     {"finished_at": None, "progress": {"values": {"error": "x"}}, "children": []},
     {"finished_at": "t", "progress": {"values": {"error": "x"}}, "children": []},

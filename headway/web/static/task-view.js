@@ -38,10 +38,22 @@ function taskState(task, failure, stall) {
   return "running";
 }
 
-/** A task's counts as shown ("3 / 10 · 30%") and as a screen reader says its bar. */
-function describeCounts(task, ratio) {
+/** How much of a task's bar is filled: as far as it got while it runs; all of it once
+ *  finished, unless it failed, where it shows how far it got (its counts, whatever the
+ *  ratio 1 of a finished task says), or all of it when it has no counts. */
+function barRatio(task, failed) {
   const progress = task.progress;
-  const finished = task.finished_at != null;
+  if (task.finished_at == null) return progress?.ratio;
+  if (failed && progress?.current != null && progress.end > 0) {
+    return Math.min(Math.max(progress.current / progress.end, 0), 1);
+  }
+  return 1;
+}
+
+/** A task's counts as shown ("3 / 10 · 30%") and as a screen reader says its bar. */
+function describeCounts(task, ratio, failed) {
+  const progress = task.progress;
+  const done = task.finished_at != null && !failed;
   if (progress?.aggregated) {
     const shown = formatPercent(ratio ?? 0);
     return { shown, spoken: `${shown}, ${progress.current} of ${progress.end} steps done` };
@@ -52,13 +64,14 @@ function describeCounts(task, ratio) {
     if (ratio == null) return { shown, spoken: counts };
     const percent = formatPercent(ratio);
     // A finished task's badge says it is done: its 100% would only repeat it.
-    return { shown: finished ? shown : `${shown} · ${percent}`, spoken: `${percent}, ${counts}` };
+    return { shown: done ? shown : `${shown} · ${percent}`, spoken: `${percent}, ${counts}` };
   }
   if (progress?.current != null) {
     const shown = `${formatCount(progress.current)} so far`;
     return { shown, spoken: shown };
   }
-  return { shown: "", spoken: finished ? "finished" : "waiting for data" };
+  if (task.finished_at != null) return { shown: "", spoken: failed ? "failed" : "finished" };
+  return { shown: "", spoken: "waiting for data" };
 }
 
 export class TaskView {
@@ -135,11 +148,12 @@ export class TaskView {
   }
 
   showBar(task) {
-    const ratio = task.finished_at != null ? 1 : task.progress?.ratio;
+    const failed = this.failure != null;
+    const ratio = barRatio(task, failed);
     this.bar.classList.toggle("unknown", ratio == null && task.progress?.current != null);
     this.fill.style.width = ratio == null ? "" : `${ratio * 100}%`;
     setAttribute(this.bar, "aria-valuenow", ratio == null ? null : Math.floor(ratio * 100));
-    const { shown, spoken } = describeCounts(task, ratio);
+    const { shown, spoken } = describeCounts(task, ratio, failed);
     setText(this.numbers, shown);
     setAttribute(this.bar, "aria-valuetext", spoken);
   }
