@@ -1015,6 +1015,80 @@ def test_a_phone_never_scrolls_sideways(new_page, api, shots):
     page.screenshot(path=shots / "phone-home.png", full_page=True)
 
 
+# Where each task's parts sit: for every card (steps too), its head's box, its title's,
+# badge's and Delete's, and for each shown item of its facts line whether it starts a
+# line and how far its own text starts after its box (what a separator before it takes).
+ROW_LAYOUT = """() => [...document.querySelectorAll("li.task")].map((card) => {
+  const box = (node) => node.getBoundingClientRect().toJSON();
+  const head = card.querySelector(":scope > .task-head");
+  const facts = card.querySelector(":scope > .task-facts");
+  const left = facts.getBoundingClientRect().left;
+  const items = [...facts.children].filter((item) => item.textContent !== "");
+  return {
+    title: card.querySelector(".task-title").textContent,
+    head: box(head),
+    name: box(head.querySelector(".task-title")),
+    badge: box(head.querySelector(".badge")),
+    remove: head.querySelector(".task-delete") && box(head.querySelector(".task-delete")),
+    facts: items.map((item, index) => {
+      const text = document.createRange();
+      text.selectNodeContents(item);
+      const start = item.getClientRects()[0].left;
+      return { index, startsLine: Math.abs(start - left) < 1,
+               before: text.getClientRects()[0].left - start };
+    }),
+  };
+})"""
+
+
+def test_task_rows_keep_one_layout_at_390_and_1280_px(new_page, api, shots):
+    space = api.space("Layout")
+    titles = ["Tiny", "A title long enough to wrap on a phone, twice over or more", "w" * 70]
+    for title in titles:
+        api.report(
+            api.task(space, title, source="nightly.sh"),
+            current=123456789,
+            end=987654321,
+            values={"error": "disk full"},
+            done=True,
+        )
+    parent = api.task(space, "Family")
+    api.report(api.task(space, "Step with a longer title than most", parent_uuid=parent), current=1)
+    api.task(space, "S", parent_uuid=parent)
+    share = api.client.post(f"/spaces/{space}/shares", json={}).json()["url"]
+    for name, viewport in (("390", PHONE), ("1280", DESKTOP)):
+        page = new_page(viewport=viewport)
+        page.goto(f"/spaces/{space}")
+        expect(page.locator("li.task .task-delete")).to_have_count(6)
+        page.wait_for_timeout(400)  # the bars' transitions
+        rows = page.evaluate(ROW_LAYOUT)
+        for row in rows:
+            head, badge, remove = row["head"], row["badge"], row["remove"]
+            # Delete ends the head's first line, the badge just before it, on every card.
+            assert remove["right"] == pytest.approx(head["right"], abs=1), (name, row)
+            assert remove["top"] == pytest.approx(head["top"], abs=1), (name, row)
+            assert badge["right"] < remove["left"], (name, row)
+            assert badge["top"] < remove["bottom"] and remove["top"] < badge["bottom"], (name, row)
+            assert row["name"]["right"] <= badge["left"], (name, row)  # never under them
+            for item in row["facts"]:
+                # A line of facts never starts with a separator.
+                assert not item["startsLine"] or item["before"] < 1, (name, row)
+        wrapped = [i for row in rows for i in row["facts"] if i["startsLine"] and i["index"] > 0]
+        assert wrapped or name == "1280", "the phone's facts lines should wrap here"
+        page.screenshot(path=shots / f"rows-{name}.png", full_page=True)
+
+        viewer = new_page(viewport=viewport)
+        viewer.goto(share)
+        expect(task_card(viewer, "Tiny")).to_be_visible()
+        layout = page.locator(".layout").bounding_box()
+        tasks = viewer.locator("#tasks").bounding_box()
+        assert layout is not None and tasks is not None
+        # The share page's tasks take the whole width the dashboard lays out.
+        assert tasks["width"] == pytest.approx(layout["width"], abs=1), name
+        assert viewer.evaluate(ROW_LAYOUT)[0]["facts"]
+        viewer.screenshot(path=shots / f"share-{name}.png", full_page=True)
+
+
 # Deleting and retention
 
 # Records the connection indicator's every text, to tell a quiet reconnection from one

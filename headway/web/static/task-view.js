@@ -63,8 +63,10 @@ function describeCounts(task, ratio, failed) {
     const shown = `${formatCount(progress.current)} / ${formatCount(progress.end)}`;
     if (ratio == null) return { shown, spoken: counts };
     const percent = formatPercent(ratio);
-    // A finished task's badge says it is done: its 100% would only repeat it.
-    return { shown: done ? shown : `${shown} · ${percent}`, spoken: `${percent}, ${counts}` };
+    // A finished task's badge says it is done: its 100% would only repeat it. The
+    // no-break space keeps the separator at the end of a line the counts wrap at.
+    const withPercent = `${shown}\u00a0· ${percent}`;
+    return { shown: done ? shown : withPercent, spoken: `${percent}, ${counts}` };
   }
   if (progress?.current != null) {
     const shown = `${formatCount(progress.current)} so far`;
