@@ -990,6 +990,87 @@ def test_user_text_renders_as_text_never_as_markup(new_page, api):
     )
 
 
+RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE: what follows it reads right to left, unless isolated
+
+# Every text node that holds `marker` (the announcer aside: it is read aloud, not shown)
+# must sit in an element that isolates it (`unicode-bidi: isolate`, as `dir="auto"` and
+# <bdi> give) and holds nothing else: the reporter's text alone, not the page's words.
+UNISOLATED = """(marker) => {
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  const wrong = [];
+  for (let node = walker.nextNode(); node != null; node = walker.nextNode()) {
+    if (!node.data.includes(marker) || node.parentElement.closest("#announcer")) continue;
+    let box = node.parentElement;
+    while (box != null && !["isolate", "plaintext"].includes(getComputedStyle(box).unicodeBidi)) {
+      box = box.parentElement;
+    }
+    if (box == null || box.textContent !== node.data) {
+      wrong.push(`${node.parentElement.className || node.parentElement.tagName}: ${node.data}`);
+    }
+  }
+  return wrong;
+}"""
+
+# Where the words `words` are drawn in `selector`'s text: each one's line (its top) and
+# left edge.
+WORD_EDGES = """([selector, words]) => {
+  const node = document.querySelector(selector);
+  const walker = document.createTreeWalker(node, NodeFilter.SHOW_TEXT);
+  const edges = [];
+  for (let text = walker.nextNode(); text != null; text = walker.nextNode()) {
+    for (const word of words) {
+      const at = text.data.indexOf(word);
+      if (at < 0) continue;
+      const range = document.createRange();
+      range.setStart(text, at);
+      range.setEnd(text, at + word.length);
+      const box = range.getBoundingClientRect();
+      edges.push([word, Math.round(box.top), box.left]);
+    }
+  }
+  return edges;
+}"""
+
+
+def test_a_bidi_override_in_reporters_text_never_reorders_the_pages_words(new_page, api):
+    def odd(name: str) -> str:
+        return f"{name} {RLO}deliaf 3 of 4"
+
+    space = api.space(odd("space"), "⇄")
+    parent = api.task(space, odd("parent"), source=odd("source"))
+    api.report(parent, values={"log": odd("log"), odd("key"): odd("value")})
+    api.task(space, odd("waiting step"), parent_uuid=parent)
+    api.task(space, odd("other step"), parent_uuid=parent)
+    share = api.client.post(f"/spaces/{space}/shares", json={}).json()["url"]
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    viewer = new_page()
+    viewer.goto(share)
+    embed = new_page()
+    embed.goto(f"{share}/embed")
+    # Then, live from the stream: a failed step, named in its parent's failure.
+    failing = api.task(space, odd("failing step"), parent_uuid=parent)
+    api.report(failing, values={"error": odd("error"), "log": odd("step log")}, done=True)
+    values = {"error": odd("own error"), "log": odd("log"), odd("key"): odd("value")}
+    api.report(parent, values=values, done=True)
+    for shown in (page, viewer, embed):
+        expect(shown.locator(".task-error").first).to_contain_text("failing step")
+        expect(shown.locator(".task-values dd").first).to_have_text(odd("value"))
+        assert shown.evaluate(UNISOLATED, RLO) == [], shown.url
+    assert page.get_by_text(odd("failing step"), exact=True).count() > 0
+
+    card = page.locator("#tasks > li").first
+    card.get_by_role("button", name=f"Delete {odd('parent')}", exact=True).click()
+    question = card.locator(":scope > .task-confirm .task-question")
+    expect(question).to_have_text(
+        f"Delete “{odd('parent')}” and its 3 steps? This cannot be undone."
+    )
+    words = ["and", "its", "steps", "This", "cannot", "undone"]
+    edges = page.evaluate(WORD_EDGES, [".task-confirm:not([hidden]) .task-question", words])
+    # Read line by line, left to right, the page's words come in their order.
+    assert [word for word, *_ in sorted(edges, key=lambda edge: edge[1:])] == words
+
+
 def test_a_phone_never_scrolls_sideways(new_page, api, shots):
     long_word = "x" * 200
     space = api.space(long_word, "📱")

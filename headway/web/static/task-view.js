@@ -4,7 +4,7 @@
 // as reports arrive; `tick` refreshes what the passing time changes. Whether it is stale is
 // decided by the stall rule (stalls.js), given to the view.
 
-import { el, setAttribute, setText } from "./dom.js";
+import { el, setAttribute, setParts, setText } from "./dom.js";
 import {
   formatAge,
   formatClock,
@@ -90,11 +90,13 @@ export class TaskView {
     this.estimate = null;
     this.valuesShown = null;
     this.steps = null;
-    this.title = el(isStep ? "span" : "h3", { class: "task-title" });
+    // What reporters wrote is isolated (dir="auto", or a <bdi> within the page's words),
+    // so that a bidi control in it cannot reorder the page's own words around it.
+    this.title = el(isStep ? "span" : "h3", { class: "task-title", dir: "auto" });
     this.source = el("span", { class: "task-source" });
     this.badge = el("span", { class: "badge" });
     this.error = el("p", { class: "task-error" });
-    this.log = el("p", { class: "task-log" });
+    this.log = el("p", { class: "task-log", dir: "auto" });
     this.fill = el("div", { class: "bar-fill" });
     this.bar = el(
       "div",
@@ -134,14 +136,14 @@ export class TaskView {
     this.estimate = estimate;
     const title = task.title ?? "Untitled task";
     setText(this.title, title);
-    setText(this.source, task.source == null ? "" : `from ${task.source}`);
+    setParts(this.source, task.source == null ? [] : ["from ", { text: task.source }]);
     this.source.hidden = task.source == null;
     setAttribute(this.bar, "aria-label", `Progress of ${title}`);
     if (this.deletion != null) setAttribute(this.deletion.open, "aria-label", `Delete ${title}`);
     const log = task.progress?.values?.log;
     setText(this.log, log == null ? "" : String(log));
     this.log.hidden = log == null || log === "";
-    setText(this.error, failure?.message ?? "");
+    setParts(this.error, failure?.parts ?? []);
     this.error.hidden = failure == null;
     this.showBar(task);
     // A failed task's own error is shown above: the values need not repeat it.
@@ -167,7 +169,7 @@ export class TaskView {
     this.valuesShown = shown;
     this.values.replaceChildren(
       ...entries.map(([key, value]) =>
-        el("div", {}, el("dt", {}, key), el("dd", {}, String(value))),
+        el("div", {}, el("dt", { dir: "auto" }, key), el("dd", { dir: "auto" }, String(value))),
       ),
     );
     this.values.hidden = entries.length === 0;
@@ -273,7 +275,7 @@ export class TaskView {
       failure,
     );
     const ask = (shown) => {
-      setText(words, shown ? question() : "");
+      setParts(words, shown ? question() : []);
       setText(failure, "");
       failure.hidden = true;
       asking.hidden = !shown;
