@@ -22,6 +22,7 @@ import pytest
 from playwright.sync_api import Browser, Locator, Page, Response, expect, sync_playwright
 
 from headway.config import Settings
+from headway.durations import duration_words
 from headway.failure import failure_of
 from headway.schemas import CreateChannel
 from headway.web.pages import CONTENT_SECURITY_POLICY, period_words
@@ -159,7 +160,8 @@ def test_a_space_page_shows_reports_live_without_reload(new_page, api, shots):
 
     api.report(task, done=True)
     expect(card.locator(".badge")).to_have_text("Finished")
-    expect(card.locator(".task-facts")).to_contain_text(re.compile(r"took (under a second|\d+ s)"))
+    took = re.compile(r"took (under 0\.1 s|\d+\.\d s)")
+    expect(card.locator(".task-facts")).to_contain_text(took)
     expect(page).to_have_title("✓ Live space")
     assert page.evaluate("window.sameDocument") is True, "the page reloaded"
 
@@ -382,6 +384,42 @@ def test_rate_time_left_and_ages_come_out_as_people_read_them(new_page):
         "99%",
         1795310109123,
     ]
+
+
+DURATIONS = [0, 0.04, 0.4, 0.99, 1.94, 9.94, 9.96, 12.5, 45, 59.4, 59.6, 190, 192.9, 7_500]
+DURATIONS += [3 * 86_400 + 4 * 3600 + 59, -5]
+
+
+def test_the_page_says_durations_as_the_server_does_to_the_microsecond(new_page):
+    page = new_page()
+    page.goto("/")
+    said = page.evaluate(
+        """async (durations) => {
+          const { formatDuration } = await import("/static/format.js");
+          return durations.map(formatDuration);
+        }""",
+        DURATIONS,
+    )
+    assert said == [duration_words(seconds) for seconds in DURATIONS]
+    # A finished task's card, built as the dashboard builds it, from its timestamps.
+    ages = page.evaluate(
+        """async () => {
+          const { TaskView } = await import("/static/task-view.js");
+          const card = (created, finished, duration) => {
+            const view = new TaskView(false, () => {}, () => null);
+            const task = { title: "t", source: null, created_at: created,
+                           finished_at: finished, duration, progress: null };
+            view.update(task, null, Date.now());
+            return view.age.textContent;
+          };
+          return [
+            card("2026-11-22T01:00:00.000000Z", "2026-11-22T01:00:01.940000Z", 1),
+            card("2026-11-22T01:00:00.999999Z", "2026-11-22T01:00:01.999000Z", 0),
+            card("2026-11-22T01:00:00.5Z", "2026-11-22T01:03:12.9Z", 192),
+          ];
+        }"""
+    )
+    assert [age.split(",")[0] for age in ages] == ["took 1.9 s", "took 1.0 s", "took 3 min 12 s"]
 
 
 # Share links

@@ -13,6 +13,7 @@ import {
   formatPercent,
   formatRate,
   parseTime,
+  runSeconds,
 } from "./format.js";
 import { secondsLeft } from "./rate.js";
 
@@ -193,7 +194,7 @@ export class TaskView {
     if (state === "finished" || state === "failed") {
       const finished = parseTime(task.finished_at);
       setAttribute(this.age, "title", new Date(finished).toLocaleString());
-      return `took ${formatDuration(task.duration ?? 0)}, ${state} ${formatClock(finished)}`;
+      return `took ${formatDuration(runSeconds(task))}, ${state} ${formatClock(finished)}`;
     }
     if (state === "stale") {
       const quiet = stall.reason === "flat" ? "no progress" : "no report";
