@@ -113,7 +113,7 @@ async def test_badges_of_every_state_are_svg_and_show_no_uuid(client, space, mak
         "Waiting": ["Waiting", "waiting"],
         "Deploy": ["Deploy", "62%"],
         "Counting": ["Counting", "1,234 so far"],
-        "Backup": ["Backup", "done in 3 min"],
+        "Backup": ["Backup", "done in 3 min 20 s"],
         "Tests": ["Tests", "failed"],
         "Release": ["Release", "1 of 2 steps"],
     }
@@ -140,7 +140,7 @@ async def test_badges_of_every_state_are_svg_and_show_no_uuid(client, space, mak
     for title in ("Waiting", "Deploy", "Counting"):
         _, drawn, tooltip = await badge(client, f"{base}/{ids[title]}/badge.svg")
         assert drawn == [title, "stalled"]
-        assert "(no report for 10 min)" in tooltip
+        assert re.search(r"\(no report for 10 min( \d+ s)?\)", tooltip)  # the clock moved on
     _, drawn, _ = await badge(client, f"/shared/{share}/badge.svg")
     assert drawn == ["Test space", "62% · 3 stalled · 2 failed"]
     await client.put(f"/tasks/{running}", json={"current": 70, "end": 100})
@@ -389,6 +389,15 @@ def test_the_badge_states_judge_stalls_by_the_channels_default():
     }
     assert task_badge(parent, start + STALLED_AFTER_S * 1_000_000).message == "1 of 2 steps"
     assert space_badge(None, [], start)[:4] == ("progress", "no tasks", "waiting", None)
+
+
+def test_a_done_badge_says_its_length_to_the_microsecond():
+    created = "2026-11-22T01:00:00.000000Z"
+    done = {"title": "t", "created_at": created, "progress": None, "children": []}
+    quick = {**done, "finished_at": "2026-11-22T01:00:01.940000Z", "duration": 1}
+    second = {**done, "finished_at": "2026-11-22T01:00:00.999000Z", "duration": 0}
+    assert task_badge(quick, parse_ts(created)).message == "done in 1.9 s"
+    assert task_badge(second, parse_ts(created)).message == "done in 1.0 s"
 
 
 def run_headway(*args: str) -> tuple[int, str, str]:

@@ -11,10 +11,10 @@ import msgspec
 import pytest
 
 from headway.domain import Progress, TaskRow, view
+from headway.durations import duration_words
 from headway.notify import messages
 from headway.notify.messages import (
     digest,
-    duration_text,
     failure,
     finished,
     recovered,
@@ -89,8 +89,17 @@ def assert_no_uuid(message: messages.Message, *tasks: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("seconds", "said"),
     [
-        (0, "0 s"),
+        (0, "under 0.1 s"),
+        (0.04, "under 0.1 s"),
+        (0.4, "0.4 s"),
+        (0.99, "1.0 s"),
+        (1.94, "1.9 s"),
+        (9.94, "9.9 s"),
+        (9.96, "10 s"),
+        (12.5, "13 s"),
         (45, "45 s"),
+        (59.4, "59 s"),
+        (59.6, "1 min"),
         (60, "1 min"),
         (192, "3 min 12 s"),
         (600, "10 min"),
@@ -99,13 +108,30 @@ def assert_no_uuid(message: messages.Message, *tasks: dict[str, Any]) -> None:
         (7512, "2 h 5 min"),
         (86_400, "1 d"),
         (3 * 86_400 + 4 * 3600 + 59, "3 d 4 h"),
-        (-5, "0 s"),
-        (float("inf"), "0 s"),
-        (12.9, "12 s"),
+        (192.9, "3 min 12 s"),
+        (-5, "under 0.1 s"),
+        (float("inf"), "under 0.1 s"),
+        (12.9, "13 s"),
     ],
 )
 def test_durations_read_as_people_say_them(seconds: float, said: str) -> None:
-    assert duration_text(seconds) == said
+    assert duration_words(seconds) == said
+
+
+@pytest.mark.parametrize(
+    ("finished_at", "duration", "said"),
+    [
+        ("2026-11-24T10:00:01.940000Z", 1, "1.9 s"),
+        ("2026-11-24T10:00:00.999000Z", 0, "1.0 s"),
+        ("2026-11-24T10:00:00.000400Z", 0, "under 0.1 s"),
+        ("2026-11-24T10:00:14.600000Z", 14, "15 s"),
+    ],
+)
+def test_a_finish_says_its_length_to_the_microsecond_not_the_whole_seconds(
+    finished_at: str, duration: int, said: str
+) -> None:
+    message = finished(task(finished_at=finished_at, duration=duration))
+    assert message.title == f"✓ Deploy finished in {said}"
 
 
 def test_a_finished_task_says_how_long_it_took() -> None:

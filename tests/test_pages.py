@@ -22,6 +22,7 @@ import pytest
 from playwright.sync_api import Browser, Locator, Page, Response, expect, sync_playwright
 
 from headway.config import Settings
+from headway.durations import duration_words
 from headway.failure import failure_of
 from headway.schemas import CreateChannel
 from headway.web.pages import CONTENT_SECURITY_POLICY, period_words
@@ -159,7 +160,8 @@ def test_a_space_page_shows_reports_live_without_reload(new_page, api, shots):
 
     api.report(task, done=True)
     expect(card.locator(".badge")).to_have_text("Finished")
-    expect(card.locator(".task-facts")).to_contain_text(re.compile(r"took (under a second|\d+ s)"))
+    took = re.compile(r"took (under 0\.1 s|\d+\.\d s)")
+    expect(card.locator(".task-facts")).to_contain_text(took)
     expect(page).to_have_title("✓ Live space")
     assert page.evaluate("window.sameDocument") is True, "the page reloaded"
 
@@ -382,6 +384,42 @@ def test_rate_time_left_and_ages_come_out_as_people_read_them(new_page):
         "99%",
         1795310109123,
     ]
+
+
+DURATIONS = [0, 0.04, 0.4, 0.99, 1.94, 9.94, 9.96, 12.5, 45, 59.4, 59.6, 190, 192.9, 7_500]
+DURATIONS += [3 * 86_400 + 4 * 3600 + 59, -5]
+
+
+def test_the_page_says_durations_as_the_server_does_to_the_microsecond(new_page):
+    page = new_page()
+    page.goto("/")
+    said = page.evaluate(
+        """async (durations) => {
+          const { formatDuration } = await import("/static/format.js");
+          return durations.map(formatDuration);
+        }""",
+        DURATIONS,
+    )
+    assert said == [duration_words(seconds) for seconds in DURATIONS]
+    # A finished task's card, built as the dashboard builds it, from its timestamps.
+    ages = page.evaluate(
+        """async () => {
+          const { TaskView } = await import("/static/task-view.js");
+          const card = (created, finished, duration) => {
+            const view = new TaskView(false, () => {}, () => null);
+            const task = { title: "t", source: null, created_at: created,
+                           finished_at: finished, duration, progress: null };
+            view.update(task, null, Date.now());
+            return view.age.textContent;
+          };
+          return [
+            card("2026-11-22T01:00:00.000000Z", "2026-11-22T01:00:01.940000Z", 1),
+            card("2026-11-22T01:00:00.999999Z", "2026-11-22T01:00:01.999000Z", 0),
+            card("2026-11-22T01:00:00.5Z", "2026-11-22T01:03:12.9Z", 192),
+          ];
+        }"""
+    )
+    assert [age.split(",")[0] for age in ages] == ["took 1.9 s", "took 1.0 s", "took 3 min 12 s"]
 
 
 # Share links
@@ -895,6 +933,31 @@ def test_a_collapsed_family_still_shows_its_failed_steps(new_page, api):
     expect(step_card(page, "Image 4").locator(".task-error")).to_have_text("corrupt JPEG")
 
 
+def test_a_failed_task_shows_how_far_it_got_in_the_failed_colour(new_page, api):
+    space = api.space("Imports")
+    api.report(api.task(space, "Copied"), current=10, end=10)
+    api.report(api.task(space, "Broke"), current=4, end=10, values={"error": "bad row"}, done=True)
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    broke, copied = task_card(page, "Broke"), task_card(page, "Copied")
+    expect(broke.locator(".badge")).to_have_text("Failed")
+    expect(bar(broke, "Broke")).to_have_attribute("aria-valuenow", "40")
+    expect(bar(broke, "Broke")).to_have_attribute("aria-valuetext", "40%, 4 of 10")
+    expect(bar(copied, "Copied")).to_have_attribute("aria-valuenow", "100")
+
+    def filled(card: Locator) -> float:
+        page.wait_for_timeout(400)  # the width's transition
+        return card.locator(".bar").evaluate(
+            "bar => bar.firstElementChild.getBoundingClientRect().width"
+            " / bar.getBoundingClientRect().width"
+        )
+
+    assert filled(broke) == pytest.approx(0.4, abs=0.01)
+    assert filled(copied) == pytest.approx(1)
+    fill = broke.locator(".bar-fill").evaluate("fill => getComputedStyle(fill).backgroundColor")
+    assert fill == DANGER
+
+
 FAILURE_CASES = [
     {"finished_at": None, "progress": {"values": {"error": "x"}}, "children": []},
     {"finished_at": "t", "progress": {"values": {"error": "x"}}, "children": []},
@@ -965,6 +1028,87 @@ def test_user_text_renders_as_text_never_as_markup(new_page, api):
     )
 
 
+RLO = "\u202e"  # RIGHT-TO-LEFT OVERRIDE: what follows it reads right to left, unless isolated
+
+# Every text node that holds `marker` (the announcer aside: it is read aloud, not shown)
+# must sit in an element that isolates it (`unicode-bidi: isolate`, as `dir="auto"` and
+# <bdi> give) and holds nothing else: the reporter's text alone, not the page's words.
+UNISOLATED = """(marker) => {
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  const wrong = [];
+  for (let node = walker.nextNode(); node != null; node = walker.nextNode()) {
+    if (!node.data.includes(marker) || node.parentElement.closest("#announcer")) continue;
+    let box = node.parentElement;
+    while (box != null && !["isolate", "plaintext"].includes(getComputedStyle(box).unicodeBidi)) {
+      box = box.parentElement;
+    }
+    if (box == null || box.textContent !== node.data) {
+      wrong.push(`${node.parentElement.className || node.parentElement.tagName}: ${node.data}`);
+    }
+  }
+  return wrong;
+}"""
+
+# Where the words `words` are drawn in `selector`'s text: each one's line (its top) and
+# left edge.
+WORD_EDGES = """([selector, words]) => {
+  const node = document.querySelector(selector);
+  const walker = document.createTreeWalker(node, NodeFilter.SHOW_TEXT);
+  const edges = [];
+  for (let text = walker.nextNode(); text != null; text = walker.nextNode()) {
+    for (const word of words) {
+      const at = text.data.indexOf(word);
+      if (at < 0) continue;
+      const range = document.createRange();
+      range.setStart(text, at);
+      range.setEnd(text, at + word.length);
+      const box = range.getBoundingClientRect();
+      edges.push([word, Math.round(box.top), box.left]);
+    }
+  }
+  return edges;
+}"""
+
+
+def test_a_bidi_override_in_reporters_text_never_reorders_the_pages_words(new_page, api):
+    def odd(name: str) -> str:
+        return f"{name} {RLO}deliaf 3 of 4"
+
+    space = api.space(odd("space"), "⇄")
+    parent = api.task(space, odd("parent"), source=odd("source"))
+    api.report(parent, values={"log": odd("log"), odd("key"): odd("value")})
+    api.task(space, odd("waiting step"), parent_uuid=parent)
+    api.task(space, odd("other step"), parent_uuid=parent)
+    share = api.client.post(f"/spaces/{space}/shares", json={}).json()["url"]
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    viewer = new_page()
+    viewer.goto(share)
+    embed = new_page()
+    embed.goto(f"{share}/embed")
+    # Then, live from the stream: a failed step, named in its parent's failure.
+    failing = api.task(space, odd("failing step"), parent_uuid=parent)
+    api.report(failing, values={"error": odd("error"), "log": odd("step log")}, done=True)
+    values = {"error": odd("own error"), "log": odd("log"), odd("key"): odd("value")}
+    api.report(parent, values=values, done=True)
+    for shown in (page, viewer, embed):
+        expect(shown.locator(".task-error").first).to_contain_text("failing step")
+        expect(shown.locator(".task-values dd").first).to_have_text(odd("value"))
+        assert shown.evaluate(UNISOLATED, RLO) == [], shown.url
+    assert page.get_by_text(odd("failing step"), exact=True).count() > 0
+
+    card = page.locator("#tasks > li").first
+    card.get_by_role("button", name=f"Delete {odd('parent')}", exact=True).click()
+    question = card.locator(":scope > .task-confirm .task-question")
+    expect(question).to_have_text(
+        f"Delete “{odd('parent')}” and its 3 steps? This cannot be undone."
+    )
+    words = ["and", "its", "steps", "This", "cannot", "undone"]
+    edges = page.evaluate(WORD_EDGES, [".task-confirm:not([hidden]) .task-question", words])
+    # Read line by line, left to right, the page's words come in their order.
+    assert [word for word, *_ in sorted(edges, key=lambda edge: edge[1:])] == words
+
+
 def test_a_phone_never_scrolls_sideways(new_page, api, shots):
     long_word = "x" * 200
     space = api.space(long_word, "📱")
@@ -988,6 +1132,80 @@ def test_a_phone_never_scrolls_sideways(new_page, api, shots):
     expect(page.get_by_role("heading", level=1)).to_be_visible()
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     page.screenshot(path=shots / "phone-home.png", full_page=True)
+
+
+# Where each task's parts sit: for every card (steps too), its head's box, its title's,
+# badge's and Delete's, and for each shown item of its facts line whether it starts a
+# line and how far its own text starts after its box (what a separator before it takes).
+ROW_LAYOUT = """() => [...document.querySelectorAll("li.task")].map((card) => {
+  const box = (node) => node.getBoundingClientRect().toJSON();
+  const head = card.querySelector(":scope > .task-head");
+  const facts = card.querySelector(":scope > .task-facts");
+  const left = facts.getBoundingClientRect().left;
+  const items = [...facts.children].filter((item) => item.textContent !== "");
+  return {
+    title: card.querySelector(".task-title").textContent,
+    head: box(head),
+    name: box(head.querySelector(".task-title")),
+    badge: box(head.querySelector(".badge")),
+    remove: head.querySelector(".task-delete") && box(head.querySelector(".task-delete")),
+    facts: items.map((item, index) => {
+      const text = document.createRange();
+      text.selectNodeContents(item);
+      const start = item.getClientRects()[0].left;
+      return { index, startsLine: Math.abs(start - left) < 1,
+               before: text.getClientRects()[0].left - start };
+    }),
+  };
+})"""
+
+
+def test_task_rows_keep_one_layout_at_390_and_1280_px(new_page, api, shots):
+    space = api.space("Layout")
+    titles = ["Tiny", "A title long enough to wrap on a phone, twice over or more", "w" * 70]
+    for title in titles:
+        api.report(
+            api.task(space, title, source="nightly.sh"),
+            current=123456789,
+            end=987654321,
+            values={"error": "disk full"},
+            done=True,
+        )
+    parent = api.task(space, "Family")
+    api.report(api.task(space, "Step with a longer title than most", parent_uuid=parent), current=1)
+    api.task(space, "S", parent_uuid=parent)
+    share = api.client.post(f"/spaces/{space}/shares", json={}).json()["url"]
+    for name, viewport in (("390", PHONE), ("1280", DESKTOP)):
+        page = new_page(viewport=viewport)
+        page.goto(f"/spaces/{space}")
+        expect(page.locator("li.task .task-delete")).to_have_count(6)
+        page.wait_for_timeout(400)  # the bars' transitions
+        rows = page.evaluate(ROW_LAYOUT)
+        for row in rows:
+            head, badge, remove = row["head"], row["badge"], row["remove"]
+            # Delete ends the head's first line, the badge just before it, on every card.
+            assert remove["right"] == pytest.approx(head["right"], abs=1), (name, row)
+            assert remove["top"] == pytest.approx(head["top"], abs=1), (name, row)
+            assert badge["right"] < remove["left"], (name, row)
+            assert badge["top"] < remove["bottom"] and remove["top"] < badge["bottom"], (name, row)
+            assert row["name"]["right"] <= badge["left"], (name, row)  # never under them
+            for item in row["facts"]:
+                # A line of facts never starts with a separator.
+                assert not item["startsLine"] or item["before"] < 1, (name, row)
+        wrapped = [i for row in rows for i in row["facts"] if i["startsLine"] and i["index"] > 0]
+        assert wrapped or name == "1280", "the phone's facts lines should wrap here"
+        page.screenshot(path=shots / f"rows-{name}.png", full_page=True)
+
+        viewer = new_page(viewport=viewport)
+        viewer.goto(share)
+        expect(task_card(viewer, "Tiny")).to_be_visible()
+        layout = page.locator(".layout").bounding_box()
+        tasks = viewer.locator("#tasks").bounding_box()
+        assert layout is not None and tasks is not None
+        # The share page's tasks take the whole width the dashboard lays out.
+        assert tasks["width"] == pytest.approx(layout["width"], abs=1), name
+        assert viewer.evaluate(ROW_LAYOUT)[0]["facts"]
+        viewer.screenshot(path=shots / f"share-{name}.png", full_page=True)
 
 
 # Deleting and retention

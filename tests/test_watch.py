@@ -73,7 +73,7 @@ def task_json(
         **names,
         "title": title,
         "source": None,
-        "created_at": stamp(600),
+        "created_at": stamp(duration if finished and duration is not None else 600),
         "finished_at": stamp(0) if finished else None,
         "duration": duration if finished else None,
         "progress": progress,
@@ -173,12 +173,13 @@ def test_the_board_draws_bars_steps_counts_rates_ages_and_marks() -> None:
     titles = ("Deploy", "Build", "Upload", "Backup", "Counting", "Waiting")
     assert [lines.index(row(lines, title)) for title in titles] == list(range(2, 8))
     assert re.search(r"^•\s+Deploy\s.*50%\s+1/2", row(lines, "Deploy"))
-    assert re.search(r"^✓\s{4}Build\s.*100%\s+5/5\s+took 1m15s", row(lines, "Build"))
+    assert re.search(r"^✓\s{4}Build\s.*100%\s+5/5\s+took 1 min 15 s", row(lines, "Build"))
     upload = row(lines, "Upload")
-    assert re.search(r"^•\s{4}Upload\s.*45%\s+45/100\s+5 files/s\s+11s\s+2s ago\s+sending", upload)
+    said = r"^•\s{4}Upload\s.*45%\s+45/100\s+5 files/s\s+11 s\s+2\.0 s ago\s+sending"
+    assert re.search(said, upload)
     backup = row(lines, "Backup")
-    assert re.search(r"^✗\s+Backup\s.*100%\s+3/10\s+took 1h06m.*\sexit code 2$", backup)
-    assert re.search(r"^•\s+Counting\s.*\s12\s+30s ago$", row(lines, "Counting"))
+    assert re.search(r"^✗\s+Backup\s.*100%\s+3/10\s+took 1 h 6 min.*\sexit code 2$", backup)
+    assert re.search(r"^•\s+Counting\s.*\s12\s+30 s ago$", row(lines, "Counting"))
     assert re.search(r"^·\s+Waiting$", row(lines, "Waiting"))  # nothing reported yet
 
 
@@ -236,6 +237,16 @@ def test_a_failed_task_is_marked_with_how_it_failed_and_its_parent_names_it() ->
     assert "· 1 failed ·" in lines[-1]
 
 
+def test_a_finished_row_says_its_length_to_the_microsecond() -> None:
+    board = Board()
+    quick = {**task_json("q", "Quick", finished=True, duration=1), "created_at": stamp(1.94)}
+    second = {**task_json("s", "Second", finished=True, duration=0), "created_at": stamp(0.999)}
+    board.apply(snapshot(quick, second))
+    lines = drawn(board)
+    assert re.search(r"\stook 1\.9 s\s", row(lines, "Quick"))
+    assert re.search(r"\stook 1\.0 s\s", row(lines, "Second"))
+
+
 def test_task_events_update_rows_add_tasks_and_steps_and_measure_rates() -> None:
     board = Board()
     board.apply(snapshot(task_json("t", "Copy", current=10, end=100, updated=10)))
@@ -244,7 +255,7 @@ def test_task_events_update_rows_add_tasks_and_steps_and_measure_rates() -> None
     board.apply(Event("task", json.dumps(task_json("s", "Its step", parent="u", current=1))))
     lines = drawn(board)
     # 20 more in 10 s: 2 a second, 35 s to go for the 70 left.
-    assert re.search(r"Copy\s.*30%\s+30/100\s+2 /s\s+35s\s+0s ago", row(lines, "Copy"))
+    assert re.search(r"Copy\s.*30%\s+30/100\s+2 /s\s+35 s\s+just now", row(lines, "Copy"))
     assert lines.index(row(lines, "Its step")) == lines.index(row(lines, "Later")) + 1
     assert "3 tasks" in lines[-1]
 

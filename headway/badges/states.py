@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 from .. import domain
+from ..durations import duration_words, run_seconds
 from ..failure import Failure, failure_of
 from .colours import BACKGROUND, LABEL, State
 
@@ -61,7 +62,7 @@ def task_badge(task: Mapping[str, Any], now_us: int, label: str | None = None) -
     if failure is not None:
         about = f"{task.get('title') or TASK_LABEL}: failed: {failure.message}"
     elif state == "stalled":
-        about += f" (no report for {_duration(_silent_s(task, now_us))})"
+        about += f" (no report for {duration_words(_silent_s(task, now_us))})"
     return Badge(name, message, state, 1.0 if state in ("done", "failed") else ratio, _clip(about))
 
 
@@ -141,7 +142,8 @@ def _task_state(task: Mapping[str, Any], now_us: int) -> tuple[State, str]:
     if task.get("finished_at") is not None:
         if failure_of(task) is not None:
             return "failed", "failed"
-        return "done", f"done in {_duration(task.get('duration') or 0)}"
+        took = run_seconds(task.get("created_at"), task.get("finished_at"))
+        return "done", f"done in {duration_words(took if took is not None else 0)}"
     if _stalled(task, now_us):
         return "stalled", "stalled"
     progress = task.get("progress")
@@ -188,20 +190,6 @@ def _count(number: float) -> str:
     if isinstance(number, float) and number.is_integer():
         number = int(number)
     return f"{number:,}" if isinstance(number, int) else f"{number:,.2f}".rstrip("0").rstrip(".")
-
-
-def _duration(seconds: float) -> str:
-    """`45 s`, `3 min`, `2 h 5 min`, `3 d 4 h`: whole units, rounded down."""
-    s = max(0, int(seconds))
-    if s < 60:
-        return f"{s} s"
-    if s < 3600:
-        return f"{s // 60} min"
-    if s < 86400:
-        hours, minutes = divmod(s // 60, 60)
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    days, hours = divmod(s // 3600, 24)
-    return f"{days} d {hours} h" if hours else f"{days} d"
 
 
 def _clip(text: str) -> str:

@@ -17,6 +17,7 @@ from rich.text import Text
 
 from ..client.events import RECONNECTING, Event
 from ..client.models import Space, Task
+from ..durations import duration_words, run_seconds
 from ..failure import Failure, task_failure
 
 # A rate is measured over the counts of this many seconds (unless the task reports one).
@@ -177,12 +178,14 @@ def _add_row(table: Table, row: Row, now: datetime, failure: Failure | None, *, 
     unit = values.get("unit")
     left = ""
     if task.finished:
-        left = f"took {_duration(task.duration or 0)}"
+        took = run_seconds(task.created_at, task.finished_at)
+        left = f"took {duration_words(task.duration or 0 if took is None else took)}"
     elif rate and end and current is not None and current < end:
-        left = _duration((end - current) / rate)
+        left = duration_words((end - current) / rate)
     updated = ""
     if progress is not None and progress.updated_at is not None:
-        updated = f"{_duration((now - progress.updated_at).total_seconds())} ago"
+        age = (now - progress.updated_at).total_seconds()
+        updated = "just now" if age < 1 else f"{duration_words(age)} ago"  # as the page says
     count = (
         "" if current is None else _number(current) + ("" if end is None else f"/{_number(end)}")
     )
@@ -216,13 +219,3 @@ def _number(number: float) -> str:
     if float(number).is_integer():
         return str(int(number))
     return f"{number:.2f}".rstrip("0").rstrip(".")
-
-
-def _duration(seconds: float) -> str:
-    """`12s`, `3m05s`, `2h03m`."""
-    whole = max(int(seconds), 0)
-    if whole < 60:
-        return f"{whole}s"
-    if whole < 3600:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"

@@ -15,6 +15,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
+from ..durations import duration_words, run_seconds
+
 Kind = Literal["completed", "failed", "stalled", "recovered", "digest", "test"]
 Level = Literal["info", "success", "warning", "failure"]
 
@@ -48,21 +50,6 @@ def share_link(public_url: str, share_uuid: str) -> str:
     return f"{public_url.rstrip('/')}/shared/{share_uuid}"
 
 
-def duration_text(seconds: float) -> str:
-    """A duration as people say it: "45 s", "3 min 12 s", "2 h 5 min", "3 d 4 h"."""
-    total = max(int(seconds), 0) if math.isfinite(seconds) else 0
-    days, rest = divmod(total, 86_400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days} d {hours} h" if hours else f"{days} d"
-    if hours:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    if minutes:
-        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
-    return f"{secs} s"
-
-
 def failure(task: Any) -> str | None:
     """Why `task` failed, or None if it did not: its own `values.error` (a non-empty
     string), and for a parent its failed steps ("1 of 3 steps failed (Run migrations:
@@ -83,8 +70,10 @@ def finished(task: Any, *, space_title: str | None = None, link: str | None = No
     if why is not None:
         title, kind = f"✗ {name} failed: {why}", "failed"
     else:
-        took = task.get("duration")
-        after = f" in {duration_text(took)}" if isinstance(took, int | float) else ""
+        took = run_seconds(task.get("created_at"), task.get("finished_at"))
+        if took is None and isinstance(task.get("duration"), int | float):
+            took = task["duration"]  # no timestamps to measure: the whole seconds
+        after = f" in {duration_words(took)}" if took is not None else ""
         title, kind = f"✓ {name} finished{after}", "completed"
     return _message(title, _body(task, secrets, space_title, link), kind)
 
@@ -107,7 +96,7 @@ def stalled(
     progress = task.get("progress") or {}
     at = _percent(progress)
     where = f" at {at}" if at else ""
-    took = duration_text(for_s)
+    took = duration_words(for_s)
     if reason == "flat":
         title = f"⏸ {name} stalled{where}: no progress for {took}"
     elif progress.get("updated_at") is None:

@@ -193,7 +193,7 @@ function describe(channel) {
   }
   parts.push(channel.steps ? "steps too" : "top-level tasks");
   if (channel.share_uuid != null) parts.push("with a read-only link");
-  return parts.join(" · ");
+  return parts.join("\u00a0· "); // a wrapped line never starts with the separator
 }
 
 let lastChannelId = 0;

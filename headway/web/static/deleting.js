@@ -5,17 +5,21 @@ import { JSON_HEADERS, errorOf } from "./http.js";
 
 const UNTITLED = "Untitled task";
 
+/** A task's title as the question quotes it: reporter's text (see dom.js `setParts`). */
+const titleOf = (task) => (task.title == null ? UNTITLED : { text: task.title });
+
 /** The question a task's "Delete" asks: "Delete “Deploy” and its 3 steps? This cannot be
- *  undone." `steps` is how many steps it has; `parent` its parent, for a step. */
+ *  undone.", as parts (see dom.js `setParts`). `steps` is how many steps it has;
+ *  `parent` its parent, for a step. */
 export function deleteQuestion(task, steps, parent = null) {
-  const title = `“${task.title ?? UNTITLED}”`;
+  const title = ["“", titleOf(task), "”"];
   let what = title;
   if (parent != null) {
-    what = `the step ${title} of “${parent.title ?? UNTITLED}”`;
+    what = ["the step ", ...title, " of “", titleOf(parent), "”"];
   } else if (steps > 0) {
-    what = `${title} and its ${steps} ${steps === 1 ? "step" : "steps"}`;
+    what = [...title, ` and its ${steps} ${steps === 1 ? "step" : "steps"}`];
   }
-  return `Delete ${what}? This cannot be undone.`;
+  return ["Delete ", ...what, "? This cannot be undone."];
 }
 
 /** DELETEs `path` (a `what`: "task", "space"). Null once it is gone, a 404 included (it

@@ -21,6 +21,25 @@ export function setText(node, text) {
   }
 }
 
+const shownParts = new WeakMap(); // node -> the parts it shows, as JSON
+
+/** Sets `node`'s content to `parts`, only when they change: a string is the page's own
+ *  words, `{ text }` text a reporter wrote, shown in a <bdi> so that a bidi control in it
+ *  (a right-to-left override, say) cannot reorder the words around it. */
+export function setParts(node, parts) {
+  const shown = JSON.stringify(parts);
+  if (shownParts.get(node) === shown) return;
+  shownParts.set(node, shown);
+  node.replaceChildren(
+    ...parts.map((part) => (typeof part === "string" ? part : el("bdi", {}, part.text))),
+  );
+}
+
+/** The text of `parts` (see setParts), as one string. */
+export function partsText(parts) {
+  return parts.map((part) => (typeof part === "string" ? part : part.text)).join("");
+}
+
 /** Sets or removes an attribute, only when it changes. */
 export function setAttribute(node, name, value) {
   if (value == null) {

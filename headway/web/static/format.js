@@ -14,16 +14,38 @@ export function formatPercent(ratio) {
   return `${Math.floor(ratio * 100)}%`;
 }
 
-/** Whole seconds as "45 s", "3 min 10 s", "2 h 5 min" or "3 d 4 h". */
+/** Seconds as a person reads them: under 10 s with one decimal ("1.9 s"; "under 0.1 s"
+ *  below that), under a minute whole seconds rounded to the nearest ("42 s"), then two
+ *  units, the smaller rounded down and left out when zero ("3 min 10 s", "2 h 5 min",
+ *  "3 d 4 h"). The same words as headway/durations.py (a test holds the two together). */
 export function formatDuration(seconds) {
-  const s = Math.max(0, Math.floor(seconds));
-  if (s < 1) return "under a second";
-  if (s < 60) return `${s} s`;
+  const s = Number.isFinite(seconds) && seconds > 0 ? seconds : 0;
+  const tenths = Math.floor(s * 10 + 0.5);
+  if (tenths === 0) return "under 0.1 s";
+  if (tenths < 100) return `${(tenths / 10).toFixed(1)} s`;
+  const whole = Math.floor(s + 0.5);
+  if (whole < 60) return `${whole} s`;
+  const total = Math.max(Math.floor(s), 60);
   const pair = (big, bigUnit, small, smallUnit) =>
     small ? `${big} ${bigUnit} ${small} ${smallUnit}` : `${big} ${bigUnit}`;
-  if (s < 3600) return pair(Math.floor(s / 60), "min", s % 60, "s");
-  if (s < 86400) return pair(Math.floor(s / 3600), "h", Math.floor((s % 3600) / 60), "min");
-  return pair(Math.floor(s / 86400), "d", Math.floor((s % 86400) / 3600), "h");
+  if (total < 3600) return pair(Math.floor(total / 60), "min", total % 60, "s");
+  if (total < 86400) {
+    return pair(Math.floor(total / 3600), "h", Math.floor((total % 3600) / 60), "min");
+  }
+  return pair(Math.floor(total / 86400), "d", Math.floor((total % 86400) / 3600), "h");
+}
+
+/** Microseconds since the epoch of an RFC 3339 timestamp: Date.parse stops at the
+ *  millisecond, the digits after it are added back. */
+function parseMicros(timestamp) {
+  const extra = /\.\d{3}(\d{1,3})/.exec(timestamp)?.[1] ?? "";
+  return parseTime(timestamp) * 1000 + Number(extra.padEnd(3, "0"));
+}
+
+/** How long a finished task ran, in seconds to the microsecond: from its `created_at` to
+ *  its `finished_at` (the API's `duration` is whole seconds, rounded down). */
+export function runSeconds(task) {
+  return Math.max(parseMicros(task.finished_at) - parseMicros(task.created_at), 0) / 1e6;
 }
 
 /** How long ago `milliseconds` back was: "just now", "12 s ago", "3 min 10 s ago". */

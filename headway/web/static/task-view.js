@@ -4,7 +4,7 @@
 // as reports arrive; `tick` refreshes what the passing time changes. Whether it is stale is
 // decided by the stall rule (stalls.js), given to the view.
 
-import { el, setAttribute, setText } from "./dom.js";
+import { el, setAttribute, setParts, setText } from "./dom.js";
 import {
   formatAge,
   formatClock,
@@ -13,6 +13,7 @@ import {
   formatPercent,
   formatRate,
   parseTime,
+  runSeconds,
 } from "./format.js";
 import { secondsLeft } from "./rate.js";
 
@@ -38,10 +39,22 @@ function taskState(task, failure, stall) {
   return "running";
 }
 
-/** A task's counts as shown ("3 / 10 · 30%") and as a screen reader says its bar. */
-function describeCounts(task, ratio) {
+/** How much of a task's bar is filled: as far as it got while it runs; all of it once
+ *  finished, unless it failed, where it shows how far it got (its counts, whatever the
+ *  ratio 1 of a finished task says), or all of it when it has no counts. */
+function barRatio(task, failed) {
   const progress = task.progress;
-  const finished = task.finished_at != null;
+  if (task.finished_at == null) return progress?.ratio;
+  if (failed && progress?.current != null && progress.end > 0) {
+    return Math.min(Math.max(progress.current / progress.end, 0), 1);
+  }
+  return 1;
+}
+
+/** A task's counts as shown ("3 / 10 · 30%") and as a screen reader says its bar. */
+function describeCounts(task, ratio, failed) {
+  const progress = task.progress;
+  const done = task.finished_at != null && !failed;
   if (progress?.aggregated) {
     const shown = formatPercent(ratio ?? 0);
     return { shown, spoken: `${shown}, ${progress.current} of ${progress.end} steps done` };
@@ -51,14 +64,17 @@ function describeCounts(task, ratio) {
     const shown = `${formatCount(progress.current)} / ${formatCount(progress.end)}`;
     if (ratio == null) return { shown, spoken: counts };
     const percent = formatPercent(ratio);
-    // A finished task's badge says it is done: its 100% would only repeat it.
-    return { shown: finished ? shown : `${shown} · ${percent}`, spoken: `${percent}, ${counts}` };
+    // A finished task's badge says it is done: its 100% would only repeat it. The
+    // no-break space keeps the separator at the end of a line the counts wrap at.
+    const withPercent = `${shown}\u00a0· ${percent}`;
+    return { shown: done ? shown : withPercent, spoken: `${percent}, ${counts}` };
   }
   if (progress?.current != null) {
     const shown = `${formatCount(progress.current)} so far`;
     return { shown, spoken: shown };
   }
-  return { shown: "", spoken: finished ? "finished" : "waiting for data" };
+  if (task.finished_at != null) return { shown: "", spoken: failed ? "failed" : "finished" };
+  return { shown: "", spoken: "waiting for data" };
 }
 
 export class TaskView {
@@ -75,11 +91,13 @@ export class TaskView {
     this.estimate = null;
     this.valuesShown = null;
     this.steps = null;
-    this.title = el(isStep ? "span" : "h3", { class: "task-title" });
+    // What reporters wrote is isolated (dir="auto", or a <bdi> within the page's words),
+    // so that a bidi control in it cannot reorder the page's own words around it.
+    this.title = el(isStep ? "span" : "h3", { class: "task-title", dir: "auto" });
     this.source = el("span", { class: "task-source" });
     this.badge = el("span", { class: "badge" });
     this.error = el("p", { class: "task-error" });
-    this.log = el("p", { class: "task-log" });
+    this.log = el("p", { class: "task-log", dir: "auto" });
     this.fill = el("div", { class: "bar-fill" });
     this.bar = el(
       "div",
@@ -119,14 +137,14 @@ export class TaskView {
     this.estimate = estimate;
     const title = task.title ?? "Untitled task";
     setText(this.title, title);
-    setText(this.source, task.source == null ? "" : `from ${task.source}`);
+    setParts(this.source, task.source == null ? [] : ["from ", { text: task.source }]);
     this.source.hidden = task.source == null;
     setAttribute(this.bar, "aria-label", `Progress of ${title}`);
     if (this.deletion != null) setAttribute(this.deletion.open, "aria-label", `Delete ${title}`);
     const log = task.progress?.values?.log;
     setText(this.log, log == null ? "" : String(log));
     this.log.hidden = log == null || log === "";
-    setText(this.error, failure?.message ?? "");
+    setParts(this.error, failure?.parts ?? []);
     this.error.hidden = failure == null;
     this.showBar(task);
     // A failed task's own error is shown above: the values need not repeat it.
@@ -135,11 +153,12 @@ export class TaskView {
   }
 
   showBar(task) {
-    const ratio = task.finished_at != null ? 1 : task.progress?.ratio;
+    const failed = this.failure != null;
+    const ratio = barRatio(task, failed);
     this.bar.classList.toggle("unknown", ratio == null && task.progress?.current != null);
     this.fill.style.width = ratio == null ? "" : `${ratio * 100}%`;
     setAttribute(this.bar, "aria-valuenow", ratio == null ? null : Math.floor(ratio * 100));
-    const { shown, spoken } = describeCounts(task, ratio);
+    const { shown, spoken } = describeCounts(task, ratio, failed);
     setText(this.numbers, shown);
     setAttribute(this.bar, "aria-valuetext", spoken);
   }
@@ -151,7 +170,7 @@ export class TaskView {
     this.valuesShown = shown;
     this.values.replaceChildren(
       ...entries.map(([key, value]) =>
-        el("div", {}, el("dt", {}, key), el("dd", {}, String(value))),
+        el("div", {}, el("dt", { dir: "auto" }, key), el("dd", { dir: "auto" }, String(value))),
       ),
     );
     this.values.hidden = entries.length === 0;
@@ -175,7 +194,7 @@ export class TaskView {
     if (state === "finished" || state === "failed") {
       const finished = parseTime(task.finished_at);
       setAttribute(this.age, "title", new Date(finished).toLocaleString());
-      return `took ${formatDuration(task.duration ?? 0)}, ${state} ${formatClock(finished)}`;
+      return `took ${formatDuration(runSeconds(task))}, ${state} ${formatClock(finished)}`;
     }
     if (state === "stale") {
       const quiet = stall.reason === "flat" ? "no progress" : "no report";
@@ -257,7 +276,7 @@ export class TaskView {
       failure,
     );
     const ask = (shown) => {
-      setText(words, shown ? question() : "");
+      setParts(words, shown ? question() : []);
       setText(failure, "");
       failure.hidden = true;
       asking.hidden = !shown;

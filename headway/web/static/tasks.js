@@ -1,3 +1,5 @@
+import { partsText } from "./dom.js";
+
 // The space as the page holds it: its tasks keyed by uuid (or, on a share link, by their
 // opaque id), families of steps, and where the next older page starts. Fed by the
 // stream's snapshot and task events and by older pages; knows nothing of the DOM. Also
@@ -28,27 +30,38 @@ export function failedError(values) {
 const stepFailed = (task) => task.finished_at != null && failedError(task.progress?.values) != null;
 
 /** "1 of 3 steps failed (Run migrations: exit code 3)" for `failed` steps (oldest first)
- *  out of `total`; null when none failed. */
-export function stepsSummary(failed, total) {
+ *  out of `total`, as parts (see dom.js `setParts`: the steps' titles and errors are
+ *  reporters' text); null when none failed. */
+function stepsSummary(failed, total) {
   if (failed.length === 0) return null;
-  const named = failed
-    .slice(0, NAMED_STEPS)
-    .map((step) => `${step.title ?? UNTITLED_STEP}: ${failedError(step.progress?.values)}`);
-  if (failed.length > NAMED_STEPS) named.push(`${failed.length - NAMED_STEPS} more`);
   const noun = total === 1 ? "step" : "steps";
-  return `${failed.length} of ${total} ${noun} failed (${named.join("; ")})`;
+  const parts = [`${failed.length} of ${total} ${noun} failed (`];
+  failed.slice(0, NAMED_STEPS).forEach((step, index) => {
+    if (index > 0) parts.push("; ");
+    const title = step.title == null ? UNTITLED_STEP : { text: step.title };
+    parts.push(title, ": ", { text: failedError(step.progress?.values) });
+  });
+  if (failed.length > NAMED_STEPS) parts.push(`; ${failed.length - NAMED_STEPS} more`);
+  parts.push(")");
+  return parts;
 }
 
-/** How `task` failed, with `steps` its children in any order: `{error, steps, message}`
- *  (`error`: its own, or null when only steps failed; `steps`: the failed ones, oldest
- *  first; `message`: both in one line), or null when it has not failed. */
+/** How `task` failed, with `steps` its children in any order: `{error, steps, message,
+ *  parts}` (`error`: its own, or null when only steps failed; `steps`: the failed ones,
+ *  oldest first; `message`: both in one line; `parts`: that line as dom.js `setParts`
+ *  shows it, the reporters' text apart), or null when it has not failed. */
 export function failureOf(task, steps = []) {
   if (task.finished_at == null) return null;
   const failed = steps.filter(stepFailed).sort((a, b) => -newestFirst(a, b));
   const error = failedError(task.progress?.values);
   if (error == null && failed.length === 0) return null;
-  const message = [error, stepsSummary(failed, steps.length)].filter((part) => part != null);
-  return { error, steps: failed, message: message.join("; ") };
+  const summary = stepsSummary(failed, steps.length);
+  const parts = [
+    ...(error == null ? [] : [{ text: error }]),
+    ...(error != null && summary != null ? ["; "] : []),
+    ...(summary ?? []),
+  ];
+  return { error, steps: failed, message: partsText(parts), parts };
 }
 
 export class SpaceState {
