@@ -304,3 +304,38 @@ async def test_the_check_looks_names_up_away_from_the_default_executor() -> None
     finally:
         release.set()
         await blocker
+
+
+def test_channels_stored_before_the_new_masks_are_masked_anew_by_their_migration(tmp_path):
+    """Forms stored by an earlier server (a username-only token shown, Apprise's
+    defaults added) are made again from each URL; a hidden host stays hidden."""
+    import sqlalchemy as sa
+    from alembic import command
+    from alembic.config import Config
+
+    from headway.storage.database import MIGRATIONS
+
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'old.db'}")
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    stored = {
+        "a": ("json://t0k3n@hooks.example.com/", "json://t0k3n@hooks.example.com/?method=POST"),
+        "b": ("ntfy://my-secret-topic", "ntfy://m...c/"),
+    }
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0011")
+        connection.execute(sa.text("INSERT INTO spaces (uuid, created_at_us) VALUES ('s', 1)"))
+        for uuid, (url, redacted) in stored.items():
+            connection.execute(
+                sa.text(
+                    "INSERT INTO channels (uuid, space_uuid, url, redacted, on_completed, "
+                    "on_failed, on_stalled, steps, stalled_after_s, created_at_us) VALUES "
+                    "(:uuid, 's', :url, :redacted, true, false, false, false, 600, 1)"
+                ),
+                {"uuid": uuid, "url": url, "redacted": redacted},
+            )
+        command.upgrade(config, "head")
+        masked = dict(connection.execute(sa.text("SELECT uuid, redacted FROM channels")).all())
+    engine.dispose()
+    assert masked == {"a": "json://****@hooks.example.com/", "b": "ntfy://m...c"}
