@@ -13,7 +13,7 @@ import msgspec
 from .. import domain
 from ..domain import Progress, TaskRow, TaskView, canonical_uuid
 from ..errors import BadRequest, NotFound
-from ..storage import queries
+from ..storage import pages, queries
 from ..storage.families import FamilyVersion, FamilyVersions
 from ..storage.small_spaces import (
     BigSpace,
@@ -37,7 +37,7 @@ SHOWN_PAGE = 100
 
 
 class SpaceQuery(TypedDict, total=False):
-    """A space read's query parameters (see `queries.Window`), each optional."""
+    """A space read's query parameters (see `pages.Window`), each optional."""
 
     before: str | None
     after: str | None
@@ -88,7 +88,7 @@ class SpaceReads:
         self, space_uuid: str, **query: Unpack[SpaceQuery]
     ) -> tuple[Head, AsyncIterator[list[Shown]]]:
         """A space read as its `{"title", "icon"}` and its tasks, a page at a time, in the
-        order `queries.Window` sets.
+        order `pages.Window` sets.
 
         Every bad parameter and an unknown space raise here, and the first page is read
         and rendered here too, so a store that is down fails the read before any byte is
@@ -104,7 +104,7 @@ class SpaceReads:
         key = canonical_uuid(space_uuid)
         if key is None:
             raise NotFound(NO_SPACE)
-        window = queries.Window(key, before_us, after_us, count, cast(queries.State | None, state))
+        window = pages.Window(key, before_us, after_us, count, cast(pages.State | None, state))
         head = self._spaces.heads.get(key)
         version: FamilyVersion | None = None
         now_us = 0
@@ -137,7 +137,7 @@ class SpaceReads:
                 return head, await self._rendered(held.rows_of(window), *self._held_shown(held))
             big = held if isinstance(held, BigSpace) else None
             version = 0 if big is None else big.version  # as the rows are read
-            pager = await queries.TopLevelPager.start(
+            pager = await pages.TopLevelPager.start(
                 fetch,
                 window,
                 SPACE_PAGE,
@@ -171,7 +171,7 @@ class SpaceReads:
         return _one(page)
 
     async def _pages(
-        self, pager: queries.TopLevelPager, first: list[Shown]
+        self, pager: pages.TopLevelPager, first: list[Shown]
     ) -> AsyncIterator[list[Shown]]:
         yield first
         while not pager.exhausted:

@@ -38,7 +38,7 @@ from .families import (
     FamilyVersion,
     row_bytes,
 )
-from .queries import Window, families_of, space_has_children, space_rows
+from .pages import Window, families_of, space_has_children, space_rows
 
 # Spaces of at most this many tasks are held whole; bigger ones are read page by page.
 SMALL_SPACE = 1000
@@ -196,7 +196,7 @@ class SmallSpaces:
 
     def page(self, big: BigSpace, window: Window) -> Page | None:
         """The rows a read of `window` in the big space answers (its top-level tasks and
-        their children, as `queries.TopLevelPager` pages them), if held and still
+        their children, as `pages.TopLevelPager` pages them), if held and still
         current; else None."""
         held = self._pages.get(window)
         if held is None:
