@@ -235,6 +235,7 @@ def _message(pending: channel_queue.Pending, space_title: str | None, link: str 
             task,
             reason=event.get("reason", "silent"),
             for_s=event.get("for_s", 0),
+            restarted=event.get("since") == "restart",
             space_title=space_title,
             link=link,
         )
