@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import re
 import signal
+import time
 
 import httpx
 import pytest
@@ -154,18 +155,34 @@ async def test_the_access_log_masks_uuids_in_paths(limited, caplog):
     assert not any(UUID.search(line) for line in lines(caplog))
 
 
-def test_a_real_server_says_where_to_open_it_logs_requests_and_its_shutdown(tmp_path):
-    server = LiveServer(tmp_path, HEADWAY_ACCESS_LOG="true").start()
+def test_a_real_server_says_where_to_open_it_logs_requests_deliveries_and_its_shutdown(
+    tmp_path, receiver
+):
+    server = LiveServer(
+        tmp_path, HEADWAY_ACCESS_LOG="true", HEADWAY_WEBHOOK_ALLOW_PRIVATE="true"
+    ).start()
     try:
         space = server.new_space("Logged")
+        hook = httpx.post(
+            f"{server.url}/spaces/{space}/webhooks", json={"url": receiver.url}, timeout=10
+        ).json()
         task = httpx.post(f"{server.url}/spaces/{space}/tasks", json={}, timeout=10).json()
-        httpx.put(f"{server.url}/tasks/{task['uuid']}", json={"current": 1}, timeout=10)
+        httpx.put(f"{server.url}/tasks/{task['uuid']}", json={"done": True}, timeout=10)
+        deadline = time.monotonic() + 20
+        while "delivered task.completed" not in server.errors():
+            assert time.monotonic() < deadline, server.errors()
+            time.sleep(0.1)
     finally:
         assert server.stop(signal.SIGTERM) in (0, -signal.SIGTERM)
     first = server.output().splitlines()[0]
     assert first.startswith(f"Headway listening on {server.url} — open it in a browser"), first
     errors = server.errors()
     assert f"PUT /tasks/{task['uuid'][:4]}… 200" in errors
+    port = receiver.url.split(":")[2].split("/")[0]
+    assert f"delivered task.completed to webhook {hook['uuid'][:4]}… (http://127.0.0.1:{port})" in (
+        errors
+    )
     assert "uvicorn" not in errors and '"PUT /tasks' not in errors  # uvicorn's own log is off
     assert "Headway shutting down" in errors
     assert not UUID.search(server.output() + errors)
+    assert hook["secret"] not in errors and "/hook" not in errors

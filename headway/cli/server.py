@@ -132,12 +132,16 @@ def _migrate(settings: Settings) -> int:
 
 
 def _worker(settings: Settings) -> int:
+    import logging.config
     import signal
 
     from ..clock import SystemClock
+    from ..logs import server_log_config
     from ..notify.deliver import channel_sender
     from ..storage.database import Database
     from ..worker import Worker
+
+    logging.config.dictConfig(server_log_config())  # deliveries logged as under serve
 
     async def run() -> None:
         db = Database(settings.database_url)
