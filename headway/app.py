@@ -18,7 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
-from . import metrics
+from . import logs, metrics
 from .api import badges as badge_routes
 from .api import channels as channel_routes
 from .api import client_wheel, events, health, hot, openapi
@@ -153,6 +153,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             app.state.loops["sweeper"] = sweeper_task
             async with mcp_endpoint.running():
                 yield
+            log.info("Headway shutting down: streams end, background work stops")
         finally:
             if live is not None:
                 live.end_all()
@@ -175,7 +176,8 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     mcp_endpoint = MCPEndpoint(settings, lambda: app.state.service)
     # `/metrics` is on this port unless metrics are off or have a port of their own.
     scraped_here = settings.metrics and settings.metrics_port is None
-    app = HeadwayApp(
+    app_class = logs.logged(HeadwayApp) if settings.access_log else HeadwayApp
+    app = app_class(
         instruments=metrics.instruments() if settings.metrics else None,
         routes=[
             *hot.routes,
@@ -202,6 +204,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     app.router.redirect_slashes = False  # `/spaces/` is a JSON 404, never a redirect
     app.state.settings = settings
     app.state.client_wheel = client_wheel.ClientWheel()
+    app.state.refusals = logs.RefusalLog()
     app.state.openapi = openapi.build_document(
         {
             **web_routes.openapi_paths,
@@ -299,6 +302,7 @@ class HeadwayApp(Starlette):
         try:
             response = await way.endpoint(request)
         except HeadwayError as exc:
+            _note_refusal(scope, exc)
             response = error_response(exc)
         except Exception as exc:
             response = await _failure(request, exc)
@@ -337,9 +341,20 @@ def make_feed(progress: ProgressStore) -> ChangeFeed:
     return progress.change_feed()
 
 
-async def _headway_error(_request: Request, exc: Exception) -> Response:
+async def _headway_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HeadwayError)
+    _note_refusal(request.scope, exc)
     return error_response(exc)
+
+
+def _note_refusal(scope: Scope, exc: HeadwayError) -> None:
+    """Log a 429 or 503 refusal (see `logs.RefusalLog`): which limit, and to whom."""
+    if exc.status not in (429, 503):
+        return
+    state = scope["app"].state
+    limiter = getattr(state, "limiter", None)
+    client = limiter.address_of(scope) if limiter is not None else "unknown"
+    state.refusals.refused(exc.status, exc.message, client)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

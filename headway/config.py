@@ -60,6 +60,8 @@ class Settings:
     trusted_proxies: tuple[str, ...] = ()
     # False turns every rate limit off; budgets and sizes stay on.
     rate_limits: bool = True
+    # One log line per request (headway.logs); off, the app has no access log to skip.
+    access_log: bool = False
     # Per client address, in the `limits` notation ("600/second;6000/minute").
     rate_spaces: str = "600/second;6000/minute"
     rate_tasks: str = "600/second;6000/minute"
@@ -141,6 +143,7 @@ class Settings:
             mcp_allowed_hosts=_host_patterns(env, "MCP_ALLOWED_HOSTS"),
             trusted_proxies=_networks(env, "TRUSTED_PROXIES"),
             rate_limits=_bool(env, "RATE_LIMITS", defaults.rate_limits),
+            access_log=_bool(env, "ACCESS_LOG", defaults.access_log),
             rate_spaces=_rate(env, "RATE_SPACES", defaults.rate_spaces),
             rate_tasks=_rate(env, "RATE_TASKS", defaults.rate_tasks),
             rate_webhooks=_rate(env, "RATE_WEBHOOKS", defaults.rate_webhooks),

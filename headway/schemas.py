@@ -6,8 +6,10 @@ enforced everywhere the body is accepted and published in the OpenAPI document.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
+from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 from urllib.parse import unquote_to_bytes
 
@@ -315,7 +317,7 @@ def decode_create(body: bytes, model: type[msgspec.Struct]) -> Any:
     decoder = _decoders.get(model)
     if decoder is None:
         decoder = _decoders[model] = msgspec.json.Decoder(model)
-    decoded = _decode(decoder, body, Unprocessable)
+    decoded = _decode(decoder, body, Unprocessable, members=model.__struct_fields__)
     for name in decoded.__struct_fields__:
         value = getattr(decoded, name)
         # PostgreSQL text cannot hold NUL; refuse it on every backend alike.
@@ -326,7 +328,7 @@ def decode_create(body: bytes, model: type[msgspec.Struct]) -> Any:
 
 def decode_report(body: bytes, *, what: str = "request body") -> Report:
     """Decode a `PUT` report body; any problem is a 400 naming it."""
-    parsed: ReportBody = _decode(_report_decoder, body, BadRequest, what)
+    parsed: ReportBody = _decode(_report_decoder, body, BadRequest, what, _REPORT_MEMBERS)
     for name in ("current", "end"):
         if _beyond_float(getattr(parsed, name)):
             raise BadRequest(f"Invalid {what}: {name} {_BEYOND_FLOAT}.")
@@ -352,13 +354,14 @@ def _decode(
     body: bytes,
     error: type[HeadwayError],
     what: str = "request body",
+    members: Sequence[str] = (),
 ) -> Any:
     if not body.strip():
         raise error("The request body must be a JSON object, for example {}.")
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as exc:  # a subclass of DecodeError: test it first
-        raise error(f"Invalid {what}: {_describe(exc)}.") from None
+        raise error(f"Invalid {what}: {_describe(exc, members)}.") from None
     except msgspec.DecodeError as exc:
         if _SURROGATE_ESCAPE.search(body):
             # msgspec's words for it ("Input data was truncated") would mislead.
@@ -380,14 +383,74 @@ _SURROGATE_ESCAPE = re.compile(
 )
 
 
-def _describe(exc: Exception) -> str:
+def _describe(exc: Exception, members: Sequence[str] = ()) -> str:
+    """msgspec's words for what is wrong with a body, as a sentence a person can act on,
+    naming the member (`members`: the body's own, listed when an unknown one is sent)."""
     text = str(exc)
     if text.startswith("Expected `bool | int | float | str`, got") and "$.values[" in text:
         return "values must be a flat object of numbers, strings or booleans (at $.values[...])"
-    text = text.replace("Expected `object`, got", "expected a JSON object, got")
-    text = text.replace("Object contains unknown field", "unknown member")
+    unknown = _UNKNOWN.fullmatch(text)
+    if unknown is not None:
+        return _unknown_member(unknown["name"], members)
+    expected = _EXPECTED.fullmatch(text)
+    if expected is not None:
+        return _wrong_type(expected["types"], expected["got"], expected["bound"], expected["at"])
     text = text.replace("Number out of range", "a number is out of range")
     return text
+
+
+_UNKNOWN = re.compile(r"Object contains unknown field `(?P<name>[^`]*)`")
+_EXPECTED = re.compile(
+    r"Expected `(?P<types>[^`]+)`(?:, got `(?P<got>[^`]+)`)?(?P<bound>[^`]*?)"
+    r"(?: - at `\$(?P<at>[^`]*)`)?"
+)
+_TYPE_WORDS = {
+    "str": "a string",
+    "bool": "true or false",
+    "object": "a JSON object",
+    "array": "an array",
+    "null": "null",
+}
+_GOT_WORDS = {"int": "a number", "float": "a number", "bool": "a boolean (true or false)"}
+_GOT_WORDS |= {"str": "a string", "object": "an object", "array": "an array", "null": "null"}
+_REPORT_MEMBERS = ("current", "end", "done", "values")
+
+
+def _unknown_member(name: str, members: Sequence[str]) -> str:
+    if tuple(members) == _REPORT_MEMBERS:  # say where reporters' own data goes
+        return (
+            f"unknown member {name!r}: a report has current, end, done and values; put "
+            f'{name!r} in values, as {{"values": {{{json.dumps(name)}: ...}}}}'
+        )
+    if members:
+        listed = ", ".join(members[:-1]) + f" and {members[-1]}" if len(members) > 1 else members[0]
+        return f"unknown member {name!r}: the members are {listed}"
+    return f"unknown member {name!r}"
+
+
+def _wrong_type(types: str, got: str | None, bound: str, at: str | None) -> str:
+    names = [name.strip() for name in types.split("|")]
+    words = []
+    if "int" in names or "float" in names:
+        words.append("a number")
+    words += [_TYPE_WORDS.get(name, f"`{name}`") for name in names if name not in ("int", "float")]
+    member = f"{at.lstrip('.')!r}" if at else "the body"
+    wanted = " or ".join(words)
+    if got is not None:
+        sentence = f"{member} must be {wanted}, not {_GOT_WORDS.get(got, got)}"
+        if got == "str" and words[0] == "a number":
+            sentence += ' (write the number without quotes, as 3 rather than "3")'
+        return sentence
+    bound = bound.strip()
+    length = re.fullmatch(r"of length (<=|>=) (\d+)", bound)
+    if length is not None:
+        most = "at most" if length[1] == "<=" else "at least"
+        return f"{member} must be {most} {length[2]} characters long"
+    number = re.fullmatch(r"(<=|>=|<|>) (\S+)", bound)
+    if number is not None:
+        relation = {"<=": "at most", ">=": "at least", "<": "below", ">": "above"}[number[1]]
+        return f"{member} must be {wanted}, {relation} {number[2]}"
+    return f"{member} must be {wanted}" + (f" {bound}" if bound else "")
 
 
 def query_params(query_string: bytes) -> dict[str, str]:

@@ -27,6 +27,7 @@ from . import metrics
 from .api.responses import NOSNIFF
 from .config import Settings
 from .errors import error_body
+from .logs import server_log_config
 from .scope import CONNECTION
 
 log = logging.getLogger("headway")
@@ -81,7 +82,8 @@ def server_config(settings: Settings, *, workers: int = 1, app: Any = None) -> S
         ws="none",
         lifespan="on",
         log_level="warning",
-        access_log=False,
+        log_config=server_log_config(),
+        access_log=False,  # uvicorn's own; HEADWAY_ACCESS_LOG is the app's (headway.logs)
     )
 
 

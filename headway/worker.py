@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 from . import metrics, webhooks
 from .clock import Clock
 from .dependencies import unavailable
+from .logs import endpoint, masked
 from .storage import deliveries, outbox
 from .storage.database import Database
 from .storage.deliveries import Claim
@@ -193,9 +194,9 @@ class Worker:
             await self.record(claim, await self.attempt(claim))
         except Exception:  # e.g. the database is down: the lease lapses, it is tried again
             log.exception(
-                "could not record the attempt of event %s to webhook %s",
-                claim.event_id,
-                claim.webhook_uuid,
+                "could not record the attempt of event %s to %s",
+                masked(claim.event_id),
+                endpoint("webhook", claim.webhook_uuid, claim.url),
             )
 
     async def attempt(self, claim: Claim) -> Outcome:
@@ -266,18 +267,20 @@ class Worker:
         each in the webhook's log."""
         now = self.clock.now_us()
         async with self.db.write() as st:
+            to = endpoint("webhook", claim.webhook_uuid, claim.url)
             if outcome.delivered:
                 metrics.delivery("delivered")
                 await deliveries.finish_delivery(st, claim, now, "delivered")
+                log.info("delivered %s to %s (attempt %d)", claim.event, to, claim.attempt)
             elif claim.attempt >= MAX_ATTEMPTS:
                 metrics.delivery("given_up")
                 metrics.given_up("webhook", "attempts")
                 log.warning(
-                    "giving up on event %s to webhook %s after %d attempts: %s",
-                    claim.event_id,
-                    claim.webhook_uuid,
+                    "gave up %s to %s after %d attempts: %s",
+                    claim.event,
+                    to,
                     claim.attempt,
-                    outcome.error,
+                    masked(outcome.error or ""),
                 )
                 detail = f"the last of {claim.attempt} attempts failed: {outcome.error}"
                 await deliveries.finish_delivery(st, claim, now, "given_up", detail)
@@ -286,6 +289,14 @@ class Worker:
                 delay = retry_delay_s(claim.attempt, self._jitter())
                 due = now + round(delay * 1_000_000)
                 await deliveries.retry_delivery(st, claim, due, now, outcome.error)
+                log.info(
+                    "retrying %s to %s in %.0f s (attempt %d failed: %s)",
+                    claim.event,
+                    to,
+                    delay,
+                    claim.attempt,
+                    masked(outcome.error or ""),
+                )
 
     async def heartbeat(self) -> None:
         async with self.db.write() as st:

@@ -483,6 +483,60 @@ async def test_wrongly_typed_member_errors_name_the_member(client, space, make_t
     assert "current" in (await client.put(f"/tasks/{task}", json={"current": "1"})).json()["error"]
 
 
+async def test_an_unknown_report_member_says_to_put_it_in_values(client, make_task):
+    task = await make_task()
+    answer = await client.put(f"/tasks/{task}", json={"log": "hello"})
+    assert answer.status_code == 400
+    assert answer.json() == {
+        "error": "Invalid request body: unknown member 'log': a report has current, end, "
+        'done and values; put \'log\' in values, as {"values": {"log": ...}}.'
+    }
+    answer = await client.post(f"/spaces/{(await client.post('/spaces', json={})).json()['uuid']}"
+                               "/tasks", json={"tilte": "Deploy"})  # fmt: skip
+    assert answer.status_code == 422
+    assert answer.json()["error"].endswith(
+        "unknown member 'tilte': the members are title, source and parent_uuid."
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (
+            {"current": "3"},
+            "'current' must be a number or null, not a string (write the number without "
+            'quotes, as 3 rather than "3").',
+        ),
+        ({"end": True}, "'end' must be a number or null, not a boolean (true or false)."),
+        ({"current": -1}, "'current' must be a number, at least 0."),
+        ({"values": []}, "'values' must be a JSON object or null, not an array."),
+    ],
+)
+async def test_a_wrongly_typed_member_is_told_in_words_like_every_other_error(
+    client, make_task, body, message
+):
+    task = await make_task()
+    answer = await client.put(f"/tasks/{task}", json=body)
+    assert answer.status_code == 400
+    assert answer.json() == {"error": f"Invalid request body: {message}"}
+
+
+async def test_openapi_says_malformed_json_is_400_on_reports_and_422_on_creates(client, make_task):
+    paths = (await client.get("/openapi.json")).json()["paths"]
+    for path, method, status in (
+        ("/tasks/{task_uuid}", "put", "400"),
+        ("/spaces", "post", "422"),
+        ("/spaces/{space_uuid}/tasks", "post", "422"),
+    ):
+        description = paths[path][method]["description"]
+        assert f"not valid JSON, or holds an unknown or wrongly typed member, is {status}" in (
+            description
+        )
+    task = await make_task()
+    assert (await client.put(f"/tasks/{task}", content=b"{")).status_code == 400
+    assert (await client.post("/spaces", content=b"{")).status_code == 422
+
+
 async def test_validation_errors_do_not_claim_the_json_is_malformed(client, make_task):
     task = await make_task()
     message = (await client.put(f"/tasks/{task}", json={"current": -1})).json()["error"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -153,7 +154,12 @@ async def test_agent_reports_a_job_and_reads_back_what_rest_shows(
 ) -> None:
     async with connect(mode, mcp_url) as client:
         space = await call(client, "create_space", title=f"Agent {mode}", icon="🤖")
-        assert space == {"uuid": space["uuid"], "title": f"Agent {mode}", "icon": "🤖"}
+        assert space == {
+            "uuid": space["uuid"],
+            "title": f"Agent {mode}",
+            "icon": "🤖",
+            "dashboard_url": f"{mcp_url.removesuffix('/mcp')}/spaces/{space['uuid']}",
+        }
         job = await call(client, "create_task", space_uuid=space["uuid"], title="Release")
         steps = [
             (await call(client, "create_task", space_uuid=space["uuid"], title=title,
@@ -375,6 +381,85 @@ async def test_post_to_mcp_is_answered_in_place(mcp_url: str) -> None:
         answer = await http.post(mcp_url, json=rpc("tools/list", 1))
     assert answer.status_code == 200
     assert "location" not in answer.headers
+
+
+async def test_create_space_gives_the_dashboard_a_person_opens(mcp_url: str, base_url: str) -> None:
+    async with connect("auto", mcp_url) as client:
+        tools = {tool.name: tool for tool in (await client.list_tools()).tools}
+        space = await call(client, "create_space", title="Watched")
+    assert space["dashboard_url"] == f"{base_url}/spaces/{space['uuid']}"
+    page = httpx.get(space["dashboard_url"], headers={"accept": "text/html"}, timeout=10)
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert "dashboard_url" in tools["create_space"].description
+    assert "dashboard_url" in tools["create_space"].output_schema["required"]
+    for name in ("create_task", "report_progress"):
+        assert "stays open" in tools[name].description
+        assert "until you send done: true to it" in tools[name].description, name
+
+
+async def test_the_instructions_say_where_to_watch_and_when_a_parent_finishes(
+    mcp_url: str,
+) -> None:
+    async with httpx.AsyncClient(headers=JSON_RPC) as http:
+        answer = await http.post(
+            mcp_url,
+            json=rpc(
+                "initialize",
+                1,
+                protocolVersion=HANDSHAKE,
+                capabilities={},
+                clientInfo={"name": "test", "version": "1"},
+            ),
+        )
+    instructions = " ".join(answer.json()["result"]["instructions"].split())
+    assert "dashboard_url" in instructions and "browser" in instructions
+    assert "stays open until you send done: true to it" in instructions
+
+
+def test_the_dashboard_is_on_the_public_url_when_one_is_set(tmp_path: Path) -> None:
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'headway.db'}",
+        run_worker=False,
+        public_url="https://progress.example",
+    )
+    with serving(settings) as (host, port):
+        answer = httpx.post(
+            f"http://{host}:{port}/mcp",
+            json=rpc("tools/call", 1, name="create_space", arguments={}),
+            headers=JSON_RPC,
+            timeout=10,
+        )
+    space = answer.json()["result"]["structuredContent"]
+    assert space["dashboard_url"] == f"https://progress.example/spaces/{space['uuid']}"
+
+
+async def test_a_request_without_content_type_is_taken_as_json_like_rest(mcp_url: str) -> None:
+    async with httpx.AsyncClient(headers=JSON_RPC) as http:
+        answer = await http.post(mcp_url, content=json.dumps(rpc("tools/list", 1)).encode())
+    assert "content-type" not in answer.request.headers
+    assert answer.status_code == 200, answer.text
+    assert {tool["name"] for tool in answer.json()["result"]["tools"]} == TOOLS
+
+
+def test_the_readmes_python_snippet_runs_as_written(base_url: str) -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## MCP: AI agents", 1)[1].split("\n## ", 1)[0]
+    [snippet] = [
+        block
+        for block in re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+        if "from mcp import Client" in block
+    ]
+    assert "http://127.0.0.1:8000" in snippet
+    result = subprocess.run(
+        [sys.executable, "-c", snippet.replace("http://127.0.0.1:8000", base_url)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert re.fullmatch(
+        rf"watch it at {re.escape(base_url)}/spaces/[0-9a-f-]{{36}}\n", result.stdout
+    )
 
 
 async def test_a_body_that_is_not_json_is_refused_with_json(mcp_url: str) -> None:

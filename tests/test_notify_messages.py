@@ -218,6 +218,13 @@ def test_a_task_that_never_reported_stalls_since_it_started() -> None:
     )
 
 
+def test_a_stall_counted_from_a_restart_says_the_server_restarted() -> None:
+    data = task(finished_at=None, updated_at=None)
+    assert stalled(data, reason="silent", for_s=720, restarted=True).title == (
+        "⏸ Deploy stalled: no report since the server restarted 12 min ago"
+    )
+
+
 def test_a_stall_without_a_known_ratio_says_no_percentage() -> None:
     data = task(current=80, finished_at=None)
     assert stalled(data, reason="flat", for_s=90).title == (

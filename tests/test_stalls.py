@@ -12,6 +12,7 @@ import pytest
 
 from headway.notify.deliver import DIGEST_S, ChannelSender
 from headway.notify.stalls import StallWatch
+from headway.progress.memory import MemoryProgressStore
 
 from .conftest import pairs
 
@@ -106,6 +107,28 @@ async def test_a_task_that_never_reported_stalls_from_its_creation(
     await look(watch, sender, clock, AFTER + 1)
     assert len(json_receiver.arrivals) == 1
     assert "Import stalled" in json_receiver.arrivals[0].title
+
+
+async def test_after_a_restart_a_task_silent_since_says_the_server_restarted(
+    client, app, make_task, channel, sender, clock, json_receiver
+):
+    """Progress in process memory is lost with the process: a task that reported before
+    the restart is silent since the restart, and the message says that, not that it never
+    reported."""
+    await stop(app.state.loops["stalls"])
+    task = await make_task(title="Import")
+    await report(client, task, current=3, end=10)
+    clock.advance(3600)  # an hour on, the server restarts: its memory starts empty
+    service = app.state.service
+    restarted = MemoryProgressStore(86_400, clock)
+    watch = StallWatch(service.db, restarted, clock, service.event_views)
+    await look(watch, sender, clock, AFTER - 30)
+    assert titles(json_receiver) == []  # silent since the restart, not for an hour
+    await look(watch, sender, clock, 120)
+    [title] = titles(json_receiver)
+    assert title.startswith("⏸ Import stalled")
+    assert "no report since the server restarted 11 min" in title, title
+    assert "since it started" not in title
 
 
 async def test_a_finished_task_never_stalls_and_a_finish_ends_an_episode(

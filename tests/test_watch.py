@@ -51,8 +51,11 @@ def task_json(
     finished: bool = False,
     duration: int | None = None,
     share: bool = False,
+    created: float | None = None,
 ) -> dict:
-    """A task as the stream sends it (`share`: as a share link's stream does)."""
+    """A task as the stream sends it (`share`: as a share link's stream does), created
+    `created` seconds ago (by default, a finished one its `duration` before it finished)."""
+    ran = duration if finished and duration is not None else 600
     progress = None
     if current is not None or finished:
         ratio = 1 if finished else (min(current / end, 1) if current is not None and end else None)
@@ -73,7 +76,7 @@ def task_json(
         **names,
         "title": title,
         "source": None,
-        "created_at": stamp(duration if finished and duration is not None else 600),
+        "created_at": stamp(created if created is not None else ran),
         "finished_at": stamp(0) if finished else None,
         "duration": duration if finished else None,
         "progress": progress,
@@ -85,8 +88,8 @@ def snapshot(*tasks: dict, title: str = "Nightly", icon: str | None = "🌙") ->
     return Event("snapshot", json.dumps({"title": title, "icon": icon, "tasks": list(tasks)}))
 
 
-def drawn(board: Board, now: datetime = NOW) -> list[str]:
-    console = Console(record=True, width=150, file=open(os.devnull, "w"))  # noqa: SIM115
+def drawn(board: Board, now: datetime = NOW, width: int = 150) -> list[str]:
+    console = Console(record=True, width=width, file=open(os.devnull, "w"))  # noqa: SIM115
     console.print(render(board, now))
     console.file.close()
     return [line.rstrip() for line in console.export_text().splitlines()]
@@ -164,23 +167,23 @@ def test_the_board_draws_bars_steps_counts_rates_ages_and_marks() -> None:
                 values={"exit_code": 2, "error": "exit code 2", "log": "rsync: error"},
             ),
             task_json("n", "Counting", current=12, updated=30),
-            task_json("w", "Waiting"),
+            task_json("w", "Waiting", created=30),
         )
     )
     lines = drawn(board)
     assert lines[0].strip() == "🌙 Nightly"
     assert "live · 6 tasks · 1 failed ·" in lines[-1]
-    titles = ("Deploy", "Build", "Upload", "Backup", "Counting", "Waiting")
+    titles = ("Waiting", "Counting", "Deploy", "Build", "Upload", "Backup")  # newest first
     assert [lines.index(row(lines, title)) for title in titles] == list(range(2, 8))
-    assert re.search(r"^•\s+Deploy\s.*50%\s+1/2", row(lines, "Deploy"))
+    assert re.search(r"^…\s+Deploy\s.*50%\s+1/2", row(lines, "Deploy"))
     assert re.search(r"^✓\s{4}Build\s.*100%\s+5/5\s+took 1 min 15 s", row(lines, "Build"))
     upload = row(lines, "Upload")
-    said = r"^•\s{4}Upload\s.*45%\s+45/100\s+5 files/s\s+11 s\s+2\.0 s ago\s+sending"
+    said = r"^…\s{4}Upload\s.*45%\s+45/100\s+5 files/s\s+11 s\s+2\.0 s ago\s+sending"
     assert re.search(said, upload)
     backup = row(lines, "Backup")
     assert re.search(r"^✗\s+Backup\s.*100%\s+3/10\s+took 1 h 6 min.*\sexit code 2$", backup)
-    assert re.search(r"^•\s+Counting\s.*\s12\s+30 s ago$", row(lines, "Counting"))
-    assert re.search(r"^·\s+Waiting$", row(lines, "Waiting"))  # nothing reported yet
+    assert re.search(r"^…\s+Counting\s.*\s12\s+30 s ago$", row(lines, "Counting"))
+    assert re.search(r"^…\s+Waiting\s+waiting$", row(lines, "Waiting"))  # nothing reported yet
 
 
 def test_a_failed_task_is_marked_with_how_it_failed_and_its_parent_names_it() -> None:
@@ -201,7 +204,7 @@ def test_a_failed_task_is_marked_with_how_it_failed_and_its_parent_names_it() ->
         )
     )
     lines = drawn(board)
-    assert re.search(r"^•\s{4}Run migrations\s.*migrating$", row(lines, "Run migrations"))
+    assert re.search(r"^…\s{4}Run migrations\s.*migrating$", row(lines, "Run migrations"))
     assert re.search(r"^✓\s+Exit code only\s", row(lines, "Exit code only"))  # only error decides
     assert re.search(r"^✓\s+Empty error\s.*fine$", row(lines, "Empty error"))
     assert "failed" not in lines[-1]
@@ -263,7 +266,71 @@ def test_task_events_update_rows_add_tasks_and_steps_and_measure_rates() -> None
     assert "reconnecting: the stream ended" in drawn(board)[-1]
     board.apply(snapshot(task_json("t", "Copy", current=40, end=100, updated=0), title="Again"))
     again = drawn(board)
-    assert again[0].strip() == "🌙 Again" and "live · 1 tasks" in again[-1]
+    assert again[0].strip() == "🌙 Again" and "live · 1 task ·" in again[-1]
+
+
+def wide_board() -> Board:
+    """A board whose titles and log lines are longer than a terminal is wide."""
+    board = Board()
+    parent = task_json(
+        "p",
+        "Deploy the whole application to production, region by region",
+        current=1,
+        end=2,
+        created=900,
+    )
+    parent["progress"]["aggregated"] = True
+    parent["children"] = [
+        task_json("c1", "Build", parent="p", finished=True, current=5, end=5, duration=75),
+        task_json("c2", "Upload", parent="p", current=45, end=100, updated=2,
+                  values={"rate": 5.0, "unit": "files", "log": "sending chunk 45 " * 8}),
+    ]  # fmt: skip
+    failed = {"exit_code": 2, "error": "exit code 2", "log": "rsync: error"}
+    board.apply(
+        snapshot(
+            parent,
+            task_json("f", "Backup", finished=True, current=3, end=10, duration=4000,
+                      values=failed, created=800),
+            task_json("n", "Counting", current=12, updated=30, created=700),
+        )
+    )  # fmt: skip
+    return board
+
+
+@pytest.mark.parametrize("width", [80, 100, 160])
+def test_the_board_fits_the_terminal_keeping_marks_and_percents(width: int) -> None:
+    lines = drawn(wide_board(), width=width)
+    assert all(len(line) <= width for line in lines)
+    assert re.search(r"^…\s+Deploy the\s.*…\s.*\s50%\s", row(lines, "Deploy"))
+    assert re.search(r"^✓\s{4}Build\s.*\s100%(\s|$)", row(lines, "Build"))
+    assert re.search(r"^…\s{4}Upload\s.*\s45%(\s|$)", row(lines, "Upload"))
+    assert re.search(r"^✗\s+Backup\s.*\s100%(\s|$)", row(lines, "Backup"))
+    assert re.search(r"^…\s+Counting\s.*\s12(\s|$)", row(lines, "Counting"))
+    headers = lines[1].split()
+    assert headers[0] == "task" and "log" in headers  # the log is cut, not dropped
+    assert "sending chunk 45 sending" in row(lines, "Upload") or row(lines, "Upload").endswith("…")
+    if width >= 100:
+        assert "━" in row(lines, "Build") and "count" in headers and "left" in headers
+    if width >= 160:
+        assert headers == ["task", "progress", "count", "rate", "left", "updated", "log"]
+        assert re.search(r"45%\s+45/100\s+5 files/s\s+11 s\s+2\.0 s ago\s+sending", row(lines, "Upload"))
+
+
+def test_the_board_lists_newest_first_and_says_waiting_and_stalled() -> None:
+    board = Board()
+    stuck = task_json("c", "Stuck", current=2, end=4, updated=700, created=800)
+    board.apply(
+        snapshot(task_json("a", "Oldest", created=900), task_json("b", "Newer", created=60), stuck)
+    )
+    board.apply(Event("task", json.dumps(task_json("d", "Just created", created=1))))
+    lines = drawn(board, width=80)
+    titles = ("Just created", "Newer", "Stuck", "Oldest")
+    assert [lines.index(row(lines, title)) for title in titles] == list(range(2, 6))
+    assert re.search(r"^…\s+Newer\s+waiting$", row(lines, "Newer"))
+    assert re.search(r"^…\s+Just created\s+waiting$", row(lines, "Just created"))
+    assert re.search(r"^…\s+Oldest\s+stalled$", row(lines, "Oldest"))  # silent since 15 min
+    assert re.search(r"^…\s+Stuck\s.*50% stalled\s+2/4\s+11m40s ago$", row(lines, "Stuck"))
+    assert "live · 4 tasks ·" in lines[-1]
 
 
 def test_the_board_draws_a_share_links_tasks() -> None:
@@ -449,8 +516,8 @@ def test_readme_watch_examples_show_a_space_and_a_share_link_live(
             terminal = Terminal(line, env)
             terminals.append(terminal)
             terminal.wait_for(r"Nightly jobs")
-            terminal.wait_for(r"^•\s+Deploy\s")
-            terminal.wait_for(rf"^•\s+Build\s.*{3 + round_}0%\s+{3 + round_}/10\s.*compiling")
+            terminal.wait_for(r"^…\s+Deploy\s")
+            terminal.wait_for(rf"^…\s+Build\s.*{3 + round_}0%\s+{3 + round_}/10\s.*compiling")
             client.report(build, 4 + round_, 10, log="compiling")
             terminal.wait_for(rf"{4 + round_}/10")
         client.report(build, 10, 10, log="linked")  # the last step: Deploy finishes too
@@ -467,9 +534,9 @@ def test_watch_follows_reports_as_they_come(server: LiveServer, terminals: list[
     with Client(server.url, space=space, min_interval=0.05) as client:
         with client.task("Upload") as task:
             task.report(1, 4, log="first part")
-            terminal.wait_for(r"^•\s+Upload\s.*25%\s+1/4.*first part")
+            terminal.wait_for(r"^…\s+Upload\s.*25%\s+1/4.*first part")
             task.report(3, 4, log="third part")
-            terminal.wait_for(r"^•\s+Upload\s.*75%\s+3/4.*third part")
+            terminal.wait_for(r"^…\s+Upload\s.*75%\s+3/4.*third part")
         terminal.wait_for(r"^✓\s+Upload\s.*100%")
     assert terminal.interrupt() == 0
 

@@ -76,6 +76,7 @@ class MCPEndpoint:
         settings: Settings,
         service: Callable[[], Service],
     ) -> None:
+        self._settings = settings
         self._hosts = mcp_hosts.allowed_hosts(settings)
         self._service = service
         self._serving = False
@@ -110,7 +111,7 @@ class MCPEndpoint:
 
             from . import mcp_tools
 
-            server = mcp_tools.build_server(self._service)
+            server = mcp_tools.build_server(self._service, self._settings.public_url)
             server.streamable_http_app(
                 stateless_http=True,
                 json_response=True,
@@ -169,7 +170,9 @@ class MCPEndpoint:
                 manager = await self._started_manager()
                 reading = MCP_READER.set(reader)  # its tools' reads count like REST's
                 try:
-                    await manager.handle_request(scope, _replay(body, receive), _as_headway(send))
+                    await manager.handle_request(
+                        _json_by_default(scope), _replay(body, receive), _as_headway(send)
+                    )
                 finally:
                     MCP_READER.reset(reading)
                 return
@@ -202,6 +205,14 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replay
+
+
+def _json_by_default(scope: Scope) -> Scope:
+    """The request, said to be JSON if it does not say what it is, as REST takes it (the
+    SDK refuses a missing Content-Type; a wrong one it still refuses)."""
+    if any(name == b"content-type" for name, _ in scope["headers"]):
+        return scope
+    return {**scope, "headers": [*scope["headers"], (b"content-type", b"application/json")]}
 
 
 def _declared_length(scope: Scope) -> int:

@@ -40,13 +40,35 @@ _TASK_UUID = "The task's uuid, as create_task returned it."
 INSTRUCTIONS = """\
 Headway shows the progress of long-running work. Workflow for reporting your own job:
 1. create_space once; keep the returned uuid: it is the only credential for the space.
+   Its dashboard_url is the page where a person watches the space live in a browser:
+   give it to the person you work for.
 2. create_task for the job; for a multi-step job also create_task once per step with
    parent_uuid set to the job's uuid (one level of nesting only).
 3. report_progress on each step as you work (current, end, values.log for a status line);
    every call replaces the task's whole state. Send done: true when a step is finished.
-   The job (parent) counts its finished steps and finishes when all of them have.
+   The job (parent) counts its finished steps. If you report to the job itself, it stays
+   open until you send done: true to it; if you never do, it finishes when all of its
+   steps have.
 4. get_task or get_space to read progress, yours or anyone's whose uuid you were given.
 """
+_HELD_PARENT = (
+    "A parent you report to yourself stays open, even once all its steps have finished, "
+    "until you send done: true to it."
+)
+
+
+class SpaceCreatedForAgents(schemas.SpaceCreated):
+    """create_space's answer: REST's, and where a person watches the space."""
+
+    dashboard_url: Annotated[
+        str,
+        Meta(
+            description="The space's page, live in a browser: give it to the person you "
+            "work for. It holds the space's uuid, so share it only with those who may "
+            "report to the space (a share link reads it without that power).",
+            extra_json_schema={"format": "uri"},
+        ),
+    ]
 
 
 # --- Arguments ---------------------------------------------------------------------------
@@ -200,6 +222,12 @@ async def _create_space(service: Service, arguments: dict[str, Any], client: str
     return await service.create_space(decode_create(_body(arguments), CreateSpace))
 
 
+def dashboard_url(answer: Any, base_url: str) -> dict[str, Any]:
+    """create_space's answer with the space's page (`/spaces/{uuid}`) on `base_url`."""
+    plain = msgspec.to_builtins(answer)
+    return {**plain, "dashboard_url": f"{base_url.rstrip('/')}/spaces/{plain['uuid']}"}
+
+
 async def _get_space(service: Service, arguments: dict[str, Any], client: str) -> Any:
     query: SpaceQuery = _convert(arguments, SpaceQuery)
     bill = await admit_tool()  # rated as REST's reads are (see `api.costs`)
@@ -254,10 +282,12 @@ _TOOLS: list[tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnno
         "create_space",
         "Create a space to hold tasks; do this once per job or project. Returns the space's "
         "uuid, the only credential for reading and writing it: keep it, it cannot be "
-        "recovered. Optional title and icon (exactly one character, such as an emoji).",
+        "recovered; and its dashboard_url, the page where a person watches its tasks live in "
+        "a browser: give it to the person you work for. Optional title and icon (exactly "
+        "one character, such as an emoji).",
         _create_space,
         _input_schema(CreateSpace),
-        schemas.SpaceCreated,
+        SpaceCreatedForAgents,
         ToolAnnotations(
             title="Create a space",
             read_only_hint=False,
@@ -284,7 +314,7 @@ _TOOLS: list[tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnno
         "step with parent_uuid set to the job's uuid: the job's progress then counts its "
         "finished steps and it finishes when they all have (one level of nesting only). "
         "Report to a task as soon as work on it starts: a task that never reports looks like "
-        "a dead reporter. Returns the task's uuid.",
+        f"a dead reporter. {_HELD_PARENT} Returns the task's uuid.",
         _create_task,
         _with_uuid(
             _input_schema(CreateTask),
@@ -317,8 +347,8 @@ _TOOLS: list[tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnno
         "values.log is a one-line status message. The task finishes when current reaches a "
         "positive end or done is true; {done: true} alone finishes it and keeps the last "
         "numbers. Finishing is one-way and notifies the space's webhooks once. Do not report "
-        "counts to a task that has steps: its progress is derived from them. Returns the "
-        "task as it now stands.",
+        "counts to a task that has steps: its progress is derived from them. "
+        f"{_HELD_PARENT} Returns the task as it now stands.",
         _report_progress,
         _with_uuid(_input_schema(schemas.ReportBody), "task_uuid", _TASK_UUID),
         schemas.TaskOut,
@@ -351,15 +381,17 @@ _TOOLS: list[tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnno
 ]
 
 
-def build_server(service: Callable[[], Service]) -> MCPServer:
+def build_server(service: Callable[[], Service], public_url: str | None = None) -> MCPServer:
     """A new MCP server whose tools call `service()`, the app's `Service` of the moment.
+    Addresses it gives (create_space's dashboard_url) are on `public_url`
+    (HEADWAY_PUBLIC_URL), else on the request's own base URL.
 
     A dependency that is unavailable (see `headway.dependencies`) answers the same "retry
     shortly" message as REST's 503. Anything else is logged by the SDK and answers a
     generic tool error.
     """
     tools = [
-        _tool(name, description, run, input_schema, output, annotations, service)
+        _tool(name, description, run, input_schema, output, annotations, service, public_url)
         for name, description, run, input_schema, output, annotations in _TOOLS
     ]
     # log_level: the SDK calls logging.basicConfig with it; WARNING keeps a bare process's
@@ -382,11 +414,15 @@ def _tool(
     output: type[msgspec.Struct],
     annotations: ToolAnnotations,
     service: Callable[[], Service],
+    public_url: str | None = None,
 ) -> Tool:
     async def call(context: Context, **arguments: Any) -> CallToolResult:
-        client = context.request_context.request.scope.get(CLIENT, NO_CLIENT)
+        request = context.request_context.request
+        client = request.scope.get(CLIENT, NO_CLIENT)
         try:
             answer = await run(service(), arguments, client)
+            if output is SpaceCreatedForAgents:
+                answer = dashboard_url(answer, public_url or str(request.base_url))
         except HeadwayError as exc:
             return _error_result(exc.message)
         except Exception as exc:

@@ -21,6 +21,15 @@ from .openapi_parts import (
     ref,
 )
 
+BAD_CREATE_BODY = (
+    " A body that is not valid JSON, or holds an unknown or wrongly typed member, is 422, as "
+    "on every create (a report answers the same with 400)."
+)
+BAD_REPORT_BODY = (
+    " A body that is not valid JSON, or holds an unknown or wrongly typed member, is 400, as "
+    "on every report (a create answers the same with 422)."
+)
+
 
 def space_paths() -> dict[str, Any]:
     """`/spaces`, `/spaces/{space_uuid}` and its tasks."""
@@ -30,7 +39,7 @@ def space_paths() -> dict[str, Any]:
                 "operationId": "createSpace",
                 "summary": "Create a space",
                 "description": "Creates an anonymous space. The uuid in the answer is the only "
-                "credential and is shown only here.",
+                "credential and is shown only here." + BAD_CREATE_BODY,
                 "requestBody": {
                     "required": True,
                     "content": {"application/json": {"schema": ref("CreateSpace")}},
@@ -130,7 +139,7 @@ def space_paths() -> dict[str, Any]:
                 "operationId": "createTask",
                 "summary": "Create a task",
                 "description": "Report to the task as soon as work starts: an unreported task "
-                "looks like a dead reporter.",
+                "looks like a dead reporter." + BAD_CREATE_BODY,
                 "parameters": [SPACE],
                 "requestBody": {
                     "required": True,
@@ -188,7 +197,7 @@ def task_paths() -> dict[str, Any]:
                 "above a positive end finishes the task (a parent's own counts are ignored). "
                 "A report to a parent that does not finish it holds the parent open: it then "
                 "finishes only by its own done, never with its last step; a parent nobody "
-                "reported to finishes when its last step does.",
+                "reported to finishes when its last step does." + BAD_REPORT_BODY,
                 "parameters": [TASK],
                 "requestBody": {
                     "required": True,

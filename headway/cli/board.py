@@ -9,8 +9,10 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from rich.console import RenderableType
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderableType, RenderResult
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
@@ -23,6 +25,9 @@ from ..failure import Failure, task_failure
 # A rate is measured over the counts of this many seconds (unless the task reports one).
 RATE_WINDOW = 30.0
 BAR_WIDTH = 24
+# An active task silent this long is shown stalled: the channels' default `stalled_after`,
+# which the page also uses when it knows no channel's (web/static/stalls.js).
+STALLED_AFTER = 600.0
 
 
 @dataclass
@@ -123,35 +128,133 @@ class Board:
 
 
 def render(board: Board, now: datetime) -> RenderableType:
-    """The board as a table: one bar per task, steps indented under their task, with
-    ratio, count, rate, time left, age of the last report, and the latest log line; a
-    failed task is marked ✗ and shows how it failed instead of its log line. The caption
+    """The board as a table that fits the terminal: one bar per task, newest first, steps
+    indented under their task in the order they came, with percent, count, rate, time
+    left, age of the last report, and the latest log line; a failed task is marked ✗ and
+    shows how it failed instead of its log line. The mark (✓ ✗ …) and the percent (or
+    "waiting", "stalled") are always shown; on a narrow terminal the log and the title are
+    cut first, then the bar narrows, then the other columns go (`LAYOUT`). The caption
     says whether the stream is live, or why and for how long more it waits to reconnect
     ("rate limited; retrying in 12 s")."""
+    return _Drawn(board, now)
+
+
+COLUMNS = ("mark", "task", "progress", "percent", "count", "rate", "left", "updated", "log")
+HEADERS = {"task": "task", "progress": "progress", "count": "count", "rate": "rate"}
+HEADERS |= {"left": "left", "updated": "updated", "log": "log"}
+RIGHT = {"percent", "count", "rate", "left", "updated"}
+# Widest the task and log columns grow on a wide terminal.
+MAX_WIDTHS = {"task": 40, "log": 60}
+# What gives way, in order, while the table is wider than the terminal: ("cut", column,
+# down to) or ("drop", column). The mark and the percent never give way.
+LAYOUT: tuple[tuple[str, str, int], ...] = (
+    ("cut", "log", 16),
+    ("cut", "task", 20),
+    ("cut", "progress", 10),
+    ("drop", "rate", 0),
+    ("drop", "progress", 0),
+    ("cut", "log", 10),
+    ("drop", "updated", 0),
+    ("drop", "log", 0),
+    ("cut", "task", 12),
+    ("drop", "count", 0),
+    ("drop", "left", 0),
+    ("cut", "task", 4),
+)
+GAP = 2  # between two columns: one cell of padding on each side
+
+
+@dataclass
+class _Drawn:
+    """The board at `now`, laid out when rich says how wide it may be."""
+
+    board: Board
+    now: datetime
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield _table(self.board, self.now, options.max_width)
+
+
+def _table(board: Board, now: datetime, width: int) -> Table:
     with board.lock:
         heading = " ".join(part for part in (board.icon, board.title or "Untitled space") if part)
         failures = {key: board.failure(key) for key in board.rows}
         failed = sum(failures[key] is not None for key in board.top)
-        table = Table(
-            title=Text(heading, style="bold"),
-            caption=f"{_status(board, now)} · {len(board.rows)} tasks"
-            + (f" · {failed} failed" if failed else "")
-            + " · Ctrl-C to quit",
-            box=None,
-            pad_edge=False,
-            header_style="bold dim",
-        )
-        table.add_column("", width=1)
-        table.add_column("task", max_width=40, overflow="ellipsis", no_wrap=True)
-        table.add_column("progress", width=BAR_WIDTH)
-        for name in ("", "count", "rate", "left", "updated"):
-            table.add_column(name, justify="right", no_wrap=True)
-        table.add_column("log", overflow="ellipsis", no_wrap=True, max_width=60)
-        for key in board.top:
-            _add_row(table, board.rows[key], now, failures[key], step=False)
+        rows: list[dict[str, Any]] = []
+        for key in _newest_first(board):
+            rows.append(_cells(board.rows[key], now, failures[key], step=False))
             for child in board.steps.get(key, ()):
-                _add_row(table, board.rows[child], now, failures[child], step=True)
-        return table
+                rows.append(_cells(board.rows[child], now, failures[child], step=True))
+        count = len(board.rows)
+        caption = (
+            f"{_status(board, now)} · {count} {'task' if count == 1 else 'tasks'}"
+            + (f" · {failed} failed" if failed else "")
+            + " · Ctrl-C to quit"
+        )
+    widths = _widths(rows, width)
+    table = Table(
+        title=Text(heading, style="bold"),
+        caption=caption,
+        box=None,
+        pad_edge=False,
+        header_style="bold dim",
+    )
+    for name, size in widths.items():
+        table.add_column(
+            HEADERS.get(name, ""),
+            width=size,
+            justify="right" if name in RIGHT else "left",
+            overflow="ellipsis",
+            no_wrap=True,
+        )
+    for cells in rows:
+        table.add_row(
+            *(
+                _bar(cells["progress"], now, size) if name == "progress" else cells[name]
+                for name, size in widths.items()
+            )
+        )
+    return table
+
+
+def _newest_first(board: Board) -> list[str]:
+    """Top-level tasks newest first, as the page lists them (the stream's snapshot comes
+    oldest first; a task it has not dated yet counts as newest)."""
+    latest = datetime.max.replace(tzinfo=UTC)
+    order = {key: index for index, key in enumerate(board.top)}
+    return sorted(
+        board.top,
+        key=lambda key: (board.rows[key].task.created_at or latest, order[key]),
+        reverse=True,
+    )
+
+
+def _widths(rows: list[dict[str, Any]], width: int) -> dict[str, int]:
+    """Each column shown and its width, so that the table fits `width` cells."""
+    widths: dict[str, int] = {}
+    for name in COLUMNS:
+        if name == "progress":
+            widths[name] = BAR_WIDTH
+            continue
+        cells = [cell_len(HEADERS.get(name, ""))]
+        cells += [cell_len(cells_[name].plain) for cells_ in rows]
+        widths[name] = min(max(cells), MAX_WIDTHS.get(name, width))
+    for name in ("rate", "count", "left", "updated", "log"):
+        if not any(cells_[name].plain for cells_ in rows):  # nothing to show
+            del widths[name]
+    for action, name, least in LAYOUT:
+        excess = sum(widths.values()) + GAP * (len(widths) - 1) - width
+        if excess <= 0:
+            break
+        if name not in widths:
+            continue
+        if action == "drop":
+            del widths[name]
+        else:
+            widths[name] = (
+                max(least, widths[name] - excess) if widths[name] > least else widths[name]
+            )
+    return widths
 
 
 def _status(board: Board, now: datetime) -> str:
@@ -163,17 +266,25 @@ def _status(board: Board, now: datetime) -> str:
     return board.status
 
 
-def _add_row(table: Table, row: Row, now: datetime, failure: Failure | None, *, step: bool) -> None:
+def _cells(row: Row, now: datetime, failure: Failure | None, *, step: bool) -> dict[str, Any]:
+    """One task's cells, each a Text, but "progress": the row, drawn once its width is
+    known."""
     task, progress = row.task, row.task.progress
     values = progress.values if progress else {}
     current = progress.current if progress else None
     end = progress.end if progress else None
+    stalled = _stalled(task, now)
     if failure is not None:
         mark = Text("✗", "bold red")
     elif task.finished:
         mark = Text("✓", "bold green")
     else:
-        mark = Text("•", "cyan") if progress is not None else Text("·", "dim")
+        mark = Text("…", "yellow" if stalled else "cyan")
+    percent = "" if progress is None or progress.ratio is None else f"{progress.ratio:.0%}"
+    if stalled:
+        percent = f"{percent} stalled".strip()
+    elif progress is None and not task.finished:
+        percent = "waiting"
     rate = row.rate
     unit = values.get("unit")
     left = ""
@@ -189,30 +300,40 @@ def _add_row(table: Table, row: Row, now: datetime, failure: Failure | None, *, 
     count = (
         "" if current is None else _number(current) + ("" if end is None else f"/{_number(end)}")
     )
-    table.add_row(
-        mark,
-        Text(("  " if step else "") + (task.title or "untitled"), style="" if step else "bold"),
-        _bar(row, now),
-        "" if progress is None or progress.ratio is None else f"{progress.ratio:.0%}",
-        count,
-        f"{_number(rate)} {unit if isinstance(unit, str) else ''}/s" if rate else "",
-        left,
-        updated,
-        Text(failure.message, style="red")
+    return {
+        "mark": mark,
+        "task": Text(("  " if step else "") + (task.title or "untitled"), "" if step else "bold"),
+        "progress": row,
+        "percent": Text(percent, "yellow" if stalled else ""),
+        "count": Text(count),
+        "rate": Text(f"{_number(rate)} {unit if isinstance(unit, str) else ''}/s" if rate else ""),
+        "left": Text(left),
+        "updated": Text(updated),
+        "log": Text(failure.message, "red")
         if failure is not None
-        else Text(str(values.get("log", "")), style="dim"),
-    )
+        else Text(str(values.get("log", "")), "dim"),
+    }
 
 
-def _bar(row: Row, now: datetime) -> ProgressBar:
+def _stalled(task: Task, now: datetime) -> bool:
+    """Whether an active task has said nothing for `STALLED_AFTER` since its last report
+    (or its creation), the rule the page uses when it knows no channel's."""
+    if task.finished:
+        return False
+    progress = task.progress
+    since = (progress.updated_at if progress is not None else None) or task.created_at
+    return since is not None and (now - since).total_seconds() >= STALLED_AFTER
+
+
+def _bar(row: Row, now: datetime, width: int) -> ProgressBar:
     task, progress = row.task, row.task.progress
     if task.finished:
-        return ProgressBar(total=1, completed=1, width=BAR_WIDTH)
+        return ProgressBar(total=1, completed=1, width=width)
     if progress is not None and progress.ratio is not None:
-        return ProgressBar(total=1, completed=progress.ratio, width=BAR_WIDTH)
+        return ProgressBar(total=1, completed=progress.ratio, width=width)
     if progress is not None and progress.current is not None:  # a count with no total
-        return ProgressBar(total=None, width=BAR_WIDTH, animation_time=now.timestamp())
-    return ProgressBar(total=1, completed=0, width=BAR_WIDTH)
+        return ProgressBar(total=None, width=width, animation_time=now.timestamp())
+    return ProgressBar(total=1, completed=0, width=width)
 
 
 def _number(number: float) -> str:

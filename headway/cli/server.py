@@ -148,12 +148,16 @@ def _migrate(settings: Settings) -> int:
 
 
 def _worker(settings: Settings) -> int:
+    import logging.config
     import signal
 
     from ..clock import SystemClock
+    from ..logs import server_log_config
     from ..notify.deliver import channel_sender
     from ..storage.database import Database
     from ..worker import Worker
+
+    logging.config.dictConfig(server_log_config())  # deliveries logged as under serve
 
     async def run() -> None:
         db = Database(settings.database_url)
@@ -207,9 +211,10 @@ def _serve(settings: Settings, workers: int) -> int:
         print(f"headway: cannot serve metrics: {exc}", file=sys.stderr)
         return 1
     progress = "Redis" if settings.shares_progress else "process memory"
+    address, browser = _address(settings), _browser_address(settings)
     print(
-        f"headway: listening on http://{settings.host}:{settings.port} "
-        f"(database {_redact(settings.database_url)}, progress in {progress})",
+        f"Headway listening on {address} — open {'it' if browser == address else browser} "
+        f"in a browser (database {_redact(settings.database_url)}, progress in {progress})",
         flush=True,
     )
     try:
@@ -281,6 +286,23 @@ def _measure_alone(settings: Settings) -> None:
     thread.daemon = True
     thread.start()
     opened.wait()
+
+
+def _address(settings: Settings) -> str:
+    host = f"[{settings.host}]" if ":" in settings.host else settings.host
+    return f"http://{host}:{settings.port}"
+
+
+def _browser_address(settings: Settings) -> str:
+    """Where a person opens the dashboard: HEADWAY_PUBLIC_URL if set; else the address
+    listened on, or this machine's loopback when it listens on every address."""
+    if settings.public_url:
+        return settings.public_url
+    if settings.host in ("0.0.0.0", ""):
+        return f"http://127.0.0.1:{settings.port}"
+    if settings.host == "::":
+        return f"http://[::1]:{settings.port}"
+    return _address(settings)
 
 
 def _redact(url: str) -> str:

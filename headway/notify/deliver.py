@@ -23,6 +23,7 @@ from .. import metrics
 from ..clock import Clock
 from ..config import Settings
 from ..dependencies import unavailable
+from ..logs import endpoint, masked
 from ..storage import channel_queue, channels
 from ..storage.database import Database
 from . import guard
@@ -148,6 +149,11 @@ class ChannelSender:
         live = [p for p in taken.pending if p not in stale]
         if not live:
             await self._settle(taken, [], stale, now, counted=False)
+            log.warning(
+                "gave up %s to %s: undelivered for too long",
+                _told(stale),
+                endpoint("channel", channel_uuid, taken.url),
+            )
             return
         link = self.link(taken.share_uuid)
         told = [_message(p, taken.space_title, link) for p in live]
@@ -166,9 +172,11 @@ class ChannelSender:
             schemes=self.schemes,
         )
         now = self.clock.now_us()
+        to = endpoint("channel", channel_uuid, taken.url)
         if outcome.delivered:
             metrics.channel_delivery("delivered", len(live))
             await self._settle(taken, live, stale, now, counted=True)
+            log.info("delivered %s to %s", _told(live), to)
             return
         attempt = max(p.attempts for p in live) + 1
         give_up = [p for p in live if p.attempts + 1 >= MAX_ATTEMPTS]
@@ -187,6 +195,11 @@ class ChannelSender:
             )
             for p in (*give_up, *stale):
                 await channels.log_delivery(st, channel_uuid, now, p.kind, "given_up", None)
+        detail = masked(outcome.detail or "no detail")
+        if again:
+            log.info("retrying %s to %s in %.0f s (%s)", _told(again), to, delay, detail)
+        if give_up or stale:
+            log.warning("gave up %s to %s (%s)", _told([*give_up, *stale]), to, detail)
         metrics.channel_delivery("retry", len(again))
         metrics.channel_delivery("given_up", len(give_up) + len(stale))
         metrics.given_up("channel", "attempts", len(give_up))
@@ -235,6 +248,7 @@ def _message(pending: channel_queue.Pending, space_title: str | None, link: str 
             task,
             reason=event.get("reason", "silent"),
             for_s=event.get("for_s", 0),
+            restarted=event.get("since") == "restart",
             space_title=space_title,
             link=link,
         )
@@ -246,6 +260,15 @@ def _message(pending: channel_queue.Pending, space_title: str | None, link: str 
 def _event(pending: list[channel_queue.Pending]) -> str:
     """The event a log entry names: the message's kind, or `digest`."""
     return pending[0].kind if len(pending) == 1 else "digest"
+
+
+def _told(pending: list[channel_queue.Pending]) -> str:
+    """What a log line says was sent: `a stalled message`, `a digest of 3 events`."""
+    return (
+        f"a {pending[0].kind} message"
+        if len(pending) == 1
+        else (f"a digest of {len(pending)} events")
+    )
 
 
 def _count(pending: list[channel_queue.Pending]) -> str | None:

@@ -85,11 +85,14 @@ def stalled(
     for_s: float,
     space_title: str | None = None,
     link: str | None = None,
+    restarted: bool = False,
 ) -> Message:
     """The message for a stall: "⏸ Deploy stalled at 80%: no progress for 10 min"
     (`flat`: reports arrive, `current` does not move), "⏸ Deploy stalled at 80%: no report
-    for 10 min" (`silent`), or "... no report since it started 10 min ago" when it never
-    reported. `for_s` is how long, by the stall's own clock."""
+    for 10 min" (`silent`), "... no report since it started 10 min ago" when it never
+    reported, or "... no report since the server restarted 10 min ago" (`restarted`) when
+    the server cannot know: its reports before a restart were lost with the process's
+    memory. `for_s` is how long, by the stall's own clock."""
     task = _plain(task)
     secrets = _uuids(task)
     name = _name(task, secrets)
@@ -99,6 +102,8 @@ def stalled(
     took = duration_words(for_s)
     if reason == "flat":
         title = f"⏸ {name} stalled{where}: no progress for {took}"
+    elif restarted:
+        title = f"⏸ {name} stalled{where}: no report since the server restarted {took} ago"
     elif progress.get("updated_at") is None:
         title = f"⏸ {name} stalled: no report since it started {took} ago"
     else:

@@ -193,7 +193,13 @@ class StallWatch:
             before = self._moved.get(task_uuid) or moved.get(task_uuid)
             since = before[1] if before is not None and before[0] == signature else now
             moved[task_uuid] = (signature, since)
-            silent_us = now - (last_us if last_us is not None else created_at_us)
+            # Never reported, as far as the progress store knows: silent since the task's
+            # creation, or since the store began if that is later (a restart emptied the
+            # memory that held its reports, so the message says the clock restarted).
+            began_us = self.progress.remembers_since_us
+            restarted = last_us is None and began_us is not None and began_us > created_at_us
+            silent_from = last_us if last_us is not None else created_at_us
+            silent_us = now - (began_us if restarted and began_us is not None else silent_from)
             flat_us = now - since
             for watcher in watchers:
                 if parent_uuid is not None and not watcher.steps:
@@ -211,7 +217,9 @@ class StallWatch:
                     reason, for_us = "flat", flat_us
                 else:
                     continue
-                if await self._stalled(watcher.uuid, task_uuid, reason, signature, for_us, now):
+                if await self._stalled(
+                    watcher.uuid, task_uuid, reason, signature, for_us, now, restarted
+                ):
                     open_[(watcher.uuid, task_uuid)] = (watcher.uuid, task_uuid, reason, signature)
                     queued += 1
         return queued
@@ -225,11 +233,21 @@ class StallWatch:
         return msgspec.json.encode(event).decode()
 
     async def _stalled(
-        self, channel_uuid: str, task_uuid: str, reason: str, signature: str, for_us: int, now: int
+        self,
+        channel_uuid: str,
+        task_uuid: str,
+        reason: str,
+        signature: str,
+        for_us: int,
+        now: int,
+        restarted: bool = False,
     ) -> bool:
-        payload = await self._message(
-            task_uuid, {"kind": "stalled", "reason": reason, "for_s": for_us // 1_000_000}, now
-        )
+        """Open the episode and queue its message; `restarted`: silent since the progress
+        store began, not since the task's creation (its earlier reports are lost)."""
+        extra = {"kind": "stalled", "reason": reason, "for_s": for_us // 1_000_000}
+        if restarted:
+            extra["since"] = "restart"
+        payload = await self._message(task_uuid, extra, now)
         if payload is None:
             return False
         async with self.db.write() as st:

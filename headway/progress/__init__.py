@@ -79,6 +79,10 @@ class ProgressStore(Protocol):
     """
 
     name: str
+    remembers_since_us: int | None
+    """When this store's memory began: progress reported before then is lost (a store in
+    the process's memory starts empty at each restart). None for a store whose progress
+    outlives the server's restarts."""
 
     async def get(self, task_uuid: str) -> Progress | None: ...
 

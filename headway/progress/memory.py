@@ -85,6 +85,7 @@ class MemoryProgressStore:
     ) -> None:
         self._ttl_us = ttl_seconds * 1_000_000
         self._clock = clock
+        self.remembers_since_us: int | None = clock.now_us()
         self._entries: OrderedDict[str, Held] = OrderedDict()
         self.budget_bytes = budget_bytes
         self.space_bytes = budget_bytes if space_bytes is None else space_bytes

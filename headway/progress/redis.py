@@ -262,6 +262,7 @@ class RedisProgressStore:
     """
 
     name = "redis"
+    remembers_since_us: int | None = None
     PREFIX = "headway:progress:"
     FAMILY_PREFIX = "headway:family:"
     FAMILY_EPOCH = "headway:family-epoch"
