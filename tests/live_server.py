@@ -145,6 +145,7 @@ class LiveServer(HeadwayProcess):
 
     def __init__(self, directory: Path, *args: str, port: int | None = None, **env: str) -> None:
         self.port = port or free_port()
+        self._chosen = port is None  # a port taken meanwhile by another is chosen again
         super().__init__(directory, "serve", *args, HEADWAY_PORT=str(self.port), **env)
 
     @property
@@ -162,6 +163,10 @@ class LiveServer(HeadwayProcess):
             code = self.process.poll()
             if code is not None:
                 self.process = None
+                if self._chosen and "address already in use" in self.errors():
+                    self.port = free_port()
+                    self.env = {**self.env, "HEADWAY_PORT": str(self.port)}
+                    return self.start()
                 pytest.fail(f"headway serve exited with {code}:\n{self.errors()}")
             if time.monotonic() > deadline:
                 self.stop(signal.SIGKILL)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -25,10 +27,27 @@ class ServerError(RuntimeError):
     """A test server could not be started."""
 
 
+# Ports below the kernel's ephemeral range (32768 and up), which no bind(0) or outgoing
+# connection is handed: each test process (pytest-xdist's gw0, gw1...) takes its own
+# block, in turn, so that two processes never pick the same port for their servers.
+PORTS_FROM = 20_000
+PORTS_PER_PROCESS = 1_500
+_next_port = itertools.count(random.randrange(PORTS_PER_PROCESS))
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port on 127.0.0.1 nothing listens on, in this test process's own block."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    block = PORTS_FROM + (int(worker) % 8 if worker.isdigit() else 0) * PORTS_PER_PROCESS
+    for _ in range(PORTS_PER_PROCESS):
+        port = block + next(_next_port) % PORTS_PER_PROCESS
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise ServerError(f"no free port in {block}-{block + PORTS_PER_PROCESS - 1}")
 
 
 def wait_for_port(port: int, timeout: float = 20.0) -> None:

@@ -313,7 +313,9 @@ def test_the_board_fits_the_terminal_keeping_marks_and_percents(width: int) -> N
         assert "━" in row(lines, "Build") and "count" in headers and "left" in headers
     if width >= 160:
         assert headers == ["task", "progress", "count", "rate", "left", "updated", "log"]
-        assert re.search(r"45%\s+45/100\s+5 files/s\s+11 s\s+2\.0 s ago\s+sending", row(lines, "Upload"))
+        assert re.search(
+            r"45%\s+45/100\s+5 files/s\s+11 s\s+2\.0 s ago\s+sending", row(lines, "Upload")
+        )
 
 
 def test_the_board_lists_newest_first_and_says_waiting_and_stalled() -> None:
@@ -329,7 +331,7 @@ def test_the_board_lists_newest_first_and_says_waiting_and_stalled() -> None:
     assert re.search(r"^…\s+Newer\s+waiting$", row(lines, "Newer"))
     assert re.search(r"^…\s+Just created\s+waiting$", row(lines, "Just created"))
     assert re.search(r"^…\s+Oldest\s+stalled$", row(lines, "Oldest"))  # silent since 15 min
-    assert re.search(r"^…\s+Stuck\s.*50% stalled\s+2/4\s+11m40s ago$", row(lines, "Stuck"))
+    assert re.search(r"^…\s+Stuck\s.*50% stalled\s+2/4\s+11 min 40 s ago$", row(lines, "Stuck"))
     assert "live · 4 tasks ·" in lines[-1]
 
 

@@ -195,6 +195,7 @@ def _table(board: Board, now: datetime, width: int) -> Table:
     table = Table(
         title=Text(heading, style="bold"),
         caption=caption,
+        min_width=min(width, len(caption)),  # an empty board's caption stays one line
         box=None,
         pad_edge=False,
         header_style="bold dim",
