@@ -161,8 +161,8 @@ def check_channel_url(url: str, allowed_schemes: Collection[str] = DEFAULT_SCHEM
     refuses its parts, or a host it names is not a valid host name.
 
     Where the URL resolves is checked apart, by `check_channel_hosts`. The first call
-    loads Apprise (about 0.4 s and 25 MB): call `guard.preload()` at start, or run this
-    on `guard.run`, to keep that off the event loop.
+    loads Apprise (about 0.4 s and 25 MB): run this on `guard.run` to keep that off the
+    event loop.
     """
     if not isinstance(url, str) or not url.strip():
         raise Unprocessable("url must be an Apprise URL, such as ntfys://ntfy.sh/my-topic.")
