@@ -18,8 +18,7 @@ from redis.exceptions import NoScriptError
 
 from .. import metrics
 from ..clock import Clock
-from ..domain import Progress
-from ..storage.families import FamilyVersion
+from ..domain import FamilyVersion, Progress
 from . import (
     ADMIT_NEW_BELOW,
     NO_CLIENT,
