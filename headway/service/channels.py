@@ -11,7 +11,7 @@ from .. import domain
 from ..domain import canonical_uuid
 from ..errors import NotFound, Unprocessable
 from ..schemas import CreateChannel
-from ..storage import channels
+from ..storage import channels, shares
 from ..storage.channels import ChannelRow
 from ..storage.database import Statements
 from .context import Stores
@@ -55,7 +55,8 @@ class Channels:
         share_uuid = None
         if body.share_uuid is not None:
             share_uuid = canonical_uuid(body.share_uuid)
-            if share_uuid is None or await self._share_space(share_uuid) != space_key:
+            fetch = self._stores.db.fetch
+            if share_uuid is None or await shares.space_of_share(fetch, share_uuid) != space_key:
                 raise Unprocessable("share_uuid is not a share link of this space.")
         events = tuple(event for event in channels.EVENTS if event in set(body.events))
         row = ChannelRow(
@@ -98,12 +99,6 @@ class Channels:
         from ..notify import urls
 
         return self.rules.schemes or urls.DEFAULT_SCHEMES
-
-    async def _share_space(self, share_uuid: str) -> str | None:
-        found = await self._stores.db.fetch(
-            "SELECT space_uuid FROM shares WHERE uuid = ?", (share_uuid,)
-        )
-        return found[0][0] if found else None
 
     async def list(self, space_uuid: str) -> list[dict[str, Any]]:
         """The space's channels, oldest first, each with its last deliveries."""
