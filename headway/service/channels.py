@@ -10,6 +10,7 @@ from typing import Any
 from .. import domain
 from ..domain import canonical_uuid
 from ..errors import NotFound, Unprocessable
+from ..notify.schemes import DEFAULT_SCHEMES
 from ..schemas import CreateChannel
 from ..storage import channels, shares
 from ..storage.channels import ChannelRow
@@ -25,7 +26,7 @@ NO_CHANNEL = "No such channel in this space."
 class ChannelRules:
     """What the operator allows (see CONTRACT "Notification channels")."""
 
-    schemes: tuple[str, ...] | None  # None: `notify.urls.DEFAULT_SCHEMES`
+    schemes: tuple[str, ...] | None  # None: `notify.schemes.DEFAULT_SCHEMES`
     allow_private: bool
     per_space: int
     public_url: str | None
@@ -96,9 +97,7 @@ class Channels:
     @property
     def schemes(self) -> tuple[str, ...]:
         """The Apprise schemes channels may use."""
-        from ..notify import urls
-
-        return self.rules.schemes or urls.DEFAULT_SCHEMES
+        return self.rules.schemes or DEFAULT_SCHEMES
 
     async def list(self, space_uuid: str) -> list[dict[str, Any]]:
         """The space's channels, oldest first, each with its last deliveries."""
