@@ -95,7 +95,7 @@ class Settings:
     shares_per_space: int = 100
     # --- Notification channels (see `headway.notify`) ------------------------------------
     channels_per_space: int = 20
-    # Apprise schemes a channel may use (None: `notify.urls.DEFAULT_SCHEMES`).
+    # Apprise schemes a channel may use (None: `notify.schemes.DEFAULT_SCHEMES`).
     channel_schemes: tuple[str, ...] | None = None
     # Messages one channel may send per hour, in the `limits` notation (N/hour).
     channel_messages: str = "60/hour"

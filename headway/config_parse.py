@@ -9,6 +9,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .notify.schemes import parse_schemes
+
 
 class ConfigError(ValueError):
     """A setting has a value Headway cannot use; the message names the variable."""
@@ -235,8 +237,6 @@ def _schemes(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:
     raw = env.get(f"HEADWAY_{name}")
     if raw is None or not raw.strip():
         return None
-    from .notify.urls import parse_schemes
-
     try:
         return tuple(sorted(parse_schemes(raw)))
     except ValueError as exc:

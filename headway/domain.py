@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, NewType
 
 import msgspec
 import regex
@@ -42,6 +42,11 @@ class Changed(StrEnum):
     REVOKE = "revoke"  # a share link of the space was revoked (`task_uuid` names it)
     DELETE = "delete"  # a task was deleted with its children (its parent's family changed)
     DROP = "drop"  # the whole space was deleted (`task_uuid` is "")
+
+
+# A family's version, as the progress store that keeps versions gives it (see
+# `storage.families.FamilyVersions`): only ever compared for equality.
+FamilyVersion = NewType("FamilyVersion", str)
 
 
 class TaskRow(msgspec.Struct, frozen=True, gc=False):

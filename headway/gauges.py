@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from .storage import channels, outbox
+from .storage import channels, outbox, queries
 
 if TYPE_CHECKING:
     from .disk import DiskBudget
@@ -65,15 +65,10 @@ async def _measure_held(db: Database) -> list[Metric]:
     retention")."""
     try:
         async with asyncio.timeout(SCRAPE_TIMEOUT_S):
-            found = await db.fetch(
-                "SELECT (SELECT count(*) FROM spaces), (SELECT count(*) FROM tasks), "
-                "(SELECT count(*) FROM spaces WHERE deleted_at_us IS NOT NULL)",
-                (),
-            )
+            spaces, tasks, deleted = await queries.held_counts(db.fetch)
     except Exception as exc:  # whatever the failure, the scrape still answers
         log.warning("metrics: what is held could not be counted: %s", type(exc).__name__)
         return []
-    spaces, tasks, deleted = found[0]
     return [
         _gauge("headway_spaces", "Spaces the database holds.", spaces),
         _gauge("headway_tasks", "Tasks the database holds (steps included).", tasks),

@@ -152,11 +152,7 @@ class Sweeper:
         db = self.service.db
         now = self.clock.now_us()
         cutoff = now - self.retention_us
-        idle = await db.fetch(
-            "SELECT uuid FROM spaces WHERE active_at_us < ? AND deleted_at_us IS NULL "
-            "ORDER BY active_at_us LIMIT ?",
-            (cutoff, SPACES_PER_STEP),
-        )
+        idle = await deletes.idle_spaces(db.fetch, cutoff, SPACES_PER_STEP)
         if not idle:
             return 0  # nothing to do: no lease taken, nothing written
         async with db.write() as st:
@@ -166,7 +162,7 @@ class Sweeper:
         if not held:
             return 0
         deleted = 0
-        for (space_uuid,) in idle:
+        for space_uuid in idle:
             if await self.service.deletes.idle_space(space_uuid, cutoff):
                 log.info("sweeper: deleted a space idle since before the retention")
                 deleted += 1
@@ -291,10 +287,7 @@ class Sweeper:
         """Nothing is left to remove: the lease is free for any instance at once."""
         self._lease_until_us = 0
         async with self.service.db.write() as st:
-            await st.many(
-                "UPDATE leases SET until_us = 0 WHERE name = ? AND holder = ?",
-                [(REMOVAL_LEASE, self.holder)],
-            )
+            await channels.give_up_lease(st, REMOVAL_LEASE, self.holder)
 
 
 class _Removal:

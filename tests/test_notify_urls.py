@@ -14,15 +14,8 @@ import pytest
 
 from headway.errors import Unprocessable
 from headway.notify import guard
-from headway.notify.urls import (
-    DEFAULT_SCHEMES,
-    NEVER_SCHEMES,
-    Target,
-    apprise_module,
-    check_channel_hosts,
-    check_channel_url,
-    parse_schemes,
-)
+from headway.notify.schemes import DEFAULT_SCHEMES, NEVER_SCHEMES, parse_schemes
+from headway.notify.urls import Target, apprise_module, check_channel_hosts, check_channel_url
 from headway.webhooks import RefusedAddress
 
 

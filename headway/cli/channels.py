@@ -57,7 +57,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def _test(args: argparse.Namespace) -> int:
     try:
         allow_private = args.allow_private or Settings.from_env().webhook_allow_private
-        from ..notify.urls import DEFAULT_SCHEMES, parse_schemes
+        from ..notify.schemes import DEFAULT_SCHEMES, parse_schemes
 
         raw = os.environ.get("HEADWAY_CHANNEL_SCHEMES", "").strip()
         try:

@@ -92,7 +92,7 @@ class ChannelSender:
     def schemes(self) -> tuple[str, ...]:
         """The schemes allowed now: a channel whose scheme the operator removed since is
         not sent to (its messages fail, and are given up in time)."""
-        from .urls import DEFAULT_SCHEMES
+        from .schemes import DEFAULT_SCHEMES
 
         return self._schemes or DEFAULT_SCHEMES
 

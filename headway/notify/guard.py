@@ -73,13 +73,6 @@ async def resolve(host: str, port: int) -> list[tuple[Any, ...]]:
     return await run(_system_getaddrinfo, host, port, type=socket.SOCK_STREAM)
 
 
-async def preload() -> None:
-    """Load Apprise on a sending thread (about 0.4 s), so that no first request pays it."""
-    from .urls import apprise_module
-
-    await run(apprise_module)
-
-
 def shutdown() -> None:
     """Let the sending threads go once their sends end (a later send makes new ones)."""
     global _pool

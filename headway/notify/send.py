@@ -15,7 +15,8 @@ from typing import Literal
 from ..errors import Unprocessable
 from ..webhooks import RefusedAddress
 from . import guard, messages
-from .urls import DEFAULT_SCHEMES, Address, ChannelURL, check_channel_hosts, check_channel_url
+from .schemes import DEFAULT_SCHEMES
+from .urls import Address, ChannelURL, check_channel_hosts, check_channel_url
 
 Level = Literal["info", "success", "warning", "failure"]
 

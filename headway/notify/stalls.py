@@ -128,7 +128,7 @@ class StallWatch:
         lapses, and looks again at that moment: see `wait_s`)."""
         now = self.clock.now_us()
         self.wait_s = self.scan_s
-        if not await self.db.fetch("SELECT 1 FROM channels WHERE on_stalled LIMIT 1", ()):
+        if not await channels.stalls_watched(self.db.fetch):
             self._moved.clear()
             return 0  # no channel wants stalls: nothing written, no lease taken
         lease_us = round(self.scan_s * LEASE_LOOKS * 1_000_000)

@@ -7,7 +7,7 @@ import hashlib
 import itertools
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import msgspec
 import redis.asyncio
@@ -18,8 +18,7 @@ from redis.exceptions import NoScriptError
 
 from .. import metrics
 from ..clock import Clock
-from ..domain import Progress
-from ..storage.families import FamilyVersion
+from ..domain import FamilyVersion, Progress
 from . import (
     ADMIT_NEW_BELOW,
     NO_CLIENT,
@@ -29,18 +28,7 @@ from . import (
     ProgressBudgetFull,
 )
 from . import redis_shares as shares
-
-if TYPE_CHECKING:
-    from .redis_feed import RedisFeed
-
-# Failures that mean Redis is down or not ready: the service answers 503 for them.
-REDIS_ERRORS: tuple[type[BaseException], ...] = (
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    redis.exceptions.BusyLoadingError,
-    # At maxmemory with noeviction (rate counters, progress): a full budget, not a bug.
-    redis.exceptions.OutOfMemoryError,
-)
+from .redis_feed import RedisFeed
 
 T = TypeVar("T")
 
@@ -467,8 +455,6 @@ class RedisProgressStore:
 
     def change_feed(self) -> RedisFeed:
         """The change feed over this store's Redis (see `progress.redis_feed`)."""
-        from .redis_feed import RedisFeed
-
         return RedisFeed(self._redis)
 
     async def gauges(self) -> list[Measurement]:

@@ -15,7 +15,6 @@ import redis.exceptions
 from .. import metrics
 from ..dependencies import unavailable
 from .feed import RESYNC, Change, LocalFeed
-from .redis import REDIS_ERRORS
 
 log = logging.getLogger("headway")
 
@@ -183,7 +182,7 @@ class RedisFeed(LocalFeed):
         for task in self._tasks:
             task.cancel()
         await asyncio.wait(self._tasks, timeout=2.0)
-        with contextlib.suppress(*REDIS_ERRORS, redis.exceptions.RedisError, OSError):
+        with contextlib.suppress(redis.exceptions.RedisError, OSError):
             await self._pubsub.aclose()
         await super().close()
 

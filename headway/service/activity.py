@@ -6,6 +6,7 @@ space active, and what was marked is written at most once per space per hour
 from __future__ import annotations
 
 from ..clock import Clock
+from ..storage import queries
 from ..storage.database import Database
 
 # Activity is known to within this much: a space is written active at most this often.
@@ -47,10 +48,7 @@ class Activity:
         try:
             async with db.write() as st:
                 for start in range(0, len(items), AT_ONCE):
-                    await st.many(
-                        "UPDATE spaces SET active_at_us = ? WHERE uuid = ? AND active_at_us < ?",
-                        [(at_us, uuid, at_us) for uuid, at_us in items[start : start + AT_ONCE]],
-                    )
+                    await queries.note_active(st, items[start : start + AT_ONCE])
         except BaseException:
             for uuid, at_us in items:  # written next time
                 self._pending.setdefault(uuid, at_us)

@@ -10,8 +10,9 @@ from typing import Any
 from .. import domain
 from ..domain import canonical_uuid
 from ..errors import NotFound, Unprocessable
+from ..notify.schemes import DEFAULT_SCHEMES
 from ..schemas import CreateChannel
-from ..storage import channels
+from ..storage import channels, shares
 from ..storage.channels import ChannelRow
 from ..storage.database import Statements
 from .context import Stores
@@ -25,7 +26,7 @@ NO_CHANNEL = "No such channel in this space."
 class ChannelRules:
     """What the operator allows (see CONTRACT "Notification channels")."""
 
-    schemes: tuple[str, ...] | None  # None: `notify.urls.DEFAULT_SCHEMES`
+    schemes: tuple[str, ...] | None  # None: `notify.schemes.DEFAULT_SCHEMES`
     allow_private: bool
     per_space: int
     public_url: str | None
@@ -55,7 +56,8 @@ class Channels:
         share_uuid = None
         if body.share_uuid is not None:
             share_uuid = canonical_uuid(body.share_uuid)
-            if share_uuid is None or await self._share_space(share_uuid) != space_key:
+            fetch = self._stores.db.fetch
+            if share_uuid is None or await shares.space_of_share(fetch, share_uuid) != space_key:
                 raise Unprocessable("share_uuid is not a share link of this space.")
         events = tuple(event for event in channels.EVENTS if event in set(body.events))
         row = ChannelRow(
@@ -95,15 +97,7 @@ class Channels:
     @property
     def schemes(self) -> tuple[str, ...]:
         """The Apprise schemes channels may use."""
-        from ..notify import urls
-
-        return self.rules.schemes or urls.DEFAULT_SCHEMES
-
-    async def _share_space(self, share_uuid: str) -> str | None:
-        found = await self._stores.db.fetch(
-            "SELECT space_uuid FROM shares WHERE uuid = ?", (share_uuid,)
-        )
-        return found[0][0] if found else None
+        return self.rules.schemes or DEFAULT_SCHEMES
 
     async def list(self, space_uuid: str) -> list[dict[str, Any]]:
         """The space's channels, oldest first, each with its last deliveries."""

@@ -11,10 +11,10 @@ from typing import Any, TypedDict, Unpack, cast
 import msgspec
 
 from .. import domain
-from ..domain import Progress, TaskRow, TaskView, canonical_uuid
+from ..domain import FamilyVersion, Progress, TaskRow, TaskView, canonical_uuid
 from ..errors import BadRequest, NotFound
 from ..storage import pages, queries
-from ..storage.families import FamilyVersion, FamilyVersions
+from ..storage.families import FamilyVersions
 from ..storage.small_spaces import (
     BigSpace,
     ShownTasks,

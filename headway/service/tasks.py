@@ -12,14 +12,14 @@ from typing import Any, cast
 
 from .. import domain
 from ..dependencies import unavailable
-from ..domain import Changed, Progress, Report, TaskRow, canonical_uuid
+from ..domain import Changed, FamilyVersion, Progress, Report, TaskRow, canonical_uuid
 from ..errors import Conflict, HeadwayError, NotFound, Unprocessable
 from ..progress import NO_CLIENT
 from ..schemas import CreateTask
 from ..storage import queries
 from ..storage.batch import GroupCommit
 from ..storage.database import Statements
-from ..storage.families import FamilyVersion, FamilyVersions
+from ..storage.families import FamilyVersions
 from ..storage.idempotency import KeyRow
 from .activity import Activity
 from .caps import Caps

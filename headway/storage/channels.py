@@ -185,6 +185,11 @@ class Watcher:
     steps: bool
 
 
+async def stalls_watched(fetch: Fetch) -> bool:
+    """Whether any channel wants to hear of stalls."""
+    return bool(await fetch("SELECT 1 FROM channels WHERE on_stalled LIMIT 1", ()))
+
+
 async def stall_watchers(fetch: Fetch) -> list[Watcher]:
     found = await fetch(
         "SELECT uuid, space_uuid, stalled_after_s, steps FROM channels WHERE on_stalled "

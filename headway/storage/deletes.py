@@ -143,6 +143,17 @@ async def deleted_spaces(fetch: Fetch, limit: int) -> list[str]:
     return [row[0] for row in found]
 
 
+async def idle_spaces(fetch: Fetch, idle_since_us: int, limit: int) -> list[str]:
+    """At most `limit` spaces not deleted and idle since before `idle_since_us`, those
+    idle longest first."""
+    found = await fetch(
+        "SELECT uuid FROM spaces WHERE active_at_us < ? AND deleted_at_us IS NULL "
+        "ORDER BY active_at_us LIMIT ?",
+        (idle_since_us, limit),
+    )
+    return [row[0] for row in found]
+
+
 async def tasks_newest(
     fetch: Fetch, space_uuid: str, before_us: int | None, limit: int
 ) -> list[tuple[str, int]]:

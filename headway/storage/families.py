@@ -30,11 +30,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import ClassVar, NamedTuple, NewType, Protocol
+from typing import ClassVar, NamedTuple, Protocol
 
 import msgspec
 
-from ..domain import Changed, Progress, TaskRow, view_json
+from ..domain import Changed, FamilyVersion, Progress, TaskRow, view_json
 
 Family = tuple[TaskRow, Sequence[TaskRow]]
 
@@ -64,10 +64,6 @@ def row_bytes(row: TaskRow) -> int:
 def family_bytes(row: TaskRow, children: Sequence[TaskRow]) -> int:
     """What a cached family's rows cost (a child also has its place in two lists)."""
     return row_bytes(row) + sum(row_bytes(child) + 16 for child in children)
-
-
-# A family's version, as its store gives it: only ever compared for equality.
-FamilyVersion = NewType("FamilyVersion", str)
 
 
 class FamilyVersions(Protocol):

@@ -48,6 +48,26 @@ async def space_head(fetch: Fetch, uuid: str) -> tuple[str | None, str | None] |
     return (found[0][0], found[0][1]) if found else None
 
 
+async def note_active(st: Statements, used: Sequence[tuple[str, int]]) -> None:
+    """Mark each (space uuid, when it was used) active then, unless it was already
+    marked later."""
+    await st.many(
+        "UPDATE spaces SET active_at_us = ? WHERE uuid = ? AND active_at_us < ?",
+        [(at_us, uuid, at_us) for uuid, at_us in used],
+    )
+
+
+async def held_counts(fetch: Fetch) -> tuple[int, int, int]:
+    """How many spaces and tasks the database holds, and how many of those spaces are
+    deleted with their rows still there."""
+    found = await fetch(
+        "SELECT (SELECT count(*) FROM spaces), (SELECT count(*) FROM tasks), "
+        "(SELECT count(*) FROM spaces WHERE deleted_at_us IS NOT NULL)",
+        (),
+    )
+    return found[0][0], found[0][1], found[0][2]
+
+
 async def space_exists(st: Statements, uuid: str) -> bool:
     """Whether the space exists and is not deleted."""
     found = await st.rows("SELECT 1 FROM spaces WHERE uuid = ? AND deleted_at_us IS NULL", (uuid,))

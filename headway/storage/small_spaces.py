@@ -28,14 +28,13 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from ..domain import Changed, Progress, TaskRow, TaskView, view, view_json
+from ..domain import Changed, FamilyVersion, Progress, TaskRow, TaskView, view, view_json
 from .database import Fetch
 from .families import (
     KEPT_JSON_BYTES,
     ROW_BYTES,
     SHOWN_BYTES,
     VERSIONED_MAX_AGE_US,
-    FamilyVersion,
     row_bytes,
 )
 from .pages import Window, families_of, space_has_children, space_rows
