@@ -313,7 +313,9 @@ def test_the_board_fits_the_terminal_keeping_marks_and_percents(width: int) -> N
         assert "━" in row(lines, "Build") and "count" in headers and "left" in headers
     if width >= 160:
         assert headers == ["task", "progress", "count", "rate", "left", "updated", "log"]
-        assert re.search(r"45%\s+45/100\s+5 files/s\s+11 s\s+2\.0 s ago\s+sending", row(lines, "Upload"))
+        assert re.search(
+            r"45%\s+45/100\s+5 files/s\s+11 s\s+2\.0 s ago\s+sending", row(lines, "Upload")
+        )
 
 
 def test_the_board_lists_newest_first_and_says_waiting_and_stalled() -> None:
