@@ -73,11 +73,15 @@ class HeadwayProcess:
     """`headway ARGS` running in `directory` as a process of its own, with this process's
     environment but only the HEADWAY_ variables given (`env`, with their full names),
     its output and errors in files of `directory` (a pipe nobody reads could block it).
-    `start()` may be called again once stopped; the files are then new."""
+    `command` is the `headway` to run (default: this virtualenv's). `start()` may be
+    called again once stopped; the files are then new."""
 
-    def __init__(self, directory: Path, *args: str, **env: str) -> None:
+    def __init__(
+        self, directory: Path, *args: str, command: list[str] | None = None, **env: str
+    ) -> None:
         self.directory = Path(directory)
         self.args = args
+        self.command = command or headway_command()
         self.env = env
         self.process: subprocess.Popen[bytes] | None = None
         self._output: Path | None = None
@@ -95,7 +99,7 @@ class HeadwayProcess:
         err, errors = tempfile.mkstemp(dir=self.directory, prefix=prefix, suffix=".err")
         try:
             self.process = subprocess.Popen(
-                [*headway_command(), *self.args],
+                [*self.command, *self.args],
                 cwd=self.directory,
                 env=environment(**self.env),
                 stdin=subprocess.DEVNULL,
@@ -143,10 +147,19 @@ class LiveServer(HeadwayProcess):
     `HeadwayProcess`), on a free port unless given one. `start()` returns once it answers
     `GET /up` with 200, and fails if it exits first or does not answer in time."""
 
-    def __init__(self, directory: Path, *args: str, port: int | None = None, **env: str) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        *args: str,
+        port: int | None = None,
+        command: list[str] | None = None,
+        **env: str,
+    ) -> None:
         self.port = port or free_port()
         self._chosen = port is None  # a port taken meanwhile by another is chosen again
-        super().__init__(directory, "serve", *args, HEADWAY_PORT=str(self.port), **env)
+        super().__init__(
+            directory, "serve", *args, command=command, HEADWAY_PORT=str(self.port), **env
+        )
 
     @property
     def url(self) -> str:

@@ -1,0 +1,348 @@
+"""The image and the compose stack, built and run with podman the way `scripts/image` does
+it for an operator (no registry: bases made here by mmdebstrap, cached between runs).
+
+The image, built from the tracked files alone (a fresh clone): it runs as a user that is
+not root; the API works through it (create, report, read, the page, a stream); stopped by
+`podman stop` it ends within its timeout with exit code 0, its open stream ended; started
+again on the same volume it still has its spaces; its health check turns healthy.
+
+The compose stack (deploy/compose.yaml with local stand-ins for postgres, redis and
+nginx): it comes up, a report through nginx reaches a stream opened through nginx within a
+second, a completion event is delivered once with two workers running, and it goes down
+cleanly."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .servers import free_port
+from .test_wheel import tracked_copy
+
+CACHE = Path(os.environ.get("HEADWAY_IMAGE_CACHE", "/var/cache/headway-images"))
+IMAGE = "localhost/headway:latest"
+TOOLS = ("podman", "mmdebstrap", "runc", "podman-compose")
+BUILD_SECONDS = 900  # cold: two Debian bases and every wheel; cached: seconds
+START_SECONDS = 60
+STOP_TIMEOUT = 10  # podman stop's, before it kills
+STREAM_SECONDS = 1.0
+
+
+@pytest.fixture(scope="module")
+def tools() -> None:
+    """podman and friends, as root; missing ones fail under CI and skip elsewhere."""
+    missing = [tool for tool in TOOLS if shutil.which(tool) is None]
+    why = f"needs {', '.join(missing)} (scripts/system-packages installs them)" if missing else ""
+    if not why and os.geteuid() != 0:
+        why = "needs root (podman, mmdebstrap)"
+    if why:
+        if os.environ.get("CI"):
+            pytest.fail(why)
+        pytest.skip(why)
+
+
+def _env(**more: str) -> dict[str, str]:
+    env = {name: value for name, value in os.environ.items() if not name.startswith("HEADWAY_")}
+    env["CONTAINERS_CONF"] = str(CACHE / "containers.conf")
+    env["HEADWAY_IMAGE_CACHE"] = str(CACHE)
+    env.update(more)
+    return env
+
+
+def run(*command: str, timeout: float = 60, check: bool = True, **env: str):
+    result = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(**env),
+        stdin=subprocess.DEVNULL,
+    )
+    if check:
+        assert result.returncode == 0, f"{command}:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def podman(*args: str, timeout: float = 60, check: bool = True):
+    return run("podman", *args, timeout=timeout, check=check)
+
+
+@pytest.fixture(scope="module")
+def clone(tools: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tracked_copy(tmp_path_factory.mktemp("clone"))
+
+
+@pytest.fixture(scope="module")
+def image(clone: Path) -> str:
+    """The image, built by `scripts/image build` from a fresh clone."""
+    run(str(clone / "scripts" / "image"), "build", timeout=BUILD_SECONDS, HEADWAY_IMAGE=IMAGE)
+    return IMAGE
+
+
+def wait_up(url: str, timeout: float = START_SECONDS) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{url}/up", timeout=5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, f"{url}/up did not answer 200 in {timeout} s"
+        time.sleep(0.2)
+
+
+class Container:
+    """`podman run -d` of the image, its port 8000 on 127.0.0.1, /data a named volume."""
+
+    def __init__(self, image: str) -> None:
+        tag = uuid.uuid4().hex[:8]
+        self.name, self.volume = f"headway-test-{tag}", f"headway-test-{tag}"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        podman(
+            "run", "--detach", "--name", self.name, "--publish", f"127.0.0.1:{self.port}:8000",
+            "--volume", f"{self.volume}:/data", image,
+        )  # fmt: skip
+        wait_up(self.url)
+
+    def inspect(self, field: str) -> str:
+        return podman("inspect", "--format", "{{" + field + "}}", self.name).stdout.strip()
+
+    def remove(self) -> None:
+        podman("rm", "--force", "--time", "0", self.name, check=False)
+        podman("volume", "rm", "--force", self.volume, check=False)
+
+
+@pytest.fixture(scope="module")
+def container(image: str) -> Iterator[Container]:
+    running = Container(image)
+    try:
+        yield running
+    finally:
+        running.remove()
+
+
+def events(response: httpx.Response) -> Iterator[tuple[str, str]]:
+    """(event, data) of a live stream, as they arrive."""
+    kind, data = "", ""
+    for line in response.iter_lines():
+        if line.startswith("event: "):
+            kind = line[7:]
+        elif line.startswith("data: "):
+            data = line[6:]
+        elif line == "" and kind:
+            yield kind, data
+            kind, data = "", ""
+
+
+def report_reaches_stream(url: str, space: str, task: str, current: int) -> float:
+    """Open the space's stream, then report `current` to `task`; seconds from the report
+    to the stream's event showing it."""
+    with (
+        httpx.Client(timeout=10) as client,
+        client.stream("GET", f"{url}/spaces/{space}/events") as stream,
+    ):
+        assert stream.status_code == 200
+        assert stream.headers["content-type"].startswith("text/event-stream")
+        arrived = events(stream)
+        assert next(arrived)[0] == "snapshot"
+        sent = time.monotonic()
+        reported = client.put(f"{url}/tasks/{task}", json={"current": current, "end": 100})
+        assert reported.status_code == 200, reported.text
+        for kind, data in arrived:
+            if kind == "task" and f'"current":{current},' in data:
+                return time.monotonic() - sent
+    pytest.fail("the stream ended before the report arrived")
+
+
+def test_the_image_runs_as_a_user_that_is_not_root(image: str):
+    assert podman("image", "inspect", "--format", "{{.Config.User}}", image).stdout.strip() == (
+        "headway"
+    )
+    ids = podman("run", "--rm", image, "id", "-u").stdout.strip()
+    assert ids != "0"
+
+
+def test_the_image_keeps_its_database_in_the_volume_data(image: str):
+    config = podman("image", "inspect", "--format", "{{json .Config}}", image).stdout
+    assert '"/data":{}' in config
+    assert "HEADWAY_DATABASE_URL=sqlite:////data/headway.db" in config
+
+
+def test_the_api_works_through_the_image(container: Container):
+    url = container.url
+    space = httpx.post(f"{url}/spaces", json={"title": "Image"}, timeout=10).json()["uuid"]
+    task = httpx.post(f"{url}/spaces/{space}/tasks", json={"title": "Deploy"}, timeout=10)
+    assert task.status_code == 201, task.text
+    task_uuid = task.json()["uuid"]
+    assert report_reaches_stream(url, space, task_uuid, 42) < STREAM_SECONDS
+    read = httpx.get(f"{url}/tasks/{task_uuid}", timeout=10).json()
+    assert read["progress"]["current"] == 42
+    page = httpx.get(f"{url}/spaces/{space}", headers={"accept": "text/html"}, timeout=10)
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert httpx.get(f"{url}/static/headway.css", timeout=10).status_code == 200
+
+
+def test_its_health_check_turns_healthy(container: Container):
+    assert podman("healthcheck", "run", container.name).returncode == 0
+    assert container.inspect(".State.Health.Status") == "healthy"
+
+
+def test_podman_stop_ends_it_with_0_and_a_restart_keeps_its_spaces(container: Container):
+    url = container.url
+    space = httpx.post(f"{url}/spaces", json={"title": "Kept"}, timeout=10).json()["uuid"]
+    ended = threading.Event()
+
+    def watch() -> None:  # a stream open while the container stops: it is ended, cleanly
+        with httpx.stream("GET", f"{url}/spaces/{space}/events", timeout=30) as stream:
+            for _ in stream.iter_lines():
+                pass
+        ended.set()
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    time.sleep(0.5)
+    started = time.monotonic()
+    podman("stop", "--time", str(STOP_TIMEOUT), container.name, timeout=STOP_TIMEOUT + 30)
+    took = time.monotonic() - started
+    assert took < STOP_TIMEOUT, f"podman stop took {took:.1f} s"
+    assert container.inspect(".State.ExitCode") == "0"
+    watcher.join(5)
+    assert ended.is_set(), "the open stream was not ended cleanly"
+
+    podman("start", container.name)
+    wait_up(url)
+    kept = httpx.get(f"{url}/spaces/{space}", timeout=10)
+    assert kept.status_code == 200
+    assert kept.json()["title"] == "Kept"
+
+
+def test_its_size(image: str):
+    size = int(podman("image", "inspect", "--format", "{{.Size}}", image).stdout.strip())
+    print(f"\n{image}: {size / 1e6:.0f} MB")
+    assert size < 450e6  # 413 MB on Debian bookworm: its python3, 188 MB of wheels
+
+
+# The compose stack.
+
+RECEIVER = """
+import http.server
+class Hook(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        print("delivered", self.headers.get("webhook-id"), flush=True)
+        self.send_response(204)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("", 8080), Hook).serve_forever()
+"""
+
+
+@pytest.fixture(scope="module")
+def stack(image: str, clone: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """deploy/compose.yaml up with the stand-ins, plus a webhook receiver on its network
+    (and private targets allowed, for it), nginx on a free port of 127.0.0.1."""
+    run(str(clone / "scripts" / "image"), "stand-ins", timeout=BUILD_SECONDS)
+    override = tmp_path_factory.mktemp("compose") / "receiver.yaml"
+    private = {"environment": {"HEADWAY_ALLOW_PRIVATE_TARGETS": "true"}}
+    receiver = {
+        "image": image,
+        "healthcheck": {"test": ["NONE"]},
+        "command": ["python3", "-c", RECEIVER],
+    }
+    services = {"headway": private, "worker": private, "receiver": receiver}
+    override.write_text(json.dumps({"services": services}))  # JSON is YAML
+    project = f"headway-test-{uuid.uuid4().hex[:8]}"
+    port = free_port()
+    files = [
+        "-f", str(clone / "deploy" / "compose.yaml"),
+        "-f", str(clone / "deploy" / "stand-ins" / "compose.yaml"),
+        "-f", str(override),
+    ]  # fmt: skip
+
+    def compose(*args: str, timeout: float = 300, check: bool = True):
+        return run(
+            "podman-compose", "--project-name", project, *files, *args,
+            timeout=timeout, check=check, HEADWAY_COMPOSE_LISTEN=f"127.0.0.1:{port}",
+        )  # fmt: skip
+
+    try:
+        compose("up", "--detach")
+        url = f"http://127.0.0.1:{port}"
+        wait_up(url, timeout=120)
+        yield {"url": url, "project": project, "compose": compose}
+    finally:
+        compose("down", "--volumes", timeout=120, check=False)
+
+
+def _container(project: str, service: str, number: int = 1) -> str:
+    return f"{project}_{service}_{number}"
+
+
+def test_the_stack_migrates_then_serves_through_nginx(stack: dict):
+    project = stack["project"]
+    migrate = _container(project, "migrate")
+    state = podman("inspect", "--format", "{{.State.Status}} {{.State.ExitCode}}", migrate)
+    assert state.stdout.split() == ["exited", "0"]
+    for worker in (1, 2):
+        running = podman(
+            "inspect", "--format", "{{.State.Running}}", _container(project, "worker", worker)
+        )
+        assert running.stdout.strip() == "true"
+    page = httpx.get(stack["url"] + "/", headers={"accept": "text/html"}, timeout=10)
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+
+
+def test_a_report_through_nginx_reaches_a_stream_through_nginx_within_a_second(stack: dict):
+    url = stack["url"]
+    space = httpx.post(f"{url}/spaces", json={"title": "Stack"}, timeout=10).json()["uuid"]
+    task = httpx.post(f"{url}/spaces/{space}/tasks", json={}, timeout=10).json()["uuid"]
+    for current in (1, 2, 3):
+        assert report_reaches_stream(url, space, task, current) < STREAM_SECONDS
+
+
+def test_a_completion_is_delivered_once_with_two_workers(stack: dict):
+    url, project = stack["url"], stack["project"]
+    space = httpx.post(f"{url}/spaces", json={"title": "Hooks"}, timeout=10).json()["uuid"]
+    hook = httpx.post(
+        f"{url}/spaces/{space}/webhooks", json={"url": "http://receiver:8080/hook"}, timeout=10
+    )
+    assert hook.status_code == 201, hook.text
+    task = httpx.post(f"{url}/spaces/{space}/tasks", json={}, timeout=10).json()["uuid"]
+    assert httpx.put(f"{url}/tasks/{task}", json={"done": True}, timeout=10).status_code == 200
+
+    def deliveries() -> list[str]:
+        logs = podman("logs", _container(project, "receiver")).stdout
+        return [line.split()[1] for line in logs.splitlines() if line.startswith("delivered ")]
+
+    deadline = time.monotonic() + 30
+    while not deliveries():
+        assert time.monotonic() < deadline, "no delivery within 30 s"
+        time.sleep(0.2)
+    time.sleep(3)  # time enough for a second worker to deliver it again, were it to
+    delivered = deliveries()
+    assert len(delivered) == 1, delivered
+
+
+def test_the_stack_goes_down_cleanly(stack: dict):
+    project = stack["project"]
+    stack["compose"]("stop", timeout=120)
+    for service in ("headway", "worker", "postgres", "redis", "nginx"):
+        code = podman("inspect", "--format", "{{.State.ExitCode}}", _container(project, service))
+        assert code.stdout.strip() == "0", service
+    stack["compose"]("down", "--volumes", timeout=120)
+    left = podman("ps", "--all", "--quiet", "--filter", f"name={project}_").stdout
+    assert left.strip() == ""
