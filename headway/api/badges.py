@@ -23,8 +23,9 @@ from starlette.routing import Route
 from ..badges import svg
 from ..badges.states import SPACE_TASKS, Badge, shields_json
 from ..badges.svg import STYLES, Style
+from ..decoding import query_params
 from ..errors import BadRequest, NotFound
-from ..schemas import MAX_TEXT, query_params
+from ..schemas import MAX_TEXT
 from ..service import Service
 from ..web import pages
 from .costs import admit

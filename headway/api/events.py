@@ -17,11 +17,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from ..decoding import query_params
 from ..domain import TaskView
 from ..errors import BadRequest
 from ..live import KEEPALIVE_S, Live, Stream
 from ..live_events import StreamFilter
-from ..schemas import query_params
 from ..scope import CONNECTION, RAW_SEND
 from ..service import Service, parse_limit
 from ..shares import ShareView

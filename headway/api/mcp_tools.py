@@ -3,8 +3,8 @@ and read progress with tools instead of HTTP calls.
 
 Built on the official `mcp` SDK (`MCPServer`), served over Streamable HTTP, stateless, with
 JSON answers, so any instance can answer any request. The tools are thin adapters like the
-REST routes: their arguments are decoded by the same decoders (`schemas.decode_create`,
-`schemas.decode_report`), they call the same `Service` methods, and they answer the same
+REST routes: their arguments are decoded by the same decoders (`decoding.decode_create`,
+`decoding.decode_report`), they call the same `Service` methods, and they answer the same
 JSON. A `HeadwayError` becomes a tool result with `isError: true` whose text is exactly the
 message REST puts in `{"error": ...}`.
 """
@@ -24,10 +24,11 @@ from msgspec import Meta
 from pydantic import ConfigDict
 
 from .. import __version__, schemas
+from ..decoding import decode_create, decode_report
 from ..dependencies import unavailable
 from ..errors import UNAVAILABLE_MESSAGE, BadRequest, HeadwayError
 from ..progress import NO_CLIENT
-from ..schemas import CreateSpace, CreateTask, decode_create, decode_report
+from ..schemas import CreateSpace, CreateTask
 from ..scope import CLIENT
 from ..service import Service
 from .costs import admit_tool, tasks_in

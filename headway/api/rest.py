@@ -8,17 +8,11 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..decoding import decode_create, decode_report, query_params, report_from_query
 from ..domain import TaskView
 from ..errors import BadRequest, MethodNotAllowed, NotFound
 from ..limits import Kind
-from ..schemas import (
-    CreateSpace,
-    CreateTask,
-    decode_create,
-    decode_report,
-    query_params,
-    report_from_query,
-)
+from ..schemas import CreateSpace, CreateTask
 from ..service import Idempotency, Service
 from ..web import pages
 from ..web.pages import wants_html

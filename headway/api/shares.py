@@ -10,9 +10,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..decoding import decode_create, query_params
 from ..domain import canonical_uuid
 from ..errors import NotFound
-from ..schemas import CreateShare, decode_create, query_params
+from ..schemas import CreateShare
 from ..service import Service
 from ..web import pages
 from .costs import admit

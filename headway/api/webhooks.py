@@ -8,7 +8,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..schemas import CreateWebhook, decode_create
+from ..decoding import decode_create
+from ..schemas import CreateWebhook
 from ..service import Service
 from .openapi_parts import (
     CREATE_UNAVAILABLE,
