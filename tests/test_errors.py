@@ -17,6 +17,9 @@ from tests.support import stored_counts
 
 MAX_BODY = 65_536
 
+# A version 4 uuid no test creates: an unknown space or task, the same in every process.
+UNKNOWN = "5d3c1e0a-8f4b-4c2d-9a6e-7b1f0c3d2e4a"
+
 
 def assert_error(response: httpx.Response, status: int) -> str:
     """The response is a JSON error of `status`, never cached; returns its message."""
@@ -66,17 +69,17 @@ async def test_400_report_by_url_with_values_not_flat(client, make_task):
     assert (await client.get(f"/tasks/{task}")).json()["progress"] is None
 
 
-@pytest.mark.parametrize("space_uuid", [str(uuid.uuid4()), "not-a-uuid"])
+@pytest.mark.parametrize("space_uuid", [UNKNOWN, "not-a-uuid"])
 async def test_404_read_space_unknown_or_wrong_uuid(client, space_uuid):
     assert_error(await client.get(f"/spaces/{space_uuid}"), 404)
 
 
-@pytest.mark.parametrize("space_uuid", [str(uuid.uuid4()), "not-a-uuid"])
+@pytest.mark.parametrize("space_uuid", [UNKNOWN, "not-a-uuid"])
 async def test_404_create_task_in_unknown_space(client, space_uuid):
     assert_error(await client.post(f"/spaces/{space_uuid}/tasks", json={}), 404)
 
 
-@pytest.mark.parametrize("task_uuid", [str(uuid.uuid4()), "not-a-uuid"])
+@pytest.mark.parametrize("task_uuid", [UNKNOWN, "not-a-uuid"])
 async def test_404_read_or_report_unknown_task(client, task_uuid):
     assert_error(await client.get(f"/tasks/{task_uuid}"), 404)
     assert_error(await client.put(f"/tasks/{task_uuid}", json={"current": 1}), 404)

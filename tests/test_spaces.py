@@ -110,7 +110,13 @@ async def test_read_space_accepts_uppercase_uuid(client, space, make_task):
 
 
 @pytest.mark.parametrize(
-    "space_uuid", [str(uuid.uuid4()), "not-a-uuid", "123", "00000000-0000-0000-0000-00000000000g"]
+    "space_uuid",
+    [
+        "5d3c1e0a-8f4b-4c2d-9a6e-7b1f0c3d2e4a",
+        "not-a-uuid",
+        "123",
+        "00000000-0000-0000-0000-00000000000g",
+    ],
 )
 async def test_read_unknown_space_is_404(client, space, space_uuid):
     response = await client.get(f"/spaces/{space_uuid}")

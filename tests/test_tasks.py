@@ -21,6 +21,9 @@ TASK_FIELDS = {
     "children",
 }
 
+# A version 4 uuid no test creates: an unknown space or task, the same in every process.
+UNKNOWN = "5d3c1e0a-8f4b-4c2d-9a6e-7b1f0c3d2e4a"
+
 
 async def test_create_task_answers_201_with_only_its_uuid(client, space):
     response = await client.post(f"/spaces/{space}/tasks", json={"title": "build"})
@@ -95,7 +98,7 @@ async def test_task_uuid_in_uppercase_reads_the_same_task(client, make_task):
     assert (await client.get(f"/tasks/{task.upper()}")).json()["uuid"] == task
 
 
-@pytest.mark.parametrize("space_uuid", [str(uuid.uuid4()), "not-a-uuid"])
+@pytest.mark.parametrize("space_uuid", [UNKNOWN, "not-a-uuid"])
 async def test_create_task_in_unknown_space_is_404(client, sql, space, space_uuid):
     before = await stored_counts(sql)
     response = await client.post(f"/spaces/{space_uuid}/tasks", json={"title": "x"})
@@ -152,7 +155,7 @@ async def test_a_childs_children_stay_empty_after_refused_nesting(client, space,
     assert family["children"][0]["children"] == []
 
 
-@pytest.mark.parametrize("task_uuid", [str(uuid.uuid4()), "not-a-uuid", "0" * 36])
+@pytest.mark.parametrize("task_uuid", [UNKNOWN, "not-a-uuid", "0" * 36])
 async def test_read_unknown_task_is_404(client, task_uuid):
     response = await client.get(f"/tasks/{task_uuid}")
     assert response.status_code == 404
