@@ -29,17 +29,17 @@ import logging
 import random
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from . import metrics, webhooks
 from .clock import Clock
 from .dependencies import unavailable
 from .logs import endpoint, masked
-from .storage import deliveries, outbox
-from .storage.database import Database
+from .storage import channel_queue, deliveries, outbox
+from .storage.database import Database, Statements
 from .storage.deliveries import Claim
 
 if TYPE_CHECKING:
@@ -49,6 +49,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("headway.worker")
 
+T = TypeVar("T")
+
+HAND_BACK_S = 2.0  # at a stop, for handing back what was cut short
 ATTEMPT_TIMEOUT_S = 10.0  # per attempt, all of it
 LEASE_S = 60  # longer than one attempt can take, with room to record its outcome
 FIRST_RETRY_S = 10
@@ -119,7 +122,8 @@ class Worker:
         self._give_up_us = round(give_up_s * 1_000_000)
         self._resolve = resolve or webhooks.lookup
         self._wake = asyncio.Event()
-        self._attempts: set[asyncio.Task[None]] = set()
+        self._attempts: dict[asyncio.Task[None], Claim] = {}
+        self._cut: list[Claim] = []  # claims whose attempts a stop cut short
         self._space_load: Counter[str] = Counter()
         self._receiver_load: Counter[str] = Counter()
 
@@ -174,12 +178,14 @@ class Worker:
         self._space_load[claim.space_uuid] += 1
         self._receiver_load[claim.receiver] += 1
         attempt = asyncio.create_task(self._deliver(claim), name=f"deliver-{claim.event_id}")
-        self._attempts.add(attempt)
+        self._attempts[attempt] = claim
         attempt.add_done_callback(partial(self._ended, claim))
         return attempt
 
     def _ended(self, claim: Claim, attempt: asyncio.Task[None]) -> None:
-        self._attempts.discard(attempt)
+        self._attempts.pop(attempt, None)
+        if attempt.cancelled():
+            self._cut.append(claim)
         for load, key in (
             (self._space_load, claim.space_uuid),
             (self._receiver_load, claim.receiver),
@@ -327,7 +333,8 @@ class Worker:
     async def run(self) -> None:
         """Deliver until cancelled: heartbeat, sweep, claim and start attempts, and sleep
         until woken (a new event, or an attempt ended) or the next poll. Cancelled, it
-        cancels its attempts in flight; their leases lapse and they are tried again."""
+        cancels its attempts in flight, which `close` hands back (a worker that is killed
+        leaves their leases to lapse; they are tried again then)."""
         loop = asyncio.get_running_loop()
         last_beat = -HEARTBEAT_S
         try:
@@ -374,11 +381,35 @@ class Worker:
         await asyncio.gather(*attempts, return_exceptions=True)
 
     async def close(self) -> None:
+        """Stop: attempts and channel sends in flight are cut short and handed back, so
+        that another worker takes them at once rather than once their leases lapse."""
         await self._cancel_attempts()
-        if self.channels is not None:
-            await self.channels.close()
+        sends = [] if self.channels is None else await self.channels.close()
+        cut, self._cut = self._cut, []
+        if cut:
+            await hand_back(self.db, "deliveries", deliveries.give_back, cut, self.clock)
+        if sends:
+            await hand_back(self.db, "channel sends", channel_queue.give_back, sends, self.clock)
         if self._owns_http and self._http is not None:
             await self._http.aclose()
+
+
+async def hand_back(
+    db: Database,
+    what: str,
+    give_back: Callable[[Statements, Sequence[T], int], Awaitable[None]],
+    cut: Sequence[T],
+    clock: Clock,
+) -> None:
+    """Hand back what a stop cut short, in one short transaction; bounded, and never
+    raises: what could not be handed back waits for its lease to lapse."""
+    try:
+        async with asyncio.timeout(HAND_BACK_S):
+            async with db.write() as st:
+                await give_back(st, cut, clock.now_us())
+        log.info("handed back %d %s cut short by the stop", len(cut), what)
+    except Exception as exc:
+        log.warning("%d %s cut short wait for their leases to lapse (%s)", len(cut), what, exc)
 
 
 def _being_cancelled() -> bool:

@@ -11,6 +11,7 @@ import re
 import pytest
 
 from headway.notify.deliver import DIGEST_S, ChannelSender
+from headway.worker import Worker
 
 from .conftest import pairs
 from .receivers import GOTIFY_TOKEN, NTFY_TOPIC, HTTPReceiver
@@ -261,6 +262,36 @@ async def test_a_hanging_channel_delays_no_other(
         log = (await client.get(f"/spaces/{space}/channels")).json()
         outcomes = {c["url"].split(":")[2]: c["deliveries"][0]["outcome"] for c in log}
         assert sorted(outcomes.values()) == ["delivered", "failed"]
+
+
+async def test_a_stopping_worker_hands_back_the_channels_it_was_sending_to(
+    app, client, space, make_task, json_receiver, clock
+):
+    """A send cut short by a stop lets its channel go: the next worker sends at once,
+    without waiting for the lease to lapse."""
+    with HTTPReceiver("json") as stuck:
+        stuck.hang()
+        await add(client, space, stuck.url())
+        await finish(client, make_task, "Index")
+        clock.advance(DIGEST_S + 1)
+        db = app.state.service.db
+        sending = ChannelSender(
+            db, clock, allow_private=True, messages_per_hour=60, link=lambda _: None
+        )
+        stopping = Worker(db, clock, allow_private=True, channels=sending)
+        [started] = await sending.start_due()
+        async with asyncio.timeout(5):
+            while not stuck.requests:
+                await asyncio.sleep(0.02)
+        await stopping.close()  # SIGTERM while the message is on its way
+        assert started.cancelled()
+    next_one = ChannelSender(
+        db, clock, allow_private=True, messages_per_hour=60, link=lambda _: None
+    )
+    try:
+        assert len(await next_one.start_due()) == 1  # at once: the channel was handed back
+    finally:
+        await next_one.close()
 
 
 async def test_the_test_message_is_sent_now_and_logged(client, space, ntfy_receiver):

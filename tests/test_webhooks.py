@@ -333,6 +333,7 @@ async def test_worker_stopped_mid_delivery_is_redelivered_with_same_id(
     attempt.cancel()  # the worker dies while the receiver is still answering
     with pytest.raises(asyncio.CancelledError):
         await attempt
+    first._cut.clear()  # it died: nothing is handed back, as a stop would
     await first.close()
 
     restarted = Worker(app.state.service.db, clock, allow_private=True)
@@ -343,6 +344,35 @@ async def test_worker_stopped_mid_delivery_is_redelivered_with_same_id(
     finally:
         await restarted.close()
     await asyncio.sleep(1.1)  # let the hanging first request finish being recorded
+    ids = receiver.ids()
+    assert len(ids) == 2 and len(set(ids)) == 1
+
+
+async def test_a_stopping_worker_hands_back_what_it_cut_short(
+    client, space, make_task, receiver, app, clock, sql
+):
+    await register(client, space, receiver.url)
+    task = await make_task()
+    await client.put(f"/tasks/{task}", json={"done": True})
+    receiver.hang_s = 1.0
+    first = Worker(app.state.service.db, clock, allow_private=True)
+    stopping = asyncio.create_task(first.run())
+    while receiver.hang_s != 0.0:  # the request has reached the receiver
+        await asyncio.sleep(0.01)
+    stopping.cancel()  # SIGTERM: the attempt in flight is cut short, and handed back
+    with pytest.raises(asyncio.CancelledError):
+        await stopping
+    await first.close()
+    assert await sql("SELECT attempts FROM deliveries") == [(0,)]
+
+    other = Worker(app.state.service.db, clock, allow_private=True)
+    try:
+        [claim] = await other.claim()  # at once, not once the lease lapses
+        assert claim.attempt == 1  # the cut attempt is not counted
+        await other.record(claim, await other.attempt(claim))
+    finally:
+        await other.close()
+    await asyncio.sleep(1.1)  # let the hanging first request finish
     ids = receiver.ids()
     assert len(ids) == 2 and len(set(ids)) == 1
 

@@ -86,6 +86,8 @@ class ChannelSender:
         self.timeout_s = timeout_s
         self.give_up_us = give_up_us
         self._sending: dict[str, asyncio.Task[None]] = {}
+        self._taken: dict[str, channel_queue.Taken] = {}  # by the sends under way
+        self._cut: list[channel_queue.Taken] = []  # taken by sends a stop cut short
         self.on_end: Callable[[], None] = lambda: None
 
     @property
@@ -121,8 +123,11 @@ class ChannelSender:
         await asyncio.gather(*started)
         return len(started)
 
-    def _ended(self, channel_uuid: str, _task: asyncio.Task[None]) -> None:
+    def _ended(self, channel_uuid: str, task: asyncio.Task[None]) -> None:
         self._sending.pop(channel_uuid, None)
+        taken = self._taken.pop(channel_uuid, None)
+        if taken is not None and task.cancelled():
+            self._cut.append(taken)
         self.on_end()
 
     async def _send(self, channel_uuid: str) -> None:
@@ -145,6 +150,7 @@ class ChannelSender:
             )
         if taken is None:
             return
+        self._taken[channel_uuid] = taken
         stale = [p for p in taken.pending if now - p.created_at_us >= self.give_up_us]
         live = [p for p in taken.pending if p not in stale]
         if not live:
@@ -230,11 +236,15 @@ class ChannelSender:
             metrics.channel_delivery("given_up", len(stale))
             metrics.given_up("channel", "age", len(stale))
 
-    async def close(self) -> None:
+    async def close(self) -> list[channel_queue.Taken]:
+        """Cut the sends under way short; the channels they had taken, for the caller to
+        hand back (`channel_queue.give_back`) rather than let their leases lapse."""
         tasks = list(self._sending.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        cut, self._cut = self._cut, []
+        return cut
 
 
 def _message(pending: channel_queue.Pending, space_title: str | None, link: str | None) -> Any:

@@ -314,6 +314,21 @@ async def finish_delivery(
     )
 
 
+async def give_back(st: Statements, claims: Sequence[Claim], now_us: int) -> None:
+    """Hand back claims whose attempts a stopping worker cut short: each is due again at
+    once, the cut attempt not counted, for another worker to take without waiting for
+    the lease to lapse. Nothing happens to a claim that had lapsed already."""
+    if not claims:
+        return
+    hooks = sorted({claim.webhook_uuid for claim in claims})
+    await lock_webhooks(st, hooks)
+    await st.many(
+        f"UPDATE deliveries SET next_attempt_at_us = ?, attempts = attempts - 1 WHERE {OWNED}",
+        [(now_us, *_owned(claim)) for claim in claims],
+    )
+    await recompute_due(st, hooks)
+
+
 async def retry_delivery(
     st: Statements, claim: Claim, next_attempt_at_us: int, now_us: int, error: str
 ) -> None:
