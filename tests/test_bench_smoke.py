@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.alone  # measures time: run by itself (scripts/test)
 def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
     if shutil.which("wrk") is None:
         pytest.fail("wrk is not installed (apt-get install wrk): the bench smoke needs it")

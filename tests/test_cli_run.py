@@ -539,6 +539,7 @@ def test_a_real_time_signal_reaches_the_command_and_headway_run_exits_as_a_shell
         }
 
 
+@pytest.mark.alone  # measures time: run by itself (scripts/test)
 def test_ctrl_z_stops_the_command_and_headway_run_until_sigcont(
     script: Callable[[str], str],
     env: dict[str, str],

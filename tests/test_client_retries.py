@@ -457,3 +457,26 @@ def test_a_parents_refused_first_report_goes_before_its_step_is_made(
     assert family["finished_at"] is None
     assert family["progress"]["values"] == {"log": "starting"}
     assert [arrival.status for arrival in gate.arrivals][:2] == [503, 200]
+
+
+def test_a_steps_retried_final_report_still_goes_before_its_parents(
+    gate: Gate, server: LiveServer, served_space: str
+) -> None:
+    """A retry keeps its place in line: the step's final report, refused once, is sent
+    again before the parent's, which was queued after it."""
+    with Client(gate.url, space=served_space, **FAST) as client:
+        parent = client.reporter(title="Deploy")
+        parent.report(log="starting")
+        step = parent.step("Build")
+        step.report(1, 2)
+        assert step.flush(5) and parent.flush(5)
+        gate.refuse(1, 503, retry_after="0")  # the step's final report
+        step.finish()
+        parent.finish()
+        assert client.close(5)
+    family = server.task(parent.uuid or "")
+    [built] = family["children"]
+    assert built["finished_at"] is not None
+    assert family["finished_at"] >= built["finished_at"]
+    finals = [arrival.path for arrival in gate.puts()][-3:]
+    assert finals == [f"/tasks/{step.uuid}", f"/tasks/{step.uuid}", f"/tasks/{parent.uuid}"]

@@ -127,6 +127,7 @@ def p(values: list[float], q: float) -> float:
 # --- Claims cost the same whatever the backlog -------------------------------------------
 
 
+@pytest.mark.alone  # measures time: run by itself (scripts/test)
 async def test_claiming_costs_the_same_with_ten_or_a_hundred_thousand_pending(
     app, client, space, dead_url, clock
 ):
@@ -146,6 +147,7 @@ async def test_claiming_costs_the_same_with_ten_or_a_hundred_thousand_pending(
     assert p(many_held, 0.95) < 0.010  # the write lock, on SQLite: about a millisecond
 
 
+@pytest.mark.alone  # measures time: run by itself (scripts/test)
 async def test_writes_stay_fast_while_a_worker_churns_a_hundred_thousand_pending(
     app, client, space, make_task, dead_url, clock, settings
 ):

@@ -70,6 +70,7 @@ def test_ten_thousand_reports_in_a_tight_loop_send_a_few_and_the_last_arrives(
     assert task["progress"]["values"] == {"log": "line 9999"}
 
 
+@pytest.mark.alone  # measures time: run by itself (scripts/test)
 def test_a_task_reporting_all_the_time_sends_at_most_one_report_per_interval(
     server: LiveServer, served_space: str, gate: Gate
 ) -> None:

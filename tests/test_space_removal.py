@@ -96,6 +96,7 @@ def removal_counts() -> tuple[float, float]:
     return total, short
 
 
+@pytest.mark.alone  # measures time: run by itself (scripts/test)
 async def test_a_big_space_goes_at_once_and_its_rows_in_short_transactions(
     app, client, sql, receiver
 ):

@@ -120,6 +120,7 @@ def test_the_board_says_why_it_waits_and_counts_down() -> None:
     assert "reconnecting: rate limited ·" in waited and "retrying" not in waited
 
 
+@pytest.mark.alone  # measures time: run by itself (scripts/test)
 def test_watch_waits_out_a_503s_http_date_then_goes_live(terminals: list[Terminal]) -> None:
     asked = in_seconds(2, timezone(timedelta(hours=1)))  # whole seconds: 1 to 2 s from now
     with StreamServer([Refusal(503, asked), SNAPSHOT], hold=True) as server:
@@ -127,7 +128,7 @@ def test_watch_waits_out_a_503s_http_date_then_goes_live(terminals: list[Termina
         terminal.wait_for(r"service unavailable; retrying in [12] s")
         terminal.wait_for(EMPTY)
         first, second = server.arrivals
-        assert 0.9 <= second - first < 3.0
+        assert 0.5 <= second - first < 3.0  # an HTTP date is in whole seconds
         assert terminal.interrupt() == 0
 
 

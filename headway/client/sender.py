@@ -81,12 +81,15 @@ class Sender:
         self._last_try_spent: float | None = None  # the last try already made
         _SENDERS.add(self)
 
-    def schedule(self, reporter: Reporter, due: float) -> None:
-        """Look at `reporter` at monotonic time `due` (at once if past)."""
+    def schedule(self, reporter: Reporter, due: float, place: int | None = None) -> None:
+        """Look at `reporter` at monotonic time `due` (at once if past); among those due,
+        in the order they were scheduled, or at `place` (a retry keeps its place in line,
+        so that a step's final report still goes before its parent's)."""
         with self._cond:
             if self._closed:
                 return
-            heapq.heappush(self._queue, (due, next(self._order), reporter))
+            place = next(self._order) if place is None else place
+            heapq.heappush(self._queue, (due, place, reporter))
             if self._thread is None:
                 self._start()
             self._cond.notify_all()
@@ -161,11 +164,12 @@ class Sender:
         way is logged and leaves the thread running: later reports still go."""
         try:
             with self._cond:
-                reporter = self._next()
-                if reporter is None:
+                entry = self._next()
+                if entry is None:
                     return False
+                _due, place, reporter = entry
                 self._in_flight = reporter
-            self._deliver(reporter)
+            self._deliver(reporter, place)
         except Exception:
             log.exception("Headway: a report could not be prepared")
             self._retry_at = time.monotonic() + self.backoff[0]  # never a busy loop
@@ -175,8 +179,9 @@ class Sender:
                 self._cond.notify_all()
         return True
 
-    def _next(self) -> Reporter | None:
-        """Wait (holding the condition) for the next reporter due; None once closed."""
+    def _next(self) -> tuple[float, int, Reporter] | None:
+        """Wait (holding the condition) for the next entry due, (due, place, reporter);
+        None once closed."""
         while not self._closed:
             now = time.monotonic()
             if self._queue:
@@ -187,13 +192,13 @@ class Sender:
                     ready = min(ready, max(due, last_try))
                 wait = ready - now
                 if wait <= 0:
-                    return heapq.heappop(self._queue)[2]
+                    return heapq.heappop(self._queue)
                 self._cond.wait(min(wait, LONGEST_WAIT))
             else:
                 self._cond.wait(LONGEST_WAIT)
         return None
 
-    def _deliver(self, reporter: Reporter) -> None:
+    def _deliver(self, reporter: Reporter, place: int) -> None:
         reporter._scheduled = False  # a report from now on schedules it again
         if reporter._gone:
             return
@@ -222,7 +227,7 @@ class Sender:
                 self._failed(exc)
                 reporter._next_at = 0.0  # the backoff decides when it goes again
                 reporter._scheduled = True
-                self.schedule(reporter, 0.0)
+                self.schedule(reporter, 0.0, place)
                 return
         except (TypeError, ValueError) as exc:  # values JSON cannot carry (NaN, objects)
             self._refused(reporter, exc, final=closed)
