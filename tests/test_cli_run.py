@@ -294,6 +294,7 @@ def test_a_command_that_cannot_run_exits_127(
     )
 
 
+@pytest.mark.alone  # measures time: run by itself (scripts/test)
 def test_a_server_that_is_down_never_holds_up_the_command(script: Callable[[str], str]) -> None:
     quick = script('print("hello")')
     env = environment(HEADWAY_URL=f"http://127.0.0.1:{free_port()}", HEADWAY_SPACE="a" * 8)

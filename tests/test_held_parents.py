@@ -12,6 +12,8 @@ from headway.notify.deliver import DIGEST_S, ChannelSender
 from headway.notify.stalls import StallWatch
 
 from .conftest import pairs
+from .support import outbox_events
+from .test_reports import put, read
 from .test_stalls import stop
 
 pytestmark = pytest.mark.parametrize("backend", pairs(), indirect=True)
@@ -23,22 +25,6 @@ TTL = 600
 def settings(settings):
     """Progress that expires in ten minutes, so that a hold is shown to outlast it."""
     return settings.with_(webhook_allow_private=True, progress_ttl=TTL)
-
-
-async def put(client, task: str, body: dict) -> dict:
-    answer = await client.put(f"/tasks/{task}", json=body)
-    assert answer.status_code == 200, answer.text
-    return answer.json()
-
-
-async def read(client, task: str) -> dict:
-    answer = await client.get(f"/tasks/{task}")
-    assert answer.status_code == 200, answer.text
-    return answer.json()
-
-
-async def events(sql, task: str) -> int:
-    return len(await sql("SELECT id FROM outbox WHERE task_uuid = ?", task))
 
 
 async def test_a_parent_that_reported_before_its_steps_waits_for_its_own_done(
@@ -57,12 +43,12 @@ async def test_a_parent_that_reported_before_its_steps_waits_for_its_own_done(
     assert held["finished_at"] is None
     assert (held["progress"]["current"], held["progress"]["end"]) == (2, 2)
     assert held["progress"]["ratio"] == 1
-    assert await events(sql, parent) == 0
+    assert len(await outbox_events(sql, parent)) == 0
 
     clock.advance(1)
     done = await put(client, parent, {"done": True})
     assert done["finished_at"] is not None and done["duration"] == 3
-    assert await events(sql, parent) == 1
+    assert len(await outbox_events(sql, parent)) == 1
 
 
 async def test_a_parent_that_reports_once_its_steps_exist_is_held_too(client, make_task, sql):
@@ -75,9 +61,9 @@ async def test_a_parent_that_reports_once_its_steps_exist_is_held_too(client, ma
     assert (await read(client, parent))["finished_at"] is None
     # Its own counts are ignored, even when they reach its end.
     assert (await put(client, parent, {"current": 2, "end": 2}))["finished_at"] is None
-    assert await events(sql, parent) == 0
+    assert len(await outbox_events(sql, parent)) == 0
     await put(client, parent, {"done": True})
-    assert await events(sql, parent) == 1
+    assert len(await outbox_events(sql, parent)) == 1
 
 
 async def test_a_parent_nobody_reports_to_finishes_with_its_last_step(client, make_task, sql):
@@ -87,7 +73,7 @@ async def test_a_parent_nobody_reports_to_finishes_with_its_last_step(client, ma
     assert (await read(client, parent))["finished_at"] is None
     last = await put(client, steps[1], {"done": True})
     assert (await read(client, parent))["finished_at"] == last["finished_at"]
-    assert await events(sql, parent) == 1
+    assert len(await outbox_events(sql, parent)) == 1
 
 
 async def test_a_hold_outlasts_the_expiry_of_the_report_that_made_it(client, make_task, sql, clock):
@@ -97,7 +83,7 @@ async def test_a_hold_outlasts_the_expiry_of_the_report_that_made_it(client, mak
     clock.advance(TTL + 60)  # the parent's own progress has expired
     await put(client, step, {"done": True})
     assert (await read(client, parent))["finished_at"] is None
-    assert await events(sql, parent) == 0
+    assert len(await outbox_events(sql, parent)) == 0
 
 
 async def test_a_step_finishing_marks_a_parent_that_reported_after_its_steps(
@@ -121,7 +107,7 @@ async def test_deleting_the_last_open_step_of_a_held_parent_leaves_it_open(clien
     family = await read(client, parent)
     assert family["finished_at"] is None
     assert (family["progress"]["current"], family["progress"]["end"]) == (1, 1)
-    assert await events(sql, parent) == 0
+    assert len(await outbox_events(sql, parent)) == 0
 
 
 async def test_a_held_parent_whose_done_was_forgotten_is_told_as_a_stall(

@@ -91,5 +91,6 @@ def test_every_operation_answers_as_documented(case):
     case.call_and_validate()
 
 
+@pytest.mark.alone  # its generated chains drift on a busy machine: run by itself
 def test_chains_of_operations_answer_as_documented():
     schema.as_state_machine().run(settings=CHAINS)

@@ -260,3 +260,22 @@ def test_without_tqdm_the_drop_in_says_how_to_install_it() -> None:
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
     assert last == "ModuleNotFoundError: headway.tqdm needs tqdm: pip install 'headway[tqdm]'"
+
+
+def test_nested_bars_that_end_before_anything_is_sent_finish_their_parent_last(
+    server: LiveServer, served_space: str
+) -> None:
+    """A reporting thread that gets no turn before every bar has run and closed (a busy
+    machine). The outer bar's task still reports before its steps are made (so it is held
+    open by it), never finishes by a count its steps are not there yet to override, and
+    finishes after them."""
+    with Client(server.url, space=served_space, exit_timeout=30) as client:
+        with client._reporting()._cond:  # the reporting thread waits for it
+            for epoch in trange(3, desc="Training", client=client):
+                for _ in tqdm(range(50), desc=f"Epoch {epoch}", leave=False, client=client):
+                    pass
+        assert client.close(30)
+    [task] = server.space(served_space)["tasks"]
+    assert [step["title"] for step in task["children"]] == ["Epoch 0", "Epoch 1", "Epoch 2"]
+    assert_finished_after_its_steps(task)
+    assert task["progress"]["values"]["description"] == "Training"

@@ -45,6 +45,7 @@ class Reporter:
         "_sender",
         "_sent",
         "_state",
+        "_steps",
         "min_interval",
         "parent",
         "source",
@@ -72,6 +73,7 @@ class Reporter:
         self.min_interval = min_interval
         self._sender = sender
         self._state: State | None = None
+        self._steps: list[Reporter] = []  # made by `step()`: a parent's steps
         self._sent: State | None = None
         self._closed = False
         self._done_sent = False
@@ -137,14 +139,17 @@ class Reporter:
     def step(self, title: str | None = None, *, source: str | None = None) -> Reporter:
         """A step of this task: a child task, created in the background. Tasks nest one
         level, so a step of a step is another step of the same task."""
-        return Reporter(
+        parent = self.parent or self
+        step = Reporter(
             self._sender,
             space=self.space,
             title=title,
             source=source,
-            parent=self.parent or self,
+            parent=parent,
             min_interval=self.min_interval,
         )
+        parent._steps.append(step)
+        return step
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait at most `timeout` seconds until this task's latest state was delivered (or

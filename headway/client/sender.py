@@ -31,7 +31,7 @@ import httpx
 
 from . import calls
 from .errors import APIError, NetworkError
-from .reporter import Reporter
+from .reporter import Reporter, State
 
 log = logging.getLogger("headway")
 
@@ -211,12 +211,18 @@ class Sender:
         # state is never sent without its `done`.
         closed = reporter._closed
         state = reporter._state
+        if closed and _finishing_steps(reporter):
+            # A parent finishes after the steps finished before it (its own `done` would
+            # otherwise reach the server first): behind them in line.
+            reporter._scheduled = True
+            self.schedule(reporter, 0.0)
+            return
         try:
             self._ensure_created(reporter)
             if reporter._done_sent or (state is reporter._sent and not closed):
                 return  # nothing new (a state with no report yet is None, like `_sent`)
             reporter._next_at = time.monotonic() + reporter.min_interval
-            body = calls.report_body(*state, done=closed) if state else {"done": True}
+            body = _body(reporter, state, done=closed)
             self._send(calls.report(reporter.uuid or "", body))
         except _Gone:
             return
@@ -273,10 +279,10 @@ class Sender:
         one nobody reported to finishes with its last step (and a step may well finish
         before the parent's report, retried after an outage, would have gone)."""
         state = parent._state
-        if parent._sent is not None or state is None or parent._closed:
+        if parent._sent is not None or state is None:
             return
         try:
-            self._send(calls.report(parent.uuid or "", calls.report_body(*state)))
+            self._send(calls.report(parent.uuid or "", _body(parent, state, done=False)))
         except APIError as exc:
             if exc.retryable:
                 raise
@@ -342,6 +348,25 @@ class Sender:
         elif not reporter._refused:
             reporter._refused = True
             log.warning("Headway: a report of task %r was dropped: %s", reporter.title, exc)
+
+
+def _body(reporter: Reporter, state: State | None, *, done: bool) -> dict[str, object]:
+    """The report of `state`: a parent's without its counts, which the server ignores
+    once its steps are there, but which would finish it were they not there yet (a bar
+    whose steps all ran before anything was sent)."""
+    if state is None:
+        return {"done": True}
+    current, end, values, log = state
+    if reporter._steps:
+        current = end = None
+    return calls.report_body(current, end, values, log, done=done)
+
+
+def _finishing_steps(reporter: Reporter) -> bool:
+    """Whether steps of `reporter` were finished whose final reports are not sent yet."""
+    return any(
+        step._closed and not step._done_sent and not step._gone for step in list(reporter._steps)
+    )
 
 
 def undelivered(reporters: list[Reporter]) -> str:
