@@ -23,6 +23,7 @@ from headway.config import Settings
 from headway.limits import RateLimiter
 
 from .live_server import LiveServer
+from .receiver import Receiver
 from .receivers import (  # noqa: F401 (fixtures: channels' receivers)
     form_receiver,
     gotify_receiver,
@@ -41,6 +42,14 @@ for _number in (signal.SIGINT, signal.SIGQUIT):
         signal.signal(
             _number, signal.default_int_handler if _number == signal.SIGINT else signal.SIG_DFL
         )
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A webhook receiver on 127.0.0.1 that records every delivery."""
+    receiver = Receiver().start()
+    yield receiver
+    receiver.stop()
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ from headway.notify.deliver import DIGEST_S, ChannelSender
 from headway.worker import MAX_ATTEMPTS, Worker, retry_delay_s
 
 from .live_server import LiveServer
-from .receiver import Receiver
 from .receivers import GOTIFY_TOKEN
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -28,13 +27,6 @@ UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 def settings(settings):
     """Receivers listen on 127.0.0.1."""
     return settings.with_(webhook_allow_private=True)
-
-
-@pytest.fixture
-def receiver():
-    receiver = Receiver().start()
-    yield receiver
-    receiver.stop()
 
 
 def lines(caplog: pytest.LogCaptureFixture, logger: str = "headway") -> list[str]:

@@ -22,7 +22,6 @@ from headway.worker import Worker
 
 from .conftest import BACKENDS
 from .live_server import HeadwayProcess, LiveServer
-from .receiver import Receiver
 from .servers import free_port, wait_for_port
 
 UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
@@ -34,13 +33,6 @@ SPACE = "/spaces/{space_uuid}"
 def settings(settings):
     """Receivers listen on 127.0.0.1; rates stay out of the way of counting."""
     return settings.with_(webhook_allow_private=True, rate_limits=False)
-
-
-@pytest.fixture
-def receiver():
-    receiver = Receiver().start()
-    yield receiver
-    receiver.stop()
 
 
 def value(body: str, name: str, **labels: str) -> float:

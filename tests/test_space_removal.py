@@ -20,7 +20,6 @@ from headway.sweeper import REMOVAL_LEASE_S, Sweeper
 from headway.worker import Worker
 
 from .conftest import pairs
-from .receiver import Receiver
 
 pytestmark = pytest.mark.parametrize("backend", pairs(), indirect=True)
 
@@ -47,13 +46,6 @@ OF_SPACE = {
 def settings(settings):
     """Receivers listen on 127.0.0.1: these tests allow private addresses."""
     return settings.with_(webhook_allow_private=True)
-
-
-@pytest.fixture
-def receiver():
-    receiver = Receiver().start()
-    yield receiver
-    receiver.stop()
 
 
 async def fill(app, space: str, top: int, parents: int = 0, steps: int = 0) -> list[TaskRow]:

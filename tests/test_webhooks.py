@@ -29,13 +29,6 @@ def settings(settings):
 
 
 @pytest.fixture
-def receiver():
-    receiver = Receiver().start()
-    yield receiver
-    receiver.stop()
-
-
-@pytest.fixture
 async def worker(app, clock):
     worker = Worker(app.state.service.db, clock, allow_private=True, jitter=lambda: 1.0)
     yield worker
