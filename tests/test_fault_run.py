@@ -340,6 +340,7 @@ async def new_space(client: httpx.AsyncClient, receiver: Receiver) -> str:
     return space
 
 
+@pytest.mark.alone  # its streams converge on a clock: run by itself
 async def test_a_run_through_three_faults_loses_nothing_acknowledged(cluster):
     receiver = Receiver().start()
     try:
