@@ -20,7 +20,13 @@ from headway import Client
 from headway.tqdm import attach, tqdm, trange
 
 from .live_server import LiveServer, environment
-from .test_client import assert_finished_after_its_steps, completed, completions, readme_blocks
+from .test_client import (
+    assert_finished_after_its_steps,
+    assert_one_notification_each,
+    completed,
+    completions,
+    readme_blocks,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -214,15 +220,7 @@ def test_readme_tqdm_example_runs_as_written(server: LiveServer, served_space: s
     assert [step["title"] for step in task["children"]] == ["Epoch 0", "Epoch 1", "Epoch 2"]
     assert all(step["progress"]["current"] == 200 for step in task["children"])
     assert_finished_after_its_steps(task)
-    # One notification each; the outer bar's when it ended, not with its first epoch.
-    assert {title: len(tasks) for title, tasks in events.items()} == {
-        "Training": 1,
-        "Epoch 0": 1,
-        "Epoch 1": 1,
-        "Epoch 2": 1,
-    }
-    assert len(events["Training"][0]["children"]) == 3
-    assert_finished_after_its_steps(events["Training"][0])
+    assert_one_notification_each(events, "Training", ["Epoch 0", "Epoch 1", "Epoch 2"])
 
 
 def test_headway_logger_is_quiet_when_all_goes_well(
