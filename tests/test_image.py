@@ -29,6 +29,9 @@ import pytest
 from .servers import free_port
 from .test_wheel import tracked_copy
 
+# Images and a whole stack starting on a busy machine miss their time limits: by itself.
+pytestmark = pytest.mark.alone
+
 CACHE = Path(os.environ.get("HEADWAY_IMAGE_CACHE", "/var/cache/headway-images"))
 IMAGE = "localhost/headway:latest"
 TOOLS = ("podman", "mmdebstrap", "runc", "podman-compose")
