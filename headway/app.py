@@ -38,6 +38,8 @@ from .api.responses import (
     preflight_response,
 )
 from .clock import Clock, SystemClock
+from .coherence import Coherence
+from .coherence.local import OneProcess
 from .config import Settings
 from .dependencies import unavailable
 from .disk import DiskBudget
@@ -47,12 +49,10 @@ from .live import Live
 from .notify.deliver import channel_sender
 from .notify.stalls import StallWatch
 from .progress import ProgressStore
-from .progress.feed import ChangeFeed
 from .progress.memory import MemoryProgressStore
 from .scope import RAW_SEND
-from .service import ChannelRules, Service
+from .service import ChannelRules, Service, Wake
 from .storage.database import Database
-from .storage.families import FamilyVersions
 from .sweeper import Sweeper
 from .web import routes as web_routes
 from .worker import Worker
@@ -77,7 +77,12 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         # Rates run on real time even where a test moves the service's clock.
         app.state.limiter = limiter = RateLimiter(settings)
         app.state.loops = {}  # the app's own long-lived tasks, by name (see api.health)
-        feed = make_feed(progress)
+        coherence = make_coherence(progress)
+        feed = coherence.feed
+        # Set by a write that queued an event (the worker's), or deleted a space (the
+        # sweeper's): each wakes at once rather than at its next poll.
+        app.state.events_queued = events_queued = asyncio.Event()
+        app.state.spaces_dropped = spaces_dropped = asyncio.Event()
         worker_task = None
         stalls_task = None
         sweeper_task = None
@@ -93,9 +98,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 db,
                 progress,
                 clock,
-                feed,
-                # Progress in Redis: other instances change families too (see storage.families).
-                versions=cast(FamilyVersions, progress) if settings.shares_progress else None,
+                coherence,
                 allow_private_webhooks=settings.webhook_allow_private,
                 webhooks_per_space=settings.webhooks_per_space,
                 shares_per_space=settings.shares_per_space,
@@ -107,6 +110,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                     settings.public_url,
                 ),
                 disk=disk,
+                wake=Wake(worker=events_queued.set, sweeper=spaces_dropped.set),
             )
             await service.shares.load_secret()  # made by the first start of all
             service.caps.steps_per_parent = settings.children_per_parent
@@ -126,6 +130,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 service.event_views,
                 scan_s=settings.stall_scan,
                 outbox_per_endpoint=settings.outbox_per_endpoint,
+                on_queued=events_queued.set,
             )
             app.state.stalls = stalls
             if settings.run_worker:
@@ -133,10 +138,10 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                     db,
                     clock,
                     allow_private=settings.webhook_allow_private,
-                    channels=channel_sender(settings, db, clock),
+                    channels=channel_sender(settings, db, clock, on_end=events_queued.set),
                     give_up_s=settings.delivery_give_up,
+                    woken=events_queued,
                 )
-                service.on_event = stalls.on_queued = worker.wake
                 worker_task = asyncio.create_task(worker.run(), name="headway-worker")
                 app.state.loops["worker"] = worker_task
             stalls_task = asyncio.create_task(stalls.run(), name="headway-stalls")
@@ -145,10 +150,8 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 None if settings.space_retention is None else settings.space_retention * 1_000_000
             )
             app.state.sweeper = sweeper = Sweeper(
-                service, clock, retention_us, step_s=settings.sweep_every
+                service, clock, retention_us, step_s=settings.sweep_every, woken=spaces_dropped
             )
-            # A deleted space's rows are removed at once, in the background.
-            service.deletes.on_deleted = sweeper.wake
             sweeper_task = asyncio.create_task(sweeper.run(), name="headway-sweeper")
             app.state.loops["sweeper"] = sweeper_task
             async with mcp_endpoint.running():
@@ -168,7 +171,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                     await worker_task
                 await worker.close()
             await limiter.close()
-            await feed.close()
+            await coherence.close()
             await progress.close()
             await db.close()
 
@@ -336,9 +339,15 @@ def make_progress_store(settings: Settings, clock: Clock) -> ProgressStore:
     )
 
 
-def make_feed(progress: ProgressStore) -> ChangeFeed:
-    """The change feed beside the progress store: across instances with Redis."""
-    return progress.change_feed()
+def make_coherence(progress: ProgressStore) -> Coherence:
+    """How instances agree (see `headway.coherence`): several, sharing the Redis store,
+    or this process alone, with progress in its memory."""
+    if progress.name != "redis":
+        return OneProcess(progress)
+    from .coherence.shared import SeveralInstances
+    from .progress.redis import RedisProgressStore
+
+    return SeveralInstances(cast(RedisProgressStore, progress))
 
 
 async def _headway_error(request: Request, exc: Exception) -> Response:

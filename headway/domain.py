@@ -34,18 +34,19 @@ Number = int | float
 
 
 class Changed(StrEnum):
-    """What a write did, as every cache hears it (see `service.changes`)."""
+    """What a write did, as every cache and the change feed hear it (see `service.unit`)."""
 
     CREATE = "create"  # a task was created (a child: its parent's family changed too)
     REPORT = "report"  # a task's live progress was replaced; no row changed
     FINISH = "finish"  # a task finished (and maybe its parent with it)
     REVOKE = "revoke"  # a share link of the space was revoked (`task_uuid` names it)
     DELETE = "delete"  # a task was deleted with its children (its parent's family changed)
+    PRUNE = "prune"  # a task was removed to make room for a new one (see `service.caps`)
     DROP = "drop"  # the whole space was deleted (`task_uuid` is "")
 
 
 # A family's version, as the progress store that keeps versions gives it (see
-# `storage.families.FamilyVersions`): only ever compared for equality.
+# `caches.families.FamilyVersions`): only ever compared for equality.
 FamilyVersion = NewType("FamilyVersion", str)
 
 
@@ -175,7 +176,7 @@ class ProgressView(msgspec.Struct, frozen=True, gc=False):
 class TaskView(msgspec.Struct, gc=False):
     """A task as every read and report answers it (and as the completion event holds it),
     encoded in one call. `children` holds each child's `TaskView`, or its JSON already
-    encoded (`msgspec.Raw`, see `storage.families`). `tests/reference.py` builds the
+    encoded (`msgspec.Raw`, see `caches.families`). `tests/reference.py` builds the
     same answer as plain dicts: the views are checked byte for byte against it."""
 
     uuid: str

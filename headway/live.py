@@ -20,12 +20,12 @@ from time import perf_counter
 from typing import TYPE_CHECKING
 
 from . import metrics
+from .coherence.feed import DROPPED, PRUNED, RESYNC, REVOKED, TASK, Change, ChangeFeed
 from .dependencies import unavailable
 from .domain import TaskView
 from .errors import Unavailable
 from .limits import Holdings
 from .live_events import Key, Round, StreamFilter
-from .progress.feed import DROPPED, PRUNED, RESYNC, REVOKED, TASK, Change, ChangeFeed
 from .shares import ShareView
 
 if TYPE_CHECKING:

@@ -87,7 +87,10 @@ class Sweeper:
         step_s: float = STEP_S,
         batch: int = MOST_AT_ONCE,
         hold_s: float | None = None,
+        woken: asyncio.Event | None = None,
     ) -> None:
+        """`woken`: set when a space is deleted (see `service.unit.Wake`): its rows are
+        removed at once rather than at the next step."""
         self.service = service
         self.clock = clock
         self.retention_us = retention_us
@@ -96,7 +99,7 @@ class Sweeper:
             hold_s = HOLD_S if service.db.is_sqlite else HOLD_S_POSTGRES
         self.sizes = BatchSize(batch, hold_s)
         self.holder = f"sweeper-{uuid.uuid4().hex[:12]}"
-        self._woken = asyncio.Event()
+        self._woken = woken or asyncio.Event()
         self._removing = asyncio.Lock()  # one removal at a time in this process
         self._lease_until_us = 0
 

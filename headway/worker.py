@@ -100,11 +100,12 @@ class Worker:
         channels: ChannelSender | None = None,
         give_up_s: float = GIVE_UP_S,
         resolve: webhooks.Resolver | None = None,
+        woken: asyncio.Event | None = None,
     ) -> None:
+        """`woken`: set when an event is queued (see `service.unit.Wake`): the worker
+        looks for due deliveries at once rather than at its next poll."""
         self.db = db
         self.channels = channels
-        if channels is not None:
-            channels.on_end = self.wake
         self.clock = clock
         self.allow_private = allow_private
         self.id = f"worker-{uuid.uuid4().hex[:12]}"
@@ -121,7 +122,7 @@ class Worker:
         self._attempt_timeout_s = attempt_timeout_s
         self._give_up_us = round(give_up_s * 1_000_000)
         self._resolve = resolve or webhooks.lookup
-        self._wake = asyncio.Event()
+        self._wake = woken or asyncio.Event()
         self._attempts: dict[asyncio.Task[None], Claim] = {}
         self._cut: list[Claim] = []  # claims whose attempts a stop cut short
         self._space_load: Counter[str] = Counter()

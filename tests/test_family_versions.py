@@ -13,10 +13,10 @@ import pytest
 import redis.asyncio as redis
 
 from headway.app import create_app
+from headway.caches.families import VERSIONED_MAX_AGE_US
 from headway.clock import ManualClock
 from headway.config import Settings
 from headway.progress.redis import FAMILY_VERSION_TTL_S, Coalesced
-from headway.storage.families import VERSIONED_MAX_AGE_US
 
 from .conftest import BACKENDS, empty_backend, running
 

@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 import redis.asyncio as redis
 
-from headway.progress import redis_feed
-from headway.progress.feed import RESYNC, REVOKED, TASK, Change, ChangeFeed, LocalFeed
-from headway.progress.redis_feed import RedisFeed
+from headway.coherence import redis_feed
+from headway.coherence.feed import RESYNC, REVOKED, TASK, Change, ChangeFeed, LocalFeed
+from headway.coherence.redis_feed import RedisFeed
 
 from .conftest import needs_redis
 from .protocols import assert_implements

@@ -198,7 +198,7 @@ class Gated:
 
 async def test_a_create_cancelled_while_queued_is_not_written(db):
     writer = Gated()
-    commit = GroupCommit(db, writer)
+    commit = GroupCommit(db.write, writer)
     first = asyncio.create_task(commit.submit(space("first")))
     await writer.started.wait()
     queued = [asyncio.create_task(commit.submit(space(name))) for name in ("a", "b", "c")]
@@ -215,9 +215,17 @@ async def test_a_create_cancelled_while_queued_is_not_written(db):
 async def test_a_create_cancelled_during_its_batch_leaves_the_others_whole(db):
     writer = Gated()
     forgotten: list[list[str]] = []
-    commit = GroupCommit(
-        db, writer, after=lambda batch, _: forgotten.append([s.title for s in batch])
-    )
+
+    @contextlib.asynccontextmanager
+    async def begin() -> AsyncIterator[Any]:
+        """A transaction that, like a unit of work, tells what its batch wrote as it ends."""
+        try:
+            async with db.write() as st:
+                yield st
+        finally:
+            forgotten.append(writer.batches[-1])
+
+    commit = GroupCommit(begin, writer)
     first = asyncio.create_task(commit.submit(space("first")))
     await writer.started.wait()
     queued = [asyncio.create_task(commit.submit(space(name))) for name in ("a", "b")]
@@ -241,7 +249,7 @@ async def test_a_database_error_fails_every_create_of_its_batch(db):
             raise OperationalError("INSERT", {}, Exception("disk I/O error"))
         return await writer(conn, batch)
 
-    commit = GroupCommit(db, failing)
+    commit = GroupCommit(db.write, failing)
     first = asyncio.create_task(commit.submit(space("first")))
     await writer.started.wait()
     queued = [asyncio.create_task(commit.submit(space(name))) for name in ("a", "b")]
@@ -259,9 +267,9 @@ async def test_a_create_the_database_refuses_fails_alone(db):
     writer = Gated()
     writer.release.set()
     taken = space("taken")
-    await GroupCommit(db, writer).submit(taken)
+    await GroupCommit(db.write, writer).submit(taken)
     gated = Gated()
-    commit = GroupCommit(db, gated)
+    commit = GroupCommit(db.write, gated)
     first = asyncio.create_task(commit.submit(space("first")))
     await gated.started.wait()
     duplicate = queries.NewSpace(taken.uuid, "duplicate", None)
@@ -281,7 +289,7 @@ async def test_a_create_the_database_refuses_fails_alone(db):
 
 async def test_a_writer_cancelled_at_shutdown_fails_what_waits(db):
     writer = Gated()
-    commit = GroupCommit(db, writer)
+    commit = GroupCommit(db.write, writer)
     first = asyncio.create_task(commit.submit(space("first")))
     await writer.started.wait()
     queued = asyncio.create_task(commit.submit(space("a")))

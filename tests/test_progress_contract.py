@@ -1,5 +1,5 @@
 """What every progress store does, run against each (memory, and a real Redis): reads,
-writes, expiry on the store's clock, budget admission, gauges, its change feed; and what
+writes, expiry on the store's clock, budget admission, gauges; and what
 every store shared by instances does with family versions (Redis)."""
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ import pytest
 import redis.asyncio as redis
 
 from headway.clock import ManualClock
+from headway.coherence import FamilyVersions
 from headway.domain import Progress
 from headway.progress import ClientShareFull, Measurement, ProgressBudgetFull, ProgressStore
-from headway.progress.feed import TASK, Change, ChangeFeed
 from headway.progress.memory import MemoryProgressStore
 from headway.progress.redis import RedisProgressStore
-from headway.storage.families import FamilyVersions
 
 from .conftest import needs_redis
 from .protocols import assert_implements
@@ -269,20 +268,7 @@ async def test_gauges_are_the_same_series_before_and_after_writes(store, clock):
         assert used > 0
 
 
-async def test_the_store_makes_its_change_feed(store):
-    feed = store.change_feed()
-    try:
-        assert_implements(feed, ChangeFeed)
-        heard: list[Change] = []
-        feed.subscribe(SPACE, heard.append)
-        await feed.ready(SPACE)
-        feed.publish(Change(TASK, SPACE, task(1)))
-        assert heard == [Change(TASK, SPACE, task(1))]  # this process's listeners: at once
-    finally:
-        await feed.close()
-
-
-# --- Stores shared by instances: family versions (see storage.families) --------------------
+# --- Stores shared by instances: family versions (see caches.families) --------------------
 
 
 async def test_a_shared_store_keeps_family_versions(shared_store):

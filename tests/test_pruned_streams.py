@@ -16,10 +16,10 @@ import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
+from headway.coherence.feed import PRUNED, Change
 from headway.domain import TaskView
 from headway.live import Round, Stream
 from headway.live_events import StreamFilter
-from headway.progress.feed import PRUNED, Change
 
 from .live_server import serving
 from .test_events import WITHIN_S, new_space, new_task, watching

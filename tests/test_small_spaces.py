@@ -9,9 +9,9 @@ import itertools
 import msgspec
 import pytest
 
+from headway.caches.families import row_bytes
+from headway.caches.spaces import BigSpace, ShownTasks, SmallSpace, SmallSpaces
 from headway.domain import Progress, TaskRow, TaskView, view_json
-from headway.storage.families import row_bytes
-from headway.storage.small_spaces import BigSpace, ShownTasks, SmallSpace, SmallSpaces
 
 from .conftest import pairs
 

@@ -76,8 +76,13 @@ def fast():
 @pytest.fixture
 async def running_worker(app, clock):
     """A worker delivering in the background, woken by every new event, as in `serve`."""
-    worker = Worker(app.state.service.db, clock, allow_private=True, jitter=lambda: 1.0)
-    app.state.service.on_event = worker.wake
+    worker = Worker(
+        app.state.service.db,
+        clock,
+        allow_private=True,
+        jitter=lambda: 1.0,
+        woken=app.state.events_queued,
+    )
     loop = asyncio.create_task(worker.run())
     yield worker
     loop.cancel()

@@ -215,8 +215,9 @@ async def _writes(app: Any, client: Any, space: str, seconds: float) -> list[flo
     from headway.clock import SystemClock
     from headway.worker import Worker
 
-    worker = Worker(app.state.service.db, SystemClock(), allow_private=True)
-    app.state.service.on_event = worker.wake
+    worker = Worker(
+        app.state.service.db, SystemClock(), allow_private=True, woken=app.state.events_queued
+    )
     running = asyncio.create_task(worker.run())
     try:
         return await _create_and_finish(client, space, seconds)

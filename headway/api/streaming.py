@@ -39,7 +39,7 @@ def task_pieces(task: TaskView) -> Iterator[bytes]:
     head = _encode(msgspec.structs.replace(task, children=[]))
     yield head[:-2]  # `children` is last: everything up to its `[`
     joined = getattr(task.children, "joined", None)
-    if joined is not None:  # the family cache's, made once (`storage.families.ChildrenJSON`)
+    if joined is not None:  # the family cache's, made once (`caches.families.ChildrenJSON`)
         whole = memoryview(joined)  # slices of it are sent, never copies of the whole
         for start in range(0, len(whole), PIECE_BYTES):
             yield whole[start : start + PIECE_BYTES]

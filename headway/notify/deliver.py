@@ -47,8 +47,11 @@ def retry_delay_s(attempt: int) -> float:
     return float(min(FIRST_RETRY_S * 2 ** (attempt - 1), MAX_RETRY_S))
 
 
-def channel_sender(settings: Settings, db: Database, clock: Clock) -> ChannelSender:
-    """The sender the worker runs, as the settings configure it."""
+def channel_sender(
+    settings: Settings, db: Database, clock: Clock, on_end: Callable[[], None] = lambda: None
+) -> ChannelSender:
+    """The sender the worker runs, as the settings configure it; `on_end`: see
+    `ChannelSender`."""
     from ..service.channels import read_only_link
 
     return ChannelSender(
@@ -59,6 +62,7 @@ def channel_sender(settings: Settings, db: Database, clock: Clock) -> ChannelSen
         link=partial(read_only_link, settings.public_url),
         schemes=settings.channel_schemes,
         give_up_us=settings.delivery_give_up * 1_000_000,
+        on_end=on_end,
     )
 
 
@@ -76,7 +80,9 @@ class ChannelSender:
         schemes: tuple[str, ...] | None = None,
         timeout_s: float = 10.0,
         give_up_us: int = GIVE_UP_US,
+        on_end: Callable[[], None] = lambda: None,
     ) -> None:
+        """`on_end`: called as each send ends (wakes the worker, which starts more)."""
         self.db = db
         self.clock = clock
         self.allow_private = allow_private
@@ -88,7 +94,7 @@ class ChannelSender:
         self._sending: dict[str, asyncio.Task[None]] = {}
         self._taken: dict[str, channel_queue.Taken] = {}  # by the sends under way
         self._cut: list[channel_queue.Taken] = []  # taken by sends a stop cut short
-        self.on_end: Callable[[], None] = lambda: None
+        self.on_end = on_end
 
     @property
     def schemes(self) -> tuple[str, ...]:

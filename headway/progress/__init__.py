@@ -7,7 +7,6 @@ from typing import NamedTuple, Protocol
 
 from ..domain import Progress
 from ..errors import TooManyRequests, Unavailable
-from .feed import ChangeFeed
 
 # How long a client refused for a full budget, or for its full share, is told to wait.
 BUDGET_RETRY_AFTER_S = 30
@@ -74,11 +73,14 @@ class ProgressStore(Protocol):
     needed, and each client's finished progress is bounded by its share as well.
 
     A store shared by several instances also keeps the versions of families that their
-    caches check (`storage.families.FamilyVersions`); a store of one process has no use
+    caches check (`caches.families.FamilyVersions`); a store of one process has no use
     for them and does not.
     """
 
     name: str
+    # Whether a read hands out the very object the last write stored (until the next
+    # write replaces it): caches of answers may then reuse one while it is the same.
+    keeps_objects: bool
     remembers_since_us: int | None
     """When this store's memory began: progress reported before then is lost (a store in
     the process's memory starts empty at each restart). None for a store whose progress
@@ -126,10 +128,6 @@ class ProgressStore(Protocol):
     async def release(self, task_uuids: Sequence[str]) -> None:
         """These tasks finished without a write of their progress (a parent finished by
         its last step): keep their progress as finished, no longer live."""
-
-    def change_feed(self) -> ChangeFeed:
-        """A new change feed beside this store, reaching every instance the store serves
-        (the caller closes it)."""
 
     async def gauges(self) -> list[Measurement]:
         """What a scrape shows of the store, measured now (cheap: no scan of entries);

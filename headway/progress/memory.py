@@ -22,7 +22,6 @@ from . import (
     Measurement,
     ProgressBudgetFull,
 )
-from .feed import LocalFeed
 
 # What one entry costs beyond its values' JSON text, as the process's memory holds it:
 # the uuid key, the ordered dict's slot and link, the struct, its numbers and the
@@ -73,6 +72,7 @@ class MemoryProgressStore:
     """
 
     name = "memory"
+    keeps_objects = True
 
     def __init__(
         self,
@@ -335,10 +335,6 @@ class MemoryProgressStore:
         """The bytes of live progress the space holds (for tests and the operator's
         questions)."""
         return self._space_live.get(space_uuid, 0)
-
-    def change_feed(self) -> LocalFeed:
-        """A feed within this process: progress in its memory serves no other."""
-        return LocalFeed()
 
     async def gauges(self) -> list[Measurement]:
         """Entries (expired ones not yet dropped included) and bytes held, and the budget:

@@ -28,7 +28,6 @@ from . import (
     ProgressBudgetFull,
 )
 from . import redis_shares as shares
-from .redis_feed import RedisFeed
 
 T = TypeVar("T")
 
@@ -36,12 +35,12 @@ _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(Progress).decode
 
 # A family's version key outlives its last change by this long, far beyond any cached
-# family's life (`storage.families.VERSIONED_MAX_AGE_US`): a key can expire, and read 0
+# family's life (`caches.families.VERSIONED_MAX_AGE_US`): a key can expire, and read 0
 # again, only once no instance still holds a family read before that key's last bump.
 FAMILY_VERSION_TTL_S = 30 * 86_400
 
 # A deleted space's mark (see `drop_space`) outlives any family of it read before the
-# delete (`storage.families.VERSIONED_MAX_AGE_US`, an hour), by far.
+# delete (`caches.families.VERSIONED_MAX_AGE_US`, an hour), by far.
 DROPPED_TTL_S = 3 * 3600
 
 # A family's version is "<epoch>:<counter>": the counter of its key (0 while there is
@@ -250,6 +249,7 @@ class RedisProgressStore:
     """
 
     name = "redis"
+    keeps_objects = False
     remembers_since_us: int | None = None
     PREFIX = "headway:progress:"
     FAMILY_PREFIX = "headway:family:"
@@ -393,7 +393,7 @@ class RedisProgressStore:
         of finished progress that gave way."""
         return await make_room(self._redis)
 
-    # --- Family versions: what lets each instance cache families (see storage.families) ---
+    # --- Family versions: what lets each instance cache families (see caches.families) ---
 
     async def family_version(self, task_uuid: str) -> FamilyVersion:
         """The version of the task's family now (its counter is 0 until its first
@@ -453,9 +453,11 @@ class RedisProgressStore:
             _refuse(current)
         return FamilyVersion(current.decode())
 
-    def change_feed(self) -> RedisFeed:
-        """The change feed over this store's Redis (see `progress.redis_feed`)."""
-        return RedisFeed(self._redis)
+    @property
+    def client(self) -> redis.asyncio.Redis:
+        """The store's Redis client (its pool), which the change feed shares (see
+        `coherence.shared`)."""
+        return self._redis
 
     async def gauges(self) -> list[Measurement]:
         """Redis's own memory figures, from INFO (one cheap command); the keys are not

@@ -10,7 +10,7 @@ stream and `/mcp` call and nothing else.
 - `webhooks`, `channels`, `shares`: a space's webhooks, notification channels and share
   links; `badges`: what a share link's badges show;
 - `idempotency`: creates made once, however often they are retried with one key;
-- `changes`: the one point every write calls once it is stored.
+- `unit`: the unit of work every write runs in, which publishes what it changed.
 
 Every create passes the disk budget first (`headway.disk`): when the database's storage
 runs short, creates are refused before anything is written, and reports go on.
@@ -18,23 +18,21 @@ runs short, creates are refused before anything is written, and reports go on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from ..caches.spaces import ShownTasks, SmallSpaces
 from ..clock import Clock
+from ..coherence import Coherence
 from ..dependencies import unavailable
 from ..disk import DiskBudget
 from ..domain import Report, TaskRow, TaskView
 from ..progress import NO_CLIENT, ProgressStore
-from ..progress.feed import ChangeFeed
 from ..schemas import CreateChannel, CreateSpace, CreateTask, CreateWebhook
 from ..storage.database import Database
-from ..storage.families import FamilyCache, FamilyVersions
-from ..storage.small_spaces import ShownTasks, SmallSpaces
 from .activity import Activity
 from .badges import Badges
 from .caps import Caps
-from .changes import Cache, Changes
 from .channels import ChannelRules, Channels
 from .context import Stores
 from .deletes import Deletes
@@ -44,15 +42,17 @@ from .reads import SPACE_PAGE, SpaceReads, parse_limit
 from .shares import Shares
 from .spaces import Head, Spaces
 from .tasks import Tasks
+from .unit import Cache, Wake, Writes
 from .webhooks import Webhooks
 
 __all__ = [
     "SPACE_PAGE",
     "Cache",
-    "Changes",
     "ChannelRules",
     "Idempotency",
     "Service",
+    "Wake",
+    "Writes",
     "parse_limit",
 ]
 
@@ -61,10 +61,9 @@ class Service:
     """Headway's rules applied to storage: the database holds spaces and tasks, the
     progress store holds live state, and the outbox holds completion events.
 
-    With `versions` (progress in Redis, shared by several instances), families and
-    spaces' rows are cached only as far as their versions in Redis vouch for them (see
-    `storage.families`, `storage.small_spaces`); without, this process is the only writer
-    and caches freely.
+    Families and spaces' rows are cached as far as `coherence` vouches for them: freely
+    where this process is the only one serving, else only while their versions in Redis
+    are those they were read at (see `coherence`, `caches.families`).
     """
 
     def __init__(
@@ -72,27 +71,29 @@ class Service:
         db: Database,
         progress: ProgressStore,
         clock: Clock,
-        feed: ChangeFeed,
+        coherence: Coherence,
         *,
-        versions: FamilyVersions | None = None,
         allow_private_webhooks: bool = False,
         webhooks_per_space: int = 20,
         shares_per_space: int = 100,
         channel_rules: ChannelRules | None = None,
         outbox_per_endpoint: int = 10_000,
         disk: DiskBudget | None = None,
+        wake: Wake | None = None,
     ) -> None:
         # Admits creates while the database has room (a budget of the defaults if none).
         self.disk = disk or DiskBudget(db)
-        self.changes = Changes(feed, versions)
-        self.stores = stores = Stores(db, progress, clock, self.changes)
-        self.db, self.progress, self.clock, self.feed = db, progress, clock, feed
+        # Who a write wakes once it is over: the worker, the sweeper (see `service.unit`).
+        self.writes = Writes(db, progress, coherence, wake)
+        self.stores = stores = Stores(db, progress, clock, self.writes)
+        self.db, self.progress, self.clock = db, progress, clock
+        self.feed = coherence.feed
         self.activity = Activity(clock)
         self.spaces = Spaces(stores)
-        self.reads = SpaceReads(stores, self.spaces, versions=versions, activity=self.activity)
+        self.reads = SpaceReads(stores, self.spaces, activity=self.activity)
         self.families = Families(
             stores,
-            FamilyCache(versioned=versions is not None),
+            coherence.family_cache(),
             outbox_per_endpoint=outbox_per_endpoint,
         )
         self.caps = Caps(stores)
@@ -116,15 +117,6 @@ class Service:
         # A space with its top-level tasks, whole or a page at a time (see `SpaceReads`).
         self.get_space = self.reads.get
         self.read_space = self.reads.read
-
-    @property
-    def on_event(self) -> Callable[[], None]:
-        """Called after a transaction that recorded an event commits (wakes the worker)."""
-        return self.families.on_event
-
-    @on_event.setter
-    def on_event(self, wake: Callable[[], None]) -> None:
-        self.families.on_event = wake
 
     @property
     def shares_per_space(self) -> int:

@@ -4,18 +4,14 @@ steps), as a log keeps its last lines; 422 when every task is still active."""
 
 from __future__ import annotations
 
-import asyncio
-import logging
 from collections.abc import Mapping, Sequence
 
 from .. import metrics
-from ..domain import Changed, TaskRow
+from ..domain import TaskRow
 from ..errors import Unprocessable
 from ..storage import deletes, queries
-from ..storage.database import Statements
 from .context import Stores
-
-log = logging.getLogger("headway")
+from .unit import Unit
 
 STEPS_PER_PARENT = 10_000
 TASKS_PER_SPACE = 100_000
@@ -52,10 +48,6 @@ class Caps:
         self._stores = stores
         self.steps_per_parent = steps_per_parent
         self.tasks_per_space = tasks_per_space
-        # Tasks removed to make room until their commit is announced: by space, each
-        # with its steps, and the top-level ones each with the new task in its place.
-        self.pruned: list[tuple[str, list[str], list[tuple[str, str]]]] = []
-        self._announcing: set[asyncio.Task[None]] = set()
 
     def steps_of(self, parents: Mapping[str, tuple[TaskRow, int]]) -> Steps:
         return Steps({uuid: count for uuid, (_, count) in parents.items()}, self.steps_per_parent)
@@ -66,13 +58,12 @@ class Caps:
             "(HEADWAY_TASKS_PER_SPACE): finish or delete one first."
         )
 
-    async def make_room(
-        self, st: Statements, space_uuid: str, held: int, new: Sequence[str]
-    ) -> int:
+    async def make_room(self, unit: Unit, space_uuid: str, held: int, new: Sequence[str]) -> int:
         """The space holds `held` top-level tasks with `new` ones being created (their
         uuids, in order): remove the oldest finished ones (with their steps) beyond the
-        cap; returns how many of the new ones find no room (the last ones: every other
-        task is still active)."""
+        cap, in `unit`'s transaction, which tells of them; returns how many of the new
+        ones find no room (the last ones: every other task is still active)."""
+        st = unit.st
         excess = min(held - self.tasks_per_space, len(new))
         if excess <= 0:
             return 0
@@ -83,28 +74,7 @@ class Caps:
             await deletes.delete_tasks(st, gone)
             # Each removed task is paired with a new one made (the last, if some found no room).
             made = new[: len(new) - refused][-len(oldest) :]
-            self.pruned.append((space_uuid, gone, list(zip(oldest, made, strict=True))))
+            unit.pruned(space_uuid, gone, list(zip(oldest, made, strict=True)))
+            metrics.deleted("cap", len(gone))
         await queries.count_top_level(st, space_uuid, -excess)
         return refused
-
-    def committed(self, ok: bool) -> None:
-        """After a batch's commit (`ok`) or failure: tell what was removed to make room."""
-        pruned, self.pruned = self.pruned, []
-        changes = self._stores.changes
-        for space_uuid, gone, replaced in pruned:
-            for task_uuid in gone:
-                changes.forget(Changed.DELETE, space_uuid, task_uuid)
-            if ok:
-                metrics.deleted("cap", len(gone))
-                task = asyncio.ensure_future(self._announce(space_uuid, gone, replaced))
-                self._announcing.add(task)
-                task.add_done_callback(self._announcing.discard)
-
-    async def _announce(
-        self, space_uuid: str, gone: list[str], replaced: list[tuple[str, str]]
-    ) -> None:
-        try:
-            await self._stores.progress.delete(gone)
-        except Exception as exc:  # it expires in its time
-            log.warning("progress of pruned tasks not deleted (%s)", exc)
-        await self._stores.changes.pruned(space_uuid, gone, replaced)

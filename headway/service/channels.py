@@ -110,8 +110,8 @@ class Channels:
     async def delete(self, space_uuid: str, channel_uuid: str) -> None:
         space_key = await self._spaces.existing(space_uuid)
         key = canonical_uuid(channel_uuid)
-        async with self._stores.db.write() as st:
-            if key is None or not await channels.delete_channel(st, space_key, key):
+        async with self._stores.writes.transaction() as unit:
+            if key is None or not await channels.delete_channel(unit.st, space_key, key):
                 raise NotFound(NO_CHANNEL)
 
     async def test(self, space_uuid: str, channel_uuid: str) -> dict[str, Any]:
@@ -135,8 +135,10 @@ class Channels:
         )
         now_us = self._stores.clock.now_us()
         result = "delivered" if outcome.delivered else "failed"
-        async with self._stores.db.write() as st:
-            await channels.log_delivery(st, key, now_us, "test", result, outcome.detail or None)
+        async with self._stores.writes.transaction() as unit:
+            await channels.log_delivery(
+                unit.st, key, now_us, "test", result, outcome.detail or None
+            )
         return _delivery((now_us, "test", result, outcome.detail or None))
 
     def link(self, share_uuid: str | None) -> str | None:

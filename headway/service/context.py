@@ -1,5 +1,5 @@
-"""What every use case works with: the stores, the clock, the change point, and the
-messages of the errors they share."""
+"""What every use case works with: the stores, the clock, where writes are opened, and
+the messages of the errors they share."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from ..clock import Clock
 from ..progress import ProgressStore
 from ..storage.database import Database
-from .changes import Changes
+from .unit import Writes
 
 NO_SPACE = "No such space: check the space uuid."
 NO_TASK = "No such task: check the task uuid."
@@ -19,9 +19,9 @@ NOT_A_PARENT = "parent_uuid is not a task of this space."
 @dataclass(frozen=True, slots=True)
 class Stores:
     """The database (spaces, tasks, the outbox), the progress store (live state), the
-    clock, and `changes`, which every write tells what it changed."""
+    clock, and `writes`, where every write opens its unit of work (see `service.unit`)."""
 
     db: Database
     progress: ProgressStore
     clock: Clock
-    changes: Changes
+    writes: Writes

@@ -1,10 +1,8 @@
 """Deleting: a task with its children, or a whole space with everything it holds, each in
-one short transaction, then told to every cache, instance and stream through `Changes`
-(a space's rows are removed afterwards by the sweeper: see `storage.deletes`)."""
+one short transaction, a unit of work that tells every cache, instance and stream (a
+space's rows are removed afterwards by the sweeper: see `storage.deletes`)."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 from .. import metrics
 from ..domain import Changed, canonical_uuid
@@ -20,9 +18,6 @@ class Deletes:
     def __init__(self, stores: Stores, families: Families) -> None:
         self._stores = stores
         self._families = families
-        # Called once a space's delete is committed (wakes the sweeper, which removes its
-        # rows).
-        self.on_deleted: Callable[[], None] = lambda: None
 
     async def task(self, task_uuid: str) -> None:
         """Delete a task, its children and their progress. Its parent's aggregate follows;
@@ -31,28 +26,30 @@ class Deletes:
         if key is None:
             raise NotFound(NO_TASK)
         stores = self._stores
-        finished_parent = False
-        async with stores.db.write() as st:
-            found = await deletes.family_uuids(st.rows, key)
-            if found is None:
-                raise NotFound(NO_TASK)
-            space_uuid, parent_uuid, children = found
-            if parent_uuid is not None:
-                await queries.lock_task(st, parent_uuid)
-            await deletes.delete_tasks(st, [*children, key])
-            await queries.count_deleted(st, space_uuid, parent_uuid)
-            if parent_uuid is not None:
-                now_us = stores.clock.now_us()
-                finished_parent = await self._families.finish_if_steps_done(st, parent_uuid, now_us)
-        gone = [*children, key]
-        metrics.deleted("owner", len(gone))
-        await stores.progress.delete(gone)
-        await stores.changes.deleted(space_uuid, gone, parent_uuid)
-        if finished_parent:
-            assert parent_uuid is not None
-            self._families.on_event()
-            await self._families.release(parent_uuid)
-            await stores.changes.changed(Changed.FINISH, space_uuid, parent_uuid)
+        async with stores.writes.unit() as unit:
+            async with unit.transaction() as st:
+                found = await deletes.family_uuids(st.rows, key)
+                if found is None:
+                    raise NotFound(NO_TASK)
+                space_uuid, parent_uuid, children = found
+                if parent_uuid is not None:
+                    await queries.lock_task(st, parent_uuid)
+                gone = [*children, key]
+                await deletes.delete_tasks(st, gone)
+                await queries.count_deleted(st, space_uuid, parent_uuid)
+                unit.deleted(space_uuid, gone, parent_uuid)
+                finished_parent = False
+                if parent_uuid is not None:
+                    now_us = stores.clock.now_us()
+                    finished_parent = await self._families.finish_if_steps_done(
+                        unit, parent_uuid, now_us
+                    )
+                    if finished_parent:
+                        unit.changed(Changed.FINISH, space_uuid, parent_uuid)
+            metrics.deleted("owner", len(gone))
+            if finished_parent:
+                assert parent_uuid is not None
+                await self._families.release(parent_uuid)
 
     async def space(self, space_uuid: str) -> None:
         """Delete a space and everything of it: tasks and their progress, webhooks,
@@ -61,7 +58,7 @@ class Deletes:
         What the owner sees is done when this returns, in one short transaction: the space
         is marked deleted, so that no read finds it or anything of it, no create adds to
         it and nothing of it is delivered. Its rows (up to millions of tasks) are removed
-        after, a batch at a time, by the sweeper, woken here (`on_deleted`); if this
+        after, a batch at a time, by the sweeper, woken once this is committed; if this
         process stops first, by any instance's sweeper later."""
         key = canonical_uuid(space_uuid)
         if key is None or not await self._delete_space(key, "owner"):
@@ -75,14 +72,12 @@ class Deletes:
 
     async def _delete_space(self, key: str, reason: str, idle_before_us: int | None = None) -> bool:
         stores = self._stores
-        async with stores.db.write() as st:
+        async with stores.writes.transaction() as unit:
             gone = await deletes.delete_space(
-                st, key, stores.clock.now_us(), idle_before_us=idle_before_us
+                unit.st, key, stores.clock.now_us(), idle_before_us=idle_before_us
             )
-        if not gone:
-            return False
-        metrics.deleted(reason, 0, 1)
-        await stores.changes.deleted(key, (), whole_space=True)
-        if idle_before_us is None:
-            self.on_deleted()
-        return True
+            if gone:
+                unit.dropped(key, sweep=idle_before_us is None)
+        if gone:
+            metrics.deleted(reason, 0, 1)
+        return gone

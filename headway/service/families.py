@@ -4,27 +4,27 @@ a parent's answer, and the record of a finish with its completion events."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import msgspec
 
 from .. import domain, metrics
+from ..caches.families import FamilyCache
 from ..completion import completion_event
 from ..dependencies import unavailable
-from ..domain import Changed, Progress, TaskRow, canonical_uuid
+from ..domain import Changed, FamilyVersion, Progress, TaskRow, canonical_uuid
 from ..errors import NotFound
 from ..storage import channel_queue, outbox, queries
-from ..storage.database import Statements
-from ..storage.families import FamilyCache
 from .context import NO_TASK, Stores
+from .unit import Unit
 
 Family = list[tuple[TaskRow, Progress | None]]
 
 
 class Families:
-    """Task families, read through `cache`: trusted as they are where this process is
-    the only writer; with other instances writing (`cache.versioned`), only by a report,
-    whose write checks the family's version (see `storage.families`)."""
+    """Task families, read through `cache`, which the coherence made (see `coherence`):
+    a report decides on a family at a version (see `Tasks.report`); a read shows it as
+    the cache holds it where no version needs checking, else as the database does."""
 
     def __init__(
         self, stores: Stores, cache: FamilyCache, *, outbox_per_endpoint: int = 10_000
@@ -33,55 +33,52 @@ class Families:
         self.cache = cache
         # Undelivered events one webhook or channel holds (HEADWAY_OUTBOX_PER_ENDPOINT).
         self.outbox_per_endpoint = outbox_per_endpoint
-        stores.changes.register(cache)
-        # Called after a transaction that recorded an event commits (wakes the worker).
-        self.on_event: Callable[[], None] = lambda: None
+        stores.writes.register(cache)
 
     async def get(self, task_uuid: str) -> tuple[TaskRow, Sequence[TaskRow]]:
-        """The family as a read shows it: from the cache where it is trusted as it is,
-        else from the database (a read checks no version)."""
-        if self.cache.versioned:
-            return await self.read(task_uuid)
-        return await self.cached(task_uuid)
+        """The family as a read shows it (see `FamilyCache.held_for_read`)."""
+        key = canonical_uuid(task_uuid)
+        if key is None:
+            raise NotFound(NO_TASK)
+        cache = self.cache
+        held = cache.held_for_read(key)
+        if held is not None:
+            return held
+        generation = cache.generation
+        family = await self._read(key)
+        cache.keep_read(family, generation)
+        return family
 
     async def get_many(self, task_uuids: Sequence[str]) -> list[tuple[TaskRow, Sequence[TaskRow]]]:
         """The families of those of `task_uuids` that exist, in that order, as `get`
-        reads them: those the cache does not hold (all, with other instances writing)
-        in one query."""
+        reads them: those the cache does not hold in one query."""
         keys = [key for key in map(canonical_uuid, task_uuids) if key is not None]
         cache = self.cache
-        held = {} if cache.versioned else {key: cache.get(key) for key in keys}
+        held = {key: cache.held_for_read(key) for key in keys}
         missing = [key for key in keys if held.get(key) is None]
         if missing:
             generation = cache.generation
             read = await queries.read_families(self._stores.db.fetch, missing)
             for family in read.values():
                 held[family[0].uuid] = family
-                if not cache.versioned:
-                    cache.put(family, generation)
+                cache.keep_read(family, generation)
         return [family for family in map(held.get, keys) if family is not None]
 
-    async def cached(self, task_uuid: str) -> tuple[TaskRow, Sequence[TaskRow]]:
-        """The family from the cache, read into it if absent (never versioned)."""
-        key = canonical_uuid(task_uuid)
-        if key is None:
-            raise NotFound(NO_TASK)
-        cache = self.cache
-        held = cache.get(key)
-        if held is not None:
-            return held
+    async def at_version(
+        self, key: str, version: FamilyVersion | None = None
+    ) -> tuple[TaskRow, Sequence[TaskRow], FamilyVersion]:
+        """The family of the task (a canonical uuid) read afresh, with the version it is
+        at (read before the rows, unless given: a change racing the read can only make
+        it look older), and held so in the cache."""
+        stores, cache = self._stores, self.cache
+        if version is None:
+            version = await stores.writes.coherence.version(key)
         generation = cache.generation
-        row, children = await queries.read_family(self._stores.db.fetch, key)
-        if row is None:
-            raise NotFound(NO_TASK)
-        cache.put((row, children), generation)
-        return row, children
+        row, children = await self._read(key)
+        cache.put_versioned((row, children), version, stores.clock.now_us(), generation)
+        return row, children, version
 
-    async def read(self, task_uuid: str) -> tuple[TaskRow, Sequence[TaskRow]]:
-        """The family as the database holds it now, bypassing the cache."""
-        key = canonical_uuid(task_uuid)
-        if key is None:
-            raise NotFound(NO_TASK)
+    async def _read(self, key: str) -> tuple[TaskRow, Sequence[TaskRow]]:
         row, children = await queries.read_family(self._stores.db.fetch, key)
         if row is None:
             raise NotFound(NO_TASK)
@@ -95,33 +92,22 @@ class Families:
         found: Sequence[Progress | None],
     ) -> domain.TaskView:
         """The answer for a parent, its children's JSON and aggregate reused from the
-        family cache where it holds them (see `storage.families`)."""
+        family cache where it holds them (see `caches.families`)."""
         made = self.cache.children_answer(row.uuid, children, found)
         if made is not None:
             return domain.view(row, progress, (), made.shown, (made.done, made.latest_us))
         return domain.view(row, progress, list(zip(children, found, strict=True)))
 
     async def finish(
-        self, row: TaskRow, progress: Progress, family: Family, now_us: int
+        self, unit: Unit, row: TaskRow, progress: Progress, family: Family, now_us: int
     ) -> TaskRow:
         """Record the completion of `row` (and of its parent, if it was the last open
-        child), with one outbox event each. Returns the row as it now stands.
-
-        The caller tells `changes` of the finish once its progress is stored; if this
-        raises, the finish may have committed all the same, and it is told here."""
+        child), with one outbox event each, in a transaction of `unit`, which tells of
+        the finish once it ends (even if this raises: the finish may have committed all
+        the same). Returns the row as it now stands."""
         duration = domain.duration_seconds(row.created_at_us, now_us)
-        try:
-            return await self._record(row, progress, family, now_us, duration)
-        except BaseException:
-            await self._stores.changes.changed(
-                Changed.FINISH, row.space_uuid, row.uuid, row.parent_uuid
-            )
-            raise
-
-    async def _record(
-        self, row: TaskRow, progress: Progress, family: Family, now_us: int, duration: int
-    ) -> TaskRow:
-        async with self._stores.db.write() as st:
+        unit.changed(Changed.FINISH, row.space_uuid, row.uuid, row.parent_uuid)
+        async with unit.transaction() as st:
             if row.parent_uuid is not None:
                 await queries.lock_task(st, row.parent_uuid)
             if not await queries.finish_task(st, row.uuid, now_us, duration):
@@ -132,11 +118,10 @@ class Families:
                     raise NotFound(NO_TASK)
                 return found
             row = msgspec.structs.replace(row, finished_at_us=now_us, duration=duration)
-            await self._record_event(st, domain.view(row, progress, family), now_us)
+            await self._record_event(unit, domain.view(row, progress, family), now_us)
             parent_done = row.parent_uuid is not None and await self._finish_parent_if_done(
-                st, row, progress, now_us
+                unit, row, progress, now_us
             )
-        self.on_event()
         if parent_done:
             assert row.parent_uuid is not None
             await self.release(row.parent_uuid)
@@ -153,15 +138,15 @@ class Families:
                 raise
 
     async def _finish_parent_if_done(
-        self, st: Statements, child: TaskRow, child_progress: Progress, now_us: int
+        self, unit: Unit, child: TaskRow, child_progress: Progress, now_us: int
     ) -> bool:
         assert child.parent_uuid is not None
         known = {child.uuid: child_progress}
-        return await self.finish_if_steps_done(st, child.parent_uuid, now_us, known)
+        return await self.finish_if_steps_done(unit, child.parent_uuid, now_us, known)
 
     async def finish_if_steps_done(
         self,
-        st: Statements,
+        unit: Unit,
         parent_uuid: str,
         now_us: int,
         known: dict[str, Progress] | None = None,
@@ -169,12 +154,14 @@ class Families:
         """Finish the parent, with its event, if it has steps and every one of them has
         finished (after a step's finish, or a step's delete), unless it is held open by
         its own reporter. Call under the parent's row lock (`queries.lock_task`), within
-        the transaction that changed its steps. `known`: progress just written and not
-        yet stored. True: it finished here.
+        the transaction of `unit` that changed its steps. `known`: progress just written
+        and not yet stored. True: it finished here (the caller tells `unit` so, unless a
+        change of a step of it told already).
 
         A parent with progress of its own received a report that did not finish it: it
         is held (marked so in the database, which outlasts that progress's expiry), and
         only its own `done` finishes it."""
+        st = unit.st
         parent, steps = await queries.read_family(st.rows, parent_uuid)
         if parent is None or parent.finished or not steps:
             return False
@@ -192,13 +179,16 @@ class Families:
         found = await progress.get_many([s.uuid for s in steps])
         known = known or {}
         family = [(s, known.get(s.uuid, p)) for s, p in zip(steps, found, strict=True)]
-        await self._record_event(st, domain.view(parent, None, family), now_us)
+        await self._record_event(unit, domain.view(parent, None, family), now_us)
         return True
 
-    async def _record_event(self, st: Statements, task: domain.TaskView, now_us: int) -> None:
+    async def _record_event(self, unit: Unit, task: domain.TaskView, now_us: int) -> None:
         """Write the completion event (bounded in size: see `completion_event`) and queue
         it for every webhook of the space, and for each of its channels that wants it;
-        beyond an endpoint's cap, its oldest undelivered events are given up."""
+        beyond an endpoint's cap, its oldest undelivered events are given up. The worker
+        is woken once `unit` is over."""
+        st = unit.st
+        unit.queued()
         event_id = f"msg_{uuid.uuid4().hex}"
         payload = completion_event(task, now_us)
         cap = self.outbox_per_endpoint

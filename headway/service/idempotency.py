@@ -162,16 +162,17 @@ class Keys:
         idem: Idempotency | None,
         write: Callable[[Statements], Awaitable[dict[str, Any]]],
     ) -> dict[str, Any]:
-        """`write(st)` in a transaction of its own, its answer recorded under the key in
+        """`write(st)` in a unit of work of its own, its answer recorded under the key in
         the same transaction; or, if the key holds an answer, that answer (nothing
         written). Without a key, just the write."""
-        db = self._stores.db
+        writes = self._stores.writes
         if idem is None:
-            async with db.write() as st:
-                return await write(st)
+            async with writes.transaction() as unit:
+                return await write(unit.st)
         for _ in range(TRIES):
             try:
-                async with db.write() as st:
+                async with writes.transaction() as unit:
+                    st = unit.st
                     settled = (await self.settle(st, [(0, scope, idem)])).get(0)
                     if isinstance(settled, Unprocessable):
                         raise settled

@@ -11,17 +11,16 @@ from typing import Any, TypedDict, Unpack, cast
 import msgspec
 
 from .. import domain
-from ..domain import FamilyVersion, Progress, TaskRow, TaskView, canonical_uuid
-from ..errors import BadRequest, NotFound
-from ..storage import pages, queries
-from ..storage.families import FamilyVersions
-from ..storage.small_spaces import (
+from ..caches.spaces import (
     BigSpace,
     ShownTasks,
     SmallSpace,
     SmallSpaces,
     space_version_key,
 )
+from ..domain import FamilyVersion, Progress, TaskRow, TaskView, canonical_uuid
+from ..errors import BadRequest, NotFound
+from ..storage import pages, queries
 from .activity import Activity
 from .context import NO_SPACE, Stores
 from .spaces import Head, Spaces
@@ -51,32 +50,32 @@ Rows = tuple[list[TaskRow], dict[str, list[TaskRow]]]  # top-level tasks, childr
 
 class SpaceReads:
     """Reads of a space's tasks. Small spaces are held whole and pages of big ones kept
-    (see `storage.small_spaces`), a registered cache of `Changes`; with `versions` (other
-    instances write too), each only while the space's rows are at the version they were
-    read at. Where progress is in this process's memory, the answers of unchanged tasks
-    are reused too (`ShownTasks`: progress read from Redis is a new object each time)."""
+    (see `caches.spaces`), a cache registered with `Writes`, each only while the
+    space's rows are at the version they were read at (see `coherence`). Where the
+    progress store hands out the object it holds, the answers of unchanged tasks are
+    reused too (`ShownTasks`: progress read from Redis is a new object each time)."""
 
     def __init__(
         self,
         stores: Stores,
         spaces: Spaces,
         *,
-        versions: FamilyVersions | None = None,
         activity: Activity | None = None,
     ) -> None:
         self._stores = stores
         self._activity = activity
         self._spaces = spaces
-        self._versions = versions
+        self._coherence = stores.writes.coherence
+        self._reuses = stores.progress.keeps_objects
         self.small: SmallSpaces | None = SmallSpaces()
-        self.shown: ShownTasks | None = ShownTasks() if versions is None else None
+        self.shown: ShownTasks | None = ShownTasks() if self._reuses else None
         for cache in (self.small, self.shown):
             if cache is not None:
-                stores.changes.register(cache)
+                stores.writes.register(cache)
 
     def hold(self, small: SmallSpaces | None) -> None:
         """Hold spaces in `small` from now on (None: hold none)."""
-        self._stores.changes.replace(self.small, small)
+        self._stores.writes.replace(self.small, small)
         self.small = small
 
     async def get(self, space_uuid: str, **query: Unpack[SpaceQuery]) -> dict[str, Any]:
@@ -108,11 +107,11 @@ class SpaceReads:
         head = self._spaces.heads.get(key)
         version: FamilyVersion | None = None
         now_us = 0
-        if self.small is not None and self._versions is not None:
-            version = await self._versions.family_version(space_version_key(key))
+        if self.small is not None:
+            version = await self._coherence.version(space_version_key(key))
             now_us = self._stores.clock.now_us()
         held = None if self.small is None else self.small.get(key, version, now_us)
-        if held is None and self._versions is not None:
+        if held is None and not self._coherence.current_by_construction:
             head = None  # another instance may have deleted the space: ask the database
         if head is not None and self._activity is not None:
             self._activity.note(key)  # an existing space was read
@@ -155,7 +154,7 @@ class SpaceReads:
     def _held_shown(self, held: SmallSpace) -> tuple[ShownTasks | None, ShownTasks | None]:
         """Where a held small space's read reuses answers: its own `ShownTasks`, unless
         progress comes from Redis (a new object on every read: nothing to reuse)."""
-        shown = None if self._versions is not None else held.shown
+        shown = held.shown if self._reuses else None
         return shown, shown
 
     def _reuse(self, rows: Rows) -> tuple[ShownTasks | None, None]:

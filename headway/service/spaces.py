@@ -5,52 +5,20 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 from .. import domain
-from ..domain import Changed, canonical_uuid
+from ..caches.heads import Head, SpaceHeads
+from ..domain import canonical_uuid
 from ..errors import Conflict, NotFound, Unprocessable
 from ..schemas import MAX_ICON, CreateSpace
 from ..storage import queries
 from ..storage.batch import GroupCommit
-from ..storage.database import Statements
 from .context import NO_SPACE, Stores
 from .idempotency import IN_PROGRESS, KEY_TAKEN, TRIES, Idempotency, Keys, Settled, client_scope
-
-# Spaces whose `{"title", "icon"}` are kept: a space never changes them, so a read of a
-# space seen before needs no query for them.
-SPACE_HEADS = 10_000
+from .unit import Unit
 
 T = TypeVar("T")
-
-Head = dict[str, str | None]
-
-
-class SpaceHeads:
-    """The `{"title", "icon"}` of the spaces last read, at most SPACE_HEADS of them (past
-    that, the one held longest goes). Nothing changes them; the space's delete drops them."""
-
-    hears: ClassVar[frozenset[Changed]] = frozenset({Changed.DROP})
-
-    def __init__(self, held: int = SPACE_HEADS) -> None:
-        self._held = held
-        self._heads: dict[str, Head] = {}
-
-    def get(self, space_uuid: str) -> Head | None:
-        return self._heads.get(space_uuid)
-
-    def keep(self, space_uuid: str, title: str | None, icon: str | None) -> Head:
-        heads = self._heads
-        if len(heads) >= self._held:
-            del heads[next(iter(heads))]  # the longest held
-        head = heads[space_uuid] = {"title": title, "icon": icon}
-        return head
-
-    def on_change(
-        self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
-    ) -> None:
-        """After the space's delete (no change of tasks changes its title or icon)."""
-        self._heads.pop(space_uuid, None)
 
 
 class Spaces:
@@ -59,9 +27,9 @@ class Spaces:
     def __init__(self, stores: Stores) -> None:
         self._stores = stores
         self.heads = SpaceHeads()
-        stores.changes.register(self.heads)
+        stores.writes.register(self.heads)
         self.keys = Keys(stores)
-        self.creates = GroupCommit(stores.db, self._insert)
+        self.creates = GroupCommit(stores.writes.transaction, self._insert)
 
     async def create(
         self, body: CreateSpace, idempotency: Idempotency | None = None
@@ -89,8 +57,9 @@ class Spaces:
                 raise Conflict(IN_PROGRESS)
         return _answer(new.space)
 
-    async def _insert(self, st: Statements, batch: Sequence[_NewSpace]) -> list[_SpaceOutcome]:
+    async def _insert(self, unit: Unit, batch: Sequence[_NewSpace]) -> list[_SpaceOutcome]:
         """Write a batch of creates in one transaction; with keys, as `Tasks._insert`."""
+        st = unit.st
         claims = [
             (index, client_scope(new.idempotency.client), new.idempotency)
             for index, new in enumerate(batch)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from .. import domain
+from ..coherence import Told
 from ..dependencies import unavailable
 from ..domain import Changed, FamilyVersion, Progress, Report, TaskRow, canonical_uuid
 from ..errors import Conflict, HeadwayError, NotFound, Unprocessable
@@ -19,13 +20,13 @@ from ..schemas import CreateTask
 from ..storage import queries
 from ..storage.batch import GroupCommit
 from ..storage.database import Statements
-from ..storage.families import FamilyVersions
 from ..storage.idempotency import KeyRow
 from .activity import Activity
 from .caps import Caps
 from .context import NO_SPACE, NO_TASK, NOT_A_PARENT, Stores
 from .families import Families, Family
 from .idempotency import IN_PROGRESS, KEY_TAKEN, TRIES, Again, Idempotency, Keys, Settled
+from .unit import Unit
 
 log = logging.getLogger("headway")
 
@@ -49,9 +50,10 @@ class Tasks:
         self.caps = caps or Caps(stores)
         self._activity = activity or Activity(stores.clock)
         self.keys = Keys(stores)
-        # Caches forget as each batch's commit ends, before anyone is answered: a create
-        # whose caller was cancelled meanwhile commits all the same.
-        self.creates = GroupCommit(stores.db, self._insert, after=self._forget)
+        # Each batch is one unit of work: what it made (and removed to make room) is told
+        # as its commit ends, before anyone is answered; a create whose caller was
+        # cancelled meanwhile commits, and is told, all the same.
+        self.creates = GroupCommit(stores.writes.transaction, self._insert)
 
     async def create(
         self, space_uuid: str, body: CreateTask, idempotency: Idempotency | None = None
@@ -70,18 +72,9 @@ class Tasks:
         task_uuid = str(uuid.uuid4())
         hold = parent_key is not None and await self._reported_itself(parent_key)
         new = _NewTask(task_uuid, space_key, parent_key, body.title, body.source, idempotency, hold)
-        changes = self._stores.changes
-        try:
-            outcome = await self._submit(new)
-        except HeadwayError:
-            raise  # refused: nothing was written
-        except BaseException:
-            # The batch may have committed all the same.
-            await changes.announce(Changed.CREATE, space_key, task_uuid, parent_key)
-            raise
+        outcome = await self._submit(new)
         if isinstance(outcome, dict):
             return outcome  # the first answer under the key again: nothing was created
-        await changes.announce(Changed.CREATE, space_key, task_uuid, parent_key)
         return {"uuid": task_uuid}
 
     async def _reported_itself(self, parent_uuid: str) -> bool:
@@ -111,23 +104,13 @@ class Tasks:
                 return cast(TaskRow | dict[str, Any], outcome)
         raise Conflict(IN_PROGRESS)
 
-    def _forget(
-        self, batch: Sequence[_NewTask], outcomes: Sequence[_Outcome | Exception] | None
-    ) -> None:
-        """After a batch's commit: its tasks, not those refused; after its failure (it
-        may have committed all the same): all of them."""
-        self.caps.committed(outcomes is not None)
-        forget = self._stores.changes.forget
-        for index, new in enumerate(batch):
-            if outcomes is None or isinstance(outcomes[index], TaskRow):
-                forget(Changed.CREATE, new.space_uuid, new.uuid, new.parent_uuid)
-
-    async def _insert(self, st: Statements, batch: Sequence[_NewTask]) -> list[_Outcome]:
-        """Write a batch of creates in one transaction. A create refused for its own reason
-        (unknown space 404, bad parent 422) is refused alone, before anything is written
-        for it; the others of a space get its next instants, in the order they arrived.
-        Creates with a key that is settled already (see `Keys.settle`) are answered so,
-        and write nothing; the keys of those made are recorded with them."""
+    async def _insert(self, unit: Unit, batch: Sequence[_NewTask]) -> list[_Outcome]:
+        """Write a batch of creates in one transaction, `unit`'s. A create refused for its
+        own reason (unknown space 404, bad parent 422) is refused alone, before anything is
+        written for it; the others of a space get its next instants, in the order they
+        arrived. Creates with a key that is settled already (see `Keys.settle`) are
+        answered so, and write nothing; the keys of those made are recorded with them."""
+        st = unit.st
         keyed = any(new.idempotency is not None for new in batch)
         settled = await self._settle_keys(st, batch) if keyed else {}
         wanted = {
@@ -172,7 +155,7 @@ class Tasks:
                 continue
             first_us, held = claimed
             new_uuids = [batch[index].uuid for index in top]
-            beyond = await self.caps.make_room(st, space_key, held, new_uuids)
+            beyond = await self.caps.make_room(unit, space_key, held, new_uuids)
             for index in top[len(top) - beyond :] if beyond else ():
                 refused[index] = self.caps.full()
             for index in members:
@@ -186,6 +169,8 @@ class Tasks:
                 outcomes[index] = row
                 rows.append(row)
         if rows:
+            for row in rows:
+                unit.changed(Changed.CREATE, row.space_uuid, row.uuid, row.parent_uuid)
             await queries.insert_tasks(st, rows)
             await queries.count_children(st, steps.added)
             made = {row.uuid for row in rows}
@@ -243,37 +228,31 @@ class Tasks:
         Finishing is decided by a conditional update in the database, so of several
         concurrent finishing reports exactly one records the completion and its event.
         A report that does not finish its task writes nothing to the database.
+
+        A family is cached at a version; the write of a report that finishes nothing
+        checks, in the same round trip, that the family it was decided on is still at it
+        (see `Coherence.put`), and one that finishes decides on the database's rows.
         """
-        families = self._families
-        versions = self._stores.changes.versions
-        if versions is None:
-            row, children = await families.cached(task_uuid)
-            return await self._report(row, children, report, client)
-        # Versioned cache (several instances): the write of a report that finishes nothing
-        # checks, in the same round trip, that the family it was decided on is current.
         key = canonical_uuid(task_uuid)
         if key is None:
             raise NotFound(NO_TASK)
-        cache, clock = families.cache, self._stores.clock
-        cached = cache.get_versioned(key, clock.now_us())
+        families, coherence = self._families, self._stores.writes.coherence
+        cached = families.cache.get_versioned(key, self._stores.clock.now_us())
         seen: FamilyVersion | None = None  # a version the failed write saw, before any SQL
         for _ in range(FAMILY_RELOADS):
             if cached is None:
-                version = await versions.family_version(key) if seen is None else seen
-                row, children = await families.read(key)
-                cache.put_versioned((row, children), version, clock.now_us())
+                row, children, version = await families.at_version(key, seen)
                 fresh = True
             else:
                 row, children, version = cached
-                fresh = False
+                fresh = coherence.current_by_construction
             try:
-                return await self._report(
-                    row, children, report, client, versions, version, fresh=fresh
-                )
+                return await self._report(row, children, report, client, version, fresh=fresh)
             except _FamilyChanged as changed:
                 seen, cached = changed.version, None
-        row, children = await families.read(key)
-        return await self._report(row, children, report, client)
+        # The family keeps changing: decided on the database's rows, written unchecked.
+        row, children, _ = await families.at_version(key)
+        return await self._report(row, children, report, client, None)
 
     async def _report(
         self,
@@ -281,8 +260,7 @@ class Tasks:
         children: Sequence[TaskRow],
         report: Report,
         client: str,
-        versions: FamilyVersions | None = None,
-        version: FamilyVersion | None = None,
+        version: FamilyVersion | None,
         *,
         fresh: bool = True,
     ) -> domain.TaskView:
@@ -290,7 +268,7 @@ class Tasks:
         as cached at that version), raises `_FamilyChanged` having written nothing if the
         family is no longer at it, or if the report finishes the task and the family did
         not come `fresh` from the database (a finish is decided on the database's rows)."""
-        store, changes = self._stores.progress, self._stores.changes
+        store, writes = self._stores.progress, self._stores.writes
         # Only `{"done": true}` keeps anything of the last report; others replace it all.
         previous = await store.get(row.uuid) if report.is_done_only else None
         now_us = self._stores.clock.now_us()
@@ -309,36 +287,44 @@ class Tasks:
         if finishing and not row.finished:
             if not fresh:
                 raise _FamilyChanged(None)
-            row, progress = await self._finish(
-                row, progress, family, report, previous, now_us, client
-            )
-        elif version is None:
-            await store.put(row.uuid, progress, row.space_uuid, client=client, finished=finished)
-            await changes.changed(Changed.REPORT, row.space_uuid, row.uuid, row.parent_uuid)
+            async with writes.unit() as unit:
+                row, progress = await self._finish(
+                    unit, row, progress, family, report, previous, now_us, client
+                )
         else:
-            # The change is announced to the other instances by the write itself.
-            assert versions is not None
-            note = changes.feed.announcement(
-                changes.change(Changed.REPORT, row.space_uuid, row.uuid, row.parent_uuid)
-            )
-            current = await versions.put_if_family(
-                row.uuid, progress, row.space_uuid, version, note, client=client, finished=finished
-            )
-            if current is not None:
-                raise _FamilyChanged(current)
-            await changes.changed(
-                Changed.REPORT,
-                row.space_uuid,
-                row.uuid,
-                row.parent_uuid,
-                announced=note is not None,
-            )
+            async with writes.unit() as unit:
+                told = Told(Changed.REPORT, row.space_uuid, row.uuid, row.parent_uuid)
+                if version is None:
+                    await store.put(
+                        row.uuid, progress, row.space_uuid, client=client, finished=finished
+                    )
+                    announced = False
+                else:
+                    current, announced = await writes.coherence.put(
+                        row.uuid,
+                        progress,
+                        row.space_uuid,
+                        version,
+                        told,
+                        client=client,
+                        finished=finished,
+                    )
+                    if current is not None:
+                        raise _FamilyChanged(current)
+                unit.changed(
+                    Changed.REPORT,
+                    row.space_uuid,
+                    row.uuid,
+                    row.parent_uuid,
+                    announced=announced,
+                )
         if children:
             return self._families.view(row, progress, children, found)
         return domain.view(row, progress)
 
     async def _finish(
         self,
+        unit: Unit,
         row: TaskRow,
         progress: Progress,
         family: Family,
@@ -348,9 +334,10 @@ class Tasks:
         client: str,
     ) -> tuple[TaskRow, Progress]:
         """Finish `row` with `progress`, then store its progress (finished: kept for
-        reading, no longer counted as live); the row and progress as they now stand."""
+        reading, no longer counted as live), in `unit`, which tells of the finish once it
+        ends; the row and progress as they now stand."""
         store = self._stores.progress
-        row = await self._families.finish(row, progress, family, now_us)
+        row = await self._families.finish(unit, row, progress, family, now_us)
         try:
             if report.is_done_only:
                 # Finishing waited on the database; a report that landed meanwhile holds
@@ -367,10 +354,6 @@ class Tasks:
             # The finish is committed: the report answers it, though its last numbers
             # could not be kept (live progress is what a store that is down loses).
             log.warning("a finish is stored, its progress is not (%s)", type(exc).__name__)
-        finally:
-            await self._stores.changes.changed(
-                Changed.FINISH, row.space_uuid, row.uuid, row.parent_uuid
-            )
         return row, progress
 
 

@@ -81,8 +81,8 @@ class Webhooks:
     async def delete(self, space_uuid: str, webhook_uuid: str) -> None:
         space_key = await self._spaces.existing(space_uuid)
         hook = canonical_uuid(webhook_uuid)
-        async with self._stores.db.write() as st:
-            if hook is None or not await outbox.delete_webhook(st, space_key, hook):
+        async with self._stores.writes.transaction() as unit:
+            if hook is None or not await outbox.delete_webhook(unit.st, space_key, hook):
                 raise NotFound("No such webhook in this space.")
 
 

@@ -12,16 +12,20 @@ import asyncio
 import sqlite3
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy.exc import DataError, IntegrityError
 
-from .database import Database, DatabaseUnavailable, Statements
+from .database import DatabaseUnavailable
 
 Item = TypeVar("Item")
 Outcome = TypeVar("Outcome")
+# What a batch's transaction hands its writer: its statements, or a unit of work holding
+# them (see `service.unit`).
+Handle = TypeVar("Handle")
 
-WriteBatch = Callable[[Statements, Sequence[Item]], Awaitable[Sequence[Outcome | Exception]]]
+WriteBatch = Callable[[Handle, Sequence[Item]], Awaitable[Sequence[Outcome | Exception]]]
 
 # Most writes taken into one transaction: bounds the statements' parameter lists and the
 # time one batch holds the write lock.
@@ -32,17 +36,15 @@ BATCH_CAP = 256
 _ONE_ITEMS_FAULT = (IntegrityError, DataError, sqlite3.IntegrityError, sqlite3.DataError)
 
 
-class GroupCommit(Generic[Item, Outcome]):
-    """Writes `Item`s in batches, each batch one `Database.write` transaction.
+class GroupCommit(Generic[Handle, Item, Outcome]):
+    """Writes `Item`s in batches, each batch one transaction, `begin()` (which hands out
+    the transaction's statements, or a unit of work that holds them and publishes what
+    the batch changed as it ends, before any caller is answered).
 
-    `write_batch(statements, items)` writes a batch and returns one outcome per item, in order:
+    `write_batch(handle, items)` writes a batch and returns one outcome per item, in order:
     a value for its caller, or an exception that fails that item alone (it must then have
     written nothing for it). An exception raised by `write_batch` or by the commit fails
     every item of the batch with it (the transaction rolled back).
-
-    `after(items, outcomes)` runs after every batch, before any caller is answered (e.g. to
-    forget cached state the batch changed): `outcomes` as `write_batch` returned them once
-    committed, or None if the batch failed (it may have committed all the same).
 
     A caller cancelled while its item waits in the queue is dropped from it; one cancelled
     once its batch is under way leaves the batch alone: its write commits or fails with the
@@ -51,15 +53,13 @@ class GroupCommit(Generic[Item, Outcome]):
 
     def __init__(
         self,
-        db: Database,
-        write_batch: WriteBatch[Item, Outcome],
+        begin: Callable[[], AbstractAsyncContextManager[Handle]],
+        write_batch: WriteBatch[Handle, Item, Outcome],
         *,
-        after: Callable[[Sequence[Item], Sequence[Outcome | Exception] | None], None] | None = None,
         cap: int = BATCH_CAP,
     ) -> None:
-        self._db = db
+        self._begin = begin
         self._write_batch = write_batch
-        self._after = after
         self._cap = cap
         self._queue: deque[tuple[Item, asyncio.Future[Outcome]]] = deque()
         # At most one writer at a time: it drains the queue, a batch after another, and
@@ -106,11 +106,9 @@ class GroupCommit(Generic[Item, Outcome]):
 
     async def _write(self, batch: list[tuple[Item, asyncio.Future[Outcome]]]) -> None:
         items = [item for item, _ in batch]
-        outcomes: Sequence[Outcome | Exception] | None = None
         try:
-            async with self._db.write() as st:
-                written = await self._write_batch(st, items)
-            outcomes = written
+            async with self._begin() as handle:
+                outcomes = await self._write_batch(handle, items)
         except _ONE_ITEMS_FAULT as exc:
             if len(batch) == 1:
                 _fail(batch, exc)
@@ -121,9 +119,6 @@ class GroupCommit(Generic[Item, Outcome]):
         except Exception as exc:
             _fail(batch, exc)
             return
-        finally:
-            if self._after is not None:
-                self._after(items, outcomes)
         for (_, future), outcome in zip(batch, outcomes, strict=True):
             if future.done():
                 continue

@@ -1,6 +1,6 @@
 """A space's top-level tasks a page at a time: which ones a read asks for (`Window`), read
 from the database in pages with their children (`TopLevelPager`), or from rows held in
-memory (`Window.select`, for `storage.small_spaces`)."""
+memory (`Window.select`, for `caches.spaces`)."""
 
 from __future__ import annotations
 

@@ -3,25 +3,24 @@ takes no query.
 
 A space's rows change only when a task is created in it or one of its tasks finishes;
 `Changes` tells it after each such commit (or failure, which may have committed),
-and a load that raced with one is not kept (`generation`, as in `storage.families`).
+and a load that raced with one is not kept (`generation`, as in `caches.families`).
 Where several instances write (progress in Redis), each entry also keeps the version of
 the space's rows it was read at (`space_version_key`, bumped by `Changes` with the
 families' versions, read before the rows), and is used only while the space is still at
-that version, for at most `storage.families.VERSIONED_MAX_AGE_US`.
+that version, for at most `caches.families.VERSIONED_MAX_AGE_US`.
 With each row the entry keeps the JSON of its answer while the task's progress stays the
 same object (the memory store replaces it on every write), so a read of an unchanged
 task costs a lookup. Pages of bigger spaces, read from the database, reuse the answers
 of their childless tasks the same way, for a bounded number of tasks (`ShownTasks`).
 
 Every cache here is bounded in bytes as the process's memory holds them (rows as
-`storage.families.row_bytes` counts them, answers at SHOWN_BYTES plus their JSON): small
+`caches.families.row_bytes` counts them, answers at SHOWN_BYTES plus their JSON): small
 spaces with their answers SPACES_BYTES, big spaces' pages PAGES_BYTES, the answers of
 big spaces' tasks SHOWN_TASKS_BYTES.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -29,7 +28,9 @@ from typing import Any, ClassVar
 import msgspec
 
 from ..domain import Changed, FamilyVersion, Progress, TaskRow, TaskView, view, view_json
-from .database import Fetch
+from ..storage.database import Fetch
+from ..storage.pages import Window, families_of, space_has_children, space_rows
+from .bounded import Bounded
 from .families import (
     KEPT_JSON_BYTES,
     ROW_BYTES,
@@ -37,7 +38,6 @@ from .families import (
     VERSIONED_MAX_AGE_US,
     row_bytes,
 )
-from .pages import Window, families_of, space_has_children, space_rows
 
 # Spaces of at most this many tasks are held whole; bigger ones are read page by page.
 SMALL_SPACE = 1000
@@ -50,7 +50,7 @@ SHOWN_TASKS_BYTES = 8 * 1024**2
 
 def space_version_key(space_uuid: str) -> str:
     """The name under which a space's rows are versioned among the families' versions
-    (see `storage.families.FamilyVersions`): no task uuid has this form."""
+    (see `caches.families.FamilyVersions`): no task uuid has this form."""
     return "space:" + space_uuid
 
 
@@ -61,7 +61,7 @@ class ShownTasks:
     since, so a page read again costs a lookup per unchanged task. At most `held` of
     them, holding at most `max_bytes` (each SHOWN_BYTES plus its JSON): past either, the
     eighth made longest ago are dropped. Tasks holding large values are not kept (see
-    `storage.families.KEPT_JSON_BYTES`). `on_grow`, if given, hears every change of
+    `caches.families.KEPT_JSON_BYTES`). `on_grow`, if given, hears every change of
     `bytes_held` (a small space's answers count in its space's bytes)."""
 
     # An entry checks its progress and finish on every use: no change makes it stale.
@@ -73,11 +73,15 @@ class ShownTasks:
         max_bytes: int = SHOWN_TASKS_BYTES,
         on_grow: Callable[[int], None] | None = None,
     ) -> None:
-        self._held = held
-        self._max_bytes = max_bytes
         self._on_grow = on_grow
-        self.bytes_held = 0
-        self._entries: dict[str, tuple[Progress | None, int | None, msgspec.Raw]] = {}
+        # An eighth at a time: each drop walks past what the last one left behind.
+        self._entries: Bounded[str, tuple[Progress | None, int | None, msgspec.Raw]] = Bounded(
+            count=held, max_bytes=max_bytes, size=_shown_bytes, keep=7 / 8
+        )
+
+    @property
+    def bytes_held(self) -> int:
+        return self._entries.bytes_held
 
     def on_change(
         self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
@@ -89,50 +93,33 @@ class ShownTasks:
 
     def json(self, row: TaskRow, progress: Progress | None) -> msgspec.Raw | TaskView:
         """The task's answer: its JSON, kept, or for large values its struct (see
-        `storage.families.KEPT_JSON_BYTES`)."""
-        made = self._entries.get(row.uuid)
+        `caches.families.KEPT_JSON_BYTES`)."""
+        entries = self._entries
+        made = entries.get(row.uuid)
         if made is not None and made[0] is progress and made[1] == row.finished_at_us:
             return made[2]
-        entries = self._entries
-        grew = 0
-        old = entries.pop(row.uuid, None)  # re-made: now the newest
-        if old is not None:
-            grew -= SHOWN_BYTES + len(old[2])
+        before = entries.bytes_held
+        answer: msgspec.Raw | TaskView
         if progress is not None and len(progress.values) > KEPT_JSON_BYTES:
-            self._grew(grew)
-            return view(row, progress)
-        shown = view_json(row, progress)
-        entries[row.uuid] = (progress, row.finished_at_us, shown)
-        grew += SHOWN_BYTES + len(shown)
-        held = self.bytes_held + grew
-        if held > self._max_bytes or (self._held is not None and len(entries) > self._held):
-            # An eighth at a time: each drop walks past what the last one left behind.
-            bytes_goal = self._max_bytes - self._max_bytes // 8
-            count_goal = len(entries) if self._held is None else self._held - self._held // 8
-            dropped = []
-            for uuid, entry in entries.items():
-                if held <= bytes_goal and len(entries) - len(dropped) <= count_goal:
-                    break
-                held -= SHOWN_BYTES + len(entry[2])
-                dropped.append(uuid)
-            for uuid in dropped:
-                del entries[uuid]
-            grew = held - self.bytes_held
-        self._grew(grew)
-        return shown
+            entries.pop(row.uuid)
+            answer = view(row, progress)
+        else:
+            answer = view_json(row, progress)
+            entries.put(row.uuid, (progress, row.finished_at_us, answer))  # now the newest
+        if self._on_grow is not None and entries.bytes_held != before:
+            self._on_grow(entries.bytes_held - before)
+        return answer
 
-    def _grew(self, size: int) -> None:
-        if size:
-            self.bytes_held += size
-            if self._on_grow is not None:
-                self._on_grow(size)
+
+def _shown_bytes(entry: tuple[Progress | None, int | None, msgspec.Raw]) -> int:
+    return SHOWN_BYTES + len(entry[2])
 
 
 @dataclass
 class SmallSpace:
     """A space's top-level tasks (oldest first), their children (oldest first) by
     parent, the JSON of the answers last made for childless tasks, and what its rows
-    cost (`storage.families.row_bytes`)."""
+    cost (`caches.families.row_bytes`)."""
 
     top: list[TaskRow]
     children: dict[str, list[TaskRow]]
@@ -171,7 +158,7 @@ class SmallSpaces:
 
     # A space's rows change when a task is created in it, finishes or is deleted.
     hears: ClassVar[frozenset[Changed]] = frozenset(
-        {Changed.CREATE, Changed.FINISH, Changed.DELETE, Changed.DROP}
+        {Changed.CREATE, Changed.FINISH, Changed.DELETE, Changed.PRUNE, Changed.DROP}
     )
 
     def __init__(
@@ -182,16 +169,30 @@ class SmallSpaces:
     ) -> None:
         self._small = small
         self._max_bytes = max_bytes
-        self._entries: OrderedDict[str, SmallSpace | BigSpace] = OrderedDict()
-        # Versioned only: each entry's (version of its rows, when they were read, in µs).
+        # Small spaces' rows and answers count; the spaces read longest ago go first.
+        self._entries: Bounded[str, SmallSpace | BigSpace] = Bounded(
+            max_bytes=max_bytes, size=_space_bytes, on_drop=self._dropped
+        )
+        # Each entry's (version of its rows, when they were read, in µs).
         self._stamps: dict[str, tuple[FamilyVersion, int]] = {}
-        self.bytes_held = 0  # small spaces' rows and answers
-        self.generation = 0
         # Whole answers of big spaces' windows, oldest first: (space, its version, page,
         # its bytes).
-        self._pages: dict[Window, tuple[BigSpace, int, Page, int]] = {}
-        self.page_bytes_held = 0
-        self._page_bytes = page_bytes
+        self._pages: Bounded[Window, tuple[BigSpace, int, Page, int]] = Bounded(
+            max_bytes=page_bytes, size=lambda held: held[3]
+        )
+
+    @property
+    def bytes_held(self) -> int:
+        """Small spaces' rows and answers."""
+        return self._entries.bytes_held
+
+    @property
+    def page_bytes_held(self) -> int:
+        return self._pages.bytes_held
+
+    @property
+    def generation(self) -> int:
+        return self._entries.generation
 
     def page(self, big: BigSpace, window: Window) -> Page | None:
         """The rows a read of `window` in the big space answers (its top-level tasks and
@@ -202,7 +203,7 @@ class SmallSpaces:
             return None
         if held[0] is big and held[1] == big.version:
             return held[2]
-        self._drop_page(window)
+        self._pages.pop(window)
         return None
 
     def keep_page(self, big: BigSpace, version: int, window: Window, page: Page) -> None:
@@ -216,33 +217,21 @@ class SmallSpaces:
         size = sum(map(row_bytes, page[0])) + sum(
             row_bytes(child) for children in page[1].values() for child in children
         )
-        size = max(size, ROW_BYTES)
-        self._drop_page(window)
-        self._pages[window] = (big, version, page, size)
-        self.page_bytes_held += size
-        while self.page_bytes_held > self._page_bytes:
-            self._drop_page(next(iter(self._pages)))
-
-    def _drop_page(self, window: Window) -> None:
-        held = self._pages.pop(window, None)
-        if held is not None:
-            self.page_bytes_held -= held[3]
+        self._pages.put(window, (big, version, page, max(size, ROW_BYTES)))
 
     def get(
         self, space_uuid: str, version: FamilyVersion | None = None, now_us: int = 0
     ) -> SmallSpace | BigSpace | None:
         """The space's entry; with a `version` (read just now), only if its rows were
         read at that version less than `VERSIONED_MAX_AGE_US` ago (else it is dropped)."""
-        entry = self._entries.get(space_uuid)
-        if entry is None:
+        if space_uuid not in self._entries:
             return None
         if version is not None:
             stamp = self._stamps.get(space_uuid)
             if stamp is None or stamp[0] != version or now_us - stamp[1] >= VERSIONED_MAX_AGE_US:
                 self._drop(space_uuid)  # a big space's pages go with it (`page`)
                 return None
-        self._entries.move_to_end(space_uuid)
-        return entry
+        return self._entries.touch(space_uuid)
 
     async def load(
         self,
@@ -260,45 +249,46 @@ class SmallSpaces:
             child = await space_has_children(fetch, space_uuid)
             # A child created meanwhile may not be in what was read: not known childless.
             big = BigSpace(childless=not child and generation == self.generation)
-            self._drop(space_uuid)
-            self._entries[space_uuid] = big
-            if version is not None:
-                self._stamps[space_uuid] = (version, now_us)
+            self._hold(space_uuid, big, None, version, now_us)
             return big
         entry = _small_space(space_uuid, found)
-        if generation == self.generation:
-            self._drop(space_uuid)
-            self._entries[space_uuid] = entry
-            if version is not None:
-                self._stamps[space_uuid] = (version, now_us)
 
-            def grew(size: int) -> None:  # its answers count while it is held
-                if self._entries.get(space_uuid) is entry:
-                    self._grew(size)
+        def grew(size: int) -> None:  # its answers count while it is held
+            if self._entries.get(space_uuid) is entry:
+                self._entries.grew(size)
 
-            entry.shown = ShownTasks(self._small, self._max_bytes, grew)
-            self._grew(entry.rows_bytes)
+        entry.shown = ShownTasks(self._small, self._max_bytes, grew)
+        self._hold(space_uuid, entry, generation, version, now_us)
         return entry
 
-    def _grew(self, size: int) -> None:
-        """Count `size` bytes more of small spaces; past the bound, the spaces read
-        longest ago go (the one growing too, if it alone is over)."""
-        self.bytes_held += size
-        while self.bytes_held > self._max_bytes and self._entries:
-            self._drop(next(iter(self._entries)))
+    def _hold(
+        self,
+        space_uuid: str,
+        entry: SmallSpace | BigSpace,
+        generation: int | None,
+        version: FamilyVersion | None,
+        now_us: int,
+    ) -> None:
+        """Hold `entry` (read while `generation` was current) at `version`."""
+        if generation is not None and generation != self.generation:
+            return
+        self._stamps.pop(space_uuid, None)
+        if self._entries.put(space_uuid, entry) and version is not None:
+            self._stamps[space_uuid] = (version, now_us)
+
+    def _dropped(self, space_uuid: str, _entry: SmallSpace | BigSpace) -> None:
+        self._stamps.pop(space_uuid, None)
 
     def _drop(self, space_uuid: str) -> None:
-        entry = self._entries.pop(space_uuid, None)
+        self._entries.pop(space_uuid)
         self._stamps.pop(space_uuid, None)
-        if isinstance(entry, SmallSpace):
-            self.bytes_held -= entry.rows_bytes + entry.shown.bytes_held
 
     def on_change(
         self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
     ) -> None:
         """After a create, a finish or a delete in the space committed (or may have)."""
         if kind is Changed.DROP:
-            self.generation += 1
+            self._entries.forget()  # the generation moves on
             self._drop(space_uuid)
             return
         self.forget(space_uuid, children=kind is Changed.CREATE and parent_uuid is not None)
@@ -306,17 +296,21 @@ class SmallSpaces:
     def forget(self, *space_uuids: str, children: bool = False) -> None:
         """After a create or a finish in these spaces committed (or may have); `children`:
         the creates may have made child tasks."""
-        self.generation += 1
+        self._entries.forget()  # the generation moves on
         for space_uuid in space_uuids:
             entry = self._entries.get(space_uuid)
             if isinstance(entry, SmallSpace):
                 self._drop(space_uuid)
             elif entry is not None:  # still big
-                del self._entries[space_uuid]
+                self._entries.touch(space_uuid)
                 if children:
                     entry.childless = False
                 entry.version += 1  # its pages held are stale
-                self._entries[space_uuid] = entry
+
+
+def _space_bytes(entry: SmallSpace | BigSpace) -> int:
+    """What a held space costs: a small one's rows and answers; a big one, nothing."""
+    return entry.rows_bytes + entry.shown.bytes_held if isinstance(entry, SmallSpace) else 0
 
 
 def _small_space(space_uuid: str, found: Sequence[tuple[Any, ...]]) -> SmallSpace:

@@ -30,16 +30,20 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import ClassVar, NamedTuple, Protocol
+from typing import ClassVar, NamedTuple
 
 import msgspec
 
 from ..domain import Changed, FamilyVersion, Progress, TaskRow, view_json
+from .bounded import Bounded
 
 Family = tuple[TaskRow, Sequence[TaskRow]]
 
 # How long a versioned entry is trusted before it is read again (see the module docstring).
 VERSIONED_MAX_AGE_US = 3600 * 1_000_000
+# The version of every entry of a cache that is not versioned (one process serving alone,
+# which sees every change: see `coherence.local`).
+ALONE = FamilyVersion("alone")
 # Answers are kept as JSON for reuse only for tasks whose values take at most this
 # much, and a parent's children joined (`ChildrenJSON.joined`) only up to
 # KEPT_JOINED_BYTES: no cache holds copies of large values (up to 64 KiB a task) outside
@@ -64,41 +68,6 @@ def row_bytes(row: TaskRow) -> int:
 def family_bytes(row: TaskRow, children: Sequence[TaskRow]) -> int:
     """What a cached family's rows cost (a child also has its place in two lists)."""
     return row_bytes(row) + sum(row_bytes(child) + 16 for child in children)
-
-
-class FamilyVersions(Protocol):
-    """Where the versions of a versioned cache live: a progress store that several
-    instances share (the Redis store). A store of one process has none: its only
-    instance sees every change and keeps an unversioned cache."""
-
-    async def family_version(self, task_uuid: str) -> FamilyVersion:
-        """The version of the task's family now."""
-
-    async def bump_families(self, *task_uuids: str | None) -> None:
-        """Mark these families changed, so that versions read before no longer match.
-        Call after the change is committed, before the request that made it answers."""
-
-    async def drop_space(self, space_uuid: str) -> None:
-        """Mark the space deleted, so that no family of it read before passes
-        `put_if_family` again (for longer than any such family is trusted). Call after
-        the delete is committed, before it answers."""
-
-    async def put_if_family(
-        self,
-        task_uuid: str,
-        progress: Progress,
-        space_uuid: str,
-        version: FamilyVersion,
-        announce: tuple[str, str] | None = None,
-        *,
-        client: str = "unknown",
-        finished: bool = False,
-    ) -> FamilyVersion | None:
-        """`put`, atomically only if the task's family is still at `version` and its space
-        was not dropped: returns None once written, or the family's version now (or one
-        that matches nothing, the space dropped), having written nothing.
-        `announce`: a (channel, message) published once written, in the same call.
-        Counted for `client` as `put` counts a write (raising as it does)."""
 
 
 class ChildrenJSON(list[msgspec.Raw]):
@@ -158,20 +127,28 @@ class FamilyCache:
     # A family changes when a child is added to it, one of its members finishes or is
     # deleted, or its space is.
     hears: ClassVar[frozenset[Changed]] = frozenset(
-        {Changed.CREATE, Changed.FINISH, Changed.DELETE, Changed.DROP}
+        {Changed.CREATE, Changed.FINISH, Changed.DELETE, Changed.PRUNE, Changed.DROP}
     )
 
     def __init__(self, max_bytes: int = FAMILY_BYTES, *, versioned: bool = False) -> None:
-        self._entries: dict[str, TaskRow | _Parent] = {}
-        self._max = max_bytes
-        self.bytes_held = 0
-        self.generation = 0
+        # Past `max_bytes`, the families held longest go until an eighth is free.
+        self._entries: Bounded[str, TaskRow | _Parent] = Bounded(
+            max_bytes=max_bytes, size=_size, keep=7 / 8, on_drop=self._dropped
+        )
         # Versioned only: each entry's (family version, when it was read, in µs).
         self.versioned = versioned
         self._stamps: dict[str, tuple[FamilyVersion, int]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def bytes_held(self) -> int:
+        return self._entries.bytes_held
+
+    @property
+    def generation(self) -> int:
+        return self._entries.generation
 
     def get(self, task_uuid: str) -> Family | None:
         entry = self._entries.get(task_uuid)
@@ -182,17 +159,42 @@ class FamilyCache:
     def get_versioned(
         self, task_uuid: str, now_us: int
     ) -> tuple[TaskRow, Sequence[TaskRow], FamilyVersion] | None:
-        """The family with the version it was read at, unless absent or too old."""
+        """The family with the version it was read at, unless absent or too old (an
+        entry of a cache that is not versioned: at ALONE, never too old)."""
+        if not self.versioned:
+            entry = self._entries.get(task_uuid)
+            if entry is None:
+                return None
+            if isinstance(entry, TaskRow):
+                return entry, (), ALONE
+            return entry.row, entry.children, ALONE
         stamp = self._stamps.get(task_uuid)
         if stamp is None or now_us - stamp[1] >= VERSIONED_MAX_AGE_US:
             return None
         row, children = self.get(task_uuid)  # type: ignore[misc]  # stamped means held
         return row, children, stamp[0]
 
-    def put_versioned(self, family: Family, version: FamilyVersion, now_us: int) -> None:
-        """Hold `family`, read from the database after its version was read as `version`."""
-        self.put(family, self.generation)
-        self._stamps[family[0].uuid] = (version, now_us)
+    def put_versioned(
+        self, family: Family, version: FamilyVersion, now_us: int, generation: int
+    ) -> None:
+        """Hold `family`, read from the database after its version was read as `version`
+        and the cache's generation was `generation` (see `put`)."""
+        if generation != self.generation:
+            return
+        self.put(family, generation)
+        if self.versioned:
+            self._stamps[family[0].uuid] = (version, now_us)
+
+    def held_for_read(self, task_uuid: str) -> Family | None:
+        """The family as a read may show it without checking a version: held, in a cache
+        that is not versioned (a read checks no version)."""
+        return None if self.versioned else self.get(task_uuid)
+
+    def keep_read(self, family: Family, generation: int) -> None:
+        """Hold a family a read found in the database (a versioned cache holds only those
+        read at a known version: see `put_versioned`)."""
+        if not self.versioned:
+            self.put(family, generation)
 
     def uuids(self, row: TaskRow, children: Sequence[TaskRow]) -> list[str]:
         """The family's uuids, the parent's first (kept with a cached family: not to be
@@ -252,45 +254,27 @@ class FamilyCache:
         return answer
 
     def put(self, family: Family, generation: int) -> None:
-        if generation != self.generation:
-            return
         row, children = family
         shared_space = sys.intern(row.space_uuid)
         if shared_space is not row.space_uuid:
             row = msgspec.structs.replace(row, space_uuid=shared_space)
-        old = self._entries.pop(row.uuid, None)
-        if old is not None:
-            self.bytes_held -= _size(old)
         entry = _Parent(row, tuple(children)) if children else row
-        self._entries[row.uuid] = entry
-        self._grew(_size(entry))
+        self._entries.put(row.uuid, entry, generation)
 
     def _grew(self, size: int) -> None:
-        """Count `size` bytes more; past the bound, drop the families held longest until
-        an eighth of it is free (each drop walks past what the last one left behind, so
-        a drop frees much at once)."""
-        self.bytes_held += size
-        if self.bytes_held <= self._max:
-            return
-        goal = self._max - self._max // 8
-        dropped = []
-        for uuid in self._entries:
-            if self.bytes_held <= goal:
-                break
-            self.bytes_held -= _size(self._entries[uuid])
-            dropped.append(uuid)
-        for uuid in dropped:
-            del self._entries[uuid]
-            self._stamps.pop(uuid, None)
+        self._entries.grew(size)
+
+    def _dropped(self, task_uuid: str, _entry: TaskRow | _Parent) -> None:
+        self._stamps.pop(task_uuid, None)
 
     def on_change(
         self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
     ) -> None:
         """After a create or a finish committed (or may have): a new task's parent's
         family changed; a finished task's, and its parent's (its children and maybe its
-        own finish). After a delete: the task's and its parent's; after a space's, every
-        family of the space."""
-        if kind is Changed.FINISH or kind is Changed.DELETE:
+        own finish). After a delete (or a removal to make room): the task's and its
+        parent's; after a space's, every family of the space."""
+        if kind is Changed.FINISH or kind is Changed.DELETE or kind is Changed.PRUNE:
             self.forget(task_uuid, parent_uuid)
         elif kind is Changed.DROP:
             self.forget_space(space_uuid)
@@ -299,19 +283,17 @@ class FamilyCache:
 
     def forget(self, *task_uuids: str | None) -> None:
         """Drop these families after a change to them was committed."""
-        self.generation += 1
+        self._entries.forget(*task_uuids)
         for uuid in task_uuids:
             if uuid is not None:
-                entry = self._entries.pop(uuid, None)
-                if entry is not None:
-                    self.bytes_held -= _size(entry)
                 self._stamps.pop(uuid, None)
 
     def forget_space(self, space_uuid: str) -> None:
         """Drop every family of the space (deleted): one pass over what is held, which
         the cache's bound keeps to about a hundred thousand entries (a few milliseconds)."""
-        held = self._entries.items()
-        self.forget(*[uuid for uuid, entry in held if _space_of(entry) == space_uuid])
+        self.forget(
+            *[uuid for uuid, entry in self._entries.items() if _space_of(entry) == space_uuid]
+        )
 
 
 def _space_of(entry: TaskRow | _Parent) -> str:

@@ -3,14 +3,25 @@ which task changed (the state is read from the stores); a watcher that misses a 
 on a dropped connection is told to start over (`RESYNC`).
 
 `LocalFeed` tells the watchers of this process, at once and in the publisher's call.
-With Redis (`progress.redis_feed`), changes also cross to every other instance.
+With Redis (`coherence.redis_feed`), changes also cross to every other instance.
+What a unit of work changed becomes the feed's messages in one place, `messages`.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import NamedTuple, Protocol
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NamedTuple, Protocol
+
+from ..dependencies import unavailable
+from ..domain import Changed
+
+if TYPE_CHECKING:
+    from . import Told
+
+log = logging.getLogger("headway")
 
 TASK = "task"  # a task was created, reported or finished
 REVOKED = "revoked"  # a share link of the space was revoked: `task_uuid` names the share
@@ -109,3 +120,45 @@ class LocalFeed:
 
     async def close(self) -> None:
         self._listeners.clear()
+
+
+def messages(told: Sequence[Told]) -> list[tuple[Change, bool]]:
+    """The feed's messages for what a unit changed, each with whether the write announced
+    it already: a task changed (`TASK`), a share link revoked (`REVOKED`), a task removed
+    to make room (`PRUNED`, with the task in its place), the space's streams to start
+    over after a delete (`RESYNC`, once a space) or to end with their space (`DROPPED`)."""
+    found: list[tuple[Change, bool]] = []
+    resynced: set[str] = set()
+    for each in told:
+        kind = each.kind
+        if kind is Changed.REVOKE:
+            found.append((Change(REVOKED, each.space_uuid, each.task_uuid), False))
+        elif kind is Changed.DROP:
+            found.append((Change(DROPPED, each.space_uuid, ""), False))
+        elif kind is Changed.DELETE:
+            if each.space_uuid not in resynced:
+                resynced.add(each.space_uuid)
+                found.append((Change(RESYNC, each.space_uuid, ""), False))
+        elif kind is Changed.PRUNE:
+            if each.other is not None:  # a top-level task, not one of its steps
+                found.append((Change(PRUNED, each.space_uuid, each.task_uuid, each.other), False))
+        else:
+            change = Change(TASK, each.space_uuid, each.task_uuid, each.other)
+            found.append((change, each.announced))
+    return found
+
+
+def tell(feed: ChangeFeed, told: Sequence[Told]) -> None:
+    """Publish what a unit changed; if the feed fails, the spaces' watchers here start
+    over from a snapshot. Never raises."""
+    try:
+        for change, announced in messages(told):
+            feed.publish(change, announced=announced)
+    except Exception as exc:
+        if unavailable(exc):
+            log.warning("a change could not be announced (%s); watchers resync", exc)
+        else:
+            log.exception("a change could not be announced; watchers resync")
+        with contextlib.suppress(Exception):
+            for space_uuid in dict.fromkeys(each.space_uuid for each in told):
+                feed.publish(Change(RESYNC, space_uuid, ""))

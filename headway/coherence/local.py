@@ -1,0 +1,51 @@
+"""One process serving alone (progress in its memory): it sees every write, so its caches
+are current by construction and its change feed reaches every watcher there is."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..caches.families import FamilyCache
+from ..domain import FamilyVersion, Progress
+from ..progress import ProgressStore
+from . import Told
+from .feed import LocalFeed, tell
+
+# The one version of everything: nothing another process does can make a cache stale.
+ALONE = FamilyVersion("alone")
+
+
+class OneProcess:
+    """`Coherence` for a process that serves alone."""
+
+    current_by_construction = True
+
+    def __init__(self, progress: ProgressStore) -> None:
+        self._progress = progress
+        self.feed = LocalFeed()
+
+    def family_cache(self) -> FamilyCache:
+        return FamilyCache()
+
+    async def version(self, key: str) -> FamilyVersion:
+        return ALONE
+
+    async def put(
+        self,
+        task_uuid: str,
+        progress: Progress,
+        space_uuid: str,
+        version: FamilyVersion,
+        told: Told,
+        *,
+        client: str,
+        finished: bool,
+    ) -> tuple[FamilyVersion | None, bool]:
+        await self._progress.put(task_uuid, progress, space_uuid, client=client, finished=finished)
+        return None, False
+
+    async def announce(self, told: Sequence[Told]) -> None:
+        tell(self.feed, told)
+
+    async def close(self) -> None:
+        await self.feed.close()
