@@ -18,8 +18,12 @@ setting the time to now. Everything Headway holds is held so:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .database import Fetch, Statements
+# Only for types: `headway channels test` reaches `Lease` (through `delivery`) with no
+# database package installed.
+if TYPE_CHECKING:
+    from .database import Fetch, Statements
 
 
 @dataclass(frozen=True, slots=True)
