@@ -10,7 +10,7 @@ Unavailable, answered 503 with `Retry-After` (and retried by the loops):
 - SQLite: busy or locked past the wait, I/O errors, a full disk (`SQLITE_FULL`: "database
   or disk is full"), a file that cannot be opened or written;
 - Redis: connection errors and time-outs, a server still loading, and a full
-  `maxmemory` under `noeviction` (a full budget, not a bug);
+  `maxmemory` under `noeviction` (a full budget, not a bug): `redis_link.UNAVAILABLE`;
 - the network and the disk: `ConnectionError`, `TimeoutError`, and other `OSError`s
   (`ENOSPC` among them).
 
@@ -48,7 +48,6 @@ _SQLITE_CODES = frozenset(
         sqlite3.SQLITE_NOLFS,
     }
 )
-_REDIS_NAMES = ("ConnectionError", "TimeoutError", "BusyLoadingError", "OutOfMemoryError")
 
 
 def unavailable(exc: BaseException) -> bool:
@@ -97,7 +96,8 @@ def _says_unavailable(exc: BaseException) -> bool:
     asyncpg = sys.modules.get("asyncpg.exceptions")
     if asyncpg is not None and isinstance(exc, asyncpg.InterfaceError):
         return "closed" in str(exc)  # "connection is closed": the server went away
-    redis = sys.modules.get("redis.exceptions")  # imported only where Redis is used
-    return redis is not None and isinstance(
-        exc, tuple(getattr(redis, name) for name in _REDIS_NAMES)
-    )
+    if "redis" not in sys.modules:  # imported only where Redis is used
+        return False
+    from .redis_link import UNAVAILABLE
+
+    return isinstance(exc, UNAVAILABLE)

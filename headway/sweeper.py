@@ -25,17 +25,18 @@ from . import metrics
 from .clock import Clock
 from .dependencies import unavailable
 from .service import Service
-from .storage import channels, deletes
+from .storage import deletes, leases
 from .storage.database import Statements
+from .storage.leases import Lease
 
 log = logging.getLogger("headway")
 
 STEP_S = 60.0
 LEASE_NAME = "sweeper"
-# Deleted spaces' rows are removed on one instance at a time, under this lease: held for
-# REMOVAL_LEASE_S, renewed as batches go, given back once nothing is left.
+# Deleted spaces' rows are removed on one instance at a time, under this lease: renewed
+# as batches go, given back once nothing is left.
 REMOVAL_LEASE = "space-removal"
-REMOVAL_LEASE_S = 30.0
+REMOVAL = Lease(30.0)
 # Idle spaces deleted per step.
 SPACES_PER_STEP = 10
 # Each removal transaction aims to take about this long: on SQLite it holds the write lock
@@ -99,6 +100,9 @@ class Sweeper:
             hold_s = HOLD_S if service.db.is_sqlite else HOLD_S_POSTGRES
         self.sizes = BatchSize(batch, hold_s)
         self.holder = f"sweeper-{uuid.uuid4().hex[:12]}"
+        # Idle spaces are deleted by one instance at a time: the one that took this lease
+        # at its last step (it lasts three steps).
+        self.lease = Lease(step_s * 3)
         self._woken = woken or asyncio.Event()
         self._removing = asyncio.Lock()  # one removal at a time in this process
         self._lease_until_us = 0
@@ -159,9 +163,7 @@ class Sweeper:
         if not idle:
             return 0  # nothing to do: no lease taken, nothing written
         async with db.write() as st:
-            held = await channels.take_lease(
-                st, LEASE_NAME, self.holder, now, now + round(self.step_s * 3 * 1_000_000)
-            )
+            held = await leases.take(st, LEASE_NAME, self.holder, now, self.lease.until_us(now))
         if not held:
             return 0
         deleted = 0
@@ -243,8 +245,7 @@ class Sweeper:
         lease still held (renewed once a third of it has passed)."""
         if run.batches is not None and run.done >= run.batches:
             return False
-        left = self._lease_until_us - self.clock.now_us()
-        if left > REMOVAL_LEASE_S * 1_000_000 * 2 / 3:
+        if not REMOVAL.renew(self._lease_until_us, self.clock.now_us()):
             return True
         return await self._hold()  # False: another instance took it (this one stalled)
 
@@ -280,9 +281,9 @@ class Sweeper:
     async def _hold(self) -> bool:
         """Take the removal's lease (free, lapsed, or ours already)."""
         now = self.clock.now_us()
-        until = now + round(REMOVAL_LEASE_S * 1_000_000)
+        until = REMOVAL.until_us(now)
         async with self.service.db.write() as st:
-            held = await channels.take_lease(st, REMOVAL_LEASE, self.holder, now, until)
+            held = await leases.take(st, REMOVAL_LEASE, self.holder, now, until)
         self._lease_until_us = until if held else 0
         return held
 
@@ -290,7 +291,7 @@ class Sweeper:
         """Nothing is left to remove: the lease is free for any instance at once."""
         self._lease_until_us = 0
         async with self.service.db.write() as st:
-            await channels.give_up_lease(st, REMOVAL_LEASE, self.holder)
+            await leases.give_up(st, REMOVAL_LEASE, self.holder)
 
 
 class _Removal:

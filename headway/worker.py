@@ -4,9 +4,10 @@ has notification channels send what they have queued (`notify.deliver`).
 Each step is a function the tests call directly; `Worker.run` only repeats them and
 sleeps. Delivery is at least once per webhook: a claimed attempt whose worker dies is
 claimed again when its lease lapses, with the same event id (`webhook-id`). An attempt,
-its name lookup included, ends within ATTEMPT_TIMEOUT_S, well within its lease, so no
-other worker claims it while it runs; the lookup runs on the webhooks' own threads
-(`webhooks.lookup`), never on the event loop's default executor.
+its name lookup included, ends within `delivery.ATTEMPT_TIMEOUT_S`, well within its lease,
+so no other worker claims it while it runs; the lookup runs on the webhooks' own threads
+(`webhooks.lookup`), never on the event loop's default executor. Retries and giving up
+follow `delivery`, as those of channels do.
 
 The backlog is bounded: a claim costs the same whatever it holds (see
 `deliveries.claim_due`), and an event still undelivered `give_up_s` after its creation is
@@ -26,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
-from . import metrics, webhooks
+from . import delivery, metrics, webhooks
 from .clock import Clock
 from .dependencies import unavailable
 from .logs import endpoint, masked
@@ -52,12 +52,6 @@ log = logging.getLogger("headway.worker")
 T = TypeVar("T")
 
 HAND_BACK_S = 2.0  # at a stop, for handing back what was cut short
-ATTEMPT_TIMEOUT_S = 10.0  # per attempt, all of it
-LEASE_S = 60  # longer than one attempt can take, with room to record its outcome
-FIRST_RETRY_S = 10
-MAX_RETRY_S = 6 * 3600
-MAX_ATTEMPTS = 15  # 10 s doubling to 6 h, then 6 h: retries span about a day
-GIVE_UP_S = 86_400  # HEADWAY_DELIVERY_GIVE_UP's default
 HEARTBEAT_S = 5.0
 STALE_AFTER_S = 30.0
 CONCURRENCY = 64  # attempts in flight at once, in all
@@ -67,11 +61,6 @@ BATCH = 32  # deliveries claimed in one transaction
 CLAIM_ROUNDS = 4  # claims in a row while each finds more due (see `deliveries.Round.again`)
 SWEEP_BATCH = 200  # events given up or swept in one short transaction
 SWEEP_ROUNDS = 20  # such transactions per sweep, at most
-
-
-def retry_delay_s(attempt: int, jitter: float = 1.0) -> float:
-    """Seconds to wait after failed attempt number `attempt` (1-based), times `jitter`."""
-    return min(FIRST_RETRY_S * 2 ** (attempt - 1), MAX_RETRY_S) * jitter
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +85,9 @@ class Worker:
         per_space: int = PER_SPACE,
         per_receiver: int = PER_RECEIVER,
         poll_s: float = 1.0,
-        attempt_timeout_s: float = ATTEMPT_TIMEOUT_S,
+        attempt_timeout_s: float = delivery.ATTEMPT_TIMEOUT_S,
         channels: ChannelSender | None = None,
-        give_up_s: float = GIVE_UP_S,
+        give_up_s: float = delivery.GIVE_UP_S,
         resolve: webhooks.Resolver | None = None,
         woken: asyncio.Event | None = None,
     ) -> None:
@@ -113,7 +102,7 @@ class Worker:
         # an HTTP client (several MB of memory).
         self._http = http
         self._owns_http = http is None
-        self._jitter = jitter or (lambda: random.uniform(0.8, 1.2))
+        self._jitter = jitter or delivery.jitter
         self._batch = batch
         self._concurrency = concurrency
         self._per_space = per_space
@@ -160,7 +149,7 @@ class Worker:
             found = await deliveries.claim_due(
                 self.db,
                 now,
-                now + LEASE_S * 1_000_000,
+                delivery.CLAIM.until_us(now),
                 room,
                 per_space=self._per_space,
                 per_receiver=self._per_receiver,
@@ -215,7 +204,7 @@ class Worker:
 
         if self._http is None:
             self._http = httpx.AsyncClient(
-                timeout=ATTEMPT_TIMEOUT_S, follow_redirects=False, trust_env=False
+                timeout=delivery.ATTEMPT_TIMEOUT_S, follow_redirects=False, trust_env=False
             )
         url = httpx.URL(claim.url)
         looking_up = True
@@ -279,7 +268,7 @@ class Worker:
                 metrics.delivery("delivered")
                 await deliveries.finish_delivery(st, claim, now, "delivered")
                 log.info("delivered %s to %s (attempt %d)", claim.event, to, claim.attempt)
-            elif claim.attempt >= MAX_ATTEMPTS:
+            elif delivery.last_attempt(claim.attempt):
                 metrics.delivery("given_up")
                 metrics.given_up("webhook", "attempts")
                 log.warning(
@@ -293,7 +282,7 @@ class Worker:
                 await deliveries.finish_delivery(st, claim, now, "given_up", detail)
             else:
                 metrics.delivery("retry")
-                delay = retry_delay_s(claim.attempt, self._jitter())
+                delay = delivery.retry_delay_s(claim.attempt, self._jitter())
                 due = now + round(delay * 1_000_000)
                 await deliveries.retry_delivery(st, claim, due, now, outcome.error)
                 log.info(
@@ -317,7 +306,8 @@ class Worker:
         for _ in range(SWEEP_ROUNDS):
             now = self.clock.now_us()
             async with self.db.write() as st:
-                found = await outbox.give_up_old(st, now - self._give_up_us, now, SWEEP_BATCH)
+                before = delivery.give_up_before_us(now, self._give_up_us)
+                found = await outbox.give_up_old(st, before, now, SWEEP_BATCH)
             given_up += found
             if found < SWEEP_BATCH:
                 break

@@ -23,7 +23,7 @@ def test_past_its_bytes_an_eighth_is_freed_at_once_and_each_drop_is_heard():
     assert held.bytes_held == 80 and dropped == []
     held.put("k8", b"x" * 10)
     assert held.bytes_held <= 70 and dropped == ["k0", "k1"]
-    assert list(held)[0] == "k2"
+    assert next(iter(held)) == "k2"
 
 
 def test_a_touched_entry_goes_last():

@@ -16,7 +16,8 @@ from headway.app import create_app
 from headway.caches.families import VERSIONED_MAX_AGE_US
 from headway.clock import ManualClock
 from headway.config import Settings
-from headway.progress.redis import FAMILY_VERSION_TTL_S, Coalesced
+from headway.progress.redis import FAMILY_VERSION_TTL_S
+from headway.redis_link import Coalesced
 
 from .conftest import BACKENDS, empty_backend, running
 
@@ -274,7 +275,7 @@ return tonumber(ARGV[1]) * 2
 async def test_script_calls_of_one_turn_share_a_pipeline_each_with_its_own_result(
     redis_client,
 ):
-    """Reports on Redis send their script calls together (see `progress.redis.Coalesced`):
+    """Reports on Redis send their script calls together (see `redis_link.Coalesced`):
     every caller still gets its own answer, and one call's error stays its own."""
     calls = Coalesced(redis_client, _ECHO_OR_FAIL)
     keys = [["bad"] if n == 7 else [f"k{n}"] for n in range(20)]

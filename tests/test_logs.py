@@ -13,9 +13,10 @@ import httpx
 import pytest
 
 from headway.app import HeadwayApp
+from headway.delivery import MAX_ATTEMPTS, retry_delay_s
 from headway.logs import endpoint, masked
 from headway.notify.deliver import DIGEST_S, ChannelSender
-from headway.worker import MAX_ATTEMPTS, Worker, retry_delay_s
+from headway.worker import Worker
 
 from .live_server import LiveServer
 from .receivers import GOTIFY_TOKEN

@@ -17,10 +17,11 @@ from http.server import ThreadingHTTPServer
 import pytest
 
 from headway import metrics
+from headway.delivery import CLAIM
 from headway.notify.deliver import channel_sender
 from headway.storage import deliveries
 from headway.storage.database import Database
-from headway.worker import LEASE_S, Worker
+from headway.worker import Worker
 
 from .receiver import Receiver
 
@@ -108,11 +109,11 @@ async def claim_times(db: Database, clock, rounds: int) -> tuple[list[float], li
     took, held = [], []
     with timed_writes(db, held):
         for _ in range(rounds):
-            clock.advance(LEASE_S + 1)
+            clock.advance(CLAIM.seconds + 1)
             now = clock.now_us()
             started = time.perf_counter()
             found = await deliveries.claim_due(
-                db, now, now + LEASE_S * 1_000_000, 8, per_space=64, per_receiver=64
+                db, now, CLAIM.until_us(now), 8, per_space=64, per_receiver=64
             )
             took.append(time.perf_counter() - started)
             assert len(found.claims) == 8
@@ -264,7 +265,7 @@ async def test_webhooks_held_back_by_a_full_space_do_not_hide_others_beyond_the_
         found = await deliveries.claim_due(
             db,
             now,
-            now + LEASE_S * 1_000_000,
+            CLAIM.until_us(now),
             4,
             per_space=8,
             per_receiver=64,
@@ -480,7 +481,7 @@ async def test_a_hanging_resolver_holds_neither_up_nor_an_attempt_past_its_timeo
         assert await second.run_once() == 0  # retried later, not left to a lapsing lease
 
         release.set()
-        clock.advance(LEASE_S)
+        clock.advance(CLAIM.seconds)
         async with asyncio.timeout(10):
             made = await asyncio.gather(first.run_once(), second.run_once())
         assert sum(made) == 40

@@ -16,8 +16,9 @@ from standardwebhooks import Webhook
 from headway import worker as worker_module
 from headway.app import create_app
 from headway.config import Settings
+from headway.delivery import CLAIM, GIVE_UP_S, MAX_ATTEMPTS, retry_delay_s
 from headway.storage.database import Database
-from headway.worker import LEASE_S, MAX_ATTEMPTS, Worker, retry_delay_s
+from headway.worker import Worker
 
 from .receiver import Receiver
 
@@ -332,7 +333,7 @@ async def test_worker_stopped_mid_delivery_is_redelivered_with_same_id(
     restarted = Worker(app.state.service.db, clock, allow_private=True)
     try:
         assert await restarted.run_once() == 0  # the dead worker's claim still holds
-        clock.advance(LEASE_S)
+        clock.advance(CLAIM.seconds)
         assert await restarted.run_once() == 1
     finally:
         await restarted.close()
@@ -531,7 +532,7 @@ async def test_a_delivery_whose_webhook_is_gone_is_never_claimed_and_given_up_by
         )
     assert await worker.run_once() == 0
     assert await worker.sweep() == 0
-    clock.advance(worker_module.GIVE_UP_S)
+    clock.advance(GIVE_UP_S)
     assert await worker.sweep() == 1
     assert await sql("SELECT count(*) FROM deliveries") == [(0,)]
     assert await sql("SELECT count(*) FROM outbox") == [(0,)]

@@ -3,11 +3,11 @@ and may send (see `storage.channel_queue`), sends one message for all of it (a d
 there are several), and records the outcome.
 
 Each channel sends in a task of its own, so a channel that hangs holds only itself. A
-message that fails is tried again with backoff for about a day (`Retry-After` honoured);
-a message older than `give_up_us` (HEADWAY_DELIVERY_GIVE_UP), or tried `MAX_ATTEMPTS`
-times, is given up and logged. At
-least once: a worker that dies mid-send leaves the channel's lease to lapse, and the
-message goes again.
+message that fails is tried again, and given up and logged, as a webhook's event is (see
+`delivery`: backoff for about a day, without jitter; the service's `Retry-After`
+honoured), and never retried past the moment it is to be given up. At least once: a
+worker that dies mid-send leaves the channel's lease to lapse, and the message goes
+again.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from .. import metrics
+from .. import delivery, metrics
 from ..clock import Clock
 from ..config import Settings
 from ..dependencies import unavailable
@@ -30,21 +30,11 @@ from . import guard
 
 log = logging.getLogger("headway.worker")
 
-LEASE_S = 60  # longer than one send can take (10 s), with room to record its outcome
 DIGEST_S = 5  # after a message, a channel waits this long: what comes meanwhile is one digest
 HOUR_US = 3600 * 1_000_000
-FIRST_RETRY_S = 10
-MAX_RETRY_S = 6 * 3600
-MAX_ATTEMPTS = 15  # 10 s doubling to 6 h, then 6 h: about a day
-GIVE_UP_US = 24 * HOUR_US  # HEADWAY_DELIVERY_GIVE_UP's default
 # Channels sending at once, in this process: one sending thread each (`guard`), so that
 # no send waits for a thread while its timeout runs.
 CONCURRENCY = guard.POOL_THREADS
-
-
-def retry_delay_s(attempt: int) -> float:
-    """Seconds to wait after failed attempt number `attempt` (1-based)."""
-    return float(min(FIRST_RETRY_S * 2 ** (attempt - 1), MAX_RETRY_S))
 
 
 def channel_sender(
@@ -78,8 +68,8 @@ class ChannelSender:
         messages_per_hour: int,
         link: Callable[[str | None], str | None],
         schemes: tuple[str, ...] | None = None,
-        timeout_s: float = 10.0,
-        give_up_us: int = GIVE_UP_US,
+        timeout_s: float = delivery.ATTEMPT_TIMEOUT_S,
+        give_up_us: int = delivery.GIVE_UP_S * 1_000_000,
         on_end: Callable[[], None] = lambda: None,
     ) -> None:
         """`on_end`: called as each send ends (wakes the worker, which starts more)."""
@@ -152,12 +142,13 @@ class ChannelSender:
         now = self.clock.now_us()
         async with self.db.write() as st:
             taken = await channel_queue.take(
-                st, channel_uuid, now, now + LEASE_S * 1_000_000, cap=self.cap, hour_us=HOUR_US
+                st, channel_uuid, now, delivery.CLAIM.until_us(now), cap=self.cap, hour_us=HOUR_US
             )
         if taken is None:
             return
         self._taken[channel_uuid] = taken
-        stale = [p for p in taken.pending if now - p.created_at_us >= self.give_up_us]
+        too_old = delivery.give_up_before_us(now, self.give_up_us)
+        stale = [p for p in taken.pending if p.created_at_us <= too_old]
         live = [p for p in taken.pending if p not in stale]
         if not live:
             await self._settle(taken, [], stale, now, counted=False)
@@ -191,10 +182,9 @@ class ChannelSender:
             log.info("delivered %s to %s", _told(live), to)
             return
         attempt = max(p.attempts for p in live) + 1
-        give_up = [p for p in live if p.attempts + 1 >= MAX_ATTEMPTS]
+        give_up = [p for p in live if delivery.last_attempt(p.attempts + 1)]
         again = [p for p in live if p not in give_up]
-        delay = outcome.retry_after_s if outcome.retry_after_s is not None else None
-        delay = retry_delay_s(attempt) if delay is None else min(max(delay, 1.0), MAX_RETRY_S)
+        delay = delivery.retry_delay_s(attempt, retry_after_s=outcome.retry_after_s)
         due = now + round(delay * 1_000_000)
         if again:  # not past the moment the oldest is to be given up
             due = max(min(due, min(p.created_at_us for p in again) + self.give_up_us), now + 1)

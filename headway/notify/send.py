@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Literal
 
+from ..delivery import held_retry_after_s
 from ..errors import Unprocessable
 from ..webhooks import RefusedAddress
 from . import guard, messages
@@ -19,9 +20,6 @@ from .schemes import DEFAULT_SCHEMES
 from .urls import Address, ChannelURL, check_channel_hosts, check_channel_url
 
 Level = Literal["info", "success", "warning", "failure"]
-
-# The longest wait a service's Retry-After is taken at.
-MAX_RETRY_AFTER_S = 6 * 3600.0
 
 
 @dataclass(frozen=True)
@@ -134,7 +132,7 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
         seconds = (moment - (now or datetime.now(UTC))).total_seconds()
     if math.isnan(seconds):
         return None
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+    return held_retry_after_s(seconds)
 
 
 async def _deliver(

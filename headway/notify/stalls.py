@@ -40,9 +40,10 @@ from .. import domain, metrics
 from ..clock import Clock
 from ..domain import Progress, TaskView
 from ..progress import ProgressStore
-from ..storage import channel_queue, channels
+from ..storage import channel_queue, channels, leases
 from ..storage.channels import Watcher
 from ..storage.database import Database
+from ..storage.leases import Lease
 
 log = logging.getLogger("headway")
 
@@ -79,6 +80,7 @@ class StallWatch:
         # Messages one channel holds queued (HEADWAY_OUTBOX_PER_ENDPOINT).
         self.cap = outbox_per_endpoint
         self.holder = f"stalls-{uuid.uuid4().hex[:12]}"
+        self.lease = Lease(scan_s * LEASE_LOOKS)
         # Per task: (what its `current` was, when this process first saw it so), µs.
         self._moved: dict[str, tuple[str, int]] = {}
         # Seconds until the next look: `scan_s`, or less when another's lease lapses sooner.
@@ -118,7 +120,7 @@ class StallWatch:
         try:
             async with asyncio.timeout(2):
                 async with self.db.write() as st:
-                    await channels.give_up_lease(st, LEASE_NAME, self.holder)
+                    await leases.give_up(st, LEASE_NAME, self.holder)
         except Exception as exc:  # lapses within two looks all the same
             log.warning("stalls: the lease could not be given up (%s)", exc)
 
@@ -131,13 +133,13 @@ class StallWatch:
         if not await channels.stalls_watched(self.db.fetch):
             self._moved.clear()
             return 0  # no channel wants stalls: nothing written, no lease taken
-        lease_us = round(self.scan_s * LEASE_LOOKS * 1_000_000)
+        until = self.lease.until_us(now)
         async with self.db.write() as st:
-            self._held = await channels.take_lease(st, LEASE_NAME, self.holder, now, now + lease_us)
+            self._held = await leases.take(st, LEASE_NAME, self.holder, now, until)
         if not self._held:
             self._moved.clear()  # another instance looks: its clocks are the ones kept
             # Look again as soon as the holder's lease lapses.
-            lapses_s = (await channels.lease_until(self.db.fetch, LEASE_NAME) - now) / 1e6
+            lapses_s = (await leases.held_until(self.db.fetch, LEASE_NAME) - now) / 1e6
             self.wait_s = min(self.scan_s, max(0.01, lapses_s + 0.01))
             return 0
         async with self.db.read() as fetch:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import itertools
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
@@ -12,13 +10,11 @@ from typing import Any, TypeVar
 import msgspec
 import redis.asyncio
 import redis.exceptions
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import NoScriptError
 
 from .. import metrics
 from ..clock import Clock
 from ..domain import FamilyVersion, Progress
+from ..redis_link import Coalesced, close_client, connection_pool
 from . import (
     ADMIT_NEW_BELOW,
     NO_CLIENT,
@@ -99,71 +95,6 @@ return false
 )
 
 
-class Coalesced:
-    """Calls of one Lua script made in the same turn of the event loop, sent together
-    in one pipeline: one connection taken from the pool, one write and one round trip
-    for all of them, where each call alone costs all three (most of a report's CPU on
-    Redis). Each caller still gets its own result, or its own error."""
-
-    def __init__(self, client: redis.asyncio.Redis, script: str) -> None:
-        self._redis = client
-        self._script = script
-        self._digest = hashlib.sha1(script.encode()).hexdigest()
-        self._waiting: list[tuple[Sequence[str], Sequence[object], asyncio.Future[Any]]] = []
-
-    async def __call__(self, keys: Sequence[str], args: Sequence[object]) -> Any:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        if not self._waiting:
-            loop.call_soon(self._send)
-        self._waiting.append((keys, args, future))
-        return await future
-
-    def _send(self) -> None:
-        batch, self._waiting = self._waiting, []
-        task = asyncio.ensure_future(self._run(batch))
-        _sending.add(task)
-        task.add_done_callback(_sending.discard)
-
-    async def _run(self, batch: list[tuple[Sequence[str], Sequence[object], Any]]) -> None:
-        try:
-            results = await self._evalsha(batch)
-            lost = [n for n, result in enumerate(results) if isinstance(result, NoScriptError)]
-            if lost:  # Redis restarted and lost its scripts: load it, run those again
-                await self._redis.script_load(self._script)
-                again = await self._evalsha([batch[n] for n in lost])
-                for n, result in zip(lost, again, strict=True):
-                    results[n] = result
-        except Exception as exc:
-            for _, _, future in batch:
-                if not future.done():
-                    future.set_exception(exc)
-            return
-        except BaseException:  # cancelled: the loop is closing
-            for _, _, future in batch:
-                future.cancel()
-            raise
-        for (_, _, future), result in zip(batch, results, strict=True):
-            if future.done():  # its caller was cancelled
-                continue
-            if isinstance(result, Exception):
-                future.set_exception(result)
-            else:
-                future.set_result(result)
-
-    async def _evalsha(self, batch: list[tuple[Sequence[str], Sequence[object], Any]]) -> list[Any]:
-        """Run the script by its digest for each call of `batch` (EVALSHA: the script's
-        text is sent, and hashed by Redis, only when Redis does not know it)."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for keys, args, _ in batch:
-                pipe.evalsha(self._digest, len(keys), *keys, *args)
-            return list(await pipe.execute(raise_on_error=False))
-
-
-# Pipelines under way, held until done (the event loop keeps only weak references).
-_sending: set[asyncio.Task[None]] = set()
-
-
 async def make_room(client: redis.asyncio.Redis) -> int:
     """Let finished progress give way in a Redis over its maxmemory, until it is
     `ROOM_SLACK` of it under (see `redis_shares.GIVE_WAY`): the bytes that gave way, as
@@ -206,31 +137,6 @@ def _refuse(refused: bytes) -> None:
         raise ProgressBudgetFull("space")
     metrics.refused("client_budget")
     raise ClientShareFull()
-
-
-def connection_pool(url: str) -> redis.asyncio.BlockingConnectionPool:
-    """Connections to Redis for one process. A burst of more requests than connections
-    waits for a free one (up to 5 s, then 503) rather than failing at once.
-
-    A connection from before a restart of Redis fails its next command: the command is
-    tried again on a new connection (twice, backing off up to a quarter second), so that
-    once Redis answers again no request fails because of a connection it left behind.
-    Every command Headway sends may run twice (a write of the same state, a counter one
-    higher, a change announced twice): none does harm."""
-    return redis.asyncio.BlockingConnectionPool.from_url(
-        url,
-        max_connections=256,
-        timeout=5.0,
-        socket_timeout=2.0,
-        socket_connect_timeout=2.0,
-        # Not after a time-out: a Redis that hangs answers 503 within a few seconds.
-        retry=Retry(
-            ExponentialBackoff(cap=0.25, base=0.02),
-            2,
-            supported_errors=(redis.exceptions.ConnectionError,),
-        ),
-        health_check_interval=30,
-    )
 
 
 class RedisProgressStore:
@@ -478,5 +384,4 @@ class RedisProgressStore:
         await self._redis.ping()
 
     async def close(self) -> None:
-        await self._redis.aclose()
-        await self._redis.connection_pool.disconnect()
+        await close_client(self._redis)

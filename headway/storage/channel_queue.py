@@ -1,11 +1,11 @@
 """SQL of a notification channel's queue (one row per message to make) and of its sends.
 
-A channel's row is also its sending lease: `hold_until_us` is when it may send next. A
-worker takes a channel by moving that forward with a conditional update (exactly one
-worker wins), sends one message for everything the channel has due (a digest when there
-are several), then sets it to the end of the digest window, or to when the hour's cap
-reopens. So a burst of finishes becomes one message, and one broken channel holds only
-its own queue.
+A channel's row is also its sending lease (see `storage.leases`): `hold_until_us` is when
+it may send next. A worker takes a channel by moving that forward with a conditional
+update (exactly one worker wins), sends one message for everything the channel has due
+(a digest when there are several), then sets it to the end of the digest window, or to
+when the hour's cap reopens. So a burst of finishes becomes one message, and one broken
+channel holds only its own queue.
 
 A channel holds at most a cap of queued messages (`channels.queued` counts them): a new
 one beyond pushes out the oldest, given up. On PostgreSQL a transaction takes a channel's

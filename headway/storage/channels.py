@@ -1,6 +1,7 @@
-"""SQL of notification channels: registrations, their last deliveries, stall episodes,
-and the lease that lets one instance at a time look for stalls. What each channel still
-has to send (its own queue) and how it is sent are in `storage.channel_queue`.
+"""SQL of notification channels: registrations, their last deliveries and stall
+episodes. What each channel still has to send (its own queue) and how it is sent are in
+`storage.channel_queue`; the lease that lets one instance at a time look for stalls, in
+`storage.leases`.
 """
 
 from __future__ import annotations
@@ -266,28 +267,3 @@ async def task_states(fetch: Fetch, task_uuids: Sequence[str]) -> dict[str, bool
         f"SELECT uuid, finished_at_us FROM tasks WHERE uuid IN ({marks})", tuple(task_uuids)
     )
     return {row[0]: row[1] is not None for row in found}
-
-
-async def take_lease(st: Statements, name: str, holder: str, now_us: int, until_us: int) -> bool:
-    """Hold the named lease until `until_us` if it is free, lapsed or already ours."""
-    await st.many(
-        "INSERT INTO leases (name, holder, until_us) VALUES (?, '', 0) ON CONFLICT DO NOTHING",
-        [(name,)],
-    )
-    won = await st.rows(
-        "UPDATE leases SET holder = ?, until_us = ? WHERE name = ? AND (holder = ? OR "
-        "until_us <= ?) RETURNING name",
-        (holder, until_us, name, holder, now_us),
-    )
-    return bool(won)
-
-
-async def lease_until(fetch: Fetch, name: str) -> int:
-    """Until when (µs) the named lease is held; 0 if it is free or was never taken."""
-    found = await fetch("SELECT until_us FROM leases WHERE name = ?", (name,))
-    return int(found[0][0]) if found else 0
-
-
-async def give_up_lease(st: Statements, name: str, holder: str) -> None:
-    """Let the named lease go at once if `holder` has it (a process shutting down)."""
-    await st.many("UPDATE leases SET until_us = 0 WHERE name = ? AND holder = ?", [(name, holder)])

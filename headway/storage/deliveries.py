@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """One delivery attempt a worker has won. `lease_us` is the claim's token: the
-    attempt's outcome is recorded only while the row still carries it."""
+    """One delivery attempt a worker has won. `lease_us` is the claim's token (see
+    `storage.leases`): the attempt's outcome is recorded only while the row still
+    carries it."""
 
     event_id: str
     webhook_uuid: str
