@@ -144,12 +144,12 @@ _Compiled = tuple[
 class HeadwayApp(Starlette):
     """The app: each HTTP request goes through the one route table to its endpoint.
 
-    The endpoint is handed a `Request` carrying its client's `Visitor` (looked up once,
-    here). Its answer is a `Response`, whose headers are completed before it is sent and
-    which is counted (headway.metrics) under its route's template as it is returned; or
-    any other ASGI callable (the MCP SDK's answer, the static files), completed and
-    counted as its answer starts. Requests no route serves are counted as `unmatched`,
-    and a 405 under the route whose path it is.
+    The endpoint is handed a `Request` carrying its client's `Visitor`. Its answer is a
+    `Response`, whose headers are completed before it is sent and which is counted
+    (headway.metrics) under its route's template as it is returned; or any other ASGI
+    callable (the MCP SDK's answer, the static files), completed and counted as its
+    answer starts. Requests no route serves are counted as `unmatched`, and a 405 under
+    the route whose path it is.
 
     Every answer says `X-Content-Type-Options: nosniff`; every answer but those of
     `/mcp` and the paths under it (which check Host and Origin themselves) says
@@ -191,7 +191,6 @@ class HeadwayApp(Starlette):
         route, scope["path_params"] = found
         request = Request(scope, receive, send)
         try:
-            request.visitor = self.state.visitors.of(scope)
             answer = await route.endpoint(request)
         except Exception as exc:
             answer = await answer_error(request, exc)
@@ -374,7 +373,7 @@ def _note_refusal(request: Request, exc: HeadwayError) -> None:
     if exc.status not in (429, 503):
         return
     state = request.app.state
-    visitor = getattr(request, "visitor", None)
-    client = visitor.address if visitor is not None else "unknown"
+    visitors = getattr(state, "visitors", None)
+    client = request.visitor.address if visitors is not None else "unknown"
     refusals: logs.RefusalLog = state.refusals
     refusals.refused(exc.status, exc.message, client)

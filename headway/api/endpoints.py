@@ -5,6 +5,7 @@ the one route table (`api.dispatch`)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
+from functools import cached_property
 
 from starlette import requests
 from starlette.types import ASGIApp
@@ -13,10 +14,14 @@ from ..visitor import Visitor
 
 
 class Request(requests.Request):
-    """Starlette's request, with the `visitor` of its client (see `headway.visitor`),
-    looked up once by the dispatcher."""
+    """Starlette's request, with the `visitor` of its client (see `headway.visitor`)."""
 
-    visitor: Visitor
+    @cached_property
+    def visitor(self) -> Visitor:
+        """The visitor of this request's client, looked up once, when first asked for
+        (an endpoint that needs none, like `/client`'s, does not pay for it)."""
+        visitor: Visitor = self.app.state.visitors.of(self.scope)
+        return visitor
 
 
 # An endpoint's answer: a Starlette `Response`, or any ASGI callable that writes its own
