@@ -24,12 +24,12 @@ from .coherence.feed import DROPPED, PRUNED, RESYNC, REVOKED, TASK, Change, Chan
 from .dependencies import unavailable
 from .domain import TaskView
 from .errors import Unavailable
-from .limits import Holdings
 from .live_events import Key, Round, StreamFilter
 from .shares import ShareView
 
 if TYPE_CHECKING:
     from .service import Service
+    from .visitor import Visitor
 
 log = logging.getLogger("headway")
 
@@ -72,21 +72,21 @@ class Stream:
         "_skip",
         "_waiter",
         "abort",
-        "client",
         "ended",
         "filter",
         "key",
         "sending_since",
         "sent_at",
         "share",
+        "visitor",
         "watch",
         "woke",
     )
 
-    def __init__(self, watch: SpaceWatch, share: ShareView | None, client: str) -> None:
+    def __init__(self, watch: SpaceWatch, share: ShareView | None, visitor: Visitor) -> None:
         self.watch = watch
         self.share = share
-        self.client = client
+        self.visitor = visitor
         self.key: Key = None if share is None else share.share_uuid
         self.filter: StreamFilter | None = None  # set once the snapshot is sent
         # Tasks pruned while its snapshot was read and sent, judged once it is (`follow`).
@@ -349,9 +349,8 @@ class SpaceWatch:
 
 
 class Live:
-    """Every stream open in this process, by space; at most `max_streams` at once,
-    `per_client` per client address and `per_network` per network (an IPv6 /48; see
-    `limits.Holdings`; None: no cap)."""
+    """Every stream open in this process, by space; at most `max_streams` at once, and
+    as many per client as its `Visitor` may hold."""
 
     def __init__(
         self,
@@ -359,19 +358,16 @@ class Live:
         feed: ChangeFeed,
         *,
         max_streams: int,
-        per_client: int | None,
-        per_network: int | None = None,
     ) -> None:
         self.service = service
         self.feed = feed
         self.max_streams = max_streams
-        self.holdings = Holdings(per_client, per_network, "live streams")
         self._watches: dict[str, SpaceWatch] = {}
         self._watchdog: asyncio.Task[None] | None = None
         self._links: asyncio.Task[None] | None = None
         self._open = 0
 
-    def open(self, space_uuid: str, share: ShareView | None, client: str) -> Stream:
+    def open(self, space_uuid: str, share: ShareView | None, visitor: Visitor) -> Stream:
         """A new stream of the space, subscribed from now on; 503 if the process holds as
         many streams as it may, 429 if the client, or its network, does."""
         if self._open >= self.max_streams:
@@ -380,14 +376,14 @@ class Live:
                 "The server holds as many live streams as it may; retry shortly.",
                 headers={"retry-after": "5"},
             )
-        self.holdings.take(client)
+        visitor.hold_stream()
         watch = self._watches.get(space_uuid)
         if watch is None or watch.dead:
             watch = self._watches[space_uuid] = SpaceWatch(self, space_uuid)
         if self._watchdog is None:
             self._watchdog = asyncio.create_task(self._end_stalled(), name="headway-live-stall")
             self._links = asyncio.create_task(self._check_links(), name="headway-live-links")
-        stream = Stream(watch, share, client)
+        stream = Stream(watch, share, visitor)
         watch.streams.add(stream)
         self._open += 1
         metrics.stream_opened()
@@ -395,7 +391,7 @@ class Live:
 
     def closed(self, stream: Stream) -> None:
         self._open -= 1
-        self.holdings.give_back(stream.client)
+        stream.visitor.let_go_stream()
         metrics.stream_closed()
 
     def forget(self, watch: SpaceWatch) -> None:

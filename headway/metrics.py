@@ -34,7 +34,6 @@ import weakref
 from bisect import bisect_left
 from collections.abc import Iterable
 from itertools import accumulate
-from time import perf_counter
 from typing import TYPE_CHECKING, NamedTuple
 
 from prometheus_client import (
@@ -61,8 +60,6 @@ from prometheus_client.utils import floatToGoString
 from .gauges import SCRAPE_TIMEOUT_S, ServiceState, measure
 
 if TYPE_CHECKING:
-    from starlette.types import Message, Scope, Send
-
     from .config import Settings
     from .disk import DiskBudget
     from .progress import ProgressStore
@@ -295,21 +292,6 @@ class Instruments:
             # This process's share of live gauges (open streams) ends with it; its
             # counters stay, so that the totals of the service never go back.
             atexit.register(mark_process_dead, os.getpid(), self.multiprocess_dir)
-
-    def timed_send(self, scope: Scope, send: Send) -> Send:
-        """`send`, counting the request as its answer starts, under the route the router
-        matched (it is in the scope by then) or `unmatched`."""
-        started = perf_counter()
-        method = scope["method"] if scope["method"] in METHODS else "other"
-
-        async def timed(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                route = scope.get("route")
-                template = getattr(route, "path", None) or UNMATCHED
-                self.observe(template, method, message["status"], perf_counter() - started)
-            await send(message)
-
-        return timed
 
     def refused(self, reason: str) -> None:
         child = self._refusals.get(reason)

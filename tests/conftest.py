@@ -20,7 +20,7 @@ from starlette.applications import Starlette
 from headway.app import create_app
 from headway.clock import ManualClock
 from headway.config import Settings
-from headway.limits import RateLimiter
+from headway.visitor import Visitors
 
 from .live_server import LiveServer
 from .receiver import Receiver
@@ -285,7 +285,7 @@ async def limited(settings: Settings, clock: ManualClock, request: pytest.Fixtur
             # The app counts rates on real time even where a test moves its clock (see
             # create_app), so that moving it refills nobody's buckets; here its token
             # buckets count on the test's clock instead.
-            app.state.limiter = RateLimiter(changed, clock)
+            app.state.visitors = Visitors(changed, clock)
         return app
 
     yield start

@@ -10,7 +10,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from headway.api.hot import HOT, short_way
 from headway.app import create_app
 from headway.config import Settings
 from tests.support import stored_counts
@@ -168,14 +167,18 @@ async def test_unknown_path_is_404_json(client, space, make_task, path):
     assert "openapi" in assert_error(response, 404)
 
 
-def test_each_short_way_is_the_first_route_of_its_path_with_the_same_endpoint_and_methods():
-    """The short ways (`HeadwayApp`) and the router are built from one table (`api.hot`)."""
+def test_one_table_routes_every_request_the_most_used_first():
+    """Every route is in one table (`api.dispatch`), tried in order: task reads and
+    reports, creates of tasks and space reads come first."""
     app = create_app(Settings())
-    for way in HOT:
-        assert f"{way.prefix}{{{way.param}}}{way.suffix}" == way.template
-        [first, *_] = [r for r in app.routes if getattr(r, "path", None) == way.template]
-        assert first.endpoint is way.endpoint
-        assert first.methods - {"HEAD"} == way.methods, way.template
+    assert [(route.path, route.methods) for route in app.routes[:4]] == [
+        ("/tasks/{task_uuid}", {"GET", "HEAD", "PUT", "DELETE"}),
+        ("/spaces/{space_uuid}/tasks", {"POST"}),
+        ("/spaces/{space_uuid}", {"GET", "HEAD", "DELETE"}),
+        ("/tasks/{task_uuid}/report", {"GET", "HEAD"}),
+    ]
+    assert app.table.find("GET", "/tasks/abc") == (app.routes[0], {"task_uuid": "abc"})
+    assert app.table.find("PATCH", "/tasks/abc")[0].methods == {"PATCH"}
 
 
 @pytest.mark.parametrize(
@@ -194,14 +197,12 @@ def test_each_short_way_is_the_first_route_of_its_path_with_the_same_endpoint_an
         ("HEAD", "/tasks/{task}/report"),
     ],
 )
-async def test_the_short_ways_take_only_their_own_paths(
+async def test_paths_beside_the_most_used_routes_are_404_or_405_and_store_nothing(
     client, sql, space, make_task, method, path
 ):
-    """The most used routes skip the router (`HeadwayApp`): a path their template would
-    not match takes the ordinary way, and is still a 404, or the 405 of the route it does
-    match, and stores nothing."""
+    """A path the most used routes' templates do not match is a 404, or the 405 of the
+    route it does match, and stores nothing."""
     task = await make_task()
-    assert short_way(method, path.format(space=space, task=task)) is None
     await client.put(f"/tasks/{task}", json={"current": 1, "end": 3})
     before = await stored_counts(sql)
     progress = (await client.get(f"/tasks/{task}")).json()["progress"]

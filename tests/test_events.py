@@ -371,7 +371,7 @@ def test_one_round_of_more_tasks_than_a_stream_may_hold_is_not_being_behind(monk
 
     monkeypatch.setattr("headway.live.MAX_PENDING", 3)
     rows = [TaskRow(f"t{n}", "s", None, None, None, n) for n in range(8)]
-    stream = Stream(watch=None, share=None, client="127.0.0.1")  # type: ignore[arg-type]
+    stream = Stream(watch=None, share=None, visitor=None)  # type: ignore[arg-type]
     stream.offer(Round([view(row, None) for row in rows], 1))
     assert stream.ended is None  # its reader took every round so far
     stream.offer(Round([view(row, None) for row in reversed(rows)], 9))

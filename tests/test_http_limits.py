@@ -245,6 +245,9 @@ def test_every_kind_of_answer_says_nosniff(limited):
             "unknown path": c.get("/nope"),
             "wrong method": c.delete("/spaces"),
             "no content": c.delete(f"/spaces/{space}/webhooks/{hook}"),
+            "task deleted": c.delete(
+                f"/tasks/{c.post(f'/spaces/{space}/tasks', json={}).json()['uuid']}"
+            ),
             "preflight": c.options(f"/spaces/{space}", headers={"origin": "https://a.example"}),
             "mcp": c.post("/mcp", json=MCP_INITIALIZE, headers=MCP_ACCEPT),
             "mcp wrong method": c.get("/mcp"),
@@ -267,6 +270,7 @@ def test_every_kind_of_answer_says_nosniff(limited):
         "unknown path": 404,
         "wrong method": 405,
         "no content": 204,
+        "task deleted": 204,
         "preflight": 204,
         "mcp": 200,
         "mcp wrong method": 405,

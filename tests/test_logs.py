@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from headway.app import HeadwayApp
+from headway.api.dispatch import HeadwayApp
 from headway.delivery import MAX_ATTEMPTS, retry_delay_s
 from headway.logs import endpoint, masked
 from headway.notify.deliver import DIGEST_S, ChannelSender

@@ -6,7 +6,6 @@ import re
 from typing import Any
 
 import pytest
-from starlette.routing import Mount, Route
 
 ERROR_REF = "#/components/schemas/ErrorOut"
 
@@ -23,9 +22,8 @@ def app_operations(app) -> set[tuple[str, str]]:
     """(path, method) of every operation the app serves, HEAD aside."""
     found = set()
     for route in app.routes:
-        if isinstance(route, Mount) and route.path == "/static":
+        if route.prefix and route.path == "/static":
             continue  # the pages' script and style, not an API
-        assert isinstance(route, Route), route
         if route.path == "/openapi.json":
             continue  # the document does not describe itself
         if route.path == "/mcp":

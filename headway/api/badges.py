@@ -16,9 +16,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple, cast
 
 import msgspec
-from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from ..badges import svg
 from ..badges.states import SPACE_TASKS, Badge, shields_json
@@ -28,7 +26,7 @@ from ..errors import BadRequest, NotFound
 from ..schemas import MAX_TEXT
 from ..service import Service
 from ..web import pages
-from .costs import admit
+from .endpoints import Request, Route
 from .openapi_parts import TOO_MANY_REQUESTS, UNAVAILABLE, error, query_param, ref, uuid_param
 from .responses import REST_ANSWER
 
@@ -96,7 +94,7 @@ def _flag(params: dict[str, str], name: str) -> bool:
 
 async def space_badge(request: Request) -> Response:
     options = _options(request)
-    await (await admit(request)).pay(SPACE_TASKS)  # a read of its newest tasks
+    await (await request.visitor.read_bill()).pay(SPACE_TASKS)  # a read of its newest tasks
     try:
         badge = await _service(request).badges.space(
             request.path_params["share_uuid"], options.label
@@ -108,7 +106,7 @@ async def space_badge(request: Request) -> Response:
 
 async def task_badge(request: Request) -> Response:
     options = _options(request)
-    await admit(request)  # a read of one task
+    await request.visitor.read_bill()  # a read of one task
     params = request.path_params
     try:
         badge = await _service(request).badges.task(
@@ -133,6 +131,8 @@ def _svg(request: Request, badge: Badge, options: _Options) -> Response:
 class _Answer(Response):
     """A response whose headers are given whole (a badge is asked for as often as a task
     is read: Starlette's generic header handling would be a fair share of its cost)."""
+
+    rest_headers = True  # each of its header lists holds REST's (see `api.dispatch`)
 
     def __init__(self, status: int, body: bytes, raw_headers: list[tuple[bytes, bytes]]) -> None:
         self.status_code = status
@@ -163,14 +163,14 @@ def _not_found(request: Request, exc: NotFound) -> Response:
 
 async def space_shields(request: Request) -> Response:
     options = _options(request, bar=False)
-    await (await admit(request)).pay(SPACE_TASKS)
+    await (await request.visitor.read_bill()).pay(SPACE_TASKS)
     badge = await _service(request).badges.space(request.path_params["share_uuid"], options.label)
     return _shields(badge, options)
 
 
 async def task_shields(request: Request) -> Response:
     options = _options(request, bar=False)
-    await admit(request)
+    await request.visitor.read_bill()
     params = request.path_params
     badge = await _service(request).badges.task(
         params["share_uuid"], params["task_id"], options.label
@@ -191,7 +191,8 @@ async def embed(request: Request) -> Response:
         raise BadRequest(f"theme must be one of {', '.join(pages.THEMES)}, not {theme!r}.")
     transparent = _flag(params, "transparent")
     limit = _embed_limit(params.get("limit"))
-    await admit(request)  # the page costs 1, as a share page does; its stream pays its snapshot
+    # The page costs 1, as a share page does; its stream pays for its snapshot.
+    await request.visitor.read_bill()
     service = _service(request)
     share_uuid = request.path_params["share_uuid"]
     looks: dict[str, Any] = {"theme": theme, "transparent": transparent, "limit": limit}
@@ -214,8 +215,10 @@ def _embed_limit(value: str | None) -> int:
     return int(value)
 
 
-# The SVG badges' routes are declared in `api.hot`: they take the short way past the router.
+# The SVG badges first: asked for by every view of every README and wiki page showing one.
 routes = [
+    Route("/shared/{share_uuid}/tasks/{task_id}/badge.svg", task_badge, methods=["GET"]),
+    Route("/shared/{share_uuid}/badge.svg", space_badge, methods=["GET"]),
     Route("/shared/{share_uuid}/shields.json", space_shields, methods=["GET"]),
     Route("/shared/{share_uuid}/tasks/{task_id}/shields.json", task_shields, methods=["GET"]),
     Route("/shared/{share_uuid}/embed", embed, methods=["GET"]),

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from ..decoding import decode_create
 from ..schemas import CreateChannel, TestChannel
 from ..service import Service
+from .endpoints import Request, Route
 from .openapi_parts import (
     CREATE_UNAVAILABLE,
     SPACE,
@@ -23,7 +22,7 @@ from .openapi_parts import (
     ref,
 )
 from .responses import NO_STORE, JSONResponse, read_body
-from .rest import count, created, idempotency_of
+from .rest import created
 
 
 def _service(request: Request) -> Service:
@@ -34,9 +33,9 @@ async def channels(request: Request) -> Response:
     """POST registers a channel; GET lists the space's channels with their deliveries."""
     space_uuid = request.path_params["space_uuid"]
     if request.method == "POST":
-        await count(request, "channels")
+        await request.visitor.admit("channels")
         raw = await read_body(request)
-        idempotency = idempotency_of(request, "channels", raw)
+        idempotency = request.visitor.idempotency(request.scope["headers"], "channels", raw)
         body = decode_create(raw, CreateChannel)
         answer = await _service(request).create_channel(space_uuid, body, idempotency)
         return created(answer, idempotency)
@@ -51,7 +50,7 @@ async def delete_channel(request: Request) -> Response:
 
 async def test_channel(request: Request) -> Response:
     """Send a test message now and answer how it went (a body, if any, is `{}`)."""
-    await count(request, "channels")
+    await request.visitor.admit("channels")
     body = await read_body(request)
     if body.strip() not in (b"", b"{}"):
         decode_create(body, TestChannel)

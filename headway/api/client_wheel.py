@@ -7,12 +7,11 @@ import asyncio
 import importlib.metadata
 from typing import Any
 
-from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
-from starlette.routing import Route
 
 from .. import wheel
 from ..errors import NotFound
+from .endpoints import Request, Route
 from .openapi_parts import error
 
 WHEEL_TYPE = "application/octet-stream"

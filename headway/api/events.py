@@ -12,9 +12,7 @@ from time import perf_counter
 from typing import Any
 
 import msgspec
-from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ..decoding import query_params
@@ -22,10 +20,10 @@ from ..domain import TaskView
 from ..errors import BadRequest
 from ..live import KEEPALIVE_S, Live, Stream
 from ..live_events import StreamFilter
-from ..scope import CONNECTION, RAW_SEND
+from ..scope import CONNECTION
 from ..service import Service, parse_limit
 from ..shares import ShareView
-from .costs import admit
+from .endpoints import Request, Route
 from .openapi_parts import RETRY_AFTER, SPACE, error, query_param
 from .streaming import PIECE_BYTES, space_pieces
 
@@ -62,10 +60,10 @@ async def open_stream(request: Request, space_uuid: str, share: ShareView | None
     service: Service = request.app.state.service
     live: Live = request.app.state.live
     limit, state = params.get("limit"), params.get("state")
-    bill = await admit(request)  # the snapshot is paid for as it is rendered
+    visitor = request.visitor
+    bill = await visitor.read_bill()  # the snapshot is paid for as it is rendered
     await service.space_head(space_uuid)  # 404 before anything is held
-    limiter = request.app.state.limiter
-    stream = live.open(space_uuid, share, limiter.address_of(request.scope))
+    stream = live.open(space_uuid, share, visitor)
     try:
         await live.feed.ready(space_uuid)  # across instances: subscribed before the snapshot
         head, pages = await service.read_space(space_uuid, limit=limit, state=state)
@@ -133,7 +131,7 @@ class EventStream(Response):
             stream.abort = _canceller(asyncio.current_task())
         watcher = asyncio.create_task(_until_gone(receive, stream))
         try:
-            await self._send(send, scope.get(RAW_SEND, send))
+            await self._send(send)
         except asyncio.CancelledError:
             if stream.ended != "stalled":
                 raise
@@ -141,8 +139,7 @@ class EventStream(Response):
             watcher.cancel()
             stream.close()
 
-    async def _send(self, send: Send, raw_send: Send) -> None:
-        """`send` carries the start and the end of the answer, `raw_send` the rest."""
+    async def _send(self, send: Send) -> None:
         stream = self._stream
         watch = stream.watch
         loop = asyncio.get_running_loop()
@@ -152,7 +149,7 @@ class EventStream(Response):
             stream.sending_since = loop.time()
             started = perf_counter()  # not the loop's time: uvloop's is the iteration's
             message = {"type": "http.response.body", "body": data, "more_body": more}
-            await (raw_send if more else send)(message)
+            await send(message)
             stream.sending_since = None
             now = perf_counter()
             # Not waiting on its reader: the time since the stream woke is CPU (before its

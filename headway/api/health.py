@@ -11,12 +11,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from ..disk import DiskBudget
 from ..worker import worker_status
+from .endpoints import Request, Route
 from .responses import JSONResponse
 
 CHECK_TIMEOUT = 3.0

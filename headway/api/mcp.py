@@ -13,15 +13,15 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from starlette.datastructures import Headers
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import schemas
 from ..config import Settings
-from ..errors import BadRequest, HeadwayError, error_body
-from ..scope import CLIENT
+from ..errors import BadRequest, error_body
 from ..service import Service
+from ..visitor import Visitors
 from . import mcp_hosts
-from .costs import MCP_READER
+from .endpoints import Request
 from .openapi_parts import TOO_MANY_REQUESTS, error, json_answer
 from .responses import NO_STORE, JSONResponse, error_response, receive_body
 
@@ -64,21 +64,19 @@ openapi_paths: dict[str, Any] = {
 
 
 class MCPEndpoint:
-    """The ASGI endpoint of `Route("/mcp")`.
-
-    A class instance rather than a function: Starlette hands a plain function a `Request`
-    and only GET, but passes any other callable the raw ASGI call for every method. A
-    `Route` (not a `Mount`) so that `POST /mcp` is answered in place, never redirected.
-    """
+    """The MCP server of one app: `answer` is the endpoint of `Route("/mcp")`, for every
+    method (it answers all but POST with a 405 of its own)."""
 
     def __init__(
         self,
         settings: Settings,
         service: Callable[[], Service],
+        visitors: Callable[[], Visitors],
     ) -> None:
         self._settings = settings
         self._hosts = mcp_hosts.allowed_hosts(settings)
         self._service = service
+        self._visitors = visitors
         self._serving = False
         self._manager: StreamableHTTPSessionManager | None = None
         self._starting = asyncio.Lock()
@@ -111,7 +109,9 @@ class MCPEndpoint:
 
             from . import mcp_tools
 
-            server = mcp_tools.build_server(self._service, self._settings.public_url)
+            server = mcp_tools.build_server(
+                self._service, self._visitors, self._settings.public_url
+            )
             server.streamable_http_app(
                 stateless_http=True,
                 json_response=True,
@@ -138,7 +138,11 @@ class MCPEndpoint:
             self._manager = manager
             return manager
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def answer(self, request: Request) -> ASGIApp:
+        """The answer to a request to `/mcp`: the SDK's, once the request is let through
+        (a POST within the size limit, from an allowed Host and Origin, within its
+        client's rate: each call counts like a task created)."""
+        scope = request.scope
         method = scope["method"]
         if method != "POST":
             # Stateless: there is no server-to-client stream to open. Unanswered, the SDK
@@ -147,36 +151,32 @@ class MCPEndpoint:
                 f"Method {method} is not allowed here; allowed: POST. /mcp is a Model Context "
                 "Protocol endpoint (Streamable HTTP): POST JSON-RPC messages to it."
             )
-            response = JSONResponse(error_body(message), 405, {"allow": "POST"})
-        elif _declared_length(scope) > MAX_MCP_BODY:
+            return JSONResponse(error_body(message), 405, {"allow": "POST"})
+        if _declared_length(scope) > MAX_MCP_BODY:
             message = f"The request body is larger than {MAX_MCP_BODY} bytes."
-            response = JSONResponse(error_body(message), 413)
-        elif not self._serving:
-            response = JSONResponse(error_body("The MCP endpoint is not running."), 503)
-        elif refused := mcp_hosts.refusal(self._hosts, Headers(scope=scope)):
-            response = error_response(refused)
-        else:
-            limiter = scope["app"].state.limiter
-            scope[CLIENT] = client = limiter.address_of(scope)
-            reader = None
-            try:
-                if limiter.enabled:  # each tool call counts like a task created
-                    reader = (limiter, client)
-                    await limiter.check("tasks", client)
-                body = await _utf8_body(receive)
-            except HeadwayError as exc:
-                response = error_response(exc)
-            else:
-                manager = await self._started_manager()
-                reading = MCP_READER.set(reader)  # its tools' reads count like REST's
-                try:
-                    await manager.handle_request(
-                        _json_by_default(scope), _replay(body, receive), _as_headway(send)
-                    )
-                finally:
-                    MCP_READER.reset(reading)
-                return
-        await response(scope, receive, send)
+            return JSONResponse(error_body(message), 413)
+        if not self._serving:
+            return JSONResponse(error_body("The MCP endpoint is not running."), 503)
+        if refused := mcp_hosts.refusal(self._hosts, Headers(scope=scope)):
+            return error_response(refused)
+        await request.visitor.admit("tasks")
+        body = await _utf8_body(request.receive)
+        return _Handled(await self._started_manager(), body)
+
+
+class _Handled:
+    """The SDK's answer to a request whose body was read already (`body`)."""
+
+    __slots__ = ("body", "manager")
+
+    def __init__(self, manager: StreamableHTTPSessionManager, body: bytes) -> None:
+        self.manager = manager
+        self.body = body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.manager.handle_request(
+            _json_by_default(scope), _replay(self.body, receive), _as_headway(send)
+        )
 
 
 async def _utf8_body(receive: Receive) -> bytes:

@@ -27,11 +27,9 @@ from .. import __version__, schemas
 from ..decoding import decode_create, decode_report
 from ..dependencies import unavailable
 from ..errors import UNAVAILABLE_MESSAGE, BadRequest, HeadwayError
-from ..progress import NO_CLIENT
 from ..schemas import CreateSpace, CreateTask
-from ..scope import CLIENT
 from ..service import Service
-from .costs import admit_tool, tasks_in
+from ..visitor import Visitor, Visitors, tasks_in
 
 log = logging.getLogger("headway.mcp")
 
@@ -214,12 +212,12 @@ def _with_uuid(schema: dict[str, Any], name: str, description: str) -> dict[str,
 
 # --- Tools -------------------------------------------------------------------------------
 
-# A tool's body: the service, its arguments, and the client address that called it (as
-# rates and shares count it).
-Run = Callable[[Service, dict[str, Any], str], Awaitable[Any]]
+# A tool's body: the service, its arguments, and the visitor that called it (its client's
+# budgets: see `headway.visitor`).
+Run = Callable[[Service, dict[str, Any], Visitor], Awaitable[Any]]
 
 
-async def _create_space(service: Service, arguments: dict[str, Any], client: str) -> Any:
+async def _create_space(service: Service, arguments: dict[str, Any], visitor: Visitor) -> Any:
     return await service.create_space(decode_create(_body(arguments), CreateSpace))
 
 
@@ -229,9 +227,9 @@ def dashboard_url(answer: Any, base_url: str) -> dict[str, Any]:
     return {**plain, "dashboard_url": f"{base_url.rstrip('/')}/spaces/{plain['uuid']}"}
 
 
-async def _get_space(service: Service, arguments: dict[str, Any], client: str) -> Any:
+async def _get_space(service: Service, arguments: dict[str, Any], visitor: Visitor) -> Any:
     query: SpaceQuery = _convert(arguments, SpaceQuery)
-    bill = await admit_tool()  # rated as REST's reads are (see `api.costs`)
+    bill = await visitor.read_bill()  # rated as REST's reads are
     answer = await service.get_space(
         query.space_uuid,
         before=query.before,
@@ -243,32 +241,32 @@ async def _get_space(service: Service, arguments: dict[str, Any], client: str) -
     return answer
 
 
-async def _create_task(service: Service, arguments: dict[str, Any], client: str) -> Any:
+async def _create_task(service: Service, arguments: dict[str, Any], visitor: Visitor) -> Any:
     space_uuid = _take_uuid(arguments, "space_uuid", "create_space")
     body = decode_create(_body(arguments), CreateTask)
-    return await service.create_task(space_uuid, body, client=client)
+    return await service.create_task(space_uuid, body, client=visitor.address)
 
 
-async def _get_task(service: Service, arguments: dict[str, Any], client: str) -> Any:
+async def _get_task(service: Service, arguments: dict[str, Any], visitor: Visitor) -> Any:
     ref: TaskRef = _convert(arguments, TaskRef)
-    bill = await admit_tool()
+    bill = await visitor.read_bill()
     task = await service.get_task(ref.task_uuid)
     await bill.pay(1 + len(task.children))
     return task
 
 
-async def _report_progress(service: Service, arguments: dict[str, Any], client: str) -> Any:
+async def _report_progress(service: Service, arguments: dict[str, Any], visitor: Visitor) -> Any:
     task_uuid = _take_uuid(arguments, "task_uuid", "create_task")
-    return await service.report(task_uuid, decode_report(_body(arguments)), client)
+    return await service.report(task_uuid, decode_report(_body(arguments)), visitor.address)
 
 
-async def _delete_task(service: Service, arguments: dict[str, Any], client: str) -> Any:
+async def _delete_task(service: Service, arguments: dict[str, Any], visitor: Visitor) -> Any:
     ref: TaskRef = _convert(arguments, TaskRef)
     await service.delete_task(ref.task_uuid)
     return {"deleted": True}
 
 
-async def _delete_space(service: Service, arguments: dict[str, Any], client: str) -> Any:
+async def _delete_space(service: Service, arguments: dict[str, Any], visitor: Visitor) -> Any:
     ref: SpaceRef = _convert(arguments, SpaceRef)
     await service.delete_space(ref.space_uuid)
     return {"deleted": True}
@@ -382,8 +380,13 @@ _TOOLS: list[tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnno
 ]
 
 
-def build_server(service: Callable[[], Service], public_url: str | None = None) -> MCPServer:
-    """A new MCP server whose tools call `service()`, the app's `Service` of the moment.
+def build_server(
+    service: Callable[[], Service],
+    visitors: Callable[[], Visitors],
+    public_url: str | None = None,
+) -> MCPServer:
+    """A new MCP server whose tools call `service()`, the app's `Service` of the moment,
+    each within the budgets of the visitor of its request (`visitors()`, the app's).
     Addresses it gives (create_space's dashboard_url) are on `public_url`
     (HEADWAY_PUBLIC_URL), else on the request's own base URL.
 
@@ -392,7 +395,9 @@ def build_server(service: Callable[[], Service], public_url: str | None = None) 
     generic tool error.
     """
     tools = [
-        _tool(name, description, run, input_schema, output, annotations, service, public_url)
+        _tool(
+            name, description, run, input_schema, output, annotations, service, visitors, public_url
+        )
         for name, description, run, input_schema, output, annotations in _TOOLS
     ]
     # log_level: the SDK calls logging.basicConfig with it; WARNING keeps a bare process's
@@ -415,13 +420,16 @@ def _tool(
     output: type[msgspec.Struct],
     annotations: ToolAnnotations,
     service: Callable[[], Service],
+    visitors: Callable[[], Visitors],
     public_url: str | None = None,
 ) -> Tool:
     async def call(context: Context, **arguments: Any) -> CallToolResult:
         request = context.request_context.request
-        client = request.scope.get(CLIENT, NO_CLIENT)
+        # The SDK hands a tool the request, not what the dispatcher made of it: the visitor
+        # is looked up again, from the same address.
+        visitor = visitors().of(request.scope)
         try:
-            answer = await run(service(), arguments, client)
+            answer = await run(service(), arguments, visitor)
             if output is SpaceCreatedForAgents:
                 answer = dashboard_url(answer, public_url or str(request.base_url))
         except HeadwayError as exc:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from .. import metrics
+from .endpoints import Request, Route
 from .responses import NO_STORE
 
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from .. import schemas
 from ..health_out import HealthOut
+from .endpoints import Request, Route
 from .openapi_parts import IDEMPOTENT, METHODS, PARAMETERS, RESPONSES, idempotent, response_ref
 from .openapi_paths import space_paths, task_paths
 from .responses import JSONResponse

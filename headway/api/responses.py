@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import Message, Receive, Send
+from starlette.types import Receive
 
 from ..errors import HeadwayError, PayloadTooLarge, error_body
 from ..schemas import MAX_BODY
@@ -22,9 +22,8 @@ NOSNIFF = (b"x-content-type-options", b"nosniff")
 ANY_ORIGIN = (b"access-control-allow-origin", b"*")
 # Every answer forbids content sniffing. REST answers (every path but /mcp) are readable
 # from any origin: there are no cookies, so a page gains nothing it did not already hold.
-EVERY_ANSWER = (NOSNIFF,)
+# (The policy is applied to every answer by `api.dispatch`.)
 REST_ANSWER = (NOSNIFF, ANY_ORIGIN)
-CORS_NAMES = frozenset({ANY_ORIGIN[0]})
 _JSON_HEADERS = ((b"content-type", b"application/json"), (b"cache-control", b"no-store"))
 
 
@@ -32,6 +31,7 @@ class JSONResponse(Response):
     """A JSON answer. Headway's responses hold live state and credentials: never cached."""
 
     media_type = "application/json"
+    rest_headers = True  # REST's headers are among its own (see `api.dispatch`)
 
     def __init__(
         self, content: Any, status_code: int = 200, headers: dict[str, str] | None = None
@@ -41,46 +41,13 @@ class JSONResponse(Response):
         self.background = None
         # Built directly: this runs on every report, and Starlette's generic header
         # handling is a measurable share of it. REST's headers come along; answers of
-        # /mcp drop CORS on their way out.
+        # /mcp drop CORS on their way out (`api.dispatch`).
         self.raw_headers = [
             *_JSON_HEADERS,
             *REST_ANSWER,
             (b"content-length", str(len(self.body)).encode()),
             *((k.lower().encode(), v.encode()) for k, v in (headers or {}).items()),
         ]
-
-
-class SendWithHeaders:
-    """`send` for answers built anywhere (Starlette, the MCP SDK): adds each of `headers`
-    an answer lacks, drops those named in `drop`, and notes in `answered` whether an
-    answer went out whole."""
-
-    __slots__ = ("answered", "drop", "headers", "send")
-
-    def __init__(
-        self,
-        send: Send,
-        headers: tuple[tuple[bytes, bytes], ...],
-        drop: frozenset[bytes] = frozenset(),
-    ) -> None:
-        self.send = send
-        self.headers = headers
-        self.drop = drop
-        self.answered = False
-
-    async def __call__(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
-            headers = [
-                (name, value)
-                for name, value in message.get("headers", ())
-                if name.lower() not in self.drop
-            ]
-            present = {name.lower() for name, _ in headers}
-            headers.extend(header for header in self.headers if header[0] not in present)
-            message = {**message, "headers": headers}
-        elif message["type"] == "http.response.body" and not message.get("more_body", False):
-            self.answered = True
-        await self.send(message)
 
 
 PREFLIGHT_MAX_AGE = 86_400

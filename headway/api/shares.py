@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from ..decoding import decode_create, query_params
 from ..domain import canonical_uuid
@@ -16,7 +14,7 @@ from ..errors import NotFound
 from ..schemas import CreateShare
 from ..service import Service
 from ..web import pages
-from .costs import admit
+from .endpoints import Request, Route
 from .events import open_stream, stream_operation
 from .openapi_parts import (
     CREATE_UNAVAILABLE,
@@ -32,7 +30,7 @@ from .openapi_parts import (
     uuid_param,
 )
 from .responses import NO_STORE, JSONResponse, read_body
-from .rest import count, created, idempotency_of
+from .rest import created
 from .streaming import JSONStream, space_pieces
 
 
@@ -44,9 +42,9 @@ async def shares(request: Request) -> Response:
     """POST creates a share link; GET lists the space's links."""
     space_uuid = request.path_params["space_uuid"]
     if request.method == "POST":
-        await count(request, "shares")
+        await request.visitor.admit("shares")
         raw = await read_body(request)
-        idempotency = idempotency_of(request, "shares", raw)
+        idempotency = request.visitor.idempotency(request.scope["headers"], "shares", raw)
         decode_create(raw, CreateShare)
         return created(await _service(request).create_share(space_uuid, idempotency), idempotency)
     return JSONResponse(await _service(request).list_shares(space_uuid))
@@ -62,7 +60,7 @@ async def shared(request: Request) -> Response:
     """The space a link shows: a page for a browser, else JSON like the space read's."""
     share_uuid = request.path_params["share_uuid"]
     service = _service(request)
-    bill = await admit(request)  # the page costs 1; its stream pays for its snapshot
+    bill = await request.visitor.read_bill()  # the page costs 1; its stream pays its snapshot
     html = pages.wants_html(request)
     try:
         space_uuid = await service.space_of_share(share_uuid)

@@ -105,6 +105,7 @@ class JSONStream(Response):
     """A JSON answer produced in pieces: sent whole if it is small, else streamed."""
 
     media_type = "application/json"
+    rest_headers = True  # REST's headers are among its own (see `api.dispatch`)
 
     def __init__(
         self, pieces: AsyncIterable[bytes] | Iterable[bytes], *, vary_accept: bool = False

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from ..decoding import decode_create
 from ..schemas import CreateWebhook
 from ..service import Service
+from .endpoints import Request, Route
 from .openapi_parts import (
     CREATE_UNAVAILABLE,
     SPACE,
@@ -23,7 +22,7 @@ from .openapi_parts import (
     ref,
 )
 from .responses import NO_STORE, JSONResponse, read_body
-from .rest import count, created, idempotency_of
+from .rest import created
 
 
 def _service(request: Request) -> Service:
@@ -34,9 +33,9 @@ async def webhooks(request: Request) -> Response:
     """POST registers a webhook; GET lists the space's webhooks."""
     space_uuid = request.path_params["space_uuid"]
     if request.method == "POST":
-        await count(request, "webhooks")
+        await request.visitor.admit("webhooks")
         raw = await read_body(request)
-        idempotency = idempotency_of(request, "webhooks", raw)
+        idempotency = request.visitor.idempotency(request.scope["headers"], "webhooks", raw)
         body = decode_create(raw, CreateWebhook)
         answer = await _service(request).create_webhook(space_uuid, body, idempotency)
         return created(answer, idempotency)

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import __version__
+from ..api.endpoints import Request, Route
 from ..api.responses import JSONResponse
 from .pages import home_page, static_files, wants_html
 
@@ -28,9 +28,35 @@ async def home(request: Request) -> Response:
     return JSONResponse(INDEX, headers={"vary": "Accept"})
 
 
+_static = static_files()
+
+
+async def static(request: Request) -> ASGIApp:
+    """The pages' scripts, style and icon: the files under `/static/`, served by
+    Starlette's static files, which read their path past `root_path`."""
+    scope = request.scope
+    root_path = scope.get("root_path", "")
+    return _Under(_static, root_path + "/static", scope.get("app_root_path", root_path))
+
+
+class _Under:
+    """An ASGI app served under a path: what a mount hands the app it holds."""
+
+    __slots__ = ("app", "app_root_path", "root_path")
+
+    def __init__(self, app: ASGIApp, root_path: str, app_root_path: str) -> None:
+        self.app = app
+        self.root_path = root_path
+        self.app_root_path = app_root_path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        under = {**scope, "root_path": self.root_path, "app_root_path": self.app_root_path}
+        await self.app(under, receive, send)
+
+
 routes = [
     Route("/", home, methods=["GET"]),
-    Mount("/static", static_files(), name="static"),
+    Route("/static", static, prefix=True),
 ]
 
 openapi_paths: dict[str, Any] = {

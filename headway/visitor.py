@@ -1,0 +1,158 @@
+"""One client's budgets in one place: the `Visitor` of a request, looked up once per
+request (`Visitors.of`) from its address, holds every check a client's requests pass.
+
+- Its rates (`admit`): one of a kind counted against the client's rate (see
+  `headway.limits`), 429 beyond it.
+- Its reads (`read_bill`): a read costs the tasks it renders, each child included, at
+  least 1. It is let through while the client's allowance is not spent, and counts 1
+  then; the rest is paid as the tasks are rendered (`ReadBill`): a task's children once
+  it is read, a space's pages (the owner's read, a share link's, a live stream's
+  snapshot) as each is rendered, so a big read's debt shows to the client's other reads
+  while it is still sent. A read's cost is not known before: a space's size is not held
+  anywhere cheap to read, and its children are counted nowhere.
+- Its live streams (`hold_stream`, `let_go_stream`): at most so many per client address
+  and per network (`limits.Holdings`).
+- Its idempotency keys (`idempotency`): a create's key is the client's own.
+- Its allowance of live progress: the address the service hands the progress store
+  (`address`), which refuses a client holding its whole allowance.
+
+Modelled on ntfy's `server/visitor.go`: one small object per client holding what it may
+do, so that a route or an `/mcp` tool asks it and decides nothing itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterable, AsyncIterator, Iterable
+from typing import TYPE_CHECKING, Any
+
+from .clock import Clock
+from .config import Settings
+from .domain import TaskView
+from .errors import BadRequest
+from .limits import Holdings, Kind, RateLimiter
+from .service import Idempotency
+
+if TYPE_CHECKING:
+    from starlette.types import Scope
+
+IDEMPOTENCY_KEY = b"idempotency-key"
+
+
+class Visitors:
+    """Every client's budgets: their rates (`rates`) and the live streams they hold
+    (`streams`); `of(scope)` is the visitor of a request."""
+
+    def __init__(self, settings: Settings, clock: Clock | None = None) -> None:
+        # Rates run on real time even where a test moves the service's clock (`clock`:
+        # the one they count on instead).
+        self.rates = RateLimiter(settings, clock)
+        capped = settings.rate_limits
+        self.streams = Holdings(
+            settings.streams_per_client if capped else None,
+            settings.streams_per_network if capped else None,
+            "live streams",
+        )
+
+    def of(self, scope: Scope) -> Visitor:
+        """The visitor of a request: its client address, worked out once here."""
+        return Visitor(self, self.rates.address_of(scope))
+
+    async def close(self) -> None:
+        await self.rates.close()
+
+
+class Visitor:
+    """One client (an address, as rates count it) and everything it may do."""
+
+    __slots__ = ("_visitors", "address")
+
+    def __init__(self, visitors: Visitors, address: str) -> None:
+        self._visitors = visitors
+        self.address = address
+
+    async def admit(self, kind: Kind) -> None:
+        """Count one `kind` against the client's rate (a create also against the daily
+        cap on creates); TooManyRequests if it is over a limit."""
+        rates = self._visitors.rates
+        # `counted_here` first: where the counts are in this process, no coroutine more.
+        if rates.enabled and not rates.counted_here(kind, self.address):
+            await rates.check(kind, self.address)
+
+    async def read_bill(self) -> ReadBill:
+        """Let a read through, counting 1 against the client's read rate (429 if its
+        allowance is spent); its bill for the rest."""
+        rates = self._visitors.rates
+        if not rates.enabled:
+            return FREE
+        if not rates.counted_here("reads", self.address):
+            await rates.check("reads", self.address)
+        return ReadBill(rates, self.address)
+
+    def hold_stream(self) -> None:
+        """One more live stream held by this client; TooManyRequests (nothing held) if it,
+        or its network, holds as many as it may."""
+        self._visitors.streams.take(self.address)
+
+    def let_go_stream(self) -> None:
+        """One live stream of this client's has ended."""
+        self._visitors.streams.give_back(self.address)
+
+    def idempotency(
+        self, headers: Iterable[tuple[bytes, bytes]], operation: str, body: bytes
+    ) -> Idempotency | None:
+        """The request's `Idempotency-Key` (this client's), with the body it came with to
+        `operation`, if it has one; 400 if it is given twice or is not 1 to 255 printable
+        ASCII characters. A scan of the request's few headers: a create without the key
+        pays nothing more."""
+        found = None
+        for name, value in headers:
+            if name == IDEMPOTENCY_KEY:
+                if found is not None:
+                    raise BadRequest("Idempotency-Key is given twice; send it once.")
+                found = value
+        if found is None:
+            return None
+        return Idempotency.of(found.decode("latin-1"), operation, body, self.address)
+
+
+class ReadBill:
+    """What one read owes beyond the 1 it paid to be let through; `rates` None: free
+    (rate limits off)."""
+
+    __slots__ = ("_address", "_paid", "_rates")
+
+    def __init__(self, rates: RateLimiter | None, address: str = "") -> None:
+        self._rates = rates
+        self._address = address
+        self._paid = 1  # by `Visitor.read_bill`
+
+    async def pay(self, tasks: int) -> None:
+        """Count `tasks` rendered in all (the first one was paid for to be let through)."""
+        if self._rates is None:
+            return
+        owed = tasks - self._paid
+        self._paid = max(0, self._paid - tasks)
+        if owed > 0:
+            await self._rates.charge("reads", self._address, owed)
+
+    def pages(self, pages: AsyncIterable[list[Any]]) -> AsyncIterable[list[Any]]:
+        """`pages`, each paid for as it comes (its tasks and their children)."""
+        return pages if self._rates is None else self._paid_pages(pages)
+
+    async def _paid_pages(self, pages: AsyncIterable[list[Any]]) -> AsyncIterator[list[Any]]:
+        async for page in pages:
+            await self.pay(tasks_in(page))
+            yield page
+
+
+FREE = ReadBill(None)
+
+
+def tasks_in(page: list[Any]) -> int:
+    """The tasks of a page of a space read: each top-level task and its children (a
+    task's JSON made already, `msgspec.Raw`, is a childless one's)."""
+    count = len(page)
+    for task in page:
+        if type(task) is TaskView and task.children:
+            count += len(task.children)
+    return count
