@@ -290,8 +290,9 @@ class Settings:
         return settings
 
     @property
-    def shares_progress(self) -> bool:
-        """True when progress lives outside this process, so several processes may serve."""
+    def several_instances(self) -> bool:
+        """True when progress lives outside this process (Redis), so several instances may
+        serve."""
         return self.redis_url is not None
 
 

@@ -2,7 +2,7 @@
 rules of, the errors that mean Redis is unavailable (`dependencies` answers 503 for
 them), and Lua scripts run by their digest, loaded again when Redis lost them, the calls
 of one turn of the event loop sent together. What the scripts do is their user's
-(`progress.redis`, `progress.redis_shares`); the change feed subscribes over the
+(`progress.redis`, `progress.redis_allowances`); the change feed subscribes over the
 progress store's client (`coherence.redis_feed`)."""
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ def test_defaults_with_nothing_set(bare_env):
     assert settings.port == 8000
     assert settings.webhook_allow_private is False
     assert settings.run_worker is True
-    assert settings.shares_progress is False
+    assert settings.several_instances is False
 
 
 def test_defaults_with_empty_mapping_match_the_dataclass():
@@ -105,7 +105,7 @@ def test_the_free_space_minimum_is_the_smaller_of_a_size_and_a_share_by_default(
 
 
 def test_redis_url_makes_progress_shared():
-    assert Settings.from_env({"HEADWAY_REDIS_URL": "redis://localhost"}).shares_progress
+    assert Settings.from_env({"HEADWAY_REDIS_URL": "redis://localhost"}).several_instances
 
 
 def test_from_env_reads_the_process_environment(bare_env):

@@ -13,7 +13,7 @@ import pytest
 import redis.asyncio as redis
 
 from headway.limits import Holdings, network_of
-from headway.progress import ClientShareFull
+from headway.progress import ClientAllowanceFull
 
 from .conftest import pairs
 from .live_server import serving
@@ -299,7 +299,7 @@ async def test_open_streams_are_capped_per_48(settings):
 
 
 def test_client_share_full_is_a_429_with_retry_after():
-    refusal = ClientShareFull()
+    refusal = ClientAllowanceFull()
     assert refusal.status == 429 and int(refusal.headers["retry-after"]) > 0
 
 

@@ -15,7 +15,7 @@ import redis.asyncio as redis
 from headway.clock import ManualClock
 from headway.coherence import FamilyVersions
 from headway.domain import Progress
-from headway.progress import ClientShareFull, Measurement, ProgressBudgetFull, ProgressStore
+from headway.progress import ClientAllowanceFull, Measurement, ProgressBudgetFull, ProgressStore
 from headway.progress.memory import MemoryProgressStore
 from headway.progress.redis import RedisProgressStore
 
@@ -238,8 +238,8 @@ async def test_the_client_share_is_refused_before_the_space_share(make_store, cl
     for n in range(20):
         try:
             await write(store, task(n), progress(clock, note="x" * 1000), SPACE)
-        except (ClientShareFull, ProgressBudgetFull) as refusal:
-            assert isinstance(refusal, ClientShareFull)
+        except (ClientAllowanceFull, ProgressBudgetFull) as refusal:
+            assert isinstance(refusal, ClientAllowanceFull)
             break
     else:
         pytest.fail("no share refused a write")
@@ -354,7 +354,7 @@ async def test_the_memory_store_counts_what_its_entries_really_hold(clock, finis
     assert 1.0 < store.bytes_used / held < 1.25
 
 
-# --- Clients' and spaces' accounts in Redis (see progress.redis_shares) ---------------
+# --- Clients' and spaces' accounts in Redis (see progress.redis_allowances) ---------------
 
 
 async def accounts(url: str) -> dict[tuple[str, str], tuple[int, dict[str, int]]]:
@@ -479,7 +479,7 @@ async def test_a_full_redis_lets_finished_progress_give_way_largest_keeper_first
                 task(n), progress(clock, note=note), SPACE, client=client, finished=True
             )
             clock.advance(us=1)
-        assert await store.make_room() == -1  # no maxmemory: room enough
+        assert await store.give_way() == -1  # no maxmemory: room enough
         used = (await admin.info("memory"))["used_memory"]
         await admin.config_set("maxmemory-policy", "noeviction")
         await admin.config_set("maxmemory", used + 64 * 1024)

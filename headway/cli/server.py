@@ -106,7 +106,7 @@ def _settings(args: argparse.Namespace) -> Settings | None:
             settings = settings.with_(**changes)
             if args.workers < 1:
                 raise ConfigError("--workers must be at least 1")
-            if args.workers > 1 and not settings.shares_progress:
+            if args.workers > 1 and not settings.several_instances:
                 raise ConfigError(
                     "--workers above 1 needs HEADWAY_REDIS_URL: in-process progress cannot be "
                     "shared between processes"
@@ -210,7 +210,7 @@ def _serve(settings: Settings, workers: int) -> int:
     except OSError as exc:
         print(f"headway: cannot serve metrics: {exc}", file=sys.stderr)
         return 1
-    progress = "Redis" if settings.shares_progress else "process memory"
+    progress = "Redis" if settings.several_instances else "process memory"
     address, browser = _address(settings), _browser_address(settings)
     print(
         f"Headway listening on {address} — open {'it' if browser == address else browser} "

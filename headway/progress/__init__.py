@@ -8,15 +8,15 @@ from typing import NamedTuple, Protocol
 from ..domain import Progress
 from ..errors import TooManyRequests, Unavailable
 
-# How long a client refused for a full budget, or for its full share, is told to wait.
+# How long a client refused for a full budget, or for its full allowance, is told to wait.
 BUDGET_RETRY_AFTER_S = 30
 # The client a write is counted for when none is known (a test, a tool of the operator).
 NO_CLIENT = "unknown"
 # New tasks are admitted only while the store, their space and their client are below
-# this share of their budgets; the rest is headroom for tasks that already report, so
+# this fraction of their budgets; the rest is headroom for tasks that already report, so
 # they keep working.
 ADMIT_NEW_BELOW = 0.9
-# When finished progress must give way, this share of the budget (Redis: of its
+# When finished progress must give way, this fraction of the budget (Redis: of its
 # maxmemory) more is freed at once, so that who gives it is decided rarely.
 ROOM_SLACK = 1 / 64
 
@@ -37,8 +37,8 @@ class ProgressBudgetFull(Unavailable):
         self.which = which
 
 
-class ClientShareFull(TooManyRequests):
-    """The client address holds its share of the live-progress budget
+class ClientAllowanceFull(TooManyRequests):
+    """The client address holds its allowance of the live-progress budget
     (HEADWAY_PROGRESS_MEMORY_PER_CLIENT), over all the spaces it writes to: its new tasks,
     and its reports that would hold more, are answered 429 with `Retry-After` until some
     of its progress is finished, deleted or expires. Nothing is written."""
@@ -66,11 +66,11 @@ class ProgressStore(Protocol):
     never extend the expiry. An expired entry reads as None.
 
     Each write is counted for the client address that wrote it (see
-    `limits.RateLimiter.client_address`): no client may hold more than its share of the
+    `limits.RateLimiter.client_address`): no client may hold more than its allowance of the
     budget in progress of unfinished tasks, however many spaces it writes to. A finished
     task's progress is kept for reading until it expires, but no longer counts against
-    its space's or its client's share: it gives way (reads as expired) when room is
-    needed, and each client's finished progress is bounded by its share as well.
+    its space's or its client's allowance: it gives way (reads as expired) when room is
+    needed, and each client's finished progress is bounded by its allowance as well.
 
     A store shared by several instances also keeps the versions of families that their
     caches check (`caches.families.FamilyVersions`); a store of one process has no use
@@ -100,12 +100,12 @@ class ProgressStore(Protocol):
         client: str = NO_CLIENT,
         finished: bool = False,
     ) -> None:
-        """Raise ProgressBudgetFull or ClientShareFull if the write of `progress` by
-        `client` would go over a budget or a share. A store that decides only as it
+        """Raise ProgressBudgetFull or ClientAllowanceFull if the write of `progress` by
+        `client` would go over a budget or an allowance. A store that decides only as it
         writes (Redis, atomically for every instance) raises from `put` instead."""
 
     async def admit_client(self, client: str) -> None:
-        """Raise ClientShareFull if the client holds so much progress that no new task
+        """Raise ClientAllowanceFull if the client holds so much progress that no new task
         of its could report (a create is refused before anything is written)."""
 
     async def put(
@@ -118,8 +118,8 @@ class ProgressStore(Protocol):
         finished: bool = False,
     ) -> None:
         """Store `progress`, written by `client`, of a task that has `finished` or not;
-        raise ProgressBudgetFull if the store itself is full, ClientShareFull if the
-        client's share is (a store that decides as it writes)."""
+        raise ProgressBudgetFull if the store itself is full, ClientAllowanceFull if the
+        client's allowance is (a store that decides as it writes)."""
 
     async def delete(self, task_uuids: Sequence[str]) -> None:
         """Forget the progress of these tasks (deleted), freeing what it held."""

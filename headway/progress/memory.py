@@ -18,7 +18,7 @@ from . import (
     ADMIT_NEW_BELOW,
     NO_CLIENT,
     ROOM_SLACK,
-    ClientShareFull,
+    ClientAllowanceFull,
     Measurement,
     ProgressBudgetFull,
 )
@@ -57,17 +57,17 @@ class MemoryProgressStore:
     more than what was written within one `ttl`.
 
     Live progress (of unfinished tasks) counts against the budget (`budget_bytes`), its
-    space's share (`space_bytes`) and its writer's (`client_bytes`, however many spaces
+    space's allowance (`space_bytes`) and its writer's (`client_bytes`, however many spaces
     the client writes to). `admit` decides before a write: a new entry needs the store,
     its space and its client below 90% of their budgets; a rewrite that grows an entry
     needs room for the growth under the full budgets; a rewrite that does not grow
-    always passes. A client over its share is refused 429 (`ClientShareFull`), a space
+    always passes. A client over its allowance is refused 429 (`ClientAllowanceFull`), a space
     or the store 503 (`ProgressBudgetFull`).
 
     Finished progress is kept for reading until it expires, but counts against neither
-    its space nor its client's share of live progress: it gives way when live progress
+    its space nor its client's allowance of live progress: it gives way when live progress
     needs the room (taken from the client holding the most finished progress first,
-    oldest first), and no client keeps more than its share of finished progress either
+    oldest first), and no client keeps more than its allowance of finished progress either
     (beyond, its own oldest gives way). Progress that gave way reads as expired.
     """
 
@@ -125,7 +125,7 @@ class MemoryProgressStore:
         client: str = NO_CLIENT,
         finished: bool = False,
     ) -> None:
-        """Raise ClientShareFull or ProgressBudgetFull if writing `progress` would take
+        """Raise ClientAllowanceFull or ProgressBudgetFull if writing `progress` would take
         its client, its space or the store over budget."""
         over = self._over(task_uuid, space_uuid, progress, client, finished)
         if over is None:
@@ -134,7 +134,7 @@ class MemoryProgressStore:
         over = self._over(task_uuid, space_uuid, progress, client, finished)
         if over == "client":
             metrics.refused("client_budget")
-            raise ClientShareFull()
+            raise ClientAllowanceFull()
         if over is not None:
             metrics.refused("space_budget" if over == "space" else "progress_budget")
             raise ProgressBudgetFull(over)
@@ -158,21 +158,21 @@ class MemoryProgressStore:
             return "store"
         rewrite = old is not None and old.client == client
         mine = size - (old_live if rewrite else 0)
-        if mine > 0 and self.client_bytes < self.budget_bytes:  # a share of 1: the budget's
-            share = 1.0 if rewrite else ADMIT_NEW_BELOW
-            if self._client_live.get(client, 0) + mine > self.client_bytes * share:
+        if mine > 0 and self.client_bytes < self.budget_bytes:  # an allowance of 1: the budget's
+            fraction = 1.0 if rewrite else ADMIT_NEW_BELOW
+            if self._client_live.get(client, 0) + mine > self.client_bytes * fraction:
                 return "client"
         growth = size - old_live
         if growth > 0:
-            share = 1.0 if old is not None else ADMIT_NEW_BELOW
-            if self._space_live.get(space_uuid, 0) + growth > self.space_bytes * share:
+            fraction = 1.0 if old is not None else ADMIT_NEW_BELOW
+            if self._space_live.get(space_uuid, 0) + growth > self.space_bytes * fraction:
                 return "space"
-            if self.live_bytes + growth > self.budget_bytes * share:
+            if self.live_bytes + growth > self.budget_bytes * fraction:
                 return "store"
         return None
 
     async def admit_client(self, client: str) -> None:
-        """Raise ClientShareFull if the client's live progress leaves no room for a new
+        """Raise ClientAllowanceFull if the client's live progress leaves no room for a new
         task of its (see `admit`)."""
         limit = self.client_bytes * ADMIT_NEW_BELOW
         if self._client_live.get(client, 0) < limit or self.client_bytes >= self.budget_bytes:
@@ -180,7 +180,7 @@ class MemoryProgressStore:
         self._drop_expired()
         if self._client_live.get(client, 0) >= limit:
             metrics.refused("client_budget")
-            raise ClientShareFull()
+            raise ClientAllowanceFull()
 
     async def put(
         self,
@@ -233,7 +233,7 @@ class MemoryProgressStore:
             if finished and self._kept_bytes[client] > self.client_bytes:
                 self._trim_kept(client)
         if self.bytes_used > self.budget_bytes:
-            self._make_room()
+            self._give_way()
         first = next(iter(entries.values()))
         if first.updated_at_us + self._ttl_us <= self._clock.now_us():
             self._drop_expired()
@@ -272,13 +272,13 @@ class MemoryProgressStore:
         self._uncount(task_uuid, self._entries.pop(task_uuid))
 
     def _trim_kept(self, client: str) -> None:
-        """The client keeps more finished progress than its share: its oldest gives way,
+        """The client keeps more finished progress than its allowance: its oldest gives way,
         never the last it wrote."""
         kept, kept_bytes = self._kept[client], self._kept_bytes
         while len(kept) > 1 and kept_bytes[client] > self.client_bytes:
             self._give_way(next(iter(kept)))
 
-    def _make_room(self) -> None:
+    def _give_way(self) -> None:
         """Bring the store back within its budget: expired entries go, then finished
         ones, from the client keeping the most (its oldest first), until a little more
         than what was over is free."""
@@ -307,7 +307,7 @@ class MemoryProgressStore:
             if self._kept_bytes[held.client] > self.client_bytes:
                 self._trim_kept(held.client)
         if self.bytes_used > self.budget_bytes:
-            self._make_room()
+            self._give_way()
 
     async def delete(self, task_uuids: Sequence[str]) -> None:
         entries = self._entries

@@ -19,11 +19,11 @@ from . import (
     ADMIT_NEW_BELOW,
     NO_CLIENT,
     ROOM_SLACK,
-    ClientShareFull,
+    ClientAllowanceFull,
     Measurement,
     ProgressBudgetFull,
 )
-from . import redis_shares as shares
+from . import redis_allowances as allowances
 
 T = TypeVar("T")
 
@@ -65,16 +65,16 @@ return 0
 """
 # KEYS: as above, then the progress key and its space's dropped mark. ARGV: a candidate
 # epoch, the version the caller's family was read at, a write's arguments
-# (`redis_shares.write_args`), and optionally a channel and a message to publish once
+# (`redis_allowances.write_args`), and optionally a channel and a message to publish once
 # written (the change feed's, in the same round trip). Writes only if the family is
-# unchanged, its space not dropped, and its client's and its space's shares have room;
-# returns nil once written, `redis_shares.SHARE_FULL` or `SPACE_FULL` if a share had no
+# unchanged, its space not dropped, and its client's and its space's allowances have room;
+# returns nil once written, `redis_allowances.ALLOWANCE_FULL` or `SPACE_FULL` if an allowance had no
 # room, DROPPED if the space was deleted, else the version now. Refused whole by a Redis
 # at its maxmemory.
 DROPPED = "dropped"
 _PUT_IF_FAMILY = (
-    shares.GROWS
-    + shares.HELPERS
+    allowances.GROWS
+    + allowances.HELPERS
     + _VERSION_NOW
     + f"""
 if version ~= ARGV[2] then
@@ -87,21 +87,21 @@ local refused = write_at(KEYS[3], 2)
 if refused then
   return refused
 end
-if ARGV[{3 + shares.WRITE_ARGS}] then
-  redis.call('PUBLISH', ARGV[{3 + shares.WRITE_ARGS}], ARGV[{4 + shares.WRITE_ARGS}])
+if ARGV[{3 + allowances.WRITE_ARGS}] then
+  redis.call('PUBLISH', ARGV[{3 + allowances.WRITE_ARGS}], ARGV[{4 + allowances.WRITE_ARGS}])
 end
 return false
 """
 )
 
 
-async def make_room(client: redis.asyncio.Redis) -> int:
+async def give_way(client: redis.asyncio.Redis) -> int:
     """Let finished progress give way in a Redis over its maxmemory, until it is
-    `ROOM_SLACK` of it under (see `redis_shares.GIVE_WAY`): the bytes that gave way, as
+    `ROOM_SLACK` of it under (see `redis_allowances.GIVE_WAY`): the bytes that gave way, as
     counted (0: it is full and has no finished progress to give), or -1 if it has room
     already (another made it, or there is no maxmemory). Any instance, or the rate
     counters, call it when Redis refuses a write for want of memory."""
-    freed = await client.eval(shares.GIVE_WAY, 0, ROOM_SLACK)
+    freed = await client.eval(allowances.GIVE_WAY, 0, ROOM_SLACK)
     return int(freed)
 
 
@@ -117,11 +117,11 @@ async def with_room(
 ) -> T:
     """`attempt()` (a write that a full Redis refuses whole, having written nothing;
     `full`: it was just refused so); while Redis refuses it for want of memory, let
-    finished progress give way (`make_room`) and attempt it again, ROOM_TRIES times at
+    finished progress give way (`give_way`) and attempt it again, ROOM_TRIES times at
     most. Raises Redis's OutOfMemoryError if Redis stays full, or is full and has no
     finished progress to give."""
     for _ in range(ROOM_TRIES):
-        if full and not await make_room(client):
+        if full and not await give_way(client):
             raise redis.exceptions.OutOfMemoryError("Redis is full: no finished progress to give")
         try:
             return await attempt()
@@ -131,26 +131,26 @@ async def with_room(
 
 
 def _refuse(refused: bytes) -> None:
-    """Raise the refusal a write script answered with (a share without room)."""
-    if refused == shares.SPACE_FULL:
+    """Raise the refusal a write script answered with (an allowance without room)."""
+    if refused == allowances.SPACE_FULL:
         metrics.refused("space_budget")
         raise ProgressBudgetFull("space")
     metrics.refused("client_budget")
-    raise ClientShareFull()
+    raise ClientAllowanceFull()
 
 
 class RedisProgressStore:
     """One key per task, `headway:progress:<uuid>`, holding the progress as compact JSON
-    (after a header naming whose share it counts against: see `progress.redis_shares`)
+    (after a header naming whose allowance it counts against: see `progress.redis_allowances`)
     with a key TTL of `ttl` seconds set on every write, so Redis drops it after that
     much inactivity. Reads also compare `updated_at` with the clock, so that every
     instance agrees on expiry to the microsecond, whatever Redis's own timer says.
 
     No client address may hold more than `client_bytes` of live progress, and no space
     more than `space_bytes`, counted in Redis for every instance at once, atomically
-    with each write (see `progress.redis_shares`); the store as a whole is bounded by
+    with each write (see `progress.redis_allowances`); the store as a whole is bounded by
     Redis's own `maxmemory` (with `noeviction`: a full Redis refuses). A write refused by
-    a full Redis first lets finished progress give way (`make_room`), then is tried
+    a full Redis first lets finished progress give way (`give_way`), then is tried
     again: as in memory, finished progress is kept only while live progress has room.
     """
 
@@ -180,10 +180,10 @@ class RedisProgressStore:
         self._family_version = Coalesced(self._redis, _FAMILY_VERSION)
         self._bump = Coalesced(self._redis, _BUMP)
         self._put_if_family = Coalesced(self._redis, _PUT_IF_FAMILY)
-        self._put = Coalesced(self._redis, shares.PUT)
-        self._admit_client = Coalesced(self._redis, shares.ADMIT_CLIENT)
-        self._delete = Coalesced(self._redis, shares.DELETE)
-        self._release = Coalesced(self._redis, shares.RELEASE)
+        self._put = Coalesced(self._redis, allowances.PUT)
+        self._admit_client = Coalesced(self._redis, allowances.ADMIT_CLIENT)
+        self._delete = Coalesced(self._redis, allowances.DELETE)
+        self._release = Coalesced(self._redis, allowances.RELEASE)
         # Candidate epochs: this process's random prefix and a count, never the same
         # twice (and cheaper than a random id per call, on the path of every report).
         self._epochs = itertools.count()
@@ -195,7 +195,7 @@ class RedisProgressStore:
     def _live(self, raw: bytes | None) -> Progress | None:
         if raw is None:
             return None
-        progress = _decode(shares.value_json(raw))
+        progress = _decode(allowances.value_json(raw))
         if progress.updated_at_us + self._ttl_us <= self._clock.now_us():
             return None
         return progress
@@ -220,10 +220,10 @@ class RedisProgressStore:
 
     async def release(self, task_uuids: Sequence[str]) -> None:
         """Count these tasks' progress as finished, no longer live (see
-        `redis_shares.RELEASE`)."""
+        `redis_allowances.RELEASE`)."""
         if task_uuids:
             keys = [self.PREFIX + uuid for uuid in task_uuids]
-            less = shares.REDIS_ENTRY_BYTES - shares.REDIS_KEPT_ENTRY_BYTES
+            less = allowances.REDIS_ENTRY_BYTES - allowances.REDIS_KEPT_ENTRY_BYTES
             await self._release(keys=keys, args=[less])
 
     def admit(
@@ -244,17 +244,17 @@ class RedisProgressStore:
         full = await self._admit_client(keys=[], args=self._client_args(client))
         if full:
             metrics.refused("client_budget")
-            raise ClientShareFull()
+            raise ClientAllowanceFull()
 
     def _client_args(self, client: str) -> list[object]:
         now_us = self._clock.now_us()
         cutoff = now_us - self._ttl_us
-        return [shares.account_name(client), cutoff, int(self.client_bytes * ADMIT_NEW_BELOW)]
+        return [allowances.account_name(client), cutoff, int(self.client_bytes * ADMIT_NEW_BELOW)]
 
     def _write_args(
         self, progress: Progress, space_uuid: str, client: str, finished: bool
     ) -> list[object]:
-        return shares.write_args(
+        return allowances.write_args(
             _encode(progress),
             self._ttl_s,
             self._clock.now_us(),
@@ -294,10 +294,10 @@ class RedisProgressStore:
             metrics.refused("redis_oom")
             raise ProgressBudgetFull("store") from None
 
-    async def make_room(self) -> int:
-        """Bring a Redis over its maxmemory back under it (see `make_room`); the bytes
+    async def give_way(self) -> int:
+        """Bring a Redis over its maxmemory back under it (see `give_way`); the bytes
         of finished progress that gave way."""
-        return await make_room(self._redis)
+        return await give_way(self._redis)
 
     # --- Family versions: what lets each instance cache families (see caches.families) ---
 
@@ -337,8 +337,8 @@ class RedisProgressStore:
         space not dropped: returns None once written, or the family's version now (DROPPED
         for a dropped space: it matches no version), having written nothing.
         `announce`: a (channel, message) published once written, in the same call.
-        Raises ClientShareFull or ProgressBudgetFull, having written nothing, if the
-        client's or the space's share is full (or Redis is, with nothing to give way)."""
+        Raises ClientAllowanceFull or ProgressBudgetFull, having written nothing, if the
+        client's or the space's allowance is full (or Redis is, with nothing to give way)."""
         keys = [
             self.FAMILY_EPOCH,
             self.FAMILY_PREFIX + task_uuid,
@@ -355,7 +355,7 @@ class RedisProgressStore:
             current = await self._when_full(self._put_if_family, keys, args)
         if current is None:
             return None
-        if current in (shares.SHARE_FULL, shares.SPACE_FULL):
+        if current in (allowances.ALLOWANCE_FULL, allowances.SPACE_FULL):
             _refuse(current)
         return FamilyVersion(current.decode())
 

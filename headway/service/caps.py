@@ -58,7 +58,7 @@ class Caps:
             "(HEADWAY_TASKS_PER_SPACE): finish or delete one first."
         )
 
-    async def make_room(self, unit: Unit, space_uuid: str, held: int, new: Sequence[str]) -> int:
+    async def prune(self, unit: Unit, space_uuid: str, held: int, new: Sequence[str]) -> int:
         """The space holds `held` top-level tasks with `new` ones being created (their
         uuids, in order): remove the oldest finished ones (with their steps) beyond the
         cap, in `unit`'s transaction, which tells of them; returns how many of the new

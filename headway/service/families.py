@@ -18,7 +18,8 @@ from ..storage import channel_queue, outbox, queries
 from .context import NO_TASK, Stores
 from .unit import Unit
 
-Family = list[tuple[TaskRow, Progress | None]]
+# A parent's steps, each with its progress (None: it has none).
+StepsProgress = list[tuple[TaskRow, Progress | None]]
 
 
 class Families:
@@ -99,7 +100,7 @@ class Families:
         return domain.view(row, progress, list(zip(children, found, strict=True)))
 
     async def finish(
-        self, unit: Unit, row: TaskRow, progress: Progress, family: Family, now_us: int
+        self, unit: Unit, row: TaskRow, progress: Progress, family: StepsProgress, now_us: int
     ) -> TaskRow:
         """Record the completion of `row` (and of its parent, if it was the last open
         child), with one outbox event each, in a transaction of `unit`, which tells of

@@ -24,7 +24,7 @@ from ..storage.idempotency import KeyRow
 from .activity import Activity
 from .caps import Caps
 from .context import NO_SPACE, NO_TASK, NOT_A_PARENT, Stores
-from .families import Families, Family
+from .families import Families, StepsProgress
 from .idempotency import IN_PROGRESS, KEY_TAKEN, TRIES, Again, Idempotency, Keys, Settled
 from .unit import Unit
 
@@ -155,7 +155,7 @@ class Tasks:
                 continue
             first_us, held = claimed
             new_uuids = [batch[index].uuid for index in top]
-            beyond = await self.caps.make_room(unit, space_key, held, new_uuids)
+            beyond = await self.caps.prune(unit, space_key, held, new_uuids)
             for index in top[len(top) - beyond :] if beyond else ():
                 refused[index] = self.caps.full()
             for index in members:
@@ -276,7 +276,7 @@ class Tasks:
             previous, report, now_us, is_parent=bool(children)
         )
         self._activity.note(row.space_uuid)
-        family: Family = []
+        family: StepsProgress = []
         found: list[Progress | None] = []
         if children:
             found = await store.get_many([c.uuid for c in children])
@@ -327,7 +327,7 @@ class Tasks:
         unit: Unit,
         row: TaskRow,
         progress: Progress,
-        family: Family,
+        family: StepsProgress,
         report: Report,
         previous: Progress | None,
         now_us: int,

@@ -1,4 +1,4 @@
-"""Clients' and spaces' shares of progress in Redis: Lua that writes, deletes and counts
+"""Clients' and spaces' allowances of progress in Redis: Lua that writes, deletes and counts
 progress atomically, so that every instance sees one account per client address and one
 per space, and that makes room in a full Redis by letting finished progress give way.
 
@@ -6,7 +6,7 @@ Each progress value starts with a header naming what it is counted as: its pool 
 live, the progress of an unfinished task; `F`: finished), the bytes it is counted for,
 its space, the client that wrote it and the time of the write (µs), then a newline and
 the progress's JSON: `L640:5a1e…0000 203.0.113.7@1764000000000000\\n[5,10,{},1764…]`. A
-value without a header (written before shares were counted) is counted for no one; one
+value without a header (written before allowances were counted) is counted for no one; one
 with the older header `L412 203.0.113.7\\n` (before spaces were) for its client only.
 
 Per client address `c`, Redis keeps:
@@ -24,9 +24,9 @@ A write uncounts what it replaces (whoever wrote it) from its client's and its s
 accounts, counts itself, and, for a new task, uncounts what of its client's and its
 space's expired (at most 100 entries each, or 10,000 before refusing: accounts that are
 written keep up with their own expiry). A live write is refused (nothing written) if it
-would take its client over its share (`!share`), then if it would take its space over
-its share (`!space`), under 90% of either for a new task, as in the memory store. A
-finished write is never refused for a share: beyond its client's share of finished
+would take its client over its allowance (`!client`), then if it would take its space over
+its allowance (`!space`), under 90% of either for a new task, as in the memory store. A
+finished write is never refused for an allowance: beyond its client's allowance of finished
 progress, that client's oldest finished progress gives way (its key is deleted: it reads
 as expired).
 
@@ -78,7 +78,7 @@ HEADER_BYTES = 28
 HELPERS = """
 local PREFIX = 'headway:progress:'
 local KEEPERS = 'headway:keepers'
--- What a finished value is counted for less than a live one; the share of a budget under
+-- What a finished value is counted for less than a live one; the fraction of a budget under
 -- which a new task is admitted.
 local KEPT_LESS, ADMIT = $KEPT_LESS, $ADMIT
 -- A time in µs as Redis takes it (a Lua number would be sent with 14 digits).
@@ -190,7 +190,7 @@ local function give_way(client, member)
   return 0
 end
 -- Write a report at `key` with the arguments from ARGV[o + 1] (see `write_args`); returns
--- '!share' or '!space' (nothing written) if the client's or the space's share has no room
+-- '!client' or '!space' (nothing written) if the client's or the space's allowance has no room
 -- for it, else false.
 local function write_at(key, o)
   local json, now, kind, size = ARGV[o + 1], ARGV[o + 3], ARGV[o + 4], ARGV[o + 5]
@@ -232,10 +232,10 @@ local function write_at(key, o)
       end
       if holds(ch, 'live') + mine > cap then
         trim(ch, 'live', cl, nil, cutoff, 10000, 'L', client)
-        if holds(ch, 'live') + mine > cap then return '!share' end
+        if holds(ch, 'live') + mine > cap then return '!client' end
       end
     end
-    -- The space's share: what the write adds to the space's live progress, whoever held
+    -- The space's allowance: what the write adds to the space's live progress, whoever held
     -- the task before; under 90% of it for a new task.
     sh, sz = 'headway:space:' .. space, 'headway:space-live:' .. space
     local growth = size
@@ -377,8 +377,8 @@ return 1
 """
 )
 
-# ARGV[1]: the share of maxmemory to free beyond what is over it. A Redis over its
-# maxmemory (less that share) deletes finished progress until it is back under it: the
+# ARGV[1]: the fraction of maxmemory to free beyond what is over it. A Redis over its
+# maxmemory (less that fraction) deletes finished progress until it is back under it: the
 # client keeping the most gives way first, its oldest first, down to the next keeper's
 # level, as the memory store does. Returns the bytes freed (as counted: 0 if there was no
 # finished progress to give), or -1 if Redis had that much room already (or no
@@ -413,7 +413,7 @@ return freed
 """
 )
 
-SHARE_FULL = b"!share"
+ALLOWANCE_FULL = b"!client"
 SPACE_FULL = b"!space"
 
 
