@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from starlette.applications import Starlette
 
@@ -39,6 +39,9 @@ from .visitor import Visitors
 from .web import routes as web_routes
 from .worker import Worker
 
+if TYPE_CHECKING:
+    from .progress.redis import RedisProgressStore
+
 log = logging.getLogger("headway")
 
 
@@ -55,7 +58,11 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         # For HEADWAY_METRICS_PORT's scrape, in another thread.
         metrics.serving(db, progress, disk)
         # Rates run on real time even where a test moves the service's clock.
-        app.state.visitors = visitors = Visitors(settings)
+        # With Redis, rate counters share its memory with progress (see `limits.Room`).
+        room = None
+        if settings.several_instances:
+            room = cast("RedisProgressStore", progress).retry_with_room
+        app.state.visitors = visitors = Visitors(settings, room=room)
         app.state.loops = {}  # the app's own long-lived tasks, by name (see api.health)
         coherence = make_coherence(progress)
         feed = coherence.feed

@@ -39,7 +39,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Literal
 
 from limits import RateLimitItem, parse_many
@@ -80,12 +80,19 @@ _WHAT = {
 }
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+# How a count that a full Redis refused is tried again once finished progress gave way
+# there (see `RedisProgressStore.retry_with_room`): the counters share the progress
+# store's Redis, and its memory.
+Room = Callable[[Callable[[], Awaitable[float]]], Awaitable[float]]
 
 
 class RateLimiter:
     """Decides whether a client address may do one more thing of a kind, now."""
 
-    def __init__(self, settings: Settings, clock: Clock | None = None) -> None:
+    def __init__(
+        self, settings: Settings, clock: Clock | None = None, room: Room | None = None
+    ) -> None:
+        """`room`: see `Room` (None: a full Redis refuses the count)."""
         self.enabled = settings.rate_limits
         self._limits: dict[str, list[RateLimitItem]] = {
             kind: parse_many(getattr(settings, f"rate_{kind}")) for kind in KINDS
@@ -96,7 +103,7 @@ class RateLimiter:
         self._buckets: TokenBuckets | None = None
         self._shared: SharedCounters | None = None
         if settings.redis_url is not None and self.enabled:
-            self._shared = SharedCounters(settings.redis_url)
+            self._shared = SharedCounters(settings.redis_url, room)
         else:
             longest_s = max(item.get_expiry() for items in self._limits.values() for item in items)
             self._buckets = TokenBuckets(clock or SystemClock(), longest_s)
@@ -326,13 +333,13 @@ class SharedCounters:
     # nothing, and would be served), rather than answer 503 for want of a counter.
     OWING: frozenset[str] = frozenset({"reads"})
 
-    def __init__(self, redis_url: str) -> None:
+    def __init__(self, redis_url: str, room: Room | None = None) -> None:
         from limits.aio.storage import RedisStorage
         from limits.aio.strategies import FixedWindowRateLimiter, SlidingWindowCounterRateLimiter
         from redis.asyncio import Redis
         from redis.exceptions import OutOfMemoryError
 
-        from .progress.redis import connection_pool, with_room
+        from .redis_link import connection_pool
 
         url = "redis+" + redis_url if redis_url.startswith("unix://") else redis_url
         self._pool = connection_pool(redis_url)
@@ -348,7 +355,7 @@ class SharedCounters:
         self._owing = FixedWindowRateLimiter(self._storage)
         self._full = OutOfMemoryError
         self._redis = Redis(connection_pool=self._pool)
-        self._with_room = with_room
+        self._room = room
 
     async def hit(self, kind: str, address: str, items: list[RateLimitItem]) -> float:
         """Count one hit against each limit; 0 if within all, else seconds to wait. A
@@ -359,9 +366,9 @@ class SharedCounters:
             try:
                 return await self._hit(strategy, kind, address, items)
             except self._full:
-                return await self._with_room(
-                    self._redis, lambda: self._hit(strategy, kind, address, items), full=True
-                )
+                if self._room is None:
+                    raise
+                return await self._room(lambda: self._hit(strategy, kind, address, items))
         try:
             return await self._hit(self._owing, kind, address, items)
         except self._full:

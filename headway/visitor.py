@@ -29,7 +29,7 @@ from .clock import Clock
 from .config import Settings
 from .domain import TaskView
 from .errors import BadRequest
-from .limits import Holdings, Kind, RateLimiter
+from .limits import Holdings, Kind, RateLimiter, Room
 from .service import Idempotency
 
 if TYPE_CHECKING:
@@ -42,10 +42,12 @@ class Visitors:
     """Every client's budgets: their rates (`rates`) and the live streams they hold
     (`streams`); `of(scope)` is the visitor of a request."""
 
-    def __init__(self, settings: Settings, clock: Clock | None = None) -> None:
+    def __init__(
+        self, settings: Settings, clock: Clock | None = None, room: Room | None = None
+    ) -> None:
         # Rates run on real time even where a test moves the service's clock (`clock`:
-        # the one they count on instead).
-        self.rates = RateLimiter(settings, clock)
+        # the one they count on instead). `room`: see `limits.Room`.
+        self.rates = RateLimiter(settings, clock, room)
         capped = settings.rate_limits
         self.streams = Holdings(
             settings.streams_per_client if capped else None,

@@ -479,7 +479,7 @@ async def test_a_full_redis_lets_finished_progress_give_way_largest_keeper_first
                 task(n), progress(clock, note=note), SPACE, client=client, finished=True
             )
             clock.advance(us=1)
-        assert await store.give_way() == -1  # no maxmemory: room enough
+        assert await store.free_room() == -1  # no maxmemory: room enough
         used = (await admin.info("memory"))["used_memory"]
         await admin.config_set("maxmemory-policy", "noeviction")
         await admin.config_set("maxmemory", used + 64 * 1024)

@@ -233,7 +233,7 @@ class MemoryProgressStore:
             if finished and self._kept_bytes[client] > self.client_bytes:
                 self._trim_kept(client)
         if self.bytes_used > self.budget_bytes:
-            self._give_way()
+            self._free_room()
         first = next(iter(entries.values()))
         if first.updated_at_us + self._ttl_us <= self._clock.now_us():
             self._drop_expired()
@@ -278,7 +278,7 @@ class MemoryProgressStore:
         while len(kept) > 1 and kept_bytes[client] > self.client_bytes:
             self._give_way(next(iter(kept)))
 
-    def _give_way(self) -> None:
+    def _free_room(self) -> None:
         """Bring the store back within its budget: expired entries go, then finished
         ones, from the client keeping the most (its oldest first), until a little more
         than what was over is free."""
@@ -307,7 +307,7 @@ class MemoryProgressStore:
             if self._kept_bytes[held.client] > self.client_bytes:
                 self._trim_kept(held.client)
         if self.bytes_used > self.budget_bytes:
-            self._give_way()
+            self._free_room()
 
     async def delete(self, task_uuids: Sequence[str]) -> None:
         entries = self._entries

@@ -95,7 +95,7 @@ return false
 )
 
 
-async def give_way(client: redis.asyncio.Redis) -> int:
+async def free_room(client: redis.asyncio.Redis) -> int:
     """Let finished progress give way in a Redis over its maxmemory, until it is
     `ROOM_SLACK` of it under (see `redis_allowances.GIVE_WAY`): the bytes that gave way, as
     counted (0: it is full and has no finished progress to give), or -1 if it has room
@@ -117,11 +117,11 @@ async def with_room(
 ) -> T:
     """`attempt()` (a write that a full Redis refuses whole, having written nothing;
     `full`: it was just refused so); while Redis refuses it for want of memory, let
-    finished progress give way (`give_way`) and attempt it again, ROOM_TRIES times at
+    finished progress give way (`free_room`) and attempt it again, ROOM_TRIES times at
     most. Raises Redis's OutOfMemoryError if Redis stays full, or is full and has no
     finished progress to give."""
     for _ in range(ROOM_TRIES):
-        if full and not await give_way(client):
+        if full and not await free_room(client):
             raise redis.exceptions.OutOfMemoryError("Redis is full: no finished progress to give")
         try:
             return await attempt()
@@ -150,7 +150,7 @@ class RedisProgressStore:
     more than `space_bytes`, counted in Redis for every instance at once, atomically
     with each write (see `progress.redis_allowances`); the store as a whole is bounded by
     Redis's own `maxmemory` (with `noeviction`: a full Redis refuses). A write refused by
-    a full Redis first lets finished progress give way (`give_way`), then is tried
+    a full Redis first lets finished progress give way (`free_room`), then is tried
     again: as in memory, finished progress is kept only while live progress has room.
     """
 
@@ -294,10 +294,10 @@ class RedisProgressStore:
             metrics.refused("redis_oom")
             raise ProgressBudgetFull("store") from None
 
-    async def give_way(self) -> int:
-        """Bring a Redis over its maxmemory back under it (see `give_way`); the bytes
+    async def free_room(self) -> int:
+        """Bring a Redis over its maxmemory back under it (see `free_room`); the bytes
         of finished progress that gave way."""
-        return await give_way(self._redis)
+        return await free_room(self._redis)
 
     # --- Family versions: what lets each instance cache families (see caches.families) ---
 
@@ -358,6 +358,11 @@ class RedisProgressStore:
         if current in (allowances.ALLOWANCE_FULL, allowances.SPACE_FULL):
             _refuse(current)
         return FamilyVersion(current.decode())
+
+    async def retry_with_room(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """`attempt()` again, a write of another user of this Redis (the rate counters)
+        that a full Redis just refused: once finished progress gave way (`with_room`)."""
+        return await with_room(self._redis, attempt, full=True)
 
     @property
     def client(self) -> redis.asyncio.Redis:
