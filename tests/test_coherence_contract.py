@@ -107,9 +107,7 @@ async def test_it_implements_the_protocol(make: Make):
 async def test_a_write_at_the_version_just_read_lands(make: Make, clock):
     coherence, store = await make()
     version = await coherence.version(task(1))
-    written = await coherence.put(
-        task(1), progress(clock, 3), SPACE, version, report(1), client="c", finished=False
-    )
+    written = await coherence.put(report(1), progress(clock, 3), version, "c", False)
     assert written[0] is None
     found = await store.get(task(1))
     assert found is not None and found.current == 3
@@ -120,9 +118,7 @@ async def test_a_family_changed_elsewhere_is_not_written_at_its_old_version(make
     other, _ = await make()
     version = await one.version(task(1))
     await other.announce([Told(Changed.FINISH, SPACE, task(2), task(1))])  # a step of it
-    current, announced = await one.put(
-        task(1), progress(clock), SPACE, version, report(1), client="c", finished=False
-    )
+    current, announced = await one.put(report(1), progress(clock), version, "c", False)
     if one.current_by_construction:
         # Alone: no other instance; this process's caches were told before the write.
         assert other is one and current is None
@@ -137,9 +133,7 @@ async def test_a_space_dropped_elsewhere_fails_every_write_of_it(make: Make, clo
     other, _ = await make()
     version = await one.version(task(1))
     await other.announce([Told(Changed.DROP, SPACE, "")])
-    current, _ = await one.put(
-        task(1), progress(clock), SPACE, version, report(1), client="c", finished=False
-    )
+    current, _ = await one.put(report(1), progress(clock), version, "c", False)
     assert (current is None) == one.current_by_construction
 
 
@@ -174,9 +168,7 @@ async def test_a_report_announced_with_its_write_is_heard_once_everywhere(make: 
     other, _ = await make()
     version = await one.version(task(1))
     async with listening(one.feed) as here, listening(other.feed) as there:
-        _, announced = await one.put(
-            task(1), progress(clock), SPACE, version, report(1), client="c", finished=False
-        )
+        _, announced = await one.put(report(1), progress(clock), version, "c", False)
         await one.announce([report(1)._replace(announced=announced)])
         expected = [Change(TASK, SPACE, task(1))]
         assert here == expected

@@ -91,19 +91,12 @@ class Coherence(Protocol):
         versions."""
 
     async def put(
-        self,
-        task_uuid: str,
-        progress: Progress,
-        space_uuid: str,
-        version: FamilyVersion,
-        told: Told,
-        *,
-        client: str,
-        finished: bool,
+        self, told: Told, progress: Progress, version: FamilyVersion, client: str, finished: bool
     ) -> tuple[FamilyVersion | None, bool]:
-        """Write the task's progress if its family is still at `version`: (None, whether
-        `told` was announced to the other instances with the write) once written, or
-        (the family's version now, False) having written nothing."""
+        """Write the progress of `told`'s task (a report of it, by `client`; `finished`:
+        the task is) if its family is still at `version`: (None, whether `told` was
+        announced to the other instances with the write) once written, or (the family's
+        version now, False) having written nothing."""
 
     async def announce(self, told: Sequence[Told]) -> None:
         """Tell every instance what a unit changed, after its commit: the versions of

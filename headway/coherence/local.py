@@ -31,17 +31,11 @@ class OneProcess:
         return ALONE
 
     async def put(
-        self,
-        task_uuid: str,
-        progress: Progress,
-        space_uuid: str,
-        version: FamilyVersion,
-        told: Told,
-        *,
-        client: str,
-        finished: bool,
+        self, told: Told, progress: Progress, version: FamilyVersion, client: str, finished: bool
     ) -> tuple[FamilyVersion | None, bool]:
-        await self._progress.put(task_uuid, progress, space_uuid, client=client, finished=finished)
+        await self._progress.put(
+            told.task_uuid, progress, told.space_uuid, client=client, finished=finished
+        )
         return None, False
 
     async def announce(self, told: Sequence[Told]) -> None:

@@ -38,20 +38,18 @@ class SeveralInstances:
         return await self._store.family_version(key)
 
     async def put(
-        self,
-        task_uuid: str,
-        progress: Progress,
-        space_uuid: str,
-        version: FamilyVersion,
-        told: Told,
-        *,
-        client: str,
-        finished: bool,
+        self, told: Told, progress: Progress, version: FamilyVersion, client: str, finished: bool
     ) -> tuple[FamilyVersion | None, bool]:
         # The change is announced to the other instances by the write itself.
         note = self.feed.announcement(messages((told,))[0][0])
         current = await self._store.put_if_family(
-            task_uuid, progress, space_uuid, version, note, client=client, finished=finished
+            told.task_uuid,
+            progress,
+            told.space_uuid,
+            version,
+            note,
+            client=client,
+            finished=finished,
         )
         return current, current is None and note is not None
 

@@ -301,13 +301,7 @@ class Tasks:
                     announced = False
                 else:
                     current, announced = await writes.coherence.put(
-                        row.uuid,
-                        progress,
-                        row.space_uuid,
-                        version,
-                        told,
-                        client=client,
-                        finished=finished,
+                        told, progress, version, client, finished
                     )
                     if current is not None:
                         raise _FamilyChanged(current)
