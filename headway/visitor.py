@@ -56,8 +56,9 @@ class Visitors:
         )
 
     def of(self, scope: Scope) -> Visitor:
-        """The visitor of a request: its client address, worked out once here."""
-        return Visitor(self, self.rates.address_of(scope))
+        """The visitor of a request (its address is worked out once, when first needed:
+        a read with rates off needs none)."""
+        return Visitor(self, scope)
 
     async def close(self) -> None:
         await self.rates.close()
@@ -66,19 +67,28 @@ class Visitors:
 class Visitor:
     """One client (an address, as rates count it) and everything it may do."""
 
-    __slots__ = ("_visitors", "address")
+    __slots__ = ("_address", "_scope", "_visitors")
 
-    def __init__(self, visitors: Visitors, address: str) -> None:
+    def __init__(self, visitors: Visitors, scope: Scope) -> None:
         self._visitors = visitors
-        self.address = address
+        self._scope = scope
+        self._address: str | None = None
+
+    @property
+    def address(self) -> str:
+        """The client's address, as rates count it (see `limits.RateLimiter.address_of`)."""
+        address = self._address
+        if address is None:
+            address = self._address = self._visitors.rates.address_of(self._scope)
+        return address
 
     async def admit(self, kind: Kind) -> None:
         """Count one `kind` against the client's rate (a create also against the daily
         cap on creates); TooManyRequests if it is over a limit."""
         rates = self._visitors.rates
         # `counted_here` first: where the counts are in this process, no coroutine more.
-        if rates.enabled and not rates.counted_here(kind, self.address):
-            await rates.check(kind, self.address)
+        if rates.enabled and not rates.counted_here(kind, address := self.address):
+            await rates.check(kind, address)
 
     async def read_bill(self) -> ReadBill:
         """Let a read through, counting 1 against the client's read rate (429 if its
@@ -86,9 +96,10 @@ class Visitor:
         rates = self._visitors.rates
         if not rates.enabled:
             return FREE
-        if not rates.counted_here("reads", self.address):
-            await rates.check("reads", self.address)
-        return ReadBill(rates, self.address)
+        address = self.address
+        if not rates.counted_here("reads", address):
+            await rates.check("reads", address)
+        return ReadBill(rates, address)
 
     def hold_stream(self) -> None:
         """One more live stream held by this client; TooManyRequests (nothing held) if it,

@@ -5,7 +5,6 @@ the one route table (`api.dispatch`)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
-from functools import cached_property
 
 from starlette import requests
 from starlette.types import ASGIApp
@@ -16,11 +15,16 @@ from ..visitor import Visitor
 class Request(requests.Request):
     """Starlette's request, with the `visitor` of its client (see `headway.visitor`)."""
 
-    @cached_property
+    _visitor: Visitor | None = None
+
+    @property
     def visitor(self) -> Visitor:
         """The visitor of this request's client, looked up once, when first asked for
-        (an endpoint that needs none, like `/client`'s, does not pay for it)."""
-        visitor: Visitor = self.app.state.visitors.of(self.scope)
+        (an endpoint that needs none, like `/client`'s, does not pay for it). Not
+        `functools.cached_property`, which takes a lock on every first access."""
+        visitor = self._visitor
+        if visitor is None:
+            visitor = self._visitor = self.app.state.visitors.of(self.scope)
         return visitor
 
 
