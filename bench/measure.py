@@ -142,7 +142,7 @@ class Harness:
         connections = connections or self.o.connections
         self.say(f"{name}: wrk {duration:g} s, {connections} connections")
         profiler = self._profiler(server, name, duration)
-        settle()
+        settle(limit_s=self.o.settle_s)
         if starting is not None:
             starting()
         others = others or {}

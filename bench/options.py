@@ -52,6 +52,13 @@ class Options:
     rounds: int = 2
     only: frozenset[str] = frozenset()
 
+    @property
+    def settle_s(self) -> float:
+        """How long, at most, a measurement waits for the machine to calm down first
+        (measure.settle): not at all in smoke mode, whose figures nobody reads (it shows
+        that every scenario runs, and runs beside other work)."""
+        return 0.0 if self.mode == "smoke" else 5.0
+
 
 MODES: dict[str, dict[str, Any]] = {
     "full": dict(duration=10, connections=64, threads=2, big=100_000, children=1000, pool=1000,

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import json
 import os
+import shutil
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,6 +24,7 @@ from starlette.applications import Starlette
 from headway.app import create_app
 from headway.clock import ManualClock
 from headway.config import Settings
+from headway.storage.database import Database
 from headway.visitor import Visitors
 
 from .live_server import LiveServer
@@ -42,6 +47,57 @@ for _number in (signal.SIGINT, signal.SIGQUIT):
         signal.signal(
             _number, signal.default_int_handler if _number == signal.SIGINT else signal.SIG_DFL
         )
+
+
+# Seconds each of the slowest tests took, setup and teardown included, in a run of
+# scripts/test (four processes on two cores, on a busy machine): tests/durations.json.
+# Only their order matters, so the file needs no update but when a test becomes one of
+# the slowest.
+DURATIONS: dict[str, float] = json.loads(Path(__file__).with_name("durations.json").read_text())
+TYPICAL_SECONDS = 1.0  # a test the file does not name
+SLOW_SECONDS = 5.0  # a test, or the tests of a module sharing a fixture, as long as this
+
+
+@pytest.hookimpl(trylast=True)  # after `-m` and `-k` deselected theirs
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist's work stealing, each process is handed a contiguous share of the
+    collection (in order: the first quarter to the first of four), runs it from its start,
+    and the others take what is left at its end. So each share starts with slow tests,
+    the slowest spread evenly over the shares, and ends with quick ones: no slow test is
+    left to start last and run alone. The tests of a module that share a fixture of the
+    module (a wheel, a browser, servers) stay together, to build it once."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
+    if workers < 2:
+        return
+    units: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        shared = info is not None and any(
+            definitions[-1].scope in ("module", "class", "package")
+            for definitions in info.name2fixturedefs.values()
+            if definitions
+        )
+        units.setdefault(item.nodeid.split("::")[0] if shared else item.nodeid, []).append(item)
+
+    def cost(unit: list[pytest.Item]) -> float:
+        return sum(DURATIONS.get(item.nodeid, TYPICAL_SECONDS) for item in unit)
+
+    slow = sorted((unit for unit in units.values() if cost(unit) >= SLOW_SECONDS), key=cost)
+    quick = [item for unit in units.values() if cost(unit) < SLOW_SECONDS for item in unit]
+    shares: list[list[pytest.Item]] = [[] for _ in range(workers)]
+    seconds = [0.0] * workers
+    for unit in reversed(slow):  # the slowest first, each to the share with least so far
+        share = min(range(workers), key=seconds.__getitem__)
+        shares[share].extend(unit)
+        seconds[share] += cost(unit)
+    left = len(items)  # xdist's split: each process in turn, an equal part of what is left
+    for number, share in enumerate(shares):
+        size = left // (workers - number)
+        left -= size
+        take = max(0, size - len(share))
+        share.extend(quick[:take])
+        del quick[:take]
+    items[:] = [item for share in shares for item in share] + quick
 
 
 @pytest.fixture
@@ -132,10 +188,32 @@ def backend(request: pytest.FixtureRequest) -> Backend:
     return PAIRS[request.param]
 
 
+@pytest.fixture(scope="session")
+def migrated_sqlite(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty SQLite database with every migration run, made once by each test process:
+    each test's database starts as a copy of it (the start's migration finds it at the
+    newest revision), instead of running them all again (0.1 s of CPU a test)."""
+    path = tmp_path_factory.mktemp("migrated") / "headway.db"
+
+    async def migrate() -> None:
+        database = Database(f"sqlite:///{path}")
+        try:
+            await database.migrate()
+        finally:
+            await database.close()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:  # whatever loop runs here
+        thread.submit(asyncio.run, migrate()).result()
+    assert [file.name for file in path.parent.iterdir()] == [path.name]  # no WAL left
+    return path
+
+
 @pytest.fixture
 def settings(tmp_path: Any, backend: Backend, request: pytest.FixtureRequest) -> Settings:
     """A fresh, empty service on the backend, with the worker left to the tests."""
     database_url, redis_url = f"sqlite:///{tmp_path}/headway.db", None
+    if backend.database == "sqlite":
+        shutil.copyfile(request.getfixturevalue("migrated_sqlite"), tmp_path / "headway.db")
     if backend.database == "postgres" or backend.progress == "redis":
         postgres, redis_server = request.getfixturevalue("shared_servers")
         if backend.database == "postgres":
@@ -183,14 +261,23 @@ async def empty_backend(app: Starlette, settings: Settings) -> None:
     """Shared servers outlive a test: start each test from empty tables and no progress
     (a SQLite file is the test's own)."""
     if not settings.database_url.startswith("sqlite"):
+        # Most tests leave a few rows, which DELETE removes in a fifth of the time TRUNCATE
+        # takes to make every table and index anew; TRUNCATE after those that leave many.
         async with app.state.service.db.write() as st:
-            await st.rows(f"TRUNCATE {', '.join(TABLES)} CASCADE", ())
+            [(rows,)] = await st.rows(ROWS_LEFT, ())
+            if rows >= MANY_ROWS:
+                await st.rows(f"TRUNCATE {', '.join(TABLES)} CASCADE", ())
+            else:
+                for table in TABLES:
+                    await st.rows(f"DELETE FROM {table}", ())
     if settings.redis_url:
         client = redis.Redis.from_url(settings.redis_url)
         await client.flushdb()
         await client.aclose()
 
 
+# The tables a test fills (not `secrets`, made by the first start of all), each before
+# those it refers to (by a foreign key).
 TABLES = (
     "channel_deliveries",
     "channel_log",
@@ -206,6 +293,12 @@ TABLES = (
     "worker_heartbeats",
     "tasks",
     "spaces",
+)
+
+MANY_ROWS = 1000
+ROWS_LEFT = "SELECT " + " + ".join(
+    f"(SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT {MANY_ROWS}) AS {table})"
+    for table in TABLES
 )
 
 

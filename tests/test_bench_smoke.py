@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+SMOKE_SECONDS = 600  # about 90 s on two calm cores; 160 s beside other work
 
 
-@pytest.mark.alone  # measures time: run by itself (scripts/test)
+# Beside the other tests: it checks that every scenario runs and what each row holds,
+# never the figures themselves (smoke mode waits for no calm machine: bench.options).
 def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
     if shutil.which("wrk") is None:
         pytest.fail("wrk is not installed (apt-get install wrk): the bench smoke needs it")
@@ -22,7 +24,7 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=SMOKE_SECONDS,
     )
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
 

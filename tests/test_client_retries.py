@@ -255,6 +255,7 @@ def test_a_server_failing_forever_costs_the_flush_timeout_and_one_warning_names_
         assert len(gate.arrivals) == tries
 
 
+@pytest.mark.alone  # measures time: run by itself (scripts/test)
 def test_the_warning_at_exit_names_what_was_lost_by_title_in_one_line(served_space: str) -> None:
     script = textwrap.dedent(
         """

@@ -26,6 +26,7 @@ from headway.app import create_app
 from headway.config import Settings
 
 from .live_server import LiveServer
+from .support import from_wheelhouse
 from .test_client import readme_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -174,7 +175,7 @@ def venv(server: LiveServer, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         capture_output=True,
         text=True,
         timeout=INSTALL_SECONDS,
-        env=_clean_env(),
+        env=from_wheelhouse(_clean_env()),
     )
     assert installed.returncode == 0, installed.stdout + installed.stderr
     yield root

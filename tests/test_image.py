@@ -85,10 +85,29 @@ def clone(tools: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tracked_copy(tmp_path_factory.mktemp("clone"))
 
 
+def prebuilt() -> bool:
+    """Whether `scripts/test` builds the images meanwhile (from a copy of the tracked files,
+    in $HEADWAY_TEST_IMAGES: `scripts/image build`, then `stand-ins`): then wait for
+    that build, and fail as it failed."""
+    directory = os.environ.get("HEADWAY_TEST_IMAGES")
+    if not directory:
+        return False
+    status = Path(directory) / "build.status"
+    deadline = time.monotonic() + BUILD_SECONDS
+    while not status.is_file():
+        assert time.monotonic() < deadline, f"the images were not built in {BUILD_SECONDS} s"
+        time.sleep(1)
+    log = (Path(directory) / "build.log").read_text(errors="replace")
+    assert status.read_text().strip() == "0", f"scripts/image build, stand-ins:\n{log}"
+    return True
+
+
 @pytest.fixture(scope="module")
 def image(clone: Path) -> str:
-    """The image, built by `scripts/image build` from a fresh clone."""
-    run(str(clone / "scripts" / "image"), "build", timeout=BUILD_SECONDS, HEADWAY_IMAGE=IMAGE)
+    """The image, built by `scripts/image build` from a fresh clone (by `scripts/test`
+    meanwhile, or here)."""
+    if not prebuilt():
+        run(str(clone / "scripts" / "image"), "build", timeout=BUILD_SECONDS, HEADWAY_IMAGE=IMAGE)
     return IMAGE
 
 
@@ -257,7 +276,8 @@ http.server.ThreadingHTTPServer(("", 8080), Hook).serve_forever()
 def stack(image: str, clone: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """deploy/compose.yaml up with the stand-ins, plus a webhook receiver on its network
     (and private targets allowed, for it), nginx on a free port of 127.0.0.1."""
-    run(str(clone / "scripts" / "image"), "stand-ins", timeout=BUILD_SECONDS)
+    if not prebuilt():
+        run(str(clone / "scripts" / "image"), "stand-ins", timeout=BUILD_SECONDS)
     override = tmp_path_factory.mktemp("compose") / "receiver.yaml"
     private = {"environment": {"HEADWAY_ALLOW_PRIVATE_TARGETS": "true"}}
     receiver = {

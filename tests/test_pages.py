@@ -258,6 +258,7 @@ def test_the_older_button_pages_back_through_a_big_space(new_page, api):
     expect(older).to_be_hidden()
 
 
+@pytest.mark.alone  # measures time: run by itself (scripts/test)
 def test_age_goes_on_live_and_a_silent_task_is_marked_stale(new_page, api):
     space = api.space("Clock")
     task = api.task(space, "Quiet")

@@ -139,6 +139,7 @@ def test_429_and_503_are_retried_after_retry_after_and_backoff(
     assert len(messages(logged, logging.WARNING)) == 1
 
 
+@pytest.mark.alone  # measures time: run by itself (scripts/test)
 def test_a_slow_server_never_holds_up_the_job(
     server: LiveServer, served_space: str, gate: Gate
 ) -> None:

@@ -236,6 +236,7 @@ async def test_a_space_backlog_does_not_delay_another_spaces_delivery(
     assert slow.answered < 200  # the backlog is still draining
 
 
+@pytest.mark.alone  # measures time: run by itself (scripts/test)
 async def test_a_slow_receiver_does_not_hold_up_a_fast_one(
     client, space, make_task, slow, fast, clock, app
 ):

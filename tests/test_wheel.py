@@ -22,12 +22,13 @@ import pytest
 from headway import __version__
 
 from .live_server import LiveServer
+from .support import from_wheelhouse
 from .test_client_wheel import SERVER_COMMANDS, _name, _project
 
 ROOT = Path(__file__).resolve().parent.parent
 WHEEL = f"headway-{__version__}-py3-none-any.whl"
 BUILD_SECONDS = 300
-INSTALL_SECONDS = 600  # the server's dependencies from the index (pip's cache helps)
+INSTALL_SECONDS = 600  # the server's dependencies: from the index, or the wheelhouse
 
 
 def tracked_copy(destination: Path) -> Path:
@@ -48,6 +49,7 @@ def tracked_copy(destination: Path) -> Path:
 def _run(*command: str | Path, timeout: float, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {name: value for name, value in os.environ.items() if not name.startswith("HEADWAY_")}
     env.pop("PYTHONPATH", None)
+    env = from_wheelhouse(env)
     result = subprocess.run(
         [str(part) for part in command],
         capture_output=True,

@@ -112,7 +112,7 @@ def _run(bench: Harness, writer: ServerProcess, instances: dict[str, ServerProce
     writes = None
     try:
         _wait_ready(watcher, len(streams))
-        settle()
+        settle(limit_s=o.settle_s)
         cpu_before = {label: s.cpu_seconds() for label, s in instances.items()}
         machine_before = machine_cpu()
         bench.say(
