@@ -1,13 +1,13 @@
 """Small spaces held whole in memory: a read of a space of at most `SMALL_SPACE` tasks
 takes no query.
 
-A space's rows change only when a task is created in it or one of its tasks finishes;
-`Changes` tells it after each such commit (or failure, which may have committed),
-and a load that raced with one is not kept (`generation`, as in `caches.families`).
-Where several instances write (progress in Redis), each entry also keeps the version of
-the space's rows it was read at (`space_version_key`, bumped by `Changes` with the
-families' versions, read before the rows), and is used only while the space is still at
-that version, for at most `caches.families.VERSIONED_MAX_AGE_US`.
+A space's rows change only when a task is created in it, finishes or is removed; the
+unit of work of each such write tells it after its commit (or failure, which may have
+committed; see `service.unit`), and a load that raced with one is not kept
+(`generation`, as in `caches.families`). Each entry also keeps the version of the
+space's rows it was read at (`space_version_key`, read before the rows; see
+`coherence`), and is used only while the space is still at that version, for at most
+`caches.families.VERSIONED_MAX_AGE_US` (one process alone: a version that never moves).
 With each row the entry keeps the JSON of its answer while the task's progress stays the
 same object (the memory store replaces it on every write), so a read of an unchanged
 task costs a lookup. Pages of bigger spaces, read from the database, reuse the answers
