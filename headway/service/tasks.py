@@ -305,13 +305,7 @@ class Tasks:
                     )
                     if current is not None:
                         raise _FamilyChanged(current)
-                unit.changed(
-                    Changed.REPORT,
-                    row.space_uuid,
-                    row.uuid,
-                    row.parent_uuid,
-                    announced=announced,
-                )
+                unit.tell(told._replace(announced=True) if announced else told)
         if children:
             return self._families.view(row, progress, children, found)
         return domain.view(row, progress)

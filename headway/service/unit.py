@@ -103,6 +103,10 @@ class Unit:
         share link (`task_uuid`) was revoked."""
         self.told.append(Told(kind, space_uuid, task_uuid, parent_uuid, announced))
 
+    def tell(self, told: Told) -> None:
+        """A change already made as the coherence writes it (a report's)."""
+        self.told.append(told)
+
     def deleted(self, space_uuid: str, task_uuids: Sequence[str], parent_uuid: str | None) -> None:
         """Tasks were deleted by their owner, their progress with them; the space's
         streams start over."""
@@ -206,7 +210,10 @@ class Writes:
             self.forget(told)
             if unit.removed:
                 await self._remove_progress(unit.removed)
-            await self._announce(told)
+            try:
+                await self.coherence.announce(told)  # never raises; if it did, the write stands
+            except Exception:
+                log.exception("a change could not be announced")
         if unit.wakes_worker:
             self.wake.worker()
         if unit.wakes_sweeper:
@@ -225,10 +232,3 @@ class Writes:
             await self.progress.delete(task_uuids)
         except Exception as exc:  # it expires in its time
             log.warning("progress of removed tasks not deleted (%s)", exc)
-
-    async def _announce(self, told: Sequence[Told]) -> None:
-        """Tell every instance (see `Coherence.announce`)."""
-        try:
-            await self.coherence.announce(told)
-        except Exception:  # it never raises; if it did, the write stands all the same
-            log.exception("a change could not be announced")
