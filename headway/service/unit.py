@@ -39,6 +39,10 @@ from ..storage.database import Database, Statements
 log = logging.getLogger("headway")
 
 
+# The changes whose tasks are gone, their progress with them.
+_REMOVED = frozenset({Changed.DELETE, Changed.PRUNE})
+
+
 class Cache(Protocol):
     """Anything the service keeps that a write can make stale."""
 
@@ -68,14 +72,13 @@ class Unit:
     """One write: its statements (`st`, inside `Writes.transaction`) and what it changed.
     Published by `Writes` once it ends; an async context manager."""
 
-    __slots__ = ("_writes", "removed", "st", "told", "wakes_sweeper", "wakes_worker")
+    __slots__ = ("_writes", "st", "told", "wakes_sweeper", "wakes_worker")
 
     def __init__(self, writes: Writes) -> None:
         self._writes = writes
         # Set by a transaction (`Writes.transaction`, `Unit.transaction`).
         self.st: Statements
         self.told: list[Told] = []
-        self.removed: list[str] = []  # tasks whose progress goes with them
         self.wakes_worker = False
         self.wakes_sweeper = False
 
@@ -111,7 +114,6 @@ class Unit:
         """Tasks were deleted by their owner, their progress with them; the space's
         streams start over."""
         self.told.extend(Told(Changed.DELETE, space_uuid, uuid, parent_uuid) for uuid in task_uuids)
-        self.removed.extend(task_uuids)
 
     def pruned(
         self, space_uuid: str, task_uuids: Sequence[str], replaced: Sequence[tuple[str, str]]
@@ -124,7 +126,6 @@ class Unit:
         self.told.extend(
             Told(Changed.PRUNE, space_uuid, uuid, paired.get(uuid)) for uuid in task_uuids
         )
-        self.removed.extend(task_uuids)
 
     def dropped(self, space_uuid: str, *, sweep: bool) -> None:
         """The space was deleted with everything in it; `sweep`: wake the sweeper to
@@ -208,8 +209,9 @@ class Writes:
         told = unit.told
         if told:
             self.forget(told)
-            if unit.removed:
-                await self._remove_progress(unit.removed)
+            removed = [each.task_uuid for each in told if each.kind in _REMOVED]
+            if removed:
+                await self._remove_progress(removed)
             try:
                 await self.coherence.announce(told)  # never raises; if it did, the write stands
             except Exception:
