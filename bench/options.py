@@ -66,7 +66,7 @@ MODES: dict[str, dict[str, Any]] = {
     "quick": dict(duration=2, connections=16, threads=2, big=100_000, children=1000, pool=1000,
                   flood_s=5, flood_spaces=100, busy_s=15),
     "smoke": dict(duration=1, connections=2, threads=1, big=1000, children=20, pool=20,
-                  flood_s=2, flood_spaces=10, busy_s=6),
+                  flood_s=1, flood_spaces=10, busy_s=3),
 }  # fmt: skip
 
 
@@ -173,7 +173,7 @@ def _busy_arguments(parser: argparse.ArgumentParser) -> None:
         "--busy-seconds",
         dest="busy_s",
         type=float,
-        help="seconds of the busy space's load (default 60, --quick 15, --smoke 6)",
+        help="seconds of the busy space's load (default 60, --quick 15, --smoke 3)",
     )
     parser.add_argument(
         "--no-busy",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, cast
@@ -188,7 +189,15 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     app.state.settings = settings
     app.state.client_wheel = client_wheel.ClientWheel()
     app.state.refusals = logs.RefusalLog()
-    app.state.openapi = openapi.build_document(
+    app.state.openapi = openapi_document(with_metrics=scraped_here)
+    return app
+
+
+@functools.cache
+def openapi_document(*, with_metrics: bool) -> dict[str, Any]:
+    """The OpenAPI document, built once per process (a tenth of an app's start): it
+    depends on nothing but whether `/metrics` is served on the service's port."""
+    return openapi.build_document(
         {
             **web_routes.openapi_paths,
             **events.openapi_paths,
@@ -198,10 +207,9 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             **channel_routes.openapi_paths,
             **client_wheel.openapi_paths,
             **mcp_routes.openapi_paths,
-            **(metrics_routes.openapi_paths if scraped_here else {}),
+            **(metrics_routes.openapi_paths if with_metrics else {}),
         }
     )
-    return app
 
 
 def make_progress_store(settings: Settings, clock: Clock) -> ProgressStore:

@@ -31,7 +31,10 @@ UNAVAILABLE: tuple[type[Exception], ...] = (
 
 def connection_pool(url: str) -> redis.asyncio.BlockingConnectionPool:
     """Connections to Redis for one process. A burst of more requests than connections
-    waits for a free one (up to 5 s, then 503) rather than failing at once.
+    waits for a free one (up to 5 s, then 503) rather than failing at once. A command
+    holds its connection for one round trip, so a few dozen serve any burst; a burst
+    that opened one each would wait on hundreds of handshakes (and a busy machine's
+    event loop could time some of them out: 503s for nothing).
 
     A connection from before a restart of Redis fails its next command: the command is
     tried again on a new connection (twice, backing off up to a quarter second), so that
@@ -40,7 +43,7 @@ def connection_pool(url: str) -> redis.asyncio.BlockingConnectionPool:
     higher, a change announced twice): none does harm."""
     return redis.asyncio.BlockingConnectionPool.from_url(
         url,
-        max_connections=256,
+        max_connections=64,
         timeout=5.0,
         socket_timeout=2.0,
         socket_connect_timeout=2.0,

@@ -168,7 +168,9 @@ def venv(server: LiveServer, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     [line] = [block for block in readme_blocks("sh") if "/client)" in block]
     assert line.startswith("pip install ")
     line = line.replace("http://HOST:PORT", server.url).replace(
-        "pip install ", f"{root}/bin/pip install --disable-pip-version-check --no-input ", 1
+        "pip install ",
+        f"{root}/bin/pip install --disable-pip-version-check --no-input --no-compile ",
+        1,
     )
     installed = subprocess.run(
         ["bash", "-c", f"set -eo pipefail\n{line}"],
