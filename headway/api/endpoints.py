@@ -24,7 +24,8 @@ class Request(requests.Request):
         `functools.cached_property`, which takes a lock on every first access."""
         visitor = self._visitor
         if visitor is None:
-            visitor = self._visitor = self.app.state.visitors.of(self.scope)
+            scope = self.scope
+            visitor = self._visitor = Visitor(scope["app"].state.visitors, scope)
         return visitor
 
 

@@ -32,6 +32,7 @@ class Bounded(Generic[K, V]):
         "_size",
         "bytes_held",
         "generation",
+        "get",
     )
 
     def __init__(
@@ -44,6 +45,9 @@ class Bounded(Generic[K, V]):
         on_drop: Callable[[K, V], None] | None = None,
     ) -> None:
         self._entries: dict[K, V] = {}
+        # The entry of a key, or None: the dict's own method (a cache read is the hot
+        # path of every task shown, and a method of ours would add a call to each).
+        self.get: Callable[[K], V | None] = self._entries.get
         self._count = count
         self._max_bytes = max_bytes
         self._size = size
@@ -63,9 +67,6 @@ class Bounded(Generic[K, V]):
 
     def items(self) -> Iterator[tuple[K, V]]:
         return iter(self._entries.items())
-
-    def get(self, key: K) -> V | None:
-        return self._entries.get(key)
 
     def touch(self, key: K) -> V | None:
         """The entry, made the newest (it goes last); None if absent."""
