@@ -66,9 +66,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     the slowest spread evenly over the shares, and ends with quick ones: no slow test is
     left to start last and run alone. The tests of a module that share a fixture of the
     module (a wheel, a browser, servers) stay together, to build it once."""
-    # The image tests wait for the images scripts/test builds meanwhile: last, so that
-    # the others do not wait with them.
-    items.sort(key=lambda item: item.nodeid.startswith("tests/test_image.py"))
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
     if workers < 2:
         return
