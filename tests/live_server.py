@@ -145,7 +145,7 @@ class HeadwayProcess:
 class LiveServer(HeadwayProcess):
     """A real `headway serve` on 127.0.0.1 (`args` after `serve`, `env` as for
     `HeadwayProcess`), on a free port unless given one. `start()` returns once it answers
-    `GET /up` with 200, and fails if it exits first or does not answer in time."""
+    `GET /up` with 200, and fails if it exits first or does not answer within `startup_s`."""
 
     def __init__(
         self,
@@ -153,8 +153,10 @@ class LiveServer(HeadwayProcess):
         *args: str,
         port: int | None = None,
         command: list[str] | None = None,
+        startup_s: float = STARTUP_SECONDS,
         **env: str,
     ) -> None:
+        self.startup_s = startup_s
         self.port = port or free_port()
         self._chosen = port is None  # a port taken meanwhile by another is chosen again
         super().__init__(
@@ -168,7 +170,7 @@ class LiveServer(HeadwayProcess):
     def start(self) -> LiveServer:
         super().start()
         assert self.process is not None
-        deadline = time.monotonic() + STARTUP_SECONDS
+        deadline = time.monotonic() + self.startup_s
         while True:
             with contextlib.suppress(httpx.TransportError):
                 if httpx.get(f"{self.url}/up", timeout=5).status_code == 200:
@@ -183,7 +185,7 @@ class LiveServer(HeadwayProcess):
                 pytest.fail(f"headway serve exited with {code}:\n{self.errors()}")
             if time.monotonic() > deadline:
                 self.stop(signal.SIGKILL)
-                pytest.fail(f"headway serve did not answer within {STARTUP_SECONDS} s")
+                pytest.fail(f"headway serve did not answer within {self.startup_s:g} s")
             time.sleep(0.05)
 
     def __enter__(self) -> LiveServer:

@@ -102,7 +102,9 @@ def server_venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 def served(server_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     """`headway serve` of the installed wheel, in a directory of its own."""
     directory = tmp_path_factory.mktemp("served")
-    with LiveServer(directory, command=[str(server_venv / "bin" / "headway")]) as server:
+    # Its first start compiles every module it imports (they were installed uncompiled).
+    command = [str(server_venv / "bin" / "headway")]
+    with LiveServer(directory, command=command, startup_s=120) as server:
         yield server
 
 
