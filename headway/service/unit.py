@@ -99,12 +99,10 @@ class Unit:
         space_uuid: str,
         task_uuid: str,
         parent_uuid: str | None = None,
-        *,
-        announced: bool = False,
     ) -> None:
         """`task_uuid` (a child of `parent_uuid`) was created, reported or finished, or a
         share link (`task_uuid`) was revoked."""
-        self.told.append(Told(kind, space_uuid, task_uuid, parent_uuid, announced))
+        self.told.append(Told(kind, space_uuid, task_uuid, parent_uuid))
 
     def tell(self, told: Told) -> None:
         """A change already made as the coherence writes it (a report's)."""
@@ -208,8 +206,7 @@ class Writes:
         """Tell everyone what `unit` changed (see the module docstring). Never raises."""
         told = unit.told
         if told:
-            self.forget(told)
-            removed = [each.task_uuid for each in told if each.kind in _REMOVED]
+            removed = self.forget(told)
             if removed:
                 await self._remove_progress(removed)
             try:
@@ -221,13 +218,19 @@ class Writes:
         if unit.wakes_sweeper:
             self.wake.sweeper()
 
-    def forget(self, told: Sequence[Told]) -> None:
-        """Tell this process's caches: each drops what the changes made stale."""
+    def forget(self, told: Sequence[Told]) -> list[str]:
+        """Tell this process's caches: each drops what the changes made stale. The tasks
+        removed (their progress goes too)."""
         hearing = self._hearing
+        removed = []
         for each in told:
-            parent = None if each.kind is Changed.PRUNE else each.other
-            for cache in hearing[each.kind]:
-                cache.on_change(each.kind, each.space_uuid, each.task_uuid, parent)
+            kind = each.kind
+            if kind in _REMOVED:
+                removed.append(each.task_uuid)
+            parent = None if kind is Changed.PRUNE else each.other
+            for cache in hearing[kind]:
+                cache.on_change(kind, each.space_uuid, each.task_uuid, parent)
+        return removed
 
     async def _remove_progress(self, task_uuids: list[str]) -> None:
         try:
