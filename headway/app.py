@@ -29,6 +29,7 @@ from .coherence.local import OneProcess
 from .config import Settings
 from .disk import DiskBudget
 from .live import Live
+from .loops import stop
 from .notify.deliver import channel_sender
 from .notify.stalls import StallWatch
 from .progress import ProgressStore
@@ -146,15 +147,8 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         finally:
             if live is not None:
                 live.end_all()
-            for task in (stalls_task, sweeper_task, disk_task):
-                if task is not None:
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+            await stop(stalls_task, sweeper_task, disk_task, worker_task)
             if worker_task is not None:
-                worker_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await worker_task
                 await worker.close()
             await visitors.close()
             await coherence.close()

@@ -6,10 +6,10 @@ instance that holds it dies or shuts down."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import pytest
 
+from headway.loops import stop
 from headway.notify.deliver import DIGEST_S, ChannelSender
 from headway.notify.stalls import StallWatch
 from headway.progress.memory import MemoryProgressStore
@@ -216,9 +216,3 @@ async def test_an_instance_shutting_down_lets_the_lease_go(app, make_task, chann
     await stop(looking)
     await two.step()  # no time has passed: the lease was given up, not lapsed
     assert two._held and two.wait_s == 15
-
-
-async def stop(task: asyncio.Task) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task

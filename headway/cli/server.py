@@ -135,7 +135,7 @@ def _migrate_command(args: argparse.Namespace) -> int:
 def _migrate(settings: Settings) -> int:
     from ..storage.database import Database
 
-    async def run() -> None:
+    async def run() -> int:
         db = Database(settings.database_url)
         try:
             await db.migrate()
@@ -153,13 +153,14 @@ def _worker(settings: Settings) -> int:
 
     from ..clock import SystemClock
     from ..logs import server_log_config
+    from ..loops import stop
     from ..notify.deliver import channel_sender
     from ..storage.database import Database
     from ..worker import Worker
 
     logging.config.dictConfig(server_log_config())  # deliveries logged as under serve
 
-    async def run() -> None:
+    async def run() -> int:
         db = Database(settings.database_url)
         await db.migrate()
         clock = SystemClock()
@@ -170,23 +171,24 @@ def _worker(settings: Settings) -> int:
             channels=channel_sender(settings, db, clock),
             give_up_s=settings.delivery_give_up,
         )
-        task = asyncio.current_task()
-        assert task is not None
+        stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
+            loop.add_signal_handler(sig, stopping.set)
         print(f"headway: worker {worker.id} delivering events", flush=True)
         _prepare_metrics(settings, serves_app=False)  # on HEADWAY_METRICS_PORT if set
+        # Stopped by a signal, however many cancellations it takes (see `loops.stop`).
+        delivering = asyncio.create_task(worker.run(), name="headway-worker")
+        signalled = asyncio.create_task(stopping.wait())
         try:
-            await worker.run()
-        except asyncio.CancelledError:
-            pass
+            await asyncio.wait({delivering, signalled}, return_when=asyncio.FIRST_COMPLETED)
         finally:
+            await stop(delivering, signalled)
             await worker.close()
             await db.close()
+        return 0 if delivering.cancelled() else 1  # its error, if it ended, is logged
 
-    asyncio.run(run())
-    return 0
+    return asyncio.run(run())
 
 
 def _serve(settings: Settings, workers: int) -> int:
