@@ -159,6 +159,19 @@ async def test_writes_stay_fast_while_a_worker_churns_a_hundred_thousand_pending
     hook = await register(client, space, dead_url)
     await fill(db, space, hook, 100_000, clock.now_us(), "dead")
 
+
+    async def timed_writes() -> list[float]:
+        writes: list[float] = []
+        for _ in range(150):
+            started = time.perf_counter()
+            task = await make_task()
+            writes.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            await finish(client, task)
+            writes.append(time.perf_counter() - started)
+        return writes
+
+    quiet = await timed_writes()  # the same writes without a worker: this machine's pace
     worker = Worker(db, clock, allow_private=True, poll_s=0.05)
     claims: list[float] = []
     claim = worker.claim
@@ -172,17 +185,10 @@ async def test_writes_stay_fast_while_a_worker_churns_a_hundred_thousand_pending
 
     worker.claim = timed_claim  # type: ignore[method-assign]
     running = asyncio.create_task(worker.run())
-    writes: list[float] = []
     try:
         while len(claims) < 3:  # the worker is at it
             await asyncio.sleep(0.01)
-        for _ in range(150):
-            started = time.perf_counter()
-            task = await make_task()
-            writes.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            await finish(client, task)
-            writes.append(time.perf_counter() - started)
+        writes = await timed_writes()
     finally:
         running.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -194,10 +200,14 @@ async def test_writes_stay_fast_while_a_worker_churns_a_hundred_thousand_pending
         f"{len(writes)} writes: p50 {p(writes, 0.5) * 1000:.1f} ms, p99 "
         f"{p(writes, 0.99) * 1000:.1f} ms; {len(claims)} claims: p50 "
         f"{p(claims, 0.5) * 1000:.1f} ms, p99 {p(claims, 0.99) * 1000:.1f} ms; "
-        f"{attempted[0][0]} deliveries attempted"
+        f"{attempted[0][0]} deliveries attempted; without the worker: p99 "
+        f"{p(quiet, 0.99) * 1000:.1f} ms"
     )
     assert attempted[0][0] > 100  # the worker was delivering (to no one) all along
-    assert p(writes, 0.99) < 0.050
+    # Against the same writes without the worker, on this machine as it is now: the target
+    # itself (a p99 under 50 ms) is the benchmark's (bench/scenarios/outbox.py). A claim
+    # that held the write lock as long as it scanned would take hundreds of milliseconds.
+    assert p(writes, 0.99) < 4 * p(quiet, 0.99) + 0.010
 
 
 async def test_claims_and_give_ups_read_by_index(app):
