@@ -14,8 +14,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SMOKE_SECONDS = 600  # about 90 s on two calm cores; 160 s beside other work
 
 
-# Beside the other tests: it checks that every scenario runs and what each row holds,
-# never the figures themselves (smoke mode waits for no calm machine: bench.options).
+# It checks that every scenario runs and what each row holds, never the figures themselves
+# (smoke mode waits for no calm machine: bench.options). So it runs at idle priority beside
+# the tests that measure time, on the CPU they leave (about a core and a half of two).
+@pytest.mark.background
 def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
     if shutil.which("wrk") is None:
         pytest.fail("wrk is not installed (apt-get install wrk): the bench smoke needs it")
