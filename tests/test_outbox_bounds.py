@@ -159,7 +159,6 @@ async def test_writes_stay_fast_while_a_worker_churns_a_hundred_thousand_pending
     hook = await register(client, space, dead_url)
     await fill(db, space, hook, 100_000, clock.now_us(), "dead")
 
-
     async def timed_writes() -> list[float]:
         writes: list[float] = []
         for _ in range(150):
