@@ -272,6 +272,11 @@ def scenario_titles(o: Options) -> dict[str, str]:
         "badge_get_task": f"GET /tasks/{{t}}, {BADGE_SPACE_TASKS} tasks (the badges' control)",
         "badge": "GET /shared/{s}/tasks/{id}/badge.svg over the same tasks",
         "badge_space": f"GET /shared/{{s}}/badge.svg, a space of {BADGE_SPACE_TASKS} tasks",
+        "jobs_few": "GET /spaces/{s}/jobs: 2 jobs holding 100 runs",
+        "jobs_many": (
+            "GET /spaces/{s}/jobs: 2 jobs holding "
+            f"{10_000 if o.mode == 'smoke' else 100_000:,} runs"
+        ),
         "busy_embedded": (
             f"busy space, embedded: {BUSY_RATE} creates/s + {BUSY_RATE} reports/s for "
             f"{o.busy_s:g} s; lag of its {BUSY_STREAMS} streams"

@@ -42,6 +42,7 @@ from .scenarios.budget import BUDGET_ROWS
 from .scenarios.busy import BUSY_ROWS
 from .scenarios.channels import CHANNEL_ROWS
 from .scenarios.flood import FLOOD_ROWS, flood
+from .scenarios.jobs import JOBS_ROWS, jobs, jobs_targets
 from .scenarios.neighbour import NEIGHBOUR_ROWS, neighbour, neighbour_targets
 from .scenarios.outbox import OUTBOX_ROWS, outbox, outbox_targets
 from .scenarios.space_delete import DELETE_ROWS, space_delete, space_delete_targets
@@ -109,6 +110,7 @@ def phases(bench: Harness) -> list[Phase]:
         (FLOOD_ROWS, flood),
         (STREAM_ROWS, streams),
         (BADGE_ROWS, badges),
+        (JOBS_ROWS, jobs),
         (["busy_embedded"], busy.embedded),
         (["busy_a", "busy_b"], busy.scale_out_busy),
         (["scale_out_one", "scale_out_two"], scale_out.scale_out),
@@ -132,7 +134,7 @@ def baseline(bench: Harness) -> None:
 
 def targets(rows: dict[str, Row], o: Options) -> list[Target]:
     """Every target, in table order: issue 6's, the reads and creates', the live stream's,
-    the busy space's, the notification channels', the sweeper's, the badges'."""
+    the busy space's, the notification channels', the sweeper's, the badges', the jobs'."""
     return (
         issue6_targets(rows, o)
         + reads_creates_targets(rows, o)
@@ -144,6 +146,7 @@ def targets(rows: dict[str, Row], o: Options) -> list[Target]:
         + space_delete_targets(rows, o)
         + neighbour_targets(rows, o)
         + badge_targets(rows)
+        + jobs_targets(rows)
         + budget_targets(rows)
     )
 

@@ -16,6 +16,7 @@ from . import logs, metrics
 from .api import badges as badge_routes
 from .api import channels as channel_routes
 from .api import client_wheel, events, health, openapi, rest
+from .api import jobs as job_routes
 from .api import mcp as mcp_routes
 from .api import metrics as metrics_routes
 from .api import shares as share_routes
@@ -169,6 +170,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             *badge_routes.routes,
             *events.routes,
             *share_routes.routes,
+            *job_routes.routes,
             *webhook_routes.routes,
             *channel_routes.routes,
             *health.routes,
@@ -196,6 +198,7 @@ def openapi_document(*, with_metrics: bool) -> dict[str, Any]:
             **web_routes.openapi_paths,
             **events.openapi_paths,
             **share_routes.openapi_paths,
+            **job_routes.openapi_paths,
             **badge_routes.openapi_paths,
             **webhook_routes.openapi_paths,
             **channel_routes.openapi_paths,

@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from .jobs import Job
+
 MAX_BODY = 65_536
 MAX_TEXT = 200
 MAX_VALUES = 64
@@ -210,6 +212,13 @@ class ShareCreated(msgspec.Struct):
     ]
     url: Annotated[str, Meta(description="The link's path: /shared/{uuid}.")]
     created_at: Annotated[str, Meta(extra_json_schema={"format": "date-time"})]
+
+
+class JobsOut(msgspec.Struct):
+    """A space's jobs: its tasks grouped by title, source and parent's title, newest
+    activity first, each with its counts, its usual duration and its newest runs."""
+
+    jobs: list[Job]
 
 
 class ShareOut(msgspec.Struct):

@@ -291,6 +291,7 @@ TABLES = (
     "shares",
     "idempotency_keys",
     "worker_heartbeats",
+    "jobs",
     "tasks",
     "spaces",
 )

@@ -34,6 +34,7 @@ _MODELS = [
     schemas.CreateShare,
     schemas.ShareCreated,
     schemas.ShareOut,
+    schemas.JobsOut,
     schemas.SharedSpaceOut,
     schemas.ShieldsOut,
     schemas.ErrorOut,

@@ -38,6 +38,7 @@ from .context import Stores
 from .deletes import Deletes
 from .families import Families
 from .idempotency import Idempotency, Keys
+from .jobs import Jobs
 from .reads import SPACE_PAGE, SpaceReads, parse_limit
 from .shares import Shares
 from .spaces import Head, Spaces
@@ -109,6 +110,7 @@ class Service:
         )
         self.shares = Shares(stores, self.spaces, per_space=shares_per_space)
         self.badges = Badges(stores, self.shares, self.reads, self.tasks)
+        self.jobs = Jobs(stores, self.spaces)
         self.channels = Channels(
             stores,
             self.spaces,

@@ -14,7 +14,7 @@ from ..completion import completion_event
 from ..dependencies import unavailable
 from ..domain import Changed, FamilyVersion, Progress, TaskRow, canonical_uuid
 from ..errors import NotFound
-from ..storage import channel_queue, outbox, queries
+from ..storage import channel_queue, jobs, outbox, queries
 from .context import NO_TASK, Stores
 from .unit import Unit
 
@@ -108,21 +108,25 @@ class Families:
         the same). Returns the row as it now stands."""
         duration = domain.duration_seconds(row.created_at_us, now_us)
         unit.changed(Changed.FINISH, row.space_uuid, row.uuid, row.parent_uuid)
+        finished = msgspec.structs.replace(row, finished_at_us=now_us, duration=duration)
+        event = _Event(domain.view(finished, progress, family), now_us)
         async with unit.transaction() as st:
             if row.parent_uuid is not None:
                 await queries.lock_task(st, row.parent_uuid)
-            if not await queries.finish_task(st, row.uuid, now_us, duration):
+            if not await queries.finish_task(st, row.uuid, now_us, duration, event.failed):
                 # Another report finished it first, and its finish time stands; or it was
                 # deleted meanwhile (its space too, maybe).
                 found = (await queries.tasks_by_uuid(st, (row.uuid,))).get(row.uuid)
                 if found is None:
                     raise NotFound(NO_TASK)
                 return found
-            row = msgspec.structs.replace(row, finished_at_us=now_us, duration=duration)
-            await self._record_event(unit, domain.view(row, progress, family), now_us)
+            row = finished
+            await self._record_event(unit, event)
+            runs = [(row.uuid, event.failed)]
             parent_done = row.parent_uuid is not None and await self._finish_parent_if_done(
-                unit, row, progress, now_us
+                unit, row, progress, now_us, runs
             )
+            await jobs.finished(st, runs, now_us)
         if parent_done:
             assert row.parent_uuid is not None
             await self.release(row.parent_uuid)
@@ -139,11 +143,16 @@ class Families:
                 raise
 
     async def _finish_parent_if_done(
-        self, unit: Unit, child: TaskRow, child_progress: Progress, now_us: int
+        self,
+        unit: Unit,
+        child: TaskRow,
+        child_progress: Progress,
+        now_us: int,
+        runs: list[tuple[str, bool]],
     ) -> bool:
         assert child.parent_uuid is not None
         known = {child.uuid: child_progress}
-        return await self.finish_if_steps_done(unit, child.parent_uuid, now_us, known)
+        return await self.finish_if_steps_done(unit, child.parent_uuid, now_us, known, runs)
 
     async def finish_if_steps_done(
         self,
@@ -151,13 +160,15 @@ class Families:
         parent_uuid: str,
         now_us: int,
         known: dict[str, Progress] | None = None,
+        runs: list[tuple[str, bool]] | None = None,
     ) -> bool:
         """Finish the parent, with its event, if it has steps and every one of them has
         finished (after a step's finish, or a step's delete), unless it is held open by
         its own reporter. Call under the parent's row lock (`queries.lock_task`), within
         the transaction of `unit` that changed its steps. `known`: progress just written
         and not yet stored. True: it finished here (the caller tells `unit` so, unless a
-        change of a step of it told already).
+        change of a step of it told already). `runs`: where to add its run, for the caller
+        to count in its job with its own (else it is counted here).
 
         A parent with progress of its own received a report that did not finish it: it
         is held (marked so in the database, which outlasts that progress's expiry), and
@@ -174,16 +185,23 @@ class Families:
         if any(not step.finished for step in steps):
             return False
         duration = domain.duration_seconds(parent.created_at_us, now_us)
-        if not await queries.finish_task(st, parent.uuid, now_us, duration, unless_held=True):
-            return False
         parent = msgspec.structs.replace(parent, finished_at_us=now_us, duration=duration)
         found = await progress.get_many([s.uuid for s in steps])
         known = known or {}
         family = [(s, known.get(s.uuid, p)) for s, p in zip(steps, found, strict=True)]
-        await self._record_event(unit, domain.view(parent, None, family), now_us)
+        event = _Event(domain.view(parent, None, family), now_us)
+        if not await queries.finish_task(
+            st, parent.uuid, now_us, duration, event.failed, unless_held=True
+        ):
+            return False
+        await self._record_event(unit, event)
+        if runs is None:
+            await jobs.finished(st, [(parent.uuid, event.failed)], now_us)
+        else:
+            runs.append((parent.uuid, event.failed))
         return True
 
-    async def _record_event(self, unit: Unit, task: domain.TaskView, now_us: int) -> None:
+    async def _record_event(self, unit: Unit, event: _Event) -> None:
         """Write the completion event (bounded in size: see `completion_event`) and queue
         it for every webhook of the space, and for each of its channels that wants it;
         beyond an endpoint's cap, its oldest undelivered events are given up. The worker
@@ -191,7 +209,7 @@ class Families:
         st = unit.st
         unit.queued()
         event_id = f"msg_{uuid.uuid4().hex}"
-        payload = completion_event(task, now_us)
+        task, payload, now_us = event.task, event.payload, event.now_us
         cap = self.outbox_per_endpoint
         space_uuid = task.space_uuid
         watched = (True, True)
@@ -207,17 +225,13 @@ class Families:
         )
         pushed_out = 0
         if watched[1]:
-            # Only an answer that names an error somewhere can have failed (a reduced event
-            # may have left the children's values out: judged on the whole answer then).
-            maybe = '"error"' in payload or '"children_omitted"' in payload
-            failed = maybe and domain.view_failure(task) is not None
             pushed_out = await channel_queue.fan_out(
                 st,
                 event_id,
                 space_uuid,
                 task.uuid,
                 payload,
-                failed=failed,
+                failed=event.failed,
                 step=task.parent_uuid is not None,
                 now_us=now_us,
                 cap=cap,
@@ -228,3 +242,19 @@ class Families:
         if pushed_out:
             metrics.channel_delivery("given_up", pushed_out)
             metrics.given_up("channel", "cap", pushed_out)
+
+
+class _Event:
+    """A finished task's completion event (bounded in size: see `completion_event`), and
+    whether the task failed, judged once for its row, its job and its channels."""
+
+    __slots__ = ("failed", "now_us", "payload", "task")
+
+    def __init__(self, task: domain.TaskView, now_us: int) -> None:
+        self.task = task
+        self.now_us = now_us
+        self.payload = completion_event(task, now_us)
+        # Only an answer that names an error somewhere can have failed (a reduced event
+        # may have left the children's values out: judged on the whole answer then).
+        maybe = '"error"' in self.payload or '"children_omitted"' in self.payload
+        self.failed = maybe and domain.view_failure(task) is not None

@@ -15,9 +15,10 @@ from ..coherence import Told
 from ..dependencies import unavailable
 from ..domain import Changed, FamilyVersion, Progress, Report, TaskRow, canonical_uuid
 from ..errors import Conflict, HeadwayError, NotFound, Unprocessable
+from ..jobs import job_key
 from ..progress import NO_CLIENT
 from ..schemas import CreateTask
-from ..storage import queries
+from ..storage import jobs, queries
 from ..storage.batch import GroupCommit
 from ..storage.database import Statements
 from ..storage.idempotency import KeyRow
@@ -171,7 +172,8 @@ class Tasks:
         if rows:
             for row in rows:
                 unit.changed(Changed.CREATE, row.space_uuid, row.uuid, row.parent_uuid)
-            await queries.insert_tasks(st, rows)
+            named = [_job_of(row, parents) for row in rows]
+            await queries.insert_tasks(st, rows, [job and job[0] for job in named])
             await queries.count_children(st, steps.added)
             made = {row.uuid for row in rows}
             await queries.hold_tasks(
@@ -179,6 +181,7 @@ class Tasks:
             )
             if keyed:
                 await self.keys.record(st, _key_rows(batch, outcomes, settled))
+            await jobs.created(st, [job for job in named if job is not None], now_us)
         return [settled[i] if i in settled else outcomes[i] for i in range(len(batch))]
 
     async def _settle_keys(self, st: Statements, batch: Sequence[_NewTask]) -> dict[int, Settled]:
@@ -394,3 +397,14 @@ def _parent_refusal(parent: TaskRow | None, space_uuid: str) -> HeadwayError | N
             "parent_uuid is already a step of another task: tasks nest one level only."
         )
     return None
+
+
+def _job_of(
+    row: TaskRow, parents: dict[str, tuple[TaskRow, int]]
+) -> tuple[str, str, str, str | None, str | None] | None:
+    """The job the new task is in, as `storage.jobs.created` notes it (None: untitled)."""
+    parent_title = None if row.parent_uuid is None else parents[row.parent_uuid][0].title
+    key = job_key(row.space_uuid, row.title, row.source, parent_title)
+    if key is None or row.title is None:
+        return None
+    return key, row.space_uuid, row.title, row.source, parent_title

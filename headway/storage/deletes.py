@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from . import jobs
 from .channels import lock_channels
 from .database import Fetch, Statements
 from .outbox import lock_webhooks
@@ -44,6 +45,7 @@ async def delete_tasks(st: Statements, task_uuids: Sequence[str]) -> None:
     their undelivered events out of their webhooks' and channels' queues."""
     for chunk in _chunks(task_uuids):
         marks, params = _marks(len(chunk)), tuple(chunk)
+        runs = await jobs.runs_of(st, marks, params)  # counted out of their jobs, last
         events = f"SELECT id FROM outbox WHERE task_uuid IN ({marks})"
         hooks = f"SELECT webhook_uuid FROM deliveries WHERE event_id IN ({events})"
         channel_rows = f"SELECT channel_uuid FROM channel_deliveries WHERE task_uuid IN ({marks})"
@@ -71,6 +73,7 @@ async def delete_tasks(st: Statements, task_uuids: Sequence[str]) -> None:
         await st.many(f"DELETE FROM channel_deliveries WHERE task_uuid IN ({marks})", [params])
         await st.many(f"DELETE FROM stalls WHERE task_uuid IN ({marks})", [params])
         await st.many(f"DELETE FROM tasks WHERE uuid IN ({marks})", [params])
+        await jobs.forget_runs(st, runs)
 
 
 async def family_uuids(fetch: Fetch, task_uuid: str) -> tuple[str, str | None, list[str]] | None:
@@ -247,6 +250,7 @@ async def remove_space(st: Statements, space_uuid: str) -> None:
         "DELETE FROM deliveries WHERE event_id IN (SELECT id FROM outbox WHERE space_uuid = ?)",
         "DELETE FROM outbox WHERE space_uuid = ?",
         "DELETE FROM idempotency_keys WHERE space_uuid = ?",
+        "DELETE FROM jobs WHERE space_uuid = ?",
         *_ENDPOINTS,
     ):
         await st.many(sql, [(space_uuid,)])

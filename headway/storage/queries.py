@@ -157,14 +157,25 @@ async def children_uuids(st: Statements, parents: Sequence[str]) -> list[str]:
     return [row[0] for row in found]
 
 
-async def insert_tasks(st: Statements, rows: Sequence[TaskRow]) -> None:
-    """Insert new tasks in one statement (executemany)."""
+async def insert_tasks(
+    st: Statements, rows: Sequence[TaskRow], jobs: Sequence[str | None] | None = None
+) -> None:
+    """Insert new tasks in one statement (executemany), each in its job (see `headway.jobs`;
+    `jobs` in the order of `rows`; none given: in none)."""
     await st.many(
-        "INSERT INTO tasks (uuid, space_uuid, parent_uuid, title, source, created_at_us) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
+        "INSERT INTO tasks (uuid, space_uuid, parent_uuid, title, source, created_at_us, job) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
         [
-            (row.uuid, row.space_uuid, row.parent_uuid, row.title, row.source, row.created_at_us)
-            for row in rows
+            (
+                row.uuid,
+                row.space_uuid,
+                row.parent_uuid,
+                row.title,
+                row.source,
+                row.created_at_us,
+                job,
+            )
+            for row, job in zip(rows, jobs or [None] * len(rows), strict=True)
         ],
     )
 
@@ -280,16 +291,22 @@ async def lock_task(st: Statements, uuid: str) -> None:
 
 
 async def finish_task(
-    st: Statements, uuid: str, finished_at_us: int, duration: int, *, unless_held: bool = False
+    st: Statements,
+    uuid: str,
+    finished_at_us: int,
+    duration: int,
+    failed: bool,
+    *,
+    unless_held: bool = False,
 ) -> bool:
-    """Mark the task finished unless it already is (or its space was deleted, or, with
-    `unless_held`, it is a parent held open by its own reporter). True: this call
-    finished it."""
+    """Mark the task finished, succeeded or `failed`, unless it already is (or its space
+    was deleted, or, with `unless_held`, it is a parent held open by its own reporter).
+    True: this call finished it."""
     held = " AND NOT held" if unless_held else ""
     found = await st.rows(
-        "UPDATE tasks SET finished_at_us = ?, duration = ? "
+        "UPDATE tasks SET finished_at_us = ?, duration = ?, failed = ? "
         f"WHERE uuid = ? AND finished_at_us IS NULL{held} AND {LIVE} RETURNING uuid",
-        (finished_at_us, duration, uuid),
+        (finished_at_us, duration, failed, uuid),
     )
     return len(found) == 1
 

@@ -54,9 +54,29 @@ tasks = Table(
     Column("duration", BigInteger),
     # A parent that reported itself: it finishes only by its own `done` (0011).
     Column("held", Boolean, nullable=False, server_default=false()),
+    # Its job (see `headway.jobs`; NULL: untitled), and whether it failed (NULL: active) (0013).
+    Column("job", String(32)),
+    Column("failed", Boolean),
     Index("tasks_space_created", "space_uuid", "created_at_us", unique=True),
     Index("tasks_parent", "parent_uuid"),
     Index("tasks_space_parent_created", "space_uuid", "parent_uuid", "created_at_us"),
+    Index("tasks_job_runs", "job", "failed", "finished_at_us", "created_at_us"),
+)
+
+# Each job's counts and last activity (a create or a finish), kept up by every write that
+# changes them, so that a read of a space's jobs does not grow with its history (0013).
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("space_uuid", String(36), nullable=False),
+    Column("title", String(200), nullable=False),
+    Column("source", String(200)),
+    Column("parent_title", String(200)),
+    Column("runs", Integer, nullable=False, server_default="0"),
+    Column("failed", Integer, nullable=False, server_default="0"),
+    Column("last_at_us", BigInteger, nullable=False),
+    Index("jobs_space_last", "space_uuid", "last_at_us", "id"),
 )
 
 outbox = Table(

@@ -1,0 +1,99 @@
+"""Jobs: `GET /spaces/{s}/jobs`, and through a share link `GET /shared/{share}/jobs`
+(see `headway.jobs` and `service.jobs`). A read pays for each job it lists, as a space
+read pays for each task."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import Response
+
+from ..decoding import query_params
+from ..schemas import JobsOut
+from ..service import Service
+from ..service.jobs import DEFAULT_LIMIT, MAX_LIMIT
+from .endpoints import Request, Route
+from .openapi_parts import (
+    SPACE,
+    TOO_MANY_REQUESTS,
+    UNAVAILABLE,
+    error,
+    json_answer,
+    query_param,
+    ref,
+    uuid_param,
+)
+from .responses import JSONResponse
+
+
+def _service(request: Request) -> Service:
+    return request.app.state.service
+
+
+async def _answer(request: Request, space_uuid: str) -> Response:
+    bill = await request.visitor.read_bill()
+    limit = query_params(request.scope["query_string"]).get("limit")
+    found = await _service(request).jobs.list(space_uuid, limit)
+    await bill.pay(len(found))
+    return JSONResponse(JobsOut(found))
+
+
+async def space_jobs(request: Request) -> Response:
+    return await _answer(request, request.path_params["space_uuid"])
+
+
+async def shared_jobs(request: Request) -> Response:
+    space_uuid = await _service(request).space_of_share(request.path_params["share_uuid"])
+    return await _answer(request, space_uuid)
+
+
+routes = [
+    Route("/spaces/{space_uuid}/jobs", space_jobs, methods=["GET"]),
+    Route("/shared/{share_uuid}/jobs", shared_jobs, methods=["GET"]),
+]
+
+_LIMIT = query_param(
+    "limit",
+    {"type": "integer", "minimum": 1},
+    f"How many jobs, of newest activity (default {DEFAULT_LIMIT}; at most {MAX_LIMIT} are "
+    "answered, however many are asked for).",
+)
+_DESCRIPTION = (
+    "A job is the tasks of the space with one title, source and parent's title (a task "
+    "without a title is in none); its runs are its finished tasks. Each job: its runs and "
+    "failed runs, its active tasks, its usual duration (p50 and p95 of its last 20 "
+    "succeeded runs, once it has 5; failed runs never count) and its newest 30 runs. Jobs "
+    "come newest activity first (a task created or finished). Runs are counted from the "
+    "version that keeps jobs on: tasks made before it are in none."
+)
+
+
+def _operation(operation_id: str, summary: str, parameter: dict[str, Any], missing: str) -> Any:
+    return {
+        "get": {
+            "operationId": operation_id,
+            "summary": summary,
+            "description": _DESCRIPTION,
+            "parameters": [parameter, _LIMIT],
+            "responses": {
+                "200": json_answer(ref("JobsOut"), "The jobs, newest activity first."),
+                "400": error("A bad limit, or a parameter given twice."),
+                "404": error(missing),
+                "429": TOO_MANY_REQUESTS,
+                "503": UNAVAILABLE,
+            },
+        }
+    }
+
+
+openapi_paths: dict[str, Any] = {
+    "/spaces/{space_uuid}/jobs": _operation(
+        "listJobs", "A space's jobs and their runs", SPACE, "No such space (or not a UUID)."
+    ),
+    "/shared/{share_uuid}/jobs": _operation(
+        "listSharedJobs",
+        "A space's jobs through a share link",
+        uuid_param("share_uuid", "The share link's uuid."),
+        "No such share link: revoked, or never created (or not a UUID).",
+    ),
+}

@@ -1,0 +1,147 @@
+"""SQL of jobs (see `headway.jobs`): each job's row kept up by the writes that change it,
+and a job's newest runs found by the index on tasks (`tasks_job_runs`: job, failed,
+finished_at_us), so that no read grows with the number of runs a space keeps.
+
+Writes touch a job's row last in their transaction (after the tasks' rows), so that on
+PostgreSQL two writes never take the same rows' locks in opposite orders.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .database import Fetch, Statements
+
+# Jobs whose runs one statement looks up (two index scans each, joined by UNION ALL).
+RUNS_AT_ONCE = 50
+
+_LATER = (
+    "CASE WHEN excluded.last_at_us > jobs.last_at_us THEN excluded.last_at_us "
+    "ELSE jobs.last_at_us END"
+)
+
+
+async def created(
+    st: Statements, jobs: Sequence[tuple[str, str, str, str | None, str | None]], now_us: int
+) -> None:
+    """Note tasks just created in these jobs (key, space, title, source, parent's title):
+    each job's row made if it is new, and its last activity moved to `now_us`."""
+    if not jobs:
+        return
+    await st.many(
+        "INSERT INTO jobs (id, space_uuid, title, source, parent_title, last_at_us) "
+        f"VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET last_at_us = {_LATER}",
+        [(*job, now_us) for job in sorted(set(jobs))],
+    )
+
+
+async def finished(st: Statements, runs: Sequence[tuple[str, bool]], now_us: int) -> None:
+    """Count the runs of tasks that just finished in this transaction, (uuid, failed), in
+    their jobs (a task in none: nothing). Two at once (a step and its parent) are counted
+    in the order of their jobs, as creates note theirs (`created`)."""
+    if len(runs) > 1:
+        found = await st.rows(
+            f"SELECT uuid, job FROM tasks WHERE uuid IN ({', '.join('?' * len(runs))})",
+            [uuid for uuid, _ in runs],
+        )
+        job_of = {row[0]: row[1] for row in found}
+        runs = sorted(runs, key=lambda run: job_of.get(run[0]) or "")
+    await st.many(
+        "UPDATE jobs SET runs = runs + 1, failed = failed + ?, last_at_us = CASE WHEN "
+        "last_at_us > ? THEN last_at_us ELSE ? END "
+        "WHERE id = (SELECT job FROM tasks WHERE uuid = ?)",
+        [(1 if failed else 0, now_us, now_us, uuid) for uuid, failed in runs],
+    )
+
+
+async def runs_of(st: Statements, marks: str, params: Sequence[str]) -> list[tuple[str, int, int]]:
+    """The runs among the tasks `params` names (`marks`: their placeholders) by job: (job,
+    runs, failed), to count out once they are deleted (`forget_runs`)."""
+    found = await st.rows(
+        "SELECT job, count(*), sum(CASE WHEN failed THEN 1 ELSE 0 END) FROM tasks "
+        f"WHERE uuid IN ({marks}) AND job IS NOT NULL AND finished_at_us IS NOT NULL "
+        "GROUP BY job",
+        params,
+    )
+    return [(row[0], int(row[1]), int(row[2] or 0)) for row in found]
+
+
+async def forget_runs(st: Statements, counts: Sequence[tuple[str, int, int]]) -> None:
+    """Count out runs whose tasks were deleted (see `runs_of`)."""
+    if counts:
+        await st.many(
+            "UPDATE jobs SET runs = runs - ?, failed = failed - ? WHERE id = ?",
+            [(runs, failed, job) for job, runs, failed in sorted(counts)],
+        )
+
+
+async def space_jobs(fetch: Fetch, space_uuid: str, limit: int) -> list[tuple[Any, ...]]:
+    """The space's `limit` jobs of newest activity, newest first: (key, title, source,
+    parent_title, runs, failed)."""
+    return list(
+        await fetch(
+            "SELECT id, title, source, parent_title, runs, failed FROM jobs "
+            "WHERE space_uuid = ? ORDER BY last_at_us DESC, id DESC LIMIT ?",
+            (space_uuid, limit),
+        )
+    )
+
+
+async def newest_runs(
+    fetch: Fetch, keys: Sequence[str], count: int
+) -> dict[str, tuple[list[tuple[int, int]], list[tuple[int, int]]]]:
+    """Each job's newest `count` succeeded runs, and its failed runs among its newest
+    `count` runs, newest first, as (created_at_us, finished_at_us): index scans of at most
+    `count` entries each (the index holds both instants), whatever a job's history."""
+    found: dict[str, tuple[list[tuple[int, int]], list[tuple[int, int]]]] = {
+        key: ([], []) for key in keys
+    }
+    count = int(count)
+    columns = "job, failed, created_at_us, finished_at_us"
+    # The failed runs newer than the count-th newest succeeded one (all, if it has fewer).
+    since = (
+        "COALESCE((SELECT finished_at_us FROM tasks WHERE job = ? AND failed = FALSE "
+        f"ORDER BY finished_at_us DESC LIMIT 1 OFFSET {count - 1}), 0)"
+    )
+    for start in range(0, len(keys), RUNS_AT_ONCE):
+        chunk = keys[start : start + RUNS_AT_ONCE]
+        parts = []
+        for n in range(len(chunk)):
+            parts.append(
+                f"SELECT * FROM (SELECT {columns} FROM tasks WHERE job = ? AND failed = FALSE "
+                f"ORDER BY finished_at_us DESC LIMIT {count}) AS succeeded{n}"
+            )
+            parts.append(
+                f"SELECT * FROM (SELECT {columns} FROM tasks WHERE job = ? AND failed = TRUE "
+                f"AND finished_at_us >= {since} ORDER BY finished_at_us DESC LIMIT {count}) "
+                f"AS failed{n}"
+            )
+        params = [key for key in chunk for _ in range(3)]
+        for job, failed, created_us, finished_us in await fetch(" UNION ALL ".join(parts), params):
+            found[job][1 if failed else 0].append((int(created_us), int(finished_us)))
+    return found
+
+
+async def active_counts(fetch: Fetch, keys: Sequence[str]) -> dict[str, int]:
+    """How many tasks of each job are active (not finished)."""
+    counts: dict[str, int] = {}
+    for start in range(0, len(keys), RUNS_AT_ONCE):
+        chunk = keys[start : start + RUNS_AT_ONCE]
+        found = await fetch(
+            f"SELECT job, count(*) FROM tasks WHERE job IN ({', '.join('?' * len(chunk))}) "
+            "AND failed IS NULL AND finished_at_us IS NULL GROUP BY job",
+            chunk,
+        )
+        counts.update((row[0], int(row[1])) for row in found)
+    return counts
+
+
+async def succeeded_seconds(fetch: Fetch, key: str, count: int) -> list[float]:
+    """The durations (seconds) of the job's newest `count` succeeded runs, newest first."""
+    found = await fetch(
+        "SELECT created_at_us, finished_at_us FROM tasks WHERE job = ? AND failed = FALSE "
+        f"ORDER BY finished_at_us DESC LIMIT {int(count)}",
+        (key,),
+    )
+    return [max(0.0, (int(row[1]) - int(row[0])) / 1e6) for row in found]
