@@ -135,7 +135,11 @@ class Container:
             "run", "--detach", "--name", self.name, "--publish", f"127.0.0.1:{self.port}:8000",
             "--volume", f"{self.volume}:/data", image,
         )  # fmt: skip
-        wait_up(self.url)
+        try:
+            wait_up(self.url)
+        except BaseException:
+            self.remove()  # no container left behind by one that never came up
+            raise
 
     def inspect(self, field: str) -> str:
         return podman("inspect", "--format", "{{" + field + "}}", self.name).stdout.strip()
@@ -288,6 +292,7 @@ def stack(image: str, clone: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     receiver = {
         "image": image,
         "healthcheck": {"test": ["NONE"]},
+        "tmpfs": ["/data"],  # as the stack's own services: no anonymous volume left
         "command": ["python3", "-c", RECEIVER],
     }
     services = {"headway": private, "worker": private, "receiver": receiver}
@@ -313,6 +318,8 @@ def stack(image: str, clone: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         yield {"url": url, "project": project, "compose": compose}
     finally:
         compose("down", "--volumes", timeout=120, check=False)
+        # podman-compose leaves the project's network: each run would add a bridge.
+        podman("network", "rm", "--force", f"{project}_default", check=False)
 
 
 def _container(project: str, service: str, number: int = 1) -> str:
