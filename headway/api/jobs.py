@@ -11,7 +11,7 @@ from starlette.responses import Response
 from ..decoding import query_params
 from ..schemas import JobsOut
 from ..service import Service
-from ..service.jobs import DEFAULT_LIMIT, MAX_LIMIT
+from ..service.jobs import MAX_LIMIT
 from .endpoints import Request, Route
 from .openapi_parts import (
     SPACE,
@@ -55,8 +55,8 @@ routes = [
 _LIMIT = query_param(
     "limit",
     {"type": "integer", "minimum": 1},
-    f"How many jobs, of newest activity (default {DEFAULT_LIMIT}; at most {MAX_LIMIT} are "
-    "answered, however many are asked for).",
+    f"How many jobs, of newest activity (default and most: {MAX_LIMIT}; a larger one "
+    "answers that many).",
 )
 _DESCRIPTION = (
     "A job is the tasks of the space with one title, source and parent's title (a task "

@@ -1,5 +1,5 @@
 """Reading jobs (see `headway.jobs`): a space's jobs of newest activity, each with its
-counts, its usual duration and its newest runs; and one job's usual duration. Jobs are
+counts, its usual duration and its newest runs. Jobs are
 written by the creates and finishes of their tasks (`service.tasks`, `service.families`)
 and counted out by their deletes (`storage.deletes`)."""
 
@@ -7,14 +7,16 @@ from __future__ import annotations
 
 from ..domain import canonical_uuid, format_ts
 from ..errors import NotFound
-from ..jobs import LAST_RUNS, USUAL_RUNS, Job, Run, Usual, usual
+from ..jobs import LAST_RUNS, USUAL_RUNS, Job, Run, usual
 from ..storage import jobs
 from .context import NO_SPACE, Stores
 from .reads import parse_limit
 from .spaces import Spaces
 
-DEFAULT_LIMIT = 100  # the jobs a read answers without `limit`
-MAX_LIMIT = 1000  # and with one: at most these
+# The jobs a read answers without `limit`, and at most with one: an answer is whole, not
+# streamed, so it stays under about half a megabyte (a job with titles of 200 emoji and
+# its 30 runs is about 5 KB).
+DEFAULT_LIMIT = MAX_LIMIT = 100
 
 
 class Jobs:
@@ -59,10 +61,6 @@ class Jobs:
                 )
             )
         return found
-
-    async def usual(self, job_id: str) -> Usual | None:
-        """The job's usual duration (None: fewer than `jobs.USUAL_FROM` succeeded runs)."""
-        return usual(await jobs.succeeded_seconds(self._stores.db.fetch, job_id, USUAL_RUNS))
 
 
 def _seconds(run: tuple[int, int]) -> float:

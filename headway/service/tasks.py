@@ -403,8 +403,8 @@ def _job_of(
     row: TaskRow, parents: dict[str, tuple[TaskRow, int]]
 ) -> tuple[str, str, str, str | None, str | None] | None:
     """The job the new task is in, as `storage.jobs.created` notes it (None: untitled)."""
+    if row.title is None:
+        return None
     parent_title = None if row.parent_uuid is None else parents[row.parent_uuid][0].title
     key = job_key(row.space_uuid, row.title, row.source, parent_title)
-    if key is None or row.title is None:
-        return None
-    return key, row.space_uuid, row.title, row.source, parent_title
+    return cast(str, key), row.space_uuid, row.title, row.source, parent_title

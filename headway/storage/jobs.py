@@ -1,6 +1,7 @@
 """SQL of jobs (see `headway.jobs`): each job's row kept up by the writes that change it,
 and a job's newest runs found by the index on tasks (`tasks_job_runs`: job, failed,
-finished_at_us), so that no read grows with the number of runs a space keeps.
+finished_at_us, created_at_us: it holds what a run's answer needs), so that no read
+grows with the number of runs a space keeps.
 
 Writes touch a job's row last in their transaction (after the tasks' rows), so that on
 PostgreSQL two writes never take the same rows' locks in opposite orders.
@@ -135,13 +136,3 @@ async def active_counts(fetch: Fetch, keys: Sequence[str]) -> dict[str, int]:
         )
         counts.update((row[0], int(row[1])) for row in found)
     return counts
-
-
-async def succeeded_seconds(fetch: Fetch, key: str, count: int) -> list[float]:
-    """The durations (seconds) of the job's newest `count` succeeded runs, newest first."""
-    found = await fetch(
-        "SELECT created_at_us, finished_at_us FROM tasks WHERE job = ? AND failed = FALSE "
-        f"ORDER BY finished_at_us DESC LIMIT {int(count)}",
-        (key,),
-    )
-    return [max(0.0, (int(row[1]) - int(row[0])) / 1e6) for row in found]
