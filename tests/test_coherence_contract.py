@@ -184,6 +184,6 @@ async def test_a_cache_it_makes_holds_a_family_at_the_version_it_was_read(make: 
     row = TaskRow(task(1), SPACE, None, "t", None, 1)
     version = await coherence.version(task(1))
     cache.put_versioned((row, ()), version, clock.now_us(), cache.generation)
-    assert cache.get_versioned(task(1), clock.now_us()) == (row, (), version)
+    assert cache.get_versioned(task(1), clock.now_us) == (row, (), version)
     cache.on_change(Changed.FINISH, SPACE, task(1), None)
-    assert cache.get_versioned(task(1), clock.now_us()) is None
+    assert cache.get_versioned(task(1), clock.now_us) is None

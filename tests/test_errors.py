@@ -10,6 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from headway.api.dispatch import HeadwayApp
+from headway.api.endpoints import Route
+from headway.api.streaming import PIECE_BYTES, JSONStream
 from headway.app import create_app
 from headway.config import Settings
 from tests.support import stored_counts
@@ -179,6 +182,30 @@ def test_one_table_routes_every_request_the_most_used_first():
     ]
     assert app.table.find("GET", "/tasks/abc") == (app.routes[0], {"task_uuid": "abc"})
     assert app.table.find("PATCH", "/tasks/abc")[0].methods == {"PATCH"}
+
+
+async def test_an_answer_in_pieces_that_fails_before_it_starts_is_answered_in_its_place(caplog):
+    """An answer sent in pieces (`JSONStream`) may fail before it starts: it is answered
+    by the one error path, with REST's headers; once started, it is cut short."""
+
+    async def failing(pieces_first: int):
+        if pieces_first:
+            yield b"[" + b" " * pieces_first
+        raise RuntimeError("the rows could not be read")
+
+    async def endpoint(request):
+        return JSONStream(failing(int(request.path_params["size"])))
+
+    app = HeadwayApp(routes=[Route("/pieces/{size}", endpoint)])
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://headway.test") as client:
+        answer = await client.get("/pieces/0")
+        assert "Internal error" in assert_error(answer, 500)
+        assert answer.headers["access-control-allow-origin"] == "*"
+        assert answer.headers["x-content-type-options"] == "nosniff"
+        with pytest.raises(RuntimeError, match="could not be read"):
+            await client.get(f"/pieces/{PIECE_BYTES}")  # started: the server drops it
+    assert caplog.text.count("unexpected error") == 1  # the first, logged once
 
 
 @pytest.mark.parametrize(

@@ -37,6 +37,7 @@ from .responses import (
     error_response,
     preflight_response,
 )
+from .streaming import JSONStream
 
 log = logging.getLogger("headway")
 
@@ -44,6 +45,9 @@ RETRY_SOON = {"retry-after": "5"}
 # Answers that send their start before anything else (a whole answer, a live stream):
 # none can fail before it starts, and none needs watching as it is sent.
 _STARTS_AT_ONCE = frozenset({Response.__call__, EventStream.__call__})
+# Answers that may fail before they start, and say whether they `started`: sent without a
+# wrapper on each of their messages (a parent's answer is many).
+_SAY_STARTED = frozenset({JSONStream.__call__})
 
 
 class RouteTable:
@@ -194,11 +198,11 @@ class HeadwayApp(Starlette):
             answer = await route.endpoint(request)
         except Exception as exc:
             answer = await answer_error(request, exc)
-        if type(answer).__call__ not in _STARTS_AT_ONCE:
+        way = type(answer).__call__
+        if way not in _STARTS_AT_ONCE and way not in _SAY_STARTED:
             await self._send(request, send, answer, route.path, started, rest)
             return
-        # The most used way: a `Response` that sends its start first, so nothing of it
-        # can fail before the answer starts.
+        # The most used way: a `Response` whose headers are complete before it is sent.
         if not rest or not getattr(answer, "rest_headers", False):
             answer.raw_headers = _completed(answer.raw_headers, rest)
         if self._metrics is not None:
@@ -209,7 +213,16 @@ class HeadwayApp(Starlette):
                 answer.status_code,
                 perf_counter() - started,
             )
-        await answer(scope, receive, send)
+        if way in _STARTS_AT_ONCE:  # nothing of it can fail before the answer starts
+            await answer(scope, receive, send)
+            return
+        try:
+            await answer(scope, receive, send)
+        except Exception as exc:
+            if answer.started:
+                raise  # cut short: the server logs it and drops the connection
+            error = await answer_error(request, exc)
+            await _send_whole(error, scope, receive, send, rest)
 
     async def _send(
         self,

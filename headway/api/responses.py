@@ -46,8 +46,9 @@ class JSONResponse(Response):
             *_JSON_HEADERS,
             *REST_ANSWER,
             (b"content-length", str(len(self.body)).encode()),
-            *((k.lower().encode(), v.encode()) for k, v in (headers or {}).items()),
         ]
+        if headers:
+            self.raw_headers.extend((k.lower().encode(), v.encode()) for k, v in headers.items())
 
 
 PREFLIGHT_MAX_AGE = 86_400

@@ -102,7 +102,8 @@ async def space_pieces(
 
 
 class JSONStream(Response):
-    """A JSON answer produced in pieces: sent whole if it is small, else streamed."""
+    """A JSON answer produced in pieces: sent whole if it is small, else streamed.
+    `started`: its start was sent (an error before it can still be answered)."""
 
     media_type = "application/json"
     rest_headers = True  # REST's headers are among its own (see `api.dispatch`)
@@ -112,6 +113,7 @@ class JSONStream(Response):
     ) -> None:
         self.status_code = 200
         self.background = None
+        self.started = False
         self._pieces = pieces
         self.raw_headers = [
             (name, value)
@@ -133,9 +135,11 @@ class JSONStream(Response):
         else:  # small: one body with its length, like any other answer
             body = b"".join(held)
             headers = [*self.raw_headers, (b"content-length", str(len(body)).encode())]
+            self.started = True
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             await send({"type": "http.response.body", "body": body})
             return
+        self.started = True
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
         await send({"type": "http.response.body", "body": b"".join(held), "more_body": True})
         held, size = [], 0

@@ -62,6 +62,9 @@ class KeptBadges:
     def on_change(
         self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
     ) -> None:
-        if space_uuid in self._generations:
-            self._generations[space_uuid] += 1
-        self._kept.forget(*self._of_space.pop(space_uuid, ()))
+        generations = self._generations
+        if space_uuid in generations:  # a badge of the space is kept or being read
+            generations[space_uuid] += 1
+            kept = self._of_space.pop(space_uuid, None)
+            if kept:
+                self._kept.forget(*kept)

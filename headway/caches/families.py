@@ -29,7 +29,7 @@ while none did, reuses the last answer's children whole.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import ClassVar, NamedTuple
 
 import msgspec
@@ -157,10 +157,11 @@ class FamilyCache:
         return (entry, ()) if isinstance(entry, TaskRow) else (entry.row, entry.children)
 
     def get_versioned(
-        self, task_uuid: str, now_us: int
+        self, task_uuid: str, now_us: Callable[[], int]
     ) -> tuple[TaskRow, Sequence[TaskRow], FamilyVersion] | None:
-        """The family with the version it was read at, unless absent or too old (an
-        entry of a cache that is not versioned: at ALONE, never too old)."""
+        """The family with the version it was read at, unless absent or too old as of
+        `now_us()` (an entry of a cache that is not versioned: at ALONE, never too old,
+        and the clock is not read)."""
         if not self.versioned:
             entry = self._entries.get(task_uuid)
             if entry is None:
@@ -169,7 +170,7 @@ class FamilyCache:
                 return entry, (), ALONE
             return entry.row, entry.children, ALONE
         stamp = self._stamps.get(task_uuid)
-        if stamp is None or now_us - stamp[1] >= VERSIONED_MAX_AGE_US:
+        if stamp is None or now_us() - stamp[1] >= VERSIONED_MAX_AGE_US:
             return None
         row, children = self.get(task_uuid)  # type: ignore[misc]  # stamped means held
         return row, children, stamp[0]

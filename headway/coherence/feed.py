@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from ..dependencies import unavailable
@@ -76,6 +76,8 @@ class LocalFeed:
 
     def __init__(self) -> None:
         self._listeners: dict[str, dict[int, Listener]] = {}
+        # The spaces with listeners here (`in` it, never changed through it).
+        self.listened: Container[str] = self._listeners
         self._next = 0
 
     def publish(self, change: Change, *, announced: bool = False) -> None:
@@ -131,7 +133,10 @@ def messages(told: Sequence[Told]) -> list[tuple[Change, bool]]:
     resynced: set[str] = set()
     for each in told:
         kind = each.kind
-        if kind is Changed.REVOKE:
+        if kind in _OF_A_TASK:
+            change = Change(TASK, each.space_uuid, each.task_uuid, each.other)
+            found.append((change, each.announced))
+        elif kind is Changed.REVOKE:
             found.append((Change(REVOKED, each.space_uuid, each.task_uuid), False))
         elif kind is Changed.DROP:
             found.append((Change(DROPPED, each.space_uuid, ""), False))
@@ -139,13 +144,13 @@ def messages(told: Sequence[Told]) -> list[tuple[Change, bool]]:
             if each.space_uuid not in resynced:
                 resynced.add(each.space_uuid)
                 found.append((Change(RESYNC, each.space_uuid, ""), False))
-        elif kind is Changed.PRUNE:
-            if each.other is not None:  # a top-level task, not one of its steps
-                found.append((Change(PRUNED, each.space_uuid, each.task_uuid, each.other), False))
-        else:
-            change = Change(TASK, each.space_uuid, each.task_uuid, each.other)
-            found.append((change, each.announced))
+        elif kind is Changed.PRUNE and each.other is not None:  # a top-level task
+            found.append((Change(PRUNED, each.space_uuid, each.task_uuid, each.other), False))
     return found
+
+
+# The changes the feed tells as `TASK`.
+_OF_A_TASK = frozenset({Changed.CREATE, Changed.REPORT, Changed.FINISH})
 
 
 def tell(feed: ChangeFeed, told: Sequence[Told]) -> None:

@@ -39,7 +39,11 @@ class OneProcess:
         return None, False
 
     async def announce(self, told: Sequence[Told]) -> None:
-        tell(self.feed, told)
+        listened = self.feed.listened
+        for each in told:  # most writes are of spaces no one here watches: told no one
+            if each.space_uuid in listened:
+                tell(self.feed, told)
+                return
 
     async def close(self) -> None:
         await self.feed.close()

@@ -13,13 +13,15 @@ from ..caches.spaces import space_version_key
 from ..domain import Changed, FamilyVersion, Progress
 from ..progress.redis import RedisProgressStore
 from . import Told
-from .feed import messages, tell
+from .feed import TASK, Change, tell
 from .redis_feed import RedisFeed
 
 log = logging.getLogger("headway")
 
 # Versions bumped per round trip.
 BUMPS_AT_ONCE = 1000
+# Changes that leave every cached family and space's rows as they were.
+_NO_BUMP = frozenset({Changed.REPORT, Changed.REVOKE})
 
 
 class SeveralInstances:
@@ -41,7 +43,8 @@ class SeveralInstances:
         self, told: Told, progress: Progress, version: FamilyVersion, client: str, finished: bool
     ) -> tuple[FamilyVersion | None, bool]:
         # The change is announced to the other instances by the write itself.
-        note = self.feed.announcement(messages((told,))[0][0])
+        change = Change(TASK, told.space_uuid, told.task_uuid, told.other)
+        note = self.feed.announcement(change)
         current = await self._store.put_if_family(
             told.task_uuid,
             progress,
@@ -54,12 +57,13 @@ class SeveralInstances:
         return current, current is None and note is not None
 
     async def announce(self, told: Sequence[Told]) -> None:
-        try:
-            await self._bump(told)
-        except Exception as exc:
-            # Other instances' cached families are trusted at most
-            # `caches.families.VERSIONED_MAX_AGE_US`.
-            log.warning("a change could not be announced to other instances (%s)", exc)
+        if any(each.kind not in _NO_BUMP for each in told):
+            try:
+                await self._bump(told)
+            except Exception as exc:
+                # Other instances' cached families are trusted at most
+                # `caches.families.VERSIONED_MAX_AGE_US`.
+                log.warning("a change could not be announced to other instances (%s)", exc)
         tell(self.feed, told)
 
     async def _bump(self, told: Sequence[Told]) -> None:
@@ -69,7 +73,7 @@ class SeveralInstances:
         keys: dict[str, None] = {}
         for each in told:
             kind = each.kind
-            if kind is Changed.REPORT or kind is Changed.REVOKE:
+            if kind in _NO_BUMP:
                 continue
             if kind is Changed.DROP:
                 await store.drop_space(each.space_uuid)

@@ -240,7 +240,7 @@ class Tasks:
         if key is None:
             raise NotFound(NO_TASK)
         families, coherence = self._families, self._stores.writes.coherence
-        cached = families.cache.get_versioned(key, self._stores.clock.now_us())
+        cached = families.cache.get_versioned(key, self._stores.clock.now_us)
         seen: FamilyVersion | None = None  # a version the failed write saw, before any SQL
         for _ in range(FAMILY_RELOADS):
             if cached is None:
