@@ -277,6 +277,8 @@ def scenario_titles(o: Options) -> dict[str, str]:
             "GET /spaces/{s}/jobs: 2 jobs holding "
             f"{10_000 if o.mode == 'smoke' else 100_000:,} runs"
         ),
+        "put_tracked": "the same PUT on a fresh server keeping tasks' tracks (estimates on)",
+        "put_untracked": "the same PUT on a fresh server with HEADWAY_ESTIMATES=false",
         "busy_embedded": (
             f"busy space, embedded: {BUSY_RATE} creates/s + {BUSY_RATE} reports/s for "
             f"{o.busy_s:g} s; lag of its {BUSY_STREAMS} streams"

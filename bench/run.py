@@ -41,6 +41,7 @@ from .scenarios.badges import BADGE_ROWS, badge_targets, badges
 from .scenarios.budget import BUDGET_ROWS
 from .scenarios.busy import BUSY_ROWS
 from .scenarios.channels import CHANNEL_ROWS
+from .scenarios.estimates import ESTIMATE_ROWS, estimates_cost, estimates_targets
 from .scenarios.flood import FLOOD_ROWS, flood
 from .scenarios.jobs import JOBS_ROWS, jobs, jobs_targets
 from .scenarios.neighbour import NEIGHBOUR_ROWS, neighbour, neighbour_targets
@@ -89,6 +90,8 @@ def phases(bench: Harness) -> list[Phase]:
         *FLOOD_ROWS,
         *STREAM_ROWS,
         *BADGE_ROWS,
+        *JOBS_ROWS,
+        *ESTIMATE_ROWS,
         *BUSY_ROWS,
         "scale_out_one",
         "scale_out_two",
@@ -111,6 +114,7 @@ def phases(bench: Harness) -> list[Phase]:
         (STREAM_ROWS, streams),
         (BADGE_ROWS, badges),
         (JOBS_ROWS, jobs),
+        (ESTIMATE_ROWS, estimates_cost),
         (["busy_embedded"], busy.embedded),
         (["busy_a", "busy_b"], busy.scale_out_busy),
         (["scale_out_one", "scale_out_two"], scale_out.scale_out),
@@ -147,6 +151,7 @@ def targets(rows: dict[str, Row], o: Options) -> list[Target]:
         + neighbour_targets(rows, o)
         + badge_targets(rows)
         + jobs_targets(rows)
+        + estimates_targets(rows)
         + budget_targets(rows)
     )
 

@@ -16,6 +16,7 @@ from . import logs, metrics
 from .api import badges as badge_routes
 from .api import channels as channel_routes
 from .api import client_wheel, events, health, openapi, rest
+from .api import estimates as estimate_routes
 from .api import jobs as job_routes
 from .api import mcp as mcp_routes
 from .api import metrics as metrics_routes
@@ -171,6 +172,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             *events.routes,
             *share_routes.routes,
             *job_routes.routes,
+            *estimate_routes.routes,
             *webhook_routes.routes,
             *channel_routes.routes,
             *health.routes,
@@ -199,6 +201,7 @@ def openapi_document(*, with_metrics: bool) -> dict[str, Any]:
             **events.openapi_paths,
             **share_routes.openapi_paths,
             **job_routes.openapi_paths,
+            **estimate_routes.openapi_paths,
             **badge_routes.openapi_paths,
             **webhook_routes.openapi_paths,
             **channel_routes.openapi_paths,
@@ -223,6 +226,7 @@ def make_progress_store(settings: Settings, clock: Clock) -> ProgressStore:
             clock,
             client_bytes=client_bytes,
             space_bytes=space_bytes,
+            tracks=settings.estimates,
         )
     return MemoryProgressStore(
         settings.progress_ttl,
@@ -230,6 +234,7 @@ def make_progress_store(settings: Settings, clock: Clock) -> ProgressStore:
         budget_bytes=budget,
         space_bytes=space_bytes,
         client_bytes=client_bytes,
+        tracks=settings.estimates,
     )
 
 

@@ -62,6 +62,9 @@ class Settings:
     rate_limits: bool = True
     # One log line per request (headway.logs); off, the app has no access log to skip.
     access_log: bool = False
+    # Keep each live task's track of reports beside its progress, for estimates of its
+    # time left (off: estimates from its job's usual duration only).
+    estimates: bool = True
     # Per client address, in the `limits` notation ("600/second;6000/minute").
     rate_spaces: str = "600/second;6000/minute"
     rate_tasks: str = "600/second;6000/minute"
@@ -144,6 +147,7 @@ class Settings:
             trusted_proxies=_networks(env, "TRUSTED_PROXIES"),
             rate_limits=_bool(env, "RATE_LIMITS", defaults.rate_limits),
             access_log=_bool(env, "ACCESS_LOG", defaults.access_log),
+            estimates=_bool(env, "ESTIMATES", defaults.estimates),
             rate_spaces=_rate(env, "RATE_SPACES", defaults.rate_spaces),
             rate_tasks=_rate(env, "RATE_TASKS", defaults.rate_tasks),
             rate_webhooks=_rate(env, "RATE_WEBHOOKS", defaults.rate_webhooks),

@@ -38,6 +38,15 @@ def duration_words(seconds: float) -> str:
     return _pair(total // 86_400, "d", total % 86_400 // 3600, "h")
 
 
+def left_words(seconds: float) -> str:
+    """An estimate of the time left, as loosely as it is known: "under a minute", then
+    `duration_words` of the nearest whole minute ("4 min", "2 h 5 min")."""
+    s = seconds if math.isfinite(seconds) and seconds > 0 else 0.0
+    if s < 60:
+        return "under a minute"
+    return duration_words(math.floor(s / 60 + 0.5) * 60)
+
+
 def run_seconds(created_at: Moment, finished_at: Moment) -> float | None:
     """Seconds from `created_at` to `finished_at` (RFC 3339 text or datetimes), to the
     microsecond; None when either is missing or unreadable."""

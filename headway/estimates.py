@@ -55,6 +55,35 @@ class Track(msgspec.Struct, frozen=True, array_like=True, gc=False):
     anchors: tuple[Number, ...]
 
 
+_encode = msgspec.msgpack.encode
+_decode = msgspec.msgpack.Decoder().decode
+
+
+def pack(track: Track | None) -> bytes | None:
+    """A track as the stores keep it beside progress: a MessagePack array of its start
+    (instant, `current`), its reports, its `end` (false: none) and its anchors, flat. The
+    Redis store's Lua (`progress.redis_tracks`) reads and writes the same."""
+    if track is None:
+        return None
+    end = False if track.end is None else track.end
+    return _encode([track.started_us, track.start, track.reports, end, *track.anchors])
+
+
+def unpack(packed: bytes | None) -> Track | None:
+    """The track `pack` made (None: none)."""
+    if not packed:
+        return None
+    started_us, start, reports, end, *anchors = _decode(packed)
+    return Track(started_us, start, None if end is False else end, reports, tuple(anchors))
+
+
+def followed(
+    packed: bytes | None, now_us: int, current: Number | None, end: Number | None
+) -> bytes | None:
+    """`follow` on a packed track, packed."""
+    return pack(follow(unpack(packed), now_us, current, end))
+
+
 def follow(
     track: Track | None, now_us: int, current: Number | None, end: Number | None
 ) -> Track | None:
@@ -129,14 +158,19 @@ def estimate(
     end: Number | None,
     usual: Usual | None,
     finished_at_us: int | None = None,
+    mean: bool = False,
 ) -> Estimate:
     """The estimate of a task created at `created_at_us`, as its last report left it
-    (`current`, `end`, `track`), in a job that usually takes `usual`."""
+    (`current`, `end`, `track`), in a job that usually takes `usual`. `mean`: a task that
+    keeps no track (a parent, whose count its steps make): its rate is its count over
+    the time since it was created, once that is `MIN_SPAN_S`."""
     if finished_at_us is not None:
         elapsed = max(0.0, (finished_at_us - created_at_us) / 1e6)
         return Estimate(elapsed, None, 0.0, finished_at_us, None, usual, False)
     elapsed = max(0.0, (now_us - created_at_us) / 1e6)
     per_s = rate(track, now_us)
+    if mean and current and elapsed >= MIN_SPAN_S:
+        per_s = max(0.0, current / elapsed)
     by_rate = None
     done = None
     if end is not None and end > 0 and current is not None:
@@ -146,6 +180,8 @@ def estimate(
             # usually are, the time since it counts as spent on what is left.
             since_s = min(now_us - track.anchors[-2], _apart_us(track.anchors)) / 1e6
             by_rate = max(0.0, (end - current) / per_s - max(0.0, since_s))
+        elif per_s:
+            by_rate = max(0.0, (end - current) / per_s)
     by_usual = None
     if usual is not None and elapsed < usual.p50_s:
         by_usual = usual.p50_s - elapsed

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from .jobs import Job
+from .jobs import Job, Usual
 
 MAX_BODY = 65_536
 MAX_TEXT = 200
@@ -219,6 +219,39 @@ class JobsOut(msgspec.Struct):
     activity first, each with its counts, its usual duration and its newest runs."""
 
     jobs: list[Job]
+
+
+class EstimateOut(msgspec.Struct):
+    """When a task will end: from the reports the server received (its rate) and from how
+    long its job's succeeded runs usually take (blended, the rate weighing more as the run
+    nears its end). A finished task: `remaining_s` 0, `eta_at` its `finished_at`."""
+
+    elapsed_s: Annotated[float, Meta(ge=0, description="Since the task was created.")]
+    rate_per_s: (
+        Annotated[
+            float,
+            Meta(
+                ge=0,
+                description="Units of `current` a second, from the server's own clock; "
+                "null before 3 reports spanning 10 s or 2 % of `end`.",
+            ),
+        ]
+        | None
+    )
+    remaining_s: Annotated[float, Meta(ge=0, description="Null: not known.")] | None
+    eta_at: Annotated[str | None, Meta(extra_json_schema={"format": "date-time"})]
+    basis: Annotated[
+        Literal["rate", "usual", "blend"] | None,
+        Meta(description="What `remaining_s` comes from; null when it is not known."),
+    ]
+    usual: Usual | None
+    late: Annotated[
+        bool,
+        Meta(
+            description="Running beyond max(1.2 x p95, p50 + 60 s) of its job's usual "
+            "duration, or foreseen to, once 10 % done. Never on a finished task."
+        ),
+    ]
 
 
 class ShareOut(msgspec.Struct):

@@ -31,6 +31,8 @@ from headway.cli import main as headway
 from headway.cli.badge import share_link
 from headway.config import Settings
 from headway.domain import parse_ts
+from headway.estimates import Estimate
+from headway.jobs import Usual
 from headway.schemas import CreateChannel
 
 from .live_server import serving
@@ -389,6 +391,42 @@ def test_the_badge_states_judge_stalls_by_the_channels_default():
     }
     assert task_badge(parent, start + STALLED_AFTER_S * 1_000_000).message == "1 of 2 steps"
     assert space_badge(None, [], start)[:4] == ("progress", "no tasks", "waiting", None)
+
+
+def test_a_running_badge_says_its_time_left_or_that_it_runs_late():
+    created = "2026-11-22T01:00:00.000000Z"
+    now = parse_ts(created) + 60_000_000
+    progress = {"current": 62, "end": 100, "ratio": 0.62, "values": {}, "aggregated": False}
+    task = {
+        "title": "Nightly ETL",
+        "created_at": created,
+        "finished_at": None,
+        "progress": {**progress, "updated_at": "2026-11-22T01:00:59.000000Z"},
+    }
+    usual = Usual(720.0, 800.0, 5)
+    on_time = Estimate(60.0, 1.0, 250.0, now + 250_000_000, "blend", usual, False)
+    badge = task_badge(task, now, estimate=on_time)
+    assert badge.message == "62% · 4 min left"
+    assert badge.title == "Nightly ETL: 62% · 4 min left (usually 12 min)"
+    late = Estimate(60.0, 1.0, 900.0, now + 900_000_000, "blend", usual, True)
+    assert task_badge(task, now, estimate=late).message == "62% · late"
+    soon = Estimate(60.0, 1.0, 20.0, now, "rate", None, False)
+    assert task_badge(task, now, estimate=soon).message == "62% · under a minute left"
+    unknown = Estimate(60.0, None, None, None, None, None, False)
+    assert task_badge(task, now, estimate=unknown).message == "62%"
+
+
+async def test_a_shared_task_badge_and_its_shields_say_the_time_left(client, space, clock):
+    task = (await client.post(f"/spaces/{space}/tasks", json={"title": "Copy"})).json()["uuid"]
+    for current in range(0, 30, 2):  # 2 a second: 35 s left at 28 of 100
+        await client.put(f"/tasks/{task}", json={"current": current, "end": 100})
+        clock.advance(1)
+    share = (await client.post(f"/spaces/{space}/shares", json={})).json()["uuid"]
+    task_id = (await client.get(f"/shared/{share}")).json()["tasks"][0]["id"]
+    shields = await client.get(f"/shared/{share}/tasks/{task_id}/shields.json")
+    assert shields.json()["message"] == "28% · under a minute left"
+    badge = await client.get(f"/shared/{share}/tasks/{task_id}/badge.svg")
+    assert "28% · under a minute left" in badge.text
 
 
 def test_a_done_badge_says_its_length_to_the_microsecond():

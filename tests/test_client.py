@@ -20,7 +20,16 @@ import httpx
 import pytest
 
 import headway
-from headway import APIError, AsyncClient, Client, NetworkError, NoSpaceError, Space, Task
+from headway import (
+    APIError,
+    AsyncClient,
+    Client,
+    Estimate,
+    NetworkError,
+    NoSpaceError,
+    Space,
+    Task,
+)
 
 from .live_server import LiveServer, environment, wait_for
 from .receiver import Receiver
@@ -169,6 +178,7 @@ async def test_async_client_does_what_the_sync_client_does(server: LiveServer) -
         read = await client.get_space(space.uuid)
         assert [t.uuid for t in read.tasks] == [task]
         assert (await client.get_task(task)).progress == finished.progress
+        assert (await client.get_estimate(task)).remaining_s == 0
         with pytest.raises(APIError) as unknown:
             await client.get_task(str(uuid.uuid4()))
         assert unknown.value.status == 404
@@ -183,6 +193,30 @@ async def test_async_client_tasks_report_without_awaiting(server: LiveServer) ->
     [read] = server.space(space)["tasks"]
     assert read["finished_at"] is not None
     assert read["progress"]["values"] == {"log": "half way"}
+
+
+def test_a_task_asks_when_it_will_end(client: Client) -> None:
+    """`Client.get_estimate` and `task.estimate()` read `GET /tasks/{uuid}/estimate`; a
+    reporter whose task does not exist yet, or whose server is gone, answers None."""
+    task = client.create_task("Copy")
+    client.report(task, 1, 10)
+    found = client.get_estimate(task)
+    assert isinstance(found, Estimate)
+    assert found.elapsed_s >= 0 and found.late is False and found.usual_p50_s is None
+    assert found.rate_per_s is None  # one report: no rate yet
+    with client.task("Sync") as reporter:
+        reporter.report(1, 4)
+        assert reporter.flush(5)
+        estimate = reporter.estimate()
+        assert estimate is not None and estimate.remaining_s is None
+    assert reporter.flush(5)  # its finish, sent as the block ended
+    finished = client.get_estimate(reporter.uuid or "")
+    assert finished.remaining_s == 0 and finished.eta_at is not None
+    with pytest.raises(APIError) as unknown:
+        client.get_estimate(str(uuid.uuid4()))
+    assert unknown.value.status == 404
+    with Client(f"http://127.0.0.1:{free_port()}", timeout=1) as gone:
+        assert gone.reporter(str(uuid.uuid4())).estimate() is None
 
 
 def test_the_package_exports_what_it_documents() -> None:

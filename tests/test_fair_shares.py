@@ -75,7 +75,7 @@ async def test_a_greedy_client_over_many_spaces_gets_429_while_another_goes_on(l
     held, refused = await fill_share(greedy, spaces)
     assert "Your address holds as much live progress" in assert_refused(refused, 429)
     # It holds about its quarter, far from what its eight spaces' shares would allow.
-    assert BUDGET * 0.12 < len(held) * 1000 < BUDGET * 0.25
+    assert BUDGET * 0.1 < len(held) * 1000 < BUDGET * 0.25
     # Its tasks that hold progress report on, as long as they do not grow.
     assert (await greedy.put(f"/tasks/{held[0]}", json={"values": big_values(990)})).is_success
     # Grown to its whole share, its new tasks are refused too, before anything is made.
@@ -207,9 +207,9 @@ async def test_live_progress_takes_room_from_the_largest_keeper_of_finished_prog
     theirs = await finish_tasks(small, 40)
     mine = await finish_tasks(keeper, 300)
     assert store.bytes_used > BUDGET * 0.4
-    for client in live:
+    for client in live:  # 240 each: four fifths of the budget live, whatever an entry costs
         space = await new_space(client)
-        for _ in range(300):
+        for _ in range(240):
             task = (await client.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
             response = await client.put(f"/tasks/{task}", json={"values": big_values()})
             if response.status_code != 200:
@@ -371,7 +371,9 @@ async def test_a_full_space_has_room_again_as_its_progress_finishes_is_deleted_o
     clients.append(client)
     space = await new_space(client)
     held, refused = await fill_space(client, space)
-    assert BUDGET * 0.125 * 0.9 * 0.5 < len(held) * 1000 < BUDGET * 0.125 * 0.9
+    # Values take most of the share; each entry's own cost (with its estimate's instants)
+    # the rest.
+    assert BUDGET * 0.125 * 0.9 * 0.4 < len(held) * 1000 < BUDGET * 0.125 * 0.9
     assert 0 < await space_holds(app, space) <= BUDGET * 0.125 * 0.9
     # Finishing one gives its room back at once; so does deleting one, or a parent's own
     # `done` (its own progress held it open past its last step).

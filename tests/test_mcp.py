@@ -37,6 +37,7 @@ TOOLS = {
     "get_space",
     "create_task",
     "get_task",
+    "get_estimate",
     "report_progress",
     "delete_task",
     "delete_space",
@@ -176,6 +177,9 @@ async def test_agent_reports_a_job_and_reads_back_what_rest_shows(
 
         finished = await call(client, "report_progress", task_uuid=steps[1], done=True)
         assert finished["finished_at"] is not None
+        estimate = await call(client, "get_estimate", task_uuid=steps[1])
+        assert estimate == (await rest.get(f"/tasks/{steps[1]}/estimate")).json()
+        assert (estimate["remaining_s"], estimate["eta_at"]) == (0, finished["finished_at"])
 
         read = await call(client, "get_task", task_uuid=job["uuid"])
         assert read == (await rest.get(f"/tasks/{job['uuid']}")).json()

@@ -15,6 +15,7 @@ import redis.asyncio as redis
 from headway.clock import ManualClock
 from headway.coherence import FamilyVersions
 from headway.domain import Progress
+from headway.estimates import ANCHORS
 from headway.progress import ClientAllowanceFull, Measurement, ProgressBudgetFull, ProgressStore
 from headway.progress.memory import MemoryProgressStore
 from headway.progress.redis import RedisProgressStore
@@ -329,9 +330,10 @@ async def test_versions_read_before_the_store_lost_everything_never_match(
 @pytest.mark.parametrize("finished", [False, True])
 async def test_the_memory_store_counts_what_its_entries_really_hold(clock, finished):
     """What the budget counts is what the process's memory holds for the entries: keys,
-    structs, numbers, values, and a finished entry's place in its writer's order, as
-    tracemalloc sees them, and a little more (allocator size classes and dict tables,
-    which the process's RSS shows: see the bench's `memory_budget`); never less."""
+    structs, numbers, values, a live entry's track of reports (full: it has reported
+    often) and a finished entry's place in its writer's order, as tracemalloc sees them,
+    and a little more (allocator size classes and dict tables, which the process's RSS
+    shows: see the bench's `memory_budget`); never less."""
     import gc
     import tracemalloc
     import uuid
@@ -342,10 +344,12 @@ async def test_the_memory_store_counts_what_its_entries_really_hold(clock, finis
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
-        for n, key in enumerate(uuids):
-            values = msgspec.Raw(msgspec.json.encode({"log": f"step {n}"}))
-            written = Progress(n, 20_000, values, clock.now_us() + n)
-            await store.put(key, written, SPACE, client="192.0.2.1", finished=finished)
+        for second in range(1 if finished else ANCHORS + 1):  # a track of every anchor
+            for n, key in enumerate(uuids):
+                values = msgspec.Raw(msgspec.json.encode({"log": f"step {n}"}))
+                at_us = clock.now_us() + second * 1_000_000 + n
+                written = Progress(n + second + 0.5, 20_000, values, at_us)
+                await store.put(key, written, SPACE, client="192.0.2.1", finished=finished)
         gc.collect()
         held = tracemalloc.get_traced_memory()[0] - before
     finally:

@@ -27,7 +27,15 @@ from ..schemas import MAX_TEXT
 from ..service import Service
 from ..web import pages
 from .endpoints import Request, Route
-from .openapi_parts import TOO_MANY_REQUESTS, UNAVAILABLE, error, query_param, ref, uuid_param
+from .openapi_parts import (
+    SHARE,
+    SHARED_TASK_ID,
+    TOO_MANY_REQUESTS,
+    UNAVAILABLE,
+    error,
+    query_param,
+    ref,
+)
 from .responses import REST_ANSWER
 
 # Seconds a badge may be shown before it is asked again (GitHub's camo honours it): a
@@ -226,14 +234,7 @@ routes = [
 
 # --- OpenAPI ------------------------------------------------------------------------------
 
-_SHARE = uuid_param("share_uuid", "The share link's uuid.")
-_TASK_ID = {
-    "name": "task_id",
-    "in": "path",
-    "required": True,
-    "description": "The task's opaque id under this link (its `id` in the link's JSON).",
-    "schema": {"type": "string"},
-}
+
 _BADGE_PARAMETERS = [
     query_param(
         "label",
@@ -278,8 +279,8 @@ def _badge_operation(operation_id: str, summary: str, description: str, *, task:
         "summary": summary,
         "description": description,
         "parameters": [
-            _SHARE,
-            *([_TASK_ID] if task else []),
+            SHARE,
+            *([SHARED_TASK_ID] if task else []),
             *_BADGE_PARAMETERS,
             _BAR,
             _IF_NONE_MATCH,
@@ -312,7 +313,7 @@ def _shields_operation(operation_id: str, summary: str, *, task: bool) -> Any:
         "description": "What the SVG badge says, in the JSON of Shields' endpoint badge: "
         "`https://img.shields.io/endpoint?url=` and this URL, encoded, draws it in any of "
         "Shields' styles. `style` is passed on as the JSON's `style`.",
-        "parameters": [_SHARE, *([_TASK_ID] if task else []), *_BADGE_PARAMETERS],
+        "parameters": [SHARE, *([SHARED_TASK_ID] if task else []), *_BADGE_PARAMETERS],
         "responses": {
             "200": _json_200("The badge in Shields' endpoint schema (schemaVersion 1)."),
             "400": error("A bad label or style, or a parameter given twice."),
@@ -375,7 +376,7 @@ openapi_paths: dict[str, Any] = {
             "(`Content-Security-Policy: frame-ancestors *`); otherwise as strict as every "
             "page.",
             "parameters": [
-                _SHARE,
+                SHARE,
                 query_param(
                     "theme",
                     {"type": "string", "enum": list(pages.THEMES), "default": "auto"},

@@ -30,6 +30,7 @@ from ..errors import UNAVAILABLE_MESSAGE, BadRequest, HeadwayError
 from ..schemas import CreateSpace, CreateTask
 from ..service import Service
 from ..visitor import Visitor, Visitors, tasks_in
+from .estimates import answer as estimate_answer
 
 log = logging.getLogger("headway.mcp")
 
@@ -255,6 +256,12 @@ async def _get_task(service: Service, arguments: dict[str, Any], visitor: Visito
     return task
 
 
+async def _get_estimate(service: Service, arguments: dict[str, Any], visitor: Visitor) -> Any:
+    ref: TaskRef = _convert(arguments, TaskRef)
+    await visitor.read_bill()
+    return estimate_answer(await service.estimates.of_task(ref.task_uuid))
+
+
 async def _report_progress(service: Service, arguments: dict[str, Any], visitor: Visitor) -> Any:
     task_uuid = _take_uuid(arguments, "task_uuid", "create_task")
     return await service.report(task_uuid, decode_report(_body(arguments)), visitor.address)
@@ -337,6 +344,19 @@ _TOOLS: list[tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnno
         _input_schema(TaskRef),
         schemas.TaskOut,
         ToolAnnotations(title="Read a task", read_only_hint=True, open_world_hint=False),
+    ),
+    (
+        "get_estimate",
+        "When a task will end, as the server sees it: remaining_s (seconds left, null while "
+        "not known; 0 once finished) and eta_at, from the task's rate over the reports the "
+        "server received, blended with how long its job (same title, source and parent's "
+        "title) usually takes (usual: p50_s and p95_s of its last 20 succeeded runs, once "
+        "it has 5); late is true when it runs well beyond that. Use it to tell the person "
+        "you work for how long a job has left.",
+        _get_estimate,
+        _input_schema(TaskRef),
+        schemas.EstimateOut,
+        ToolAnnotations(title="When a task will end", read_only_hint=True, open_world_hint=False),
     ),
     (
         "report_progress",

@@ -35,6 +35,7 @@ _MODELS = [
     schemas.ShareCreated,
     schemas.ShareOut,
     schemas.JobsOut,
+    schemas.EstimateOut,
     schemas.SharedSpaceOut,
     schemas.ShieldsOut,
     schemas.ErrorOut,

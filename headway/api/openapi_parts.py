@@ -55,6 +55,14 @@ def query_param(
 
 SPACE = uuid_param("space_uuid", "The space's uuid, its credential.")
 TASK = uuid_param("task_uuid", "The task's uuid.")
+SHARE = uuid_param("share_uuid", "The share link's uuid.")
+SHARED_TASK_ID = {
+    "name": "task_id",
+    "in": "path",
+    "required": True,
+    "description": "The task's opaque id under this link (its `id` in the link's JSON).",
+    "schema": {"type": "string"},
+}
 RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before trying again.",
                                "schema": {"type": "integer", "minimum": 0}}}  # fmt: skip
 TOO_LARGE = error("The body is larger than 65,536 bytes.")

@@ -25,7 +25,8 @@ from typing import Any, NamedTuple
 import msgspec
 
 from .. import domain
-from ..durations import duration_words, run_seconds
+from ..durations import duration_words, left_words, run_seconds
+from ..estimates import Estimate
 from ..failure import Failure, failure_of
 from .colours import BACKGROUND, LABEL, State
 
@@ -52,10 +53,21 @@ class Badge(NamedTuple):
     title: str
 
 
-def task_badge(task: Mapping[str, Any], now_us: int, label: str | None = None) -> Badge:
-    """The badge of one task (`label` replaces its title)."""
+def task_badge(
+    task: Mapping[str, Any],
+    now_us: int,
+    label: str | None = None,
+    estimate: Estimate | None = None,
+) -> Badge:
+    """The badge of one task (`label` replaces its title). A running task's `estimate`
+    adds its time left ("62% · 4 min left"), or that it runs late ("62% · late")."""
     name = label if label is not None else (task.get("title") or TASK_LABEL)
     state, message = _task_state(task, now_us)
+    if state == "running" and estimate is not None:
+        if estimate.late:
+            message += " · late"
+        elif estimate.remaining_s is not None:
+            message += f" · {left_words(estimate.remaining_s)} left"
     failure = failure_of(task) if state == "failed" else None
     ratio = _ratio(task)
     about = f"{task.get('title') or TASK_LABEL}: {message}"
@@ -63,6 +75,8 @@ def task_badge(task: Mapping[str, Any], now_us: int, label: str | None = None) -
         about = f"{task.get('title') or TASK_LABEL}: failed: {failure.message}"
     elif state == "stalled":
         about += f" (no report for {duration_words(_silent_s(task, now_us))})"
+    if state == "running" and estimate is not None and estimate.usual is not None:
+        about += f" (usually {duration_words(estimate.usual.p50_s)})"
     return Badge(name, message, state, 1.0 if state in ("done", "failed") else ratio, _clip(about))
 
 

@@ -3,7 +3,7 @@ hurt the job they report on (`Client.task`, `Client.reporter`)."""
 
 from .client import AsyncClient, BaseClient, Client
 from .errors import APIError, HeadwayError, NetworkError, NoSpaceError
-from .models import Progress, Space, Task
+from .models import Estimate, Progress, Space, Task
 from .reporter import Reporter
 from .task import TaskScope, current_task
 
@@ -12,6 +12,7 @@ __all__ = [
     "AsyncClient",
     "BaseClient",
     "Client",
+    "Estimate",
     "HeadwayError",
     "NetworkError",
     "NoSpaceError",

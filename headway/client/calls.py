@@ -15,7 +15,7 @@ from urllib.parse import quote
 import httpx
 
 from .errors import APIError
-from .models import Space, Task, Value
+from .models import Estimate, Space, Task, Value
 
 T = TypeVar("T")
 
@@ -172,6 +172,10 @@ def create_task(
 
 def read_task(task: str) -> Call[Task]:
     return Call("GET", _path("tasks", task), Task.from_json)
+
+
+def read_estimate(task: str) -> Call[Estimate]:
+    return Call("GET", _path("tasks", task, "estimate"), Estimate.from_json)
 
 
 def report(task: str, body: Mapping[str, Any]) -> Call[Task]:

@@ -20,7 +20,7 @@ import httpx
 
 from . import calls
 from .errors import APIError, NetworkError, NoSpaceError
-from .models import Space, Task, Value
+from .models import Estimate, Space, Task, Value
 from .reporter import Reporter
 from .sender import Sender
 from .task import TaskScope
@@ -263,6 +263,10 @@ class Client(BaseClient):
     def get_task(self, task: str) -> Task:
         return self._send(calls.read_task(task))
 
+    def get_estimate(self, task: str) -> Estimate:
+        """When the task will end, as the server sees it (see `Estimate`)."""
+        return self._send(calls.read_estimate(task))
+
     def report(
         self,
         task: str,
@@ -378,6 +382,10 @@ class AsyncClient(BaseClient):
 
     async def get_task(self, task: str) -> Task:
         return await self._send(calls.read_task(task))
+
+    async def get_estimate(self, task: str) -> Estimate:
+        """When the task will end, as the server sees it (see `Estimate`)."""
+        return await self._send(calls.read_estimate(task))
 
     async def report(
         self,

@@ -109,3 +109,35 @@ class Space:
             icon=data.get("icon"),
             tasks=tuple(Task.from_json(task) for task in data.get("tasks") or ()),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """When a task will end, as the server sees it (`GET /tasks/{uuid}/estimate`): seconds
+    since it was created, its rate (units of `current` a second), the time left and when
+    that is, what it comes from (`"rate"`, `"usual"`, `"blend"`), how long its job
+    usually takes (`usual_p50_s`, `usual_p95_s`: None without history) and whether it
+    runs late. `remaining_s` is None while not known, 0 once finished."""
+
+    elapsed_s: float
+    rate_per_s: float | None
+    remaining_s: float | None
+    eta_at: datetime | None
+    basis: str | None
+    usual_p50_s: float | None
+    usual_p95_s: float | None
+    late: bool
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Estimate:
+        usual = data.get("usual") or {}
+        return cls(
+            elapsed_s=float(data["elapsed_s"]),
+            rate_per_s=data.get("rate_per_s"),
+            remaining_s=data.get("remaining_s"),
+            eta_at=_time(data.get("eta_at")),
+            basis=data.get("basis"),
+            usual_p50_s=usual.get("p50_s"),
+            usual_p95_s=usual.get("p95_s"),
+            late=bool(data.get("late")),
+        )

@@ -15,7 +15,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from . import calls
-from .models import Value
+from .errors import HeadwayError
+from .models import Estimate, Value
 
 if TYPE_CHECKING:
     from .sender import Sender
@@ -150,6 +151,17 @@ class Reporter:
         )
         parent._steps.append(step)
         return step
+
+    def estimate(self) -> Estimate | None:
+        """When this task will end, as the server sees it now (see `Estimate`): asked at
+        once, from the caller's thread. None while the task is not created yet, or if the
+        server cannot answer (never raises: a reporter never hurts its job)."""
+        if self.uuid is None:
+            return None
+        try:
+            return self._sender.ask(calls.read_estimate(self.uuid))
+        except HeadwayError:
+            return None
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait at most `timeout` seconds until this task's latest state was delivered (or

@@ -301,6 +301,17 @@ class Sender:
                 raise
             return None
 
+    def ask(self, call: calls.Call[T]) -> T:
+        """`call` sent now from the caller's thread, on a connection of its own (the
+        thread's is its own), once: a question, not a report to deliver."""
+        headers = {"user-agent": calls.user_agent()}
+        with httpx.Client(base_url=self.url, timeout=self.timeout, headers=headers) as http:
+            try:
+                response = http.send(call.request(http))
+            except httpx.HTTPError as exc:
+                raise NetworkError(f"{type(exc).__name__}: {exc}") from exc
+            return call.result(response)
+
     def _send(self, call: calls.Call[T]) -> T:
         if self._http is None:
             self._http = httpx.Client(

@@ -7,6 +7,7 @@ from typing import NamedTuple, Protocol
 
 from ..domain import Progress
 from ..errors import TooManyRequests, Unavailable
+from ..estimates import Track
 
 # How long a client refused for a full budget, or for its full allowance, is told to wait.
 BUDGET_RETRY_AFTER_S = 30
@@ -87,6 +88,11 @@ class ProgressStore(Protocol):
     outlives the server's restarts."""
 
     async def get(self, task_uuid: str) -> Progress | None: ...
+
+    async def track(self, task_uuid: str) -> Track | None:
+        """The track of the task's reports (`estimates.follow`), kept beside its live
+        progress and gone with it; None if it has none (no count reported, finished,
+        expired, or estimates off)."""
 
     async def get_many(self, task_uuids: Sequence[str]) -> list[Progress | None]:
         """The progress of each task, in the order asked (None where there is none)."""

@@ -14,6 +14,7 @@ import msgspec
 from .. import metrics
 from ..clock import Clock
 from ..domain import Progress
+from ..estimates import Track, followed, unpack
 from . import (
     ADMIT_NEW_BELOW,
     NO_CLIENT,
@@ -30,7 +31,13 @@ from . import (
 # entries); the process's RSS grows by about 460 per live entry at 100,000 and at
 # 1,000,000 tasks (size classes, dict tables: the bench's `memory_budget`), which is
 # what is counted.
-ENTRY_BYTES = 460
+# A live entry also keeps its task's track of reports (`estimates.pack`): at most 183
+# bytes of MessagePack (eight anchors of fractional counts), a bytes object of 216 that
+# Python's allocator gives 224 (a finished entry keeps none). Counted for every live
+# entry, whether it has one yet or not, so that a report never changes what its entry
+# is charged for a track.
+TRACK_BYTES = 230
+ENTRY_BYTES = 460 + TRACK_BYTES
 KEPT_ENTRY_BYTES = 550
 
 
@@ -41,12 +48,13 @@ def entry_bytes(progress: Progress, finished: bool = False) -> int:
 
 class Held(Progress, frozen=True, gc=False, array_like=True):
     """Progress as the store holds it: with its space and the client that wrote it
-    (interned: one string per space or client, however many tasks), and whether its
-    task has finished."""
+    (interned: one string per space or client, however many tasks), whether its task has
+    finished, and its track of reports (`estimates.pack`; None: none, or finished)."""
 
     space_uuid: str
     client: str
     finished: bool
+    track: bytes | None = None
 
 
 class MemoryProgressStore:
@@ -82,8 +90,10 @@ class MemoryProgressStore:
         budget_bytes: int = 512 * 1024**2,
         space_bytes: int | None = None,
         client_bytes: int | None = None,
+        tracks: bool = True,
     ) -> None:
         self._ttl_us = ttl_seconds * 1_000_000
+        self._tracks = tracks  # keep each live task's track of reports (for estimates)
         self._clock = clock
         self.remembers_since_us: int | None = clock.now_us()
         self._entries: OrderedDict[str, Held] = OrderedDict()
@@ -103,6 +113,22 @@ class MemoryProgressStore:
         if entry is None or entry.updated_at_us + self._ttl_us <= self._clock.now_us():
             return None
         return entry
+
+    async def track(self, task_uuid: str) -> Track | None:
+        entry = self._entries.get(task_uuid)
+        if entry is None or entry.updated_at_us + self._ttl_us <= self._clock.now_us():
+            return None
+        return unpack(entry.track)
+
+    def _followed(self, old: Held | None, progress: Progress) -> bytes | None:
+        """The track after `progress` replaced `old` (None: estimates are off). What
+        expired is not followed, as in Redis, where it is gone."""
+        if not self._tracks:
+            return None
+        now_us = progress.updated_at_us
+        if old is None or old.updated_at_us + self._ttl_us <= now_us:
+            return followed(None, now_us, progress.current, progress.end)
+        return followed(old.track, now_us, progress.current, progress.end)
 
     async def get_many(self, task_uuids: Sequence[str]) -> list[Progress | None]:
         oldest_live = self._clock.now_us() - self._ttl_us
@@ -203,6 +229,7 @@ class MemoryProgressStore:
                 old.space_uuid,
                 old.client,
                 False,
+                self._followed(old, progress),
             )
             entries[task_uuid] = held
             delta = len(progress.values) - len(old.values)
@@ -227,6 +254,7 @@ class MemoryProgressStore:
                 space_uuid,
                 client,
                 finished,
+                None if finished else self._followed(old, progress),
             )
             entries[task_uuid] = held
             self._count(task_uuid, held)
@@ -301,7 +329,7 @@ class MemoryProgressStore:
             if old is None or old.finished:
                 continue
             self._uncount(uuid, old)
-            held = Held(*msgspec.structs.astuple(old)[:-1], True)  # in place: not a write
+            held = msgspec.structs.replace(old, finished=True, track=None)  # not a write
             entries[uuid] = held
             self._count(uuid, held)
             if self._kept_bytes[held.client] > self.client_bytes:

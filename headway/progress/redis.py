@@ -14,6 +14,7 @@ import redis.exceptions
 from .. import metrics
 from ..clock import Clock
 from ..domain import FamilyVersion, Progress
+from ..estimates import Track, unpack
 from ..redis_link import Coalesced, close_client, connection_pool
 from . import (
     ADMIT_NEW_BELOW,
@@ -22,6 +23,7 @@ from . import (
     ClientAllowanceFull,
     Measurement,
     ProgressBudgetFull,
+    redis_tracks,
 )
 from . import redis_allowances as allowances
 
@@ -130,6 +132,11 @@ async def with_room(
     return await attempt()
 
 
+def _number(number: int | float | None) -> str:
+    """A count as the track's Lua reads it ('' for none): exact, as Python writes it."""
+    return "" if number is None else repr(number)
+
+
 def _refuse(refused: bytes) -> None:
     """Raise the refusal a write script answered with (an allowance without room)."""
     if refused == allowances.SPACE_FULL:
@@ -170,8 +177,10 @@ class RedisProgressStore:
         *,
         client_bytes: int = 128 * 1024**2,
         space_bytes: int = 64 * 1024**2,
+        tracks: bool = True,
     ) -> None:
         self._ttl_s = ttl_seconds
+        self._tracks = tracks  # keep each live task's track of reports (for estimates)
         self._ttl_us = ttl_seconds * 1_000_000
         self._clock = clock
         self.client_bytes = client_bytes
@@ -202,6 +211,13 @@ class RedisProgressStore:
 
     async def get(self, task_uuid: str) -> Progress | None:
         return self._live(await self._redis.get(self.PREFIX + task_uuid))
+
+    async def track(self, task_uuid: str) -> Track | None:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.get(self.PREFIX + task_uuid)
+            pipe.get(redis_tracks.TRACK_PREFIX + task_uuid)
+            raw, packed = await pipe.execute()
+        return unpack(packed) if self._live(raw) is not None else None
 
     async def get_many(self, task_uuids: Sequence[str]) -> list[Progress | None]:
         if not task_uuids:
@@ -254,6 +270,7 @@ class RedisProgressStore:
     def _write_args(
         self, progress: Progress, space_uuid: str, client: str, finished: bool
     ) -> list[object]:
+        current, end = progress.current, progress.end
         return allowances.write_args(
             _encode(progress),
             self._ttl_s,
@@ -263,6 +280,8 @@ class RedisProgressStore:
             self.client_bytes,
             space_uuid,
             self.space_bytes,
+            _number(current) if self._tracks else redis_tracks.OFF,
+            _number(end),
         )
 
     async def put(

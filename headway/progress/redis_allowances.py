@@ -52,6 +52,7 @@ from __future__ import annotations
 import re
 
 from . import ADMIT_NEW_BELOW
+from .redis_tracks import FOLLOW
 
 # What a key costs Redis beside its value's allocation (`allocation`): the key's name, its
 # entries in the keyspace and expiry dictionaries, its member in its client's sorted set
@@ -59,7 +60,10 @@ from . import ADMIT_NEW_BELOW
 # client (values of 104 and 1,104 bytes alike): a live key costs 404 bytes more in spaces
 # of 10 tasks, 453 in one space of 100,000 (whose set is no longer a compact list); a
 # finished one 309.
-REDIS_ENTRY_BYTES = 450
+# A live key also has its track (`redis_tracks`): a key of its own, with its name and
+# entries as above, and a packed value of at most 183 bytes (`estimates.pack`).
+REDIS_TRACK_BYTES = 300
+REDIS_ENTRY_BYTES = 450 + REDIS_TRACK_BYTES
 REDIS_KEPT_ENTRY_BYTES = 310
 # A client's address as counted: short, one line (an IPv6 /64 is at most 43 characters).
 MAX_CLIENT = 64
@@ -206,6 +210,7 @@ local function write_at(key, o)
     local oat = tonumber(string.match(head, '^(%d+)\\n', #expect + 1))
     if oat and oat >= half then
       redis.call('SET', key, expect .. now .. '\\n' .. json, 'EX', ttl)
+      follow_at(string.sub(key, #PREFIX + 1), now, ARGV[o + 9], ARGV[o + 10], ttl)
       return false
     end
   end
@@ -253,6 +258,11 @@ local function write_at(key, o)
     end
   end
   redis.call('SET', key, kind .. size .. ident .. now .. '\\n' .. json, 'EX', ttl)
+  if kind == 'L' then
+    follow_at(uuid, now, ARGV[o + 9], ARGV[o + 10], ttl)
+  else
+    redis.call('UNLINK', TRACK .. uuid)
+  end
   -- Accounts outlive everything they count: set to expire twice the TTL (and a minute)
   -- after each write that counts a new member or scores one anew (see `count`).
   local fresh = kind == 'F' or oat == nil or oat < half
@@ -302,6 +312,7 @@ local function write_at(key, o)
   return false
 end
 """
+HELPERS = FOLLOW + HELPERS  # `write_at` follows each live task's track
 HELPERS = HELPERS.replace("$KEPT_LESS", str(REDIS_ENTRY_BYTES - REDIS_KEPT_ENTRY_BYTES))
 HELPERS = HELPERS.replace("$ADMIT", str(ADMIT_NEW_BELOW))
 
@@ -311,7 +322,7 @@ GROWS = "#!lua\n"
 FREES = "#!lua flags=allow-oom\n"
 
 # The arguments of a write, in `write_at`'s order, after any of the script's own.
-WRITE_ARGS = 8
+WRITE_ARGS = 10
 
 # KEYS[1]: the progress key. ARGV: a write's (see `write_args`).
 PUT = GROWS + HELPERS + "return write_at(KEYS[1], 0)"
@@ -324,8 +335,9 @@ DELETE = (
     + """
 for _, key in ipairs(KEYS) do
   local kind, size, _, client, space = held(key)
-  if kind then uncount_value(string.sub(key, #PREFIX + 1), kind, size, client, space) end
-  redis.call('UNLINK', key)
+  local uuid = string.sub(key, #PREFIX + 1)
+  if kind then uncount_value(uuid, kind, size, client, space) end
+  redis.call('UNLINK', key, TRACK .. uuid)
 end
 return 0
 """
@@ -344,6 +356,7 @@ for _, key in ipairs(KEYS) do
     local uuid = string.sub(key, #PREFIX + 1)
     local counted = redis.call('ZSCORE', 'headway:live:' .. client, uuid .. ' ' .. size)
     uncount_value(uuid, kind, size, client, space)
+    redis.call('UNLINK', TRACK .. uuid)
     if counted then
       local kept_size = size - KEPT_LESS
       local value = redis.call('GET', key)
@@ -437,8 +450,11 @@ def write_args(
     client_bytes: int,
     space: str,
     space_bytes: int,
+    current: str = "",
+    end: str = "",
 ) -> list[object]:
-    """The arguments of a write (`write_at` in Lua), in order."""
+    """The arguments of a write (`write_at` in Lua), in order; `current` and `end` for
+    the task's track, as text ('' for none; `current` `redis_tracks.OFF`: no track)."""
     identity = f":{account_name(space)} {account_name(client)}@"
     stored = allocation(HEADER_BYTES + len(identity) + len(json))
     return [
@@ -450,6 +466,8 @@ def write_args(
         identity,
         client_bytes,
         space_bytes,
+        current,
+        end,
     ]
 
 

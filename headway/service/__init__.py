@@ -36,6 +36,7 @@ from .caps import Caps
 from .channels import ChannelRules, Channels
 from .context import Stores
 from .deletes import Deletes
+from .estimates import Estimates
 from .families import Families
 from .idempotency import Idempotency, Keys
 from .jobs import Jobs
@@ -109,7 +110,8 @@ class Service:
             per_space=webhooks_per_space,
         )
         self.shares = Shares(stores, self.spaces, per_space=shares_per_space)
-        self.badges = Badges(stores, self.shares, self.reads, self.tasks)
+        self.estimates = Estimates(stores, self.families, self.shares)
+        self.badges = Badges(stores, self.shares, self.reads, self.tasks, self.estimates)
         self.jobs = Jobs(stores, self.spaces)
         self.channels = Channels(
             stores,

@@ -9,6 +9,7 @@ from ..caches.badges import KeptBadges
 from ..caches.links import NO_SHARED_TASK
 from ..errors import NotFound
 from .context import Stores
+from .estimates import Estimates
 from .reads import SpaceReads
 from .shares import Shares
 from .tasks import Tasks
@@ -17,11 +18,19 @@ from .tasks import Tasks
 class Badges:
     """Reads what a badge shows: the newest tasks of a link's space, or one task of it."""
 
-    def __init__(self, stores: Stores, shares: Shares, reads: SpaceReads, tasks: Tasks) -> None:
+    def __init__(
+        self,
+        stores: Stores,
+        shares: Shares,
+        reads: SpaceReads,
+        tasks: Tasks,
+        estimates: Estimates,
+    ) -> None:
         self._clock = stores.clock
         self._shares = shares
         self._reads = reads
         self._tasks = tasks
+        self._estimates = estimates
         self.kept = KeptBadges()
         stores.writes.register(self.kept)
 
@@ -53,8 +62,9 @@ class Badges:
         task_uuid = await self._shares.ids.task_of(link, space_uuid, task_id)
         try:
             task = await self._tasks.get(task_uuid)
+            estimate = None if task.finished_at else await self._estimates.of_task(task_uuid)
         except NotFound:
             raise NotFound(NO_SHARED_TASK) from None
-        badge = task_badge(shown(task), now_us, label)
+        badge = task_badge(shown(task), now_us, label, estimate)
         self.kept.keep(key, space_uuid, badge, now_us, generation)
         return badge

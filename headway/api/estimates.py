@@ -1,0 +1,104 @@
+"""Estimates: `GET /tasks/{t}/estimate`, and through a share link
+`GET /shared/{share}/tasks/{id}/estimate` (see `headway.estimates` and
+`service.estimates`). Each is rated as a task read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.responses import Response
+
+from ..domain import format_ts
+from ..estimates import Estimate
+from ..schemas import EstimateOut
+from ..service import Service
+from .endpoints import Request, Route
+from .openapi_parts import (
+    SHARE,
+    SHARED_TASK_ID,
+    TASK,
+    TOO_MANY_REQUESTS,
+    UNAVAILABLE,
+    error,
+    json_answer,
+    ref,
+)
+from .responses import JSONResponse
+
+
+def _service(request: Request) -> Service:
+    return request.app.state.service
+
+
+def answer(found: Estimate) -> EstimateOut:
+    """An estimate as the API answers it: seconds to the millisecond, instants as text."""
+    return EstimateOut(
+        elapsed_s=round(found.elapsed_s, 3),
+        rate_per_s=None if found.rate_per_s is None else round(found.rate_per_s, 6),
+        remaining_s=None if found.remaining_s is None else round(found.remaining_s, 3),
+        eta_at=None if found.eta_us is None else format_ts(found.eta_us),
+        basis=found.basis,
+        usual=found.usual,
+        late=found.late,
+    )
+
+
+async def task_estimate(request: Request) -> Response:
+    await request.visitor.read_bill()
+    found = await _service(request).estimates.of_task(request.path_params["task_uuid"])
+    return JSONResponse(answer(found))
+
+
+async def shared_task_estimate(request: Request) -> Response:
+    await request.visitor.read_bill()
+    params = request.path_params
+    found = await _service(request).estimates.of_shared_task(
+        params["share_uuid"], params["task_id"]
+    )
+    return JSONResponse(answer(found))
+
+
+routes = [
+    Route("/tasks/{task_uuid}/estimate", task_estimate, methods=["GET"]),
+    Route("/shared/{share_uuid}/tasks/{task_id}/estimate", shared_task_estimate, methods=["GET"]),
+]
+
+_DESCRIPTION = (
+    "When the task will end: its rate from the reports the server received, stamped with "
+    "its own clock (robust to bursts, started again when `current` goes down or `end` "
+    "changes, falling while the reporter is silent), blended with its job's usual "
+    "duration (the p50 of its last 20 succeeded runs), the rate weighing more as the run "
+    "nears its end. A parent: its steps done (a running step counting for the part of its "
+    "`end` it reached) over the time since it was created. Without `end`: a rate and no "
+    "time left. A finished task: `remaining_s` 0 and `eta_at` its `finished_at`."
+)
+
+
+def _operation(operation_id: str, summary: str, parameters: list[Any], missing: str) -> Any:
+    return {
+        "get": {
+            "operationId": operation_id,
+            "summary": summary,
+            "description": _DESCRIPTION,
+            "parameters": parameters,
+            "responses": {
+                "200": json_answer(ref("EstimateOut"), "The task's estimate now."),
+                "404": error(missing),
+                "429": TOO_MANY_REQUESTS,
+                "503": UNAVAILABLE,
+            },
+        }
+    }
+
+
+openapi_paths: dict[str, Any] = {
+    "/tasks/{task_uuid}/estimate": _operation(
+        "getTaskEstimate", "When a task will end", [TASK], "No such task (or not a UUID)."
+    ),
+    "/shared/{share_uuid}/tasks/{task_id}/estimate": _operation(
+        "getSharedTaskEstimate",
+        "When a task will end, through a share link",
+        [SHARE, SHARED_TASK_ID],
+        "No such share link (revoked, or never created), or no such task under it.",
+    ),
+}

@@ -1,0 +1,99 @@
+"""When a task will end (see `headway.estimates`): from the track its reports left beside
+its progress, and from how long its job's succeeded runs usually take.
+
+A task with children (a parent) keeps no track: its count is derived from its steps. It is
+estimated from the steps done (a running step counting for the part of its own `end` it
+reached) over the time since the parent was created, blended with its job's usual
+duration like any other task's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..caches.links import NO_SHARED_TASK
+from ..domain import Progress, TaskRow
+from ..errors import NotFound
+from ..estimates import Estimate, Track, estimate
+from ..jobs import USUAL_RUNS, Usual, job_key, usual
+from ..storage import jobs
+from .context import Stores
+from .families import Families
+from .shares import Shares
+
+
+class Estimates:
+    """`GET /tasks/{t}/estimate` and its share link's twin."""
+
+    def __init__(self, stores: Stores, families: Families, shares: Shares) -> None:
+        self._stores = stores
+        self._families = families
+        self._shares = shares
+
+    async def of_task(self, task_uuid: str) -> Estimate:
+        """The task's estimate now; NotFound if there is no such task."""
+        row, children = await self._families.get(task_uuid)
+        return await self._estimate(row, children)
+
+    async def of_shared_task(self, share_uuid: str, task_id: str) -> Estimate:
+        """The estimate of the task `task_id` names under the link; NotFound if the link
+        or the task is unknown."""
+        link, space_uuid = await self._shares.kept_space_of(share_uuid)
+        task_uuid = await self._shares.ids.task_of(link, space_uuid, task_id)
+        try:
+            row, children = await self._families.get(task_uuid)
+        except NotFound:
+            raise NotFound(NO_SHARED_TASK) from None
+        return await self._estimate(row, children)
+
+    async def _estimate(self, row: TaskRow, children: Sequence[TaskRow]) -> Estimate:
+        store = self._stores.progress
+        known = await self.usual(row)
+        track: Track | None = None
+        if children:
+            steps = await store.get_many([child.uuid for child in children])
+            current: float | None = steps_done(children, steps)
+            end: float | None = len(children)
+        else:
+            progress = await store.get(row.uuid)
+            current = None if progress is None else progress.current
+            end = None if progress is None else progress.end
+            if progress is not None and not row.finished:
+                track = await store.track(row.uuid)
+        return estimate(
+            now_us=self._stores.clock.now_us(),
+            created_at_us=row.created_at_us,
+            track=track,
+            current=current,
+            end=end,
+            usual=known,
+            finished_at_us=row.finished_at_us,
+            mean=bool(children),
+        )
+
+    async def usual(self, row: TaskRow) -> Usual | None:
+        """How long the task's job usually takes (None: it is in no job, or its job has
+        fewer than 5 succeeded runs). One index scan of the job's newest runs."""
+        parent_title = None
+        if row.parent_uuid is not None:
+            parent, _ = await self._families.get(row.parent_uuid)
+            parent_title = parent.title
+        job = job_key(row.space_uuid, row.title, row.source, parent_title)
+        if job is None:
+            return None
+        async with self._stores.db.read() as fetch:
+            runs = await jobs.newest_runs(fetch, [job], USUAL_RUNS)
+        succeeded, _ = runs[job]
+        return usual([max(0.0, (finished - created) / 1e6) for created, finished in succeeded])
+
+
+def steps_done(children: Sequence[TaskRow], steps: Sequence[Progress | None]) -> float:
+    """A parent's steps done: each finished step 1, each running one the part of its `end`
+    its `current` reached (none without both)."""
+    done = 0.0
+    for child, progress in zip(children, steps, strict=True):
+        if child.finished:
+            done += 1
+        elif progress is not None and progress.current is not None and progress.end:
+            done += min(1.0, max(0.0, progress.current / progress.end))
+    return done

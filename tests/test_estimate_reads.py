@@ -1,0 +1,175 @@
+"""`GET /tasks/{t}/estimate` and `GET /shared/{share}/tasks/{id}/estimate`: the rate from
+the reports the server received, on its own clock, blended with the job's usual duration;
+late; finished tasks; parents; through a link without a uuid; clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from headway.estimates import Track, estimate, follow
+
+from .test_jobs import run
+
+UNKNOWN = "5d3c1e0a-8f4b-4c2d-9a6e-7b1f0c3d2e4a"
+FIELDS = {"elapsed_s", "rate_per_s", "remaining_s", "eta_at", "basis", "usual", "late"}
+
+
+async def estimate_of(client, task: str) -> dict:
+    answer = await client.get(f"/tasks/{task}/estimate")
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["cache-control"] == "no-store"
+    found = answer.json()
+    assert set(found) == FIELDS
+    return found
+
+
+async def report(client, task: str, current, end=100, **more) -> None:
+    answer = await client.put(f"/tasks/{task}", json={"current": current, "end": end, **more})
+    assert answer.status_code == 200, answer.text
+
+
+async def test_a_task_reporting_steadily_has_a_rate_and_a_time_left(client, make_task, clock):
+    task = await make_task(title="Copy")
+    assert (await estimate_of(client, task)) == {
+        "elapsed_s": 0.0,
+        "rate_per_s": None,
+        "remaining_s": None,
+        "eta_at": None,
+        "basis": None,
+        "usual": None,
+        "late": False,
+    }
+    for current in range(0, 30, 2):  # 2 a second
+        await report(client, task, current)
+        clock.advance(1)
+    found = await estimate_of(client, task)
+    assert found["basis"] == "rate" and found["usual"] is None and not found["late"]
+    assert found["rate_per_s"] == pytest.approx(2.0, rel=0.01)
+    # 28 of 100, 2 a second, the last report a second ago: 35 s left.
+    assert found["remaining_s"] == pytest.approx(35.0, rel=0.02)
+    assert found["elapsed_s"] == 15.0
+
+
+async def test_the_estimate_is_the_rules_applied_to_the_reports_as_the_server_took_them(
+    client, make_task, clock
+):
+    """What the answer says is `estimates.estimate` of the track the server kept, its
+    reports stamped with the server's clock: bursts, a count going down, a silence."""
+    task = await make_task()
+    created = clock.now_us()
+    track: Track | None = None
+    steps = [(0.0, 1), (0.001, 2), (0.002, 3), (5, 10), (10, 20), (10.5, 5), (20, 15), (60, 20)]
+    for at_s, current in steps:
+        clock.advance(us=created + round(at_s * 1e6) - clock.now_us())
+        await report(client, task, current)
+        track = follow(track, clock.now_us(), current, 100)
+    clock.advance(30)  # silent since: the rate falls
+    expected = estimate(
+        now_us=clock.now_us(),
+        created_at_us=created,
+        track=track,
+        current=20,
+        end=100,
+        usual=None,
+    )
+    found = await estimate_of(client, task)
+    assert found["rate_per_s"] == pytest.approx(expected.rate_per_s, abs=1e-6)
+    assert found["remaining_s"] == pytest.approx(expected.remaining_s, abs=1e-3)
+
+
+async def test_a_job_with_history_blends_in_its_usual_duration_and_says_late(
+    client, space, make_task, clock
+):
+    for seconds in (100, 110, 120, 130, 140):
+        await run(client, make_task, clock, seconds, title="Nightly ETL")
+    await run(client, make_task, clock, 5, title="Nightly ETL", error="disk full")  # not usual
+    task = await make_task(title="Nightly ETL")
+    found = await estimate_of(client, task)
+    usual = {"p50_s": 120.0, "p95_s": 138.0, "from_runs": 5}
+    assert found["usual"] == usual
+    assert found["basis"] == "usual" and found["remaining_s"] == 120.0  # no report yet
+    for current in range(0, 11):  # 10 % in 50 s: 445 s more by its rate, 65 by the usual
+        await report(client, task, current)
+        clock.advance(5)
+    found = await estimate_of(client, task)
+    # A total far from the usual ones weighs the rate by the square of the part done.
+    assert found["basis"] == "blend"
+    assert found["remaining_s"] == pytest.approx(0.01 * 445 + 0.99 * 65, abs=0.5)
+    assert not found["late"]
+    clock.advance(130)  # 185 s: beyond max(1.2 x 138, 120 + 60) = 180 s
+    assert (await estimate_of(client, task))["late"]
+    # Finished: no time left, never late, its end the moment it finished.
+    finished = await client.put(f"/tasks/{task}", json={"done": True})
+    found = await estimate_of(client, task)
+    assert found["remaining_s"] == 0 and found["late"] is False and found["basis"] is None
+    assert found["eta_at"] == finished.json()["finished_at"]
+    assert found["elapsed_s"] == 185.0
+
+
+async def test_elapsed_time_alone_makes_a_task_late(client, make_task, clock):
+    for seconds in (10, 10, 10, 10, 10):
+        await run(client, make_task, clock, seconds, title="Backup")
+    task = await make_task(title="Backup")
+    clock.advance(70)  # beyond max(1.2 x 10, 10 + 60) = 70 s
+    assert not (await estimate_of(client, task))["late"]
+    clock.advance(1)
+    found = await estimate_of(client, task)
+    assert found["late"] and found["remaining_s"] is None and found["basis"] is None
+
+
+async def test_a_task_without_end_has_a_rate_and_no_time_left(client, make_task, clock):
+    task = await make_task()
+    for current in range(0, 60, 5):
+        await client.put(f"/tasks/{task}", json={"current": current})
+        clock.advance(1)
+    found = await estimate_of(client, task)
+    assert found["rate_per_s"] == pytest.approx(5.0, rel=0.01)
+    assert found["remaining_s"] is None and found["eta_at"] is None
+
+
+async def test_a_parent_is_estimated_from_its_steps(client, make_task, clock):
+    parent = await make_task(title="Release")
+    steps = [await make_task(title=f"step {n}", parent_uuid=parent) for n in range(4)]
+    clock.advance(10)
+    await client.put(f"/tasks/{steps[0]}", json={"done": True})
+    await report(client, steps[1], 50)
+    clock.advance(5)  # 1.5 steps of 4 in 15 s: 25 s more
+    found = await estimate_of(client, parent)
+    assert found["basis"] == "rate"
+    assert found["rate_per_s"] == pytest.approx(0.1)
+    assert found["remaining_s"] == pytest.approx(25.0)
+
+
+async def test_a_share_link_gives_the_same_estimate_without_a_uuid(client, space, make_task, clock):
+    task = await make_task(title="Copy")
+    for current in range(0, 30, 3):
+        await report(client, task, current)
+        clock.advance(1)
+    share = (await client.post(f"/spaces/{space}/shares", json={})).json()["uuid"]
+    shown = (await client.get(f"/shared/{share}")).json()["tasks"]
+    task_id = shown[0]["id"]
+    answer = await client.get(f"/shared/{share}/tasks/{task_id}/estimate")
+    assert answer.status_code == 200
+    assert answer.json() == await estimate_of(client, task)
+    assert space not in answer.text and task not in answer.text
+    assert (await client.get(f"/shared/{share}/tasks/nope/estimate")).status_code == 404
+    assert (await client.delete(f"/spaces/{space}/shares/{share}")).status_code == 204
+    assert (await client.get(f"/shared/{share}/tasks/{task_id}/estimate")).status_code == 404
+
+
+@pytest.mark.parametrize("task", [UNKNOWN, "not-a-uuid", "🚀"])
+async def test_an_unknown_task_is_404(client, task):
+    answer = await client.get(f"/tasks/{task}/estimate")
+    assert answer.status_code == 404
+    assert set(answer.json()) == {"error"}
+
+
+async def test_a_count_that_goes_down_starts_the_rate_again(client, make_task, clock):
+    task = await make_task()
+    for current in range(0, 50, 5):
+        await report(client, task, current)
+        clock.advance(1)
+    assert (await estimate_of(client, task))["rate_per_s"] is not None
+    await report(client, task, 3)  # a new pass: what came before says nothing of it
+    clock.advance(1)
+    assert (await estimate_of(client, task))["rate_per_s"] is None
