@@ -21,6 +21,7 @@ reached), so the rate counts more as the run nears its end.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal
 
 import msgspec
@@ -58,30 +59,31 @@ class Track(msgspec.Struct, frozen=True, array_like=True, gc=False):
 _encode = msgspec.msgpack.encode
 _decode = msgspec.msgpack.Decoder().decode
 
+# A track flat, as the stores keep it (see `pack`): started, start, reports, end (False:
+# none), then the anchors' instants and counts.
+Flat = list[Number | bool]
+
 
 def pack(track: Track | None) -> bytes | None:
     """A track as the stores keep it beside progress: a MessagePack array of its start
     (instant, `current`), its reports, its `end` (false: none) and its anchors, flat. The
     Redis store's Lua (`progress.redis_tracks`) reads and writes the same."""
-    if track is None:
-        return None
-    end = False if track.end is None else track.end
-    return _encode([track.started_us, track.start, track.reports, end, *track.anchors])
+    return None if track is None else _encode(_flat(track))
 
 
 def unpack(packed: bytes | None) -> Track | None:
     """The track `pack` made (None: none)."""
-    if not packed:
-        return None
-    started_us, start, reports, end, *anchors = _decode(packed)
-    return Track(started_us, start, None if end is False else end, reports, tuple(anchors))
+    return _track(_decode(packed)) if packed else None
 
 
 def followed(
     packed: bytes | None, now_us: int, current: Number | None, end: Number | None
 ) -> bytes | None:
-    """`follow` on a packed track, packed."""
-    return pack(follow(unpack(packed), now_us, current, end))
+    """`follow` on a packed track, packed (without building a `Track`: every report of
+    every task runs it)."""
+    if current is None:
+        return None
+    return _encode(_follow(_decode(packed) if packed else None, now_us, current, end))
 
 
 def follow(
@@ -91,24 +93,46 @@ def follow(
     no track) and `end`, received at `now_us`."""
     if current is None:
         return None
+    return _track(_follow(None if track is None else _flat(track), now_us, current, end))
+
+
+def _follow(t: Flat | None, now_us: int, current: Number, end: Number | None) -> Flat:
+    """The rules of `follow`, on a flat track (changed in place), as the Lua twin has them."""
+    e: Number | bool = False if end is None else end
     if (
-        track is None
-        or end != track.end
-        or current < track.anchors[-1]
-        or now_us < track.anchors[-2]
+        t is None
+        or (t[3] is False) is not (e is False)
+        or t[3] != e
+        or current < t[-1]
+        or now_us < t[-2]
     ):
-        return Track(now_us, current, end, 1, (now_us, current))
-    anchors = track.anchors
-    gap = max(MIN_GAP_US, (now_us - track.started_us) // (2 * ANCHORS))
-    if len(anchors) >= 6 and now_us - anchors[-2] > SILENCE_APART * _apart_us(anchors):
+        return [now_us, current, 1, e, now_us, current]
+    n = len(t)
+    if n >= 10 and now_us - t[-2] > SILENCE_APART * _apart_us(t, 4):
         # Back from a silence longer than the window's anchors are apart: what came before
         # it says nothing of the pace now.
-        return Track(track.started_us, track.start, end, track.reports + 1, (now_us, current))
-    if len(anchors) >= 4 and now_us - anchors[-4] < gap:
-        anchors = (*anchors[:-2], now_us, current)  # too close: the newest moves
+        return [t[0], t[1], t[2] + 1, e, now_us, current]
+    t[2] += 1
+    gap = max(MIN_GAP_US, (now_us - t[0]) // (2 * ANCHORS))
+    if n >= 8 and now_us - t[-4] < gap:
+        t[-2], t[-1] = now_us, current  # too close: the newest moves
     else:
-        anchors = (*anchors[-2 * (ANCHORS - 1) :], now_us, current)
-    return Track(track.started_us, track.start, end, track.reports + 1, anchors)
+        t += (now_us, current)
+        if n - 2 > 2 * ANCHORS:
+            del t[4:6]
+    return t
+
+
+def _flat(track: Track) -> Flat:
+    end = False if track.end is None else track.end
+    return [track.started_us, track.start, track.reports, end, *track.anchors]
+
+
+def _track(t: Flat) -> Track:
+    started_us, start, reports, end, *anchors = t
+    return Track(
+        int(started_us), start, None if end is False else end, int(reports), tuple(anchors)
+    )
 
 
 class Estimate(msgspec.Struct, frozen=True):
@@ -143,10 +167,10 @@ def rate(track: Track | None, now_us: int) -> float | None:
     return max(0.0, (last - first) / ((until_us - first_us) / 1e6))
 
 
-def _apart_us(anchors: tuple[Number, ...]) -> float:
+def _apart_us(anchors: Sequence[Number | bool], first: int = 0) -> float:
     """How far apart the anchors are, at most (at least two of them): the longest
-    silence the reporter had in the window."""
-    return max(anchors[n + 2] - anchors[n] for n in range(0, len(anchors) - 2, 2))
+    silence the reporter had in the window. `anchors` flat from `first` (4: a flat track)."""
+    return max(anchors[n + 2] - anchors[n] for n in range(first, len(anchors) - 2, 2))
 
 
 def estimate(
