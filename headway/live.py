@@ -25,6 +25,7 @@ from .dependencies import unavailable
 from .domain import TaskView
 from .errors import Unavailable
 from .live_events import Key, Round, StreamFilter
+from .schemas import EstimateOut
 from .shares import ShareView
 
 if TYPE_CHECKING:
@@ -315,14 +316,28 @@ class SpaceWatch:
             pruned, self._pruning = self._pruning, None
         if pruned:
             rendered = [t for t in rendered if not {t.uuid, t.parent_uuid} & pruned]
+        estimates = await self._estimates(rendered)
         started = perf_counter()
         if rendered:
-            round_ = Round(rendered, self._sequence + 1, self.begun)
+            round_ = Round(rendered, self._sequence + 1, self.begun, estimates)
             self._sequence += len(rendered)
             for stream in tuple(self.streams):
                 stream.offer(round_)
         spent, self.sending_s = perf_counter() - started + self.sending_s, 0.0
         return spent
+
+    async def _estimates(self, rendered: list[TaskView]) -> dict[str, EstimateOut]:
+        """The estimates of the running tasks of a round (none if they cannot be read:
+        the round goes out without them, its tasks' next events carry them)."""
+        running = [task.uuid for task in rendered if task.finished_at is None]
+        if not running:
+            return {}
+        try:
+            found = await self.live.service.estimates.of_tasks(running)
+        except Exception as exc:
+            log.warning("live: estimates not read (%s)", type(exc).__name__)
+            return {}
+        return {uuid: EstimateOut.of(estimate) for uuid, estimate in found.items()}
 
     def _failed(self, exc: Exception, dirty: dict[str, None]) -> None:
         if unavailable(exc):

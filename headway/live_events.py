@@ -6,10 +6,12 @@ streams it would leave wrong."""
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
 
 import msgspec
 
 from .domain import TaskView
+from .schemas import EstimateOut
 from .shares import ShareView
 
 _encode = msgspec.json.Encoder().encode
@@ -22,22 +24,36 @@ class Round:
     as each way of showing them encodes them, made once for every stream. `render`: its
     space's rounds begun up to its own (see `SpaceWatch.begun`)."""
 
-    __slots__ = ("_events", "_joined", "head", "render", "tasks")
+    __slots__ = ("_events", "_joined", "estimates", "head", "render", "tasks")
 
-    def __init__(self, tasks: list[TaskView], first_id: int, render: int = 0) -> None:
+    def __init__(
+        self,
+        tasks: list[TaskView],
+        first_id: int,
+        render: int = 0,
+        estimates: Mapping[str, EstimateOut] | None = None,
+    ) -> None:
         self.tasks = tasks
         self.head = first_id
         self.render = render
+        self.estimates = estimates or {}  # of the running tasks, by uuid
         self._events: dict[Key, list[bytes]] = {}
         self._joined: dict[Key, bytes] = {}
 
     def events(self, key: Key, share: ShareView | None) -> list[bytes]:
+        """Each task's event, with its estimate's (`estimates_event`) when it runs."""
         found = self._events.get(key)
         if found is None:
+            estimates = self.estimates
             found = self._events[key] = [
                 b"id: %d\nevent: task\ndata: " % (self.head + index)
                 + _encode(task if share is None else share.task(task))
                 + b"\n\n"
+                + (
+                    estimates_event({task.uuid: estimates[task.uuid]}, share)
+                    if task.uuid in estimates
+                    else b""
+                )
                 for index, task in enumerate(self.tasks)
             ]
         return found
@@ -47,6 +63,15 @@ class Round:
         if found is None:
             found = self._joined[key] = b"".join(self.events(key, share))
         return found
+
+
+def estimates_event(estimates: Mapping[str, EstimateOut], share: ShareView | None) -> bytes:
+    """`event: estimates`: running tasks' estimates, by uuid (by id through a share link),
+    sent beside their tasks (after a snapshot, and after each task's event). No id: a
+    reconnection starts over from a snapshot, which carries them again."""
+    if share is not None:
+        estimates = {share.task_id(uuid): found for uuid, found in estimates.items()}
+    return b"event: estimates\ndata: " + _encode(estimates) + b"\n\n"
 
 
 class StreamFilter:

@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
+from .domain import format_ts
+from .estimates import Estimate
 from .jobs import Job, Usual
 
 MAX_BODY = 65_536
@@ -252,6 +254,19 @@ class EstimateOut(msgspec.Struct):
             "duration, or foreseen to, once 10 % done. Never on a finished task."
         ),
     ]
+
+    @classmethod
+    def of(cls, found: Estimate) -> EstimateOut:
+        """An estimate as the API answers it: seconds to the millisecond, instants as text."""
+        return cls(
+            elapsed_s=round(found.elapsed_s, 3),
+            rate_per_s=None if found.rate_per_s is None else round(found.rate_per_s, 6),
+            remaining_s=None if found.remaining_s is None else round(found.remaining_s, 3),
+            eta_at=None if found.eta_us is None else format_ts(found.eta_us),
+            basis=found.basis,
+            usual=found.usual,
+            late=found.late,
+        )
 
 
 class ShareOut(msgspec.Struct):

@@ -55,6 +55,8 @@ class Watcher:
 
     def __init__(self, http: httpx.AsyncClient, path: str, **headers: str) -> None:
         self.events: asyncio.Queue[ServerSentEvent] = asyncio.Queue()
+        # `event: estimates`, beside the tasks (see test_estimate_reads): apart.
+        self.estimates: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.ended = asyncio.Event()
         self.response: httpx.Response | None = None
         self._opened = asyncio.Event()
@@ -66,7 +68,10 @@ class Watcher:
                 self.response = source.response
                 self._opened.set()
                 async for event in source.aiter_sse():
-                    await self.events.put(event)
+                    if event.event == "estimates":
+                        await self.estimates.put(json.loads(event.data))
+                    else:
+                        await self.events.put(event)
         finally:
             self._opened.set()
             self.ended.set()
@@ -483,3 +488,36 @@ async def test_a_round_that_fails_unexpectedly_starts_its_streams_over_and_rende
                 assert moved["uuid"] == task
                 later = await new_task(http, space)
                 assert (await second.until(lambda t: t["uuid"] == later, 5))["progress"] is None
+
+
+async def test_a_stream_carries_the_estimates_of_its_running_tasks(http):
+    """`event: estimates` follows the snapshot, with every running task's estimate (none
+    for a finished one), and each running task's event; through a link, by id."""
+    space = await new_space(http)
+    task = await new_task(http, space, title="Copy")
+    for current in (0, 50, 100):  # three reports past 2 % of `end`: a rate
+        await http.put(f"/tasks/{task}", json={"current": current, "end": 1000})
+    finished = await new_task(http, space, title="Done")
+    await http.put(f"/tasks/{finished}", json={"done": True})
+    fields = {"elapsed_s", "rate_per_s", "remaining_s", "eta_at", "basis", "usual", "late"}
+    async with watching(http, f"/spaces/{space}/events") as watcher:
+        await watcher.snapshot()
+        first = await asyncio.wait_for(watcher.estimates.get(), WITHIN_S)
+        assert list(first) == [task]
+        assert set(first[task]) == fields and first[task]["rate_per_s"] is not None
+        await http.put(f"/tasks/{task}", json={"current": 150, "end": 1000})
+        [event] = await watcher.task_events(1)
+        after = await asyncio.wait_for(watcher.estimates.get(), WITHIN_S)
+        assert list(after) == [task] and after[task]["remaining_s"] is not None
+        await http.put(f"/tasks/{task}", json={"done": True})
+        await watcher.until(lambda shown: shown["finished_at"] is not None)
+        assert watcher.estimates.empty()  # a finished task's event has none
+    share = (await http.post(f"/spaces/{space}/shares", json={})).json()["uuid"]
+    running = await new_task(http, space, title="Sync")
+    await http.put(f"/tasks/{running}", json={"current": 1, "end": 10})
+    async with watching(http, f"/shared/{share}/events") as watcher:
+        shown = await watcher.snapshot()
+        ids = [t["id"] for t in shown["tasks"] if t["finished_at"] is None]
+        first = await asyncio.wait_for(watcher.estimates.get(), WITHIN_S)
+        assert list(first) == ids and len(ids) == 1
+        assert space not in json.dumps(first) and running not in json.dumps(first)

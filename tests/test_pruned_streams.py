@@ -71,7 +71,7 @@ class Follower:
                             self._put(task)
                             for step in task["children"]:
                                 self._put(step)
-                    else:
+                    elif event.event == "task":  # not `estimates`, beside the tasks
                         self.seen.add(data["uuid"])
                         self._put(data)
                     self._changed.set()

@@ -8,8 +8,6 @@ from typing import Any
 
 from starlette.responses import Response
 
-from ..domain import format_ts
-from ..estimates import Estimate
 from ..schemas import EstimateOut
 from ..service import Service
 from .endpoints import Request, Route
@@ -30,23 +28,10 @@ def _service(request: Request) -> Service:
     return request.app.state.service
 
 
-def answer(found: Estimate) -> EstimateOut:
-    """An estimate as the API answers it: seconds to the millisecond, instants as text."""
-    return EstimateOut(
-        elapsed_s=round(found.elapsed_s, 3),
-        rate_per_s=None if found.rate_per_s is None else round(found.rate_per_s, 6),
-        remaining_s=None if found.remaining_s is None else round(found.remaining_s, 3),
-        eta_at=None if found.eta_us is None else format_ts(found.eta_us),
-        basis=found.basis,
-        usual=found.usual,
-        late=found.late,
-    )
-
-
 async def task_estimate(request: Request) -> Response:
     await request.visitor.read_bill()
     found = await _service(request).estimates.of_task(request.path_params["task_uuid"])
-    return JSONResponse(answer(found))
+    return JSONResponse(EstimateOut.of(found))
 
 
 async def shared_task_estimate(request: Request) -> Response:
@@ -55,7 +40,7 @@ async def shared_task_estimate(request: Request) -> Response:
     found = await _service(request).estimates.of_shared_task(
         params["share_uuid"], params["task_id"]
     )
-    return JSONResponse(answer(found))
+    return JSONResponse(EstimateOut.of(found))
 
 
 routes = [

@@ -1,13 +1,15 @@
 """`GET /spaces/{space_uuid}/events` and `GET /shared/{share_uuid}/events`: a space live,
 as Server-Sent Events. First `event: snapshot` (exactly what the space read answers with
 the same `limit` and `state`), then `event: task` after each create, report and finish
-(see `headway.live`), and a comment line at least every `KEEPALIVE_S` seconds. No
+(see `headway.live`), `event: estimates` after the snapshot and after each running
+task's event, and a comment line at least every `KEEPALIVE_S` seconds. No
 history is kept: every connection, reconnections included, begins with a snapshot."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+import logging
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from time import perf_counter
 from typing import Any
 
@@ -19,7 +21,8 @@ from ..decoding import query_params
 from ..domain import TaskView
 from ..errors import BadRequest
 from ..live import KEEPALIVE_S, Live, Stream
-from ..live_events import StreamFilter
+from ..live_events import StreamFilter, estimates_event
+from ..schemas import EstimateOut
 from ..scope import CONNECTION
 from ..service import Service, parse_limit
 from ..shares import ShareView
@@ -39,6 +42,9 @@ _KEEPALIVE = b": keep-alive\n"
 # A send that took longer than this waited on its reader (flow control), and is not
 # counted as the time sending costs.
 _BLOCKED_S = 0.05
+# The running tasks of a snapshot whose estimates follow it, at most (a page shows 50).
+SNAPSHOT_ESTIMATES = 200
+log = logging.getLogger("headway")
 # Browsers wait this long before reconnecting a dropped stream.
 _RETRY = b"retry: 2000\n"
 
@@ -73,12 +79,17 @@ async def open_stream(request: Request, space_uuid: str, share: ShareView | None
     filtering = limit is not None or state is not None
     shown: dict[str, str] = {}  # top-level tasks shown: their uuid and `created_at`
     oldest: list[str] = []
+    running: list[str] = []  # the first SNAPSHOT_ESTIMATES running tasks shown
     count = 0
 
     async def noted(source: AsyncIterable[list[Any]]) -> AsyncIterator[list[Any]]:
-        """The snapshot's pages, noting the tasks it holds for the stream's filter."""
+        """The snapshot's pages, noting the tasks it holds for the stream's filter, and
+        the running ones for their estimates."""
         nonlocal count
         async for page in source:
+            for task in page:
+                if len(running) < SNAPSHOT_ESTIMATES:
+                    _note_running(task, running)
             if filtering:
                 for task in page:
                     if isinstance(task, msgspec.Raw):  # a task's JSON, made already
@@ -89,6 +100,19 @@ async def open_stream(request: Request, space_uuid: str, share: ShareView | None
                 count += len(page)
             yield page if share is None else [share.task(task) for task in page]
 
+    async def estimates() -> bytes:
+        """`event: estimates` of the running tasks the snapshot showed (nothing if there
+        are none, or they cannot be read: their next events carry them)."""
+        if not running:
+            return b""
+        try:
+            found = await service.estimates.of_tasks(running[:SNAPSHOT_ESTIMATES])
+        except Exception as exc:
+            log.warning("live: estimates not read (%s)", type(exc).__name__)
+            return b""
+        out = {uuid: EstimateOut.of(estimate) for uuid, estimate in found.items()}
+        return estimates_event(out, share) if out else b""
+
     window = parse_limit(limit)  # checked by the read above
 
     def filtered() -> StreamFilter | None:
@@ -98,7 +122,30 @@ async def open_stream(request: Request, space_uuid: str, share: ShareView | None
         return StreamFilter(state, oldest[0] if full else None, shown, window)
 
     snapshot = space_pieces(head, noted(bill.pages(pages)))
-    return EventStream(stream, snapshot, filtered)
+    return EventStream(stream, snapshot, filtered, estimates)
+
+
+class _Shown(msgspec.Struct):
+    """What a snapshot's task says of whether it runs: its uuid, finish and steps."""
+
+    uuid: str
+    finished_at: str | None = None
+    children: list[_Shown] = []
+
+
+_decode_shown = msgspec.json.Decoder(_Shown).decode
+
+
+def _note_running(task: TaskView | msgspec.Raw, running: list[str]) -> None:
+    """Note the task, and its steps, that run (not finished)."""
+    shown: TaskView | _Shown = _decode_shown(task) if isinstance(task, msgspec.Raw) else task
+    if shown.finished_at is None:
+        running.append(shown.uuid)
+        for child in shown.children:
+            if isinstance(child, msgspec.Raw):
+                child = _decode_shown(child)
+            if child.finished_at is None:
+                running.append(child.uuid)
 
 
 class EventStream(Response):
@@ -113,6 +160,7 @@ class EventStream(Response):
         stream: Stream,
         snapshot: AsyncIterable[bytes],
         make_filter: Callable[[], StreamFilter | None],
+        estimates: Callable[[], Awaitable[bytes]],
     ) -> None:
         self.status_code = 200
         self.background = None
@@ -120,6 +168,7 @@ class EventStream(Response):
         self._stream = stream
         self._snapshot = snapshot
         self._make_filter = make_filter
+        self._estimates = estimates
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         stream = self._stream
@@ -170,6 +219,7 @@ class EventStream(Response):
                     return
                 held, size = [], 0
         held.append(b"\n\n")
+        held.append(await self._estimates())
         if not await body(b"".join(held)):
             return
         held = []
@@ -221,7 +271,10 @@ _SSE = {
     "to a new snapshot). An owner's delete ends every stream of the space; a task removed to "
     "make room (`HEADWAY_TASKS_PER_SPACE`) ends only the streams that show it: those without "
     "`limit`, and those whose window (the newest `limit` top-level tasks sent) still holds it "
-    "once the new task is sent.",
+    "once the new task is sent. `event: estimates` (no `id`) follows the snapshot, and "
+    "each running task's event: its `data` maps the running tasks' uuids (through a share "
+    "link, their ids) to their estimates, as `GET /tasks/{uuid}/estimate` answers them "
+    "(the snapshot's first 200 running tasks and steps).",
     "content": {"text/event-stream": {"schema": {"type": "string"}}},
 }
 

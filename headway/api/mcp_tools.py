@@ -30,7 +30,6 @@ from ..errors import UNAVAILABLE_MESSAGE, BadRequest, HeadwayError
 from ..schemas import CreateSpace, CreateTask
 from ..service import Service
 from ..visitor import Visitor, Visitors, tasks_in
-from .estimates import answer as estimate_answer
 
 log = logging.getLogger("headway.mcp")
 
@@ -259,7 +258,7 @@ async def _get_task(service: Service, arguments: dict[str, Any], visitor: Visito
 async def _get_estimate(service: Service, arguments: dict[str, Any], visitor: Visitor) -> Any:
     ref: TaskRef = _convert(arguments, TaskRef)
     await visitor.read_bill()
-    return estimate_answer(await service.estimates.of_task(ref.task_uuid))
+    return schemas.EstimateOut.of(await service.estimates.of_task(ref.task_uuid))
 
 
 async def _report_progress(service: Service, arguments: dict[str, Any], visitor: Visitor) -> Any:

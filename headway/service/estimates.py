@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..caches.links import NO_SHARED_TASK
+from ..caches.usual import UsualDurations
 from ..domain import Progress, TaskRow
 from ..errors import NotFound
 from ..estimates import Estimate, Track, estimate
@@ -29,6 +30,21 @@ class Estimates:
         self._stores = stores
         self._families = families
         self._shares = shares
+        self.usual_kept = UsualDurations()
+        stores.writes.register(self.usual_kept)
+
+    async def of_tasks(self, task_uuids: Sequence[str]) -> dict[str, Estimate]:
+        """The estimates of those of these tasks that exist and are running, by uuid (as
+        the live streams send them beside their tasks)."""
+        found = {}
+        for task_uuid in task_uuids:
+            try:
+                row, children = await self._families.get(task_uuid)
+            except NotFound:
+                continue  # deleted meanwhile
+            if not row.finished:
+                found[row.uuid] = await self._estimate(row, children)
+        return found
 
     async def of_task(self, task_uuid: str) -> Estimate:
         """The task's estimate now; NotFound if there is no such task."""
@@ -73,7 +89,8 @@ class Estimates:
 
     async def usual(self, row: TaskRow) -> Usual | None:
         """How long the task's job usually takes (None: it is in no job, or its job has
-        fewer than 5 succeeded runs). One index scan of the job's newest runs."""
+        fewer than 5 succeeded runs): kept (`caches.usual`), else one index scan of the
+        job's newest runs."""
         parent_title = None
         if row.parent_uuid is not None:
             parent, _ = await self._families.get(row.parent_uuid)
@@ -81,10 +98,17 @@ class Estimates:
         job = job_key(row.space_uuid, row.title, row.source, parent_title)
         if job is None:
             return None
+        kept, now_us = self.usual_kept, self._stores.clock.now_us()
+        held = kept.get(job, now_us)
+        if held is not None:
+            return held[0]
+        generation = kept.generation
         async with self._stores.db.read() as fetch:
             runs = await jobs.newest_runs(fetch, [job], USUAL_RUNS)
         succeeded, _ = runs[job]
-        return usual([max(0.0, (finished - created) / 1e6) for created, finished in succeeded])
+        found = usual([max(0.0, (finished - created) / 1e6) for created, finished in succeeded])
+        kept.keep(job, row.space_uuid, found, now_us, generation)
+        return found
 
 
 def steps_done(children: Sequence[TaskRow], steps: Sequence[Progress | None]) -> float:
