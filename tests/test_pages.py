@@ -166,6 +166,27 @@ def test_a_space_page_shows_reports_live_without_reload(new_page, api, shots):
     assert page.evaluate("window.sameDocument") is True, "the page reloaded"
 
 
+def test_a_page_opened_mid_run_shows_the_servers_estimate_at_once(new_page, api):
+    """The server's estimate comes with the stream's snapshot: a page opened (or a share
+    page) while a task runs shows its time left and its job's usual duration before any
+    new report, where the page alone would need two reports to tell a rate."""
+    space = api.space("Nightly")
+    for _ in range(5):  # a job with history: a usual duration
+        api.report(api.task(space, "Nightly ETL", source="cron"), done=True)
+    task = api.task(space, "Nightly ETL", source="cron")
+    for current in (0, 100, 200):  # three reports past 2 % of `end`: a rate
+        api.report(task, current=current, end=1000)
+    share = api.client.post(f"/spaces/{space}/shares", json={}).json()["uuid"]
+    for path in (f"/spaces/{space}", f"/shared/{share}"):
+        page = new_page()
+        page.goto(path)
+        expect(page.locator("#connection")).to_have_text("Live")
+        facts = task_card(page, "Nightly ETL").first.locator(".task-facts")
+        expect(facts).to_contain_text(re.compile(r"(about .+ left|almost done|running late)"))
+        expect(facts).to_contain_text("usually")
+        assert task not in page.content() or path.startswith("/spaces/")
+
+
 def test_a_new_task_appears_first_without_reload(new_page, api):
     space = api.space("Arrivals")
     api.task(space, "First")

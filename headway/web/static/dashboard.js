@@ -11,7 +11,7 @@ import { el, setText } from "./dom.js";
 import { iconUrl, parseTime } from "./format.js";
 import { setUpNotifier } from "./notify.js";
 import { setUpOwner } from "./owner.js";
-import { observe } from "./rate.js";
+import { observe, served, withServed } from "./rate.js";
 import { Motion, staleAfterMs, stallOf } from "./stalls.js";
 import { connect } from "./stream.js";
 import { TaskView } from "./task-view.js";
@@ -48,7 +48,8 @@ const state = new SpaceState();
 const views = new Map(); // task key -> TaskView, for every task held
 const viewOf = new WeakMap(); // a task's element -> its TaskView
 const deleted = new Set(); // keys of the tasks this page deleted: their late events are old
-const estimates = new Map(); // task key -> rate estimate
+const estimates = new Map(); // task key -> rate estimate, the page's own
+const servedEstimates = new Map(); // task key -> the server's estimate (see rate.js)
 const expandedByHand = new Map(); // parent key -> whether its steps were opened by hand
 const dirty = new Set(); // keys of tasks changed since the last render
 const motion = new Motion(); // when each task's `current` last changed
@@ -155,6 +156,15 @@ function finished(task, failure) {
   }
 }
 
+/** The server's estimates of running tasks: each shown from now on, counted down. */
+function onEstimates(found) {
+  if (gone) return;
+  for (const [key, estimate] of Object.entries(found)) {
+    servedEstimates.set(key, served(estimate, now()));
+    if (state.get(key) != null) markDirty(key);
+  }
+}
+
 function markDirty(key) {
   dirty.add(key);
   renderTimer ??= setTimeout(render, RENDER_DELAY_MS);
@@ -190,7 +200,8 @@ function viewFor(key, isStep) {
 
 function showTask(key) {
   const view = views.get(key);
-  view.update(state.get(key), estimates.get(key), now(), state.failure(key));
+  const estimate = withServed(estimates.get(key), servedEstimates.get(key));
+  view.update(state.get(key), estimate, now(), state.failure(key));
   if (!state.families.has(key)) {
     view.hideFamily();
     return;
@@ -316,6 +327,7 @@ function forget(key) {
     deleted.add(removed);
     views.delete(removed);
     estimates.delete(removed);
+    servedEstimates.delete(removed);
     expandedByHand.delete(removed);
   }
   motion.keepOnly((known) => state.get(known) != null);
@@ -370,6 +382,7 @@ const stopOwner = shared ? null : setUpOwner(main.dataset.space, say, onChannels
 const stopStream = connect(base, `limit=${PAGE_SIZE}`, {
   onSnapshot,
   onTask,
+  onEstimates,
   onStatus: (status) => gone || showStatus(status),
   onGone,
 });

@@ -5,7 +5,7 @@
 
 import { el, setText } from "./dom.js";
 import { parseTime } from "./format.js";
-import { observe } from "./rate.js";
+import { observe, served, withServed } from "./rate.js";
 import { Motion, staleAfterMs, stallOf } from "./stalls.js";
 import { connect } from "./stream.js";
 import { TaskView } from "./task-view.js";
@@ -28,7 +28,8 @@ const page = {
 
 const state = new SpaceState();
 const views = new Map(); // task key -> TaskView
-const estimates = new Map(); // task key -> rate estimate
+const estimates = new Map(); // task key -> rate estimate, the page's own
+const servedEstimates = new Map(); // task key -> the server's estimate (see rate.js)
 const motion = new Motion(); // when each task's `current` last changed
 const staleAfter = staleAfterMs(null); // a link cannot read the channels: the default
 let renderTimer = null;
@@ -82,6 +83,14 @@ function onTask(task) {
   renderTimer ??= setTimeout(render, RENDER_DELAY_MS);
 }
 
+/** The server's estimates of running tasks: each shown from now on, counted down. */
+function onEstimates(found) {
+  for (const [key, estimate] of Object.entries(found)) {
+    servedEstimates.set(key, served(estimate, now()));
+  }
+  renderTimer ??= setTimeout(render, RENDER_DELAY_MS);
+}
+
 /** Shows the newest `limit` top-level tasks, newest first, each updated in place. */
 function render() {
   clearTimeout(renderTimer);
@@ -98,7 +107,8 @@ function render() {
       views.set(key, new TaskView(false, () => {}, stallAt));
     }
     const view = views.get(key);
-    view.update(task, estimates.get(key), now(), state.failure(key));
+    const estimate = withServed(estimates.get(key), servedEstimates.get(key));
+    view.update(task, estimate, now(), state.failure(key));
     if (page.list.children[index] !== view.element) {
       page.list.insertBefore(view.element, page.list.children[index] ?? null);
     }
@@ -128,5 +138,5 @@ function tick() {
   }
 }
 
-connect(base, `limit=${limit}`, { onSnapshot, onTask, onStatus: showStatus, onGone });
+connect(base, `limit=${limit}`, { onSnapshot, onTask, onEstimates, onStatus: showStatus, onGone });
 setInterval(tick, 1000);

@@ -16,9 +16,11 @@ const QUICK_END_MS = 5_000;
 const QUIET_MS = 1_500;
 
 /** Opens the stream of `base` with `query`; calls `onSnapshot(space)`, `onTask(task)`,
- *  `onStatus("live" | "reconnecting")` and, once, `onGone()`. Returns `stop()`, which
- *  closes it for good (say, once the page itself deleted the space). */
-export function connect(base, query, { onSnapshot, onTask, onStatus, onGone }) {
+ *  `onEstimates(estimates)` (the server's estimates of running tasks, by key, after the
+ *  snapshot and beside each running task's event), `onStatus("live" | "reconnecting")`
+ *  and, once, `onGone()`. Returns `stop()`, which closes it for good (say, once the page
+ *  itself deleted the space). */
+export function connect(base, query, { onSnapshot, onTask, onEstimates, onStatus, onGone }) {
   let retry = FIRST_RETRY_MS; // before the next try after a failed connection
   let again = 0; // before opening again a live stream that ended soon after the last one
   let lastEnd = -Infinity;
@@ -41,6 +43,7 @@ export function connect(base, query, { onSnapshot, onTask, onStatus, onGone }) {
       onStatus("live");
     });
     current.addEventListener("task", (event) => onTask(JSON.parse(event.data)));
+    current.addEventListener("estimates", (event) => onEstimates?.(JSON.parse(event.data)));
     current.addEventListener("error", () => {
       // Closed here, never left to the browser's own reconnection: its next try is ours.
       current.close();

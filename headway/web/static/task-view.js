@@ -15,7 +15,7 @@ import {
   parseTime,
   runSeconds,
 } from "./format.js";
-import { secondsLeft } from "./rate.js";
+import { knows, secondsLeft, servedLeft } from "./rate.js";
 
 const BADGES = {
   failed: "Failed",
@@ -24,6 +24,20 @@ const BADGES = {
   stale: "Stale",
   waiting: "Waiting for data",
 };
+
+/** What the server's estimate says: "2.5/s, about 4 min left · usually 12 min", and
+ *  "running late" first when it is. */
+function servedText(estimate, left) {
+  const parts = [];
+  if (estimate.rate_per_s != null && estimate.rate_per_s > 0) {
+    parts.push(formatRate(estimate.rate_per_s));
+  }
+  if (left != null) parts.push(left < 1 ? "almost done" : `about ${formatDuration(left)} left`);
+  const said = [parts.join(", ")];
+  if (estimate.usual != null) said.push(`usually ${formatDuration(estimate.usual.p50_s)}`);
+  if (estimate.late) said.unshift("running late");
+  return said.filter((part) => part !== "").join(" · ");
+}
 
 let lastListId = 0;
 let lastQuestionId = 0;
@@ -129,8 +143,8 @@ export class TaskView {
     );
   }
 
-  /** Shows `task` as it now stands; `estimate` is its rate (see rate.js), `failure` how
-   *  it failed (see tasks.js) or null. */
+  /** Shows `task` as it now stands; `estimate` is its rate (see rate.js: the server's,
+   *  or the page's own), `failure` how it failed (see tasks.js) or null. */
   update(task, estimate, now, failure = null) {
     this.task = task;
     this.failure = failure;
@@ -205,6 +219,8 @@ export class TaskView {
   }
 
   speedText(task, now) {
+    const server = this.estimate?.server;
+    if (server != null && knows(server)) return servedText(server.served, servedLeft(server, now));
     const rate = this.estimate?.rate;
     if (rate == null || rate <= 0) return "";
     const left = secondsLeft(this.estimate, task.progress.end, now);
