@@ -269,6 +269,21 @@ def test_task_events_update_rows_add_tasks_and_steps_and_measure_rates() -> None
     assert again[0].strip() == "🌙 Again" and "live · 1 task ·" in again[-1]
 
 
+def test_the_servers_estimate_gives_the_time_left_counted_down_and_late() -> None:
+    """`event: estimates` (the server's, from every report it received and the job's
+    usual duration) is shown at once, counted down, where the board alone knows none."""
+    board = Board()
+    board.apply(snapshot(task_json("t", "Copy", current=30, end=100, updated=5)))
+    estimate = {"rate_per_s": 0.5, "remaining_s": 300.0, "late": False, "usual": None}
+    board.apply(Event("estimates", json.dumps({"t": estimate})), now=NOW)
+    assert re.search(r"30/100\s+0\.5 /s\s+5 min\s", row(drawn(board), "Copy"))
+    later = NOW + timedelta(seconds=150)
+    assert re.search(r"\s3 min\s", row(drawn(board, later), "Copy"))  # 150 s on: 2.5 min
+    late = {**estimate, "remaining_s": 30.0, "late": True}
+    board.apply(Event("estimates", json.dumps({"t": late, "gone": late})), now=NOW)
+    assert re.search(r"\slate · under a minute\s", row(drawn(board), "Copy"))
+
+
 def wide_board() -> Board:
     """A board whose titles and log lines are longer than a terminal is wide."""
     board = Board()

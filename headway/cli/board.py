@@ -19,7 +19,7 @@ from rich.text import Text
 
 from ..client.events import RECONNECTING, Event
 from ..client.models import Space, Task
-from ..durations import duration_words, run_seconds
+from ..durations import duration_words, left_words, run_seconds
 from ..failure import Failure, task_failure
 
 # A rate is measured over the counts of this many seconds (unless the task reports one).
@@ -36,6 +36,8 @@ class Row:
 
     task: Task
     samples: deque[tuple[float, float]] = field(default_factory=deque)
+    # The server's estimate (`event: estimates`), and when it came.
+    estimate: tuple[dict[str, Any], datetime] | None = None
 
     def record(self) -> None:
         progress = self.task.progress
@@ -87,6 +89,10 @@ class Board:
             elif event.event == "task":
                 task = Task.from_json(json.loads(event.data))
                 self._put(task, task.parent_key, {})
+            elif event.event == "estimates":
+                for key, estimate in json.loads(event.data).items():
+                    if key in self.rows:
+                        self.rows[key].estimate = (estimate, now or datetime.now(UTC))
             elif event.event == RECONNECTING:
                 self.status = f"reconnecting: {event.data}"
                 self.waiting = None
@@ -292,6 +298,8 @@ def _cells(row: Row, now: datetime, failure: Failure | None, *, step: bool) -> d
     if task.finished:
         took = run_seconds(task.created_at, task.finished_at)
         left = f"took {duration_words(task.duration or 0 if took is None else took)}"
+    elif row.estimate is not None and _knows(row.estimate[0]):
+        rate, left = _served(row.estimate, now, rate)
     elif rate and end and current is not None and current < end:
         left = duration_words((end - current) / rate)
     updated = ""
@@ -314,6 +322,26 @@ def _cells(row: Row, now: datetime, failure: Failure | None, *, step: bool) -> d
         if failure is not None
         else Text(str(values.get("log", "")), "dim"),
     }
+
+
+def _knows(estimate: dict[str, Any]) -> bool:
+    """Whether the server's estimate says anything: a rate, a time left, or late."""
+    return any(estimate.get(name) for name in ("rate_per_s", "remaining_s", "late"))
+
+
+def _served(
+    served: tuple[dict[str, Any], datetime], now: datetime, rate: float | None
+) -> tuple[float | None, str]:
+    """The rate and the time left by the server's estimate, counted down since it came
+    ("4 min", "late · 4 min"); the rate measured here where it gives none."""
+    estimate, at = served
+    left = ""
+    remaining = estimate.get("remaining_s")
+    if isinstance(remaining, int | float):
+        left = left_words(remaining - (now - at).total_seconds())
+    if estimate.get("late"):
+        left = f"late · {left}" if left else "late"
+    return estimate.get("rate_per_s") or rate, left
 
 
 def _stalled(task: Task, now: datetime) -> bool:
