@@ -33,6 +33,7 @@ from .disk import DiskBudget
 from .live import Live
 from .loops import stop
 from .notify.deliver import channel_sender
+from .notify.late import LateWatch
 from .notify.stalls import StallWatch
 from .progress import ProgressStore
 from .progress.memory import MemoryProgressStore
@@ -120,6 +121,12 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 scan_s=settings.stall_scan,
                 outbox_per_endpoint=settings.outbox_per_endpoint,
                 on_queued=events_queued.set,
+                also=LateWatch(
+                    db,
+                    service.estimates.of_tasks,
+                    service.event_views,
+                    cap=settings.outbox_per_endpoint,
+                ).step,
             )
             app.state.stalls = stalls
             if settings.run_worker:

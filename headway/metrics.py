@@ -344,7 +344,7 @@ def channel_delivery(outcome: str, events: int = 1) -> None:
 
 
 def stall(change: str) -> None:
-    """Count one stall episode's `stalled` or `recovered`."""
+    """Count one stall episode's `stalled` or `recovered`, or a run told `late`."""
     (_instruments or instruments()).stalls.labels(change).inc()
 
 

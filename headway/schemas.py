@@ -85,7 +85,7 @@ class CreateWebhook(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     url: Annotated[str, Meta(max_length=2048, description="An http(s) URL on a public address.")]
 
 
-ChannelEvent = Literal["completed", "failed", "stalled"]
+ChannelEvent = Literal["completed", "failed", "stalled", "late"]
 MIN_STALLED_AFTER_S = 60
 MAX_STALLED_AFTER_S = 604_800
 
@@ -103,7 +103,12 @@ class CreateChannel(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     ]
     events: Annotated[
         list[ChannelEvent],
-        Meta(min_length=1, max_length=3, description="What the channel hears."),
+        Meta(
+            min_length=1,
+            max_length=4,
+            description="What the channel hears: finishes, failures, stalls, and runs late "
+            "against their job's usual duration (once a run).",
+        ),
     ] = msgspec.field(default_factory=lambda: ["completed"])
     steps: Annotated[bool, Meta(description="Hear steps (child tasks) too.")] = False
     stalled_after: Annotated[

@@ -293,3 +293,10 @@ def test_the_test_message_names_the_space_and_link() -> None:
     assert message.title == "Headway test message"
     assert "Nightly" in message.body and message.body.endswith(LINK)
     assert (message.title, message.body) == message[:2]
+
+
+def test_the_late_message_names_the_run_its_time_and_the_usual():
+    task = {"title": "Nightly ETL", "progress": {"ratio": 0.33}, "created_at": None}
+    said = messages.late(task, elapsed_s=2400, usual_s=720)
+    assert said.title == "⏰ Nightly ETL is running late at 33%: 40 min so far, usually 12 min"
+    assert said.kind == "late" and said.level == "warning"

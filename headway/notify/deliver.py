@@ -260,7 +260,21 @@ def _message(pending: channel_queue.Pending, space_title: str | None, link: str 
         )
     if pending.kind == "recovered":
         return messages.recovered(task, space_title=space_title, link=link)
-    return messages.finished(task, space_title=space_title, link=link)
+    if pending.kind == "late":
+        return messages.late(
+            task,
+            elapsed_s=event.get("elapsed_s", 0),
+            usual_s=event.get("usual_s", 0),
+            space_title=space_title,
+            link=link,
+        )
+    usual_s = event.get("usual_s")
+    return messages.finished(
+        task,
+        space_title=space_title,
+        link=link,
+        usual_s=usual_s if isinstance(usual_s, int | float) else None,
+    )
 
 
 def _event(pending: list[channel_queue.Pending]) -> str:

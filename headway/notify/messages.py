@@ -17,7 +17,7 @@ from typing import Any, Literal, NamedTuple
 
 from ..durations import duration_words, run_seconds
 
-Kind = Literal["completed", "failed", "stalled", "recovered", "digest", "test"]
+Kind = Literal["completed", "failed", "stalled", "recovered", "late", "digest", "test"]
 Level = Literal["info", "success", "warning", "failure"]
 
 UNTITLED = "Untitled task"
@@ -30,6 +30,7 @@ _LEVELS: dict[str, Level] = {
     "failed": "failure",
     "stalled": "warning",
     "recovered": "info",
+    "late": "warning",
     "digest": "info",
     "test": "info",
 }
@@ -60,20 +61,32 @@ def failure(task: Any) -> str | None:
     return _failure(task, _uuids(task))
 
 
-def finished(task: Any, *, space_title: str | None = None, link: str | None = None) -> Message:
+def finished(
+    task: Any,
+    *,
+    space_title: str | None = None,
+    link: str | None = None,
+    usual_s: float | None = None,
+) -> Message:
     """The message for a finish: "✓ Deploy finished in 3 min 12 s", or when it failed
-    "✗ Deploy failed: exit code 3"."""
+    "✗ Deploy failed: exit code 3"; `usual_s`, how long its job usually takes, adds
+    ", usually 2 min" (to a finish whose time is known, or "after 14 min, usually 12 min"
+    to a failure)."""
     task = _plain(task)
     secrets = _uuids(task)
     name = _name(task, secrets)
     why = _failure(task, secrets)
+    took = run_seconds(task.get("created_at"), task.get("finished_at"))
+    if took is None and isinstance(task.get("duration"), int | float):
+        took = task["duration"]  # no timestamps to measure: the whole seconds
+    usually = (
+        f", usually {duration_words(usual_s)}" if usual_s is not None and took is not None else ""
+    )
     if why is not None:
-        title, kind = f"✗ {name} failed: {why}", "failed"
+        after = f" after {duration_words(took)}{usually}" if usually else ""
+        title, kind = f"✗ {name} failed: {why}{after}", "failed"
     else:
-        took = run_seconds(task.get("created_at"), task.get("finished_at"))
-        if took is None and isinstance(task.get("duration"), int | float):
-            took = task["duration"]  # no timestamps to measure: the whole seconds
-        after = f" in {duration_words(took)}" if took is not None else ""
+        after = f" in {duration_words(took)}{usually}" if took is not None else ""
         title, kind = f"✓ {name} finished{after}", "completed"
     return _message(title, _body(task, secrets, space_title, link), kind)
 
@@ -111,6 +124,27 @@ def stalled(
     return _message(title, _body(task, secrets, space_title, link), "stalled")
 
 
+def late(
+    task: Any,
+    *,
+    elapsed_s: float,
+    usual_s: float,
+    space_title: str | None = None,
+    link: str | None = None,
+) -> Message:
+    """The message for a late run: "⏰ Nightly ETL is running late: 40 min so far, usually
+    12 min" (at its percent, when it has one)."""
+    task = _plain(task)
+    secrets = _uuids(task)
+    at = _percent(task.get("progress") or {})
+    where = f" at {at}" if at else ""
+    title = (
+        f"⏰ {_name(task, secrets)} is running late{where}: {duration_words(elapsed_s)} so far, "
+        f"usually {duration_words(usual_s)}"
+    )
+    return _message(title, _body(task, secrets, space_title, link), "late")
+
+
 def recovered(task: Any, *, space_title: str | None = None, link: str | None = None) -> Message:
     """The message for the end of a stall: "▶ Deploy is moving again: 85%"."""
     task = _plain(task)
@@ -135,6 +169,7 @@ def digest(
         (counts["failed"], "failed"),
         (counts["stalled"], "stalled"),
         (counts["recovered"], "moving again"),
+        (counts["late"], "late"),
     ]
     said = [(count, verb) for count, verb in parts if count]
     if said:
@@ -151,7 +186,8 @@ def digest(
         lines.append(f"… and {len(messages) - max_lines} more")
     if link:
         lines.append(link)
-    level: Level = "failure" if counts["failed"] else "warning" if counts["stalled"] else "info"
+    warned = counts["stalled"] or counts["late"]
+    level: Level = "failure" if counts["failed"] else "warning" if warned else "info"
     return Message(title, "\n".join(lines), "digest", level)
 
 

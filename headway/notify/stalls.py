@@ -70,6 +70,7 @@ class StallWatch:
         scan_s: float = SCAN_S,
         on_queued: Callable[[], None] = lambda: None,
         outbox_per_endpoint: int = 10_000,
+        also: Callable[[int], Awaitable[int]] | None = None,
     ) -> None:
         self.db = db
         self.progress = progress
@@ -86,6 +87,8 @@ class StallWatch:
         # Seconds until the next look: `scan_s`, or less when another's lease lapses sooner.
         self.wait_s = scan_s
         self._held = False
+        # Another look made under the same lease, at each look (`notify.late`).
+        self.also = also
 
     async def run(self) -> None:
         """Look every `scan_s` seconds until cancelled; a failed look is logged (and
@@ -159,6 +162,8 @@ class StallWatch:
         if ended:
             queued += await self._ended(ended, now)
         self._moved = moved
+        if self.also is not None:
+            queued += await self.also(now)
         if queued:
             self.on_queued()
         return queued
@@ -267,7 +272,7 @@ class StallWatch:
                 now,
                 cap=self.cap,
             )
-        _given_up(pushed_out)
+        count_given_up(pushed_out)
         metrics.stall("stalled")
         return True
 
@@ -288,7 +293,7 @@ class StallWatch:
                 now,
                 cap=self.cap,
             )
-        _given_up(pushed_out)
+        count_given_up(pushed_out)
         metrics.stall("recovered")
         return 1
 
@@ -321,7 +326,7 @@ def _activity(
     return last, json.dumps(currents)
 
 
-def _given_up(pushed_out: int) -> None:
+def count_given_up(pushed_out: int) -> None:
     """Count the messages a full channel gave up for a new one."""
     metrics.channel_delivery("given_up", pushed_out)
     metrics.given_up("channel", "cap", pushed_out)

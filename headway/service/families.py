@@ -14,7 +14,9 @@ from ..completion import completion_event
 from ..dependencies import unavailable
 from ..domain import Changed, FamilyVersion, Progress, TaskRow, canonical_uuid
 from ..errors import NotFound
+from ..jobs import USUAL_RUNS, usual
 from ..storage import channel_queue, jobs, outbox, queries
+from ..storage.database import Statements
 from .context import NO_TASK, Stores
 from .unit import Unit
 
@@ -230,7 +232,7 @@ class Families:
                 event_id,
                 space_uuid,
                 task.uuid,
-                payload,
+                await _with_usual(st, event),
                 failed=event.failed,
                 step=task.parent_uuid is not None,
                 now_us=now_us,
@@ -242,6 +244,26 @@ class Families:
         if pushed_out:
             metrics.channel_delivery("given_up", pushed_out)
             metrics.given_up("channel", "cap", pushed_out)
+
+
+async def _with_usual(st: Statements, event: _Event) -> str:
+    """The event as channels take it: with `usual_s`, how long its job's succeeded runs
+    before this one usually took (their p50), when it has 5, for the message to say it
+    ("✓ Deploy finished in 14 min, usually 12 min")."""
+    found = await jobs.job_of(st.rows, event.task.uuid)
+    if found is None:
+        return event.payload
+    job, created_us = found
+    runs = await jobs.newest_runs(st.rows, [job], USUAL_RUNS + 1)
+    before = [
+        (finished - created) / 1e6
+        for created, finished in runs[job][0]
+        if (created, finished) != (created_us, event.now_us)
+    ]
+    known = usual(before[:USUAL_RUNS])
+    if known is None:
+        return event.payload
+    return event.payload[:-1] + ',"usual_s":' + repr(known.p50_s) + "}"
 
 
 class _Event:

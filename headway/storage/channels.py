@@ -13,12 +13,12 @@ from typing import Any
 from .database import Fetch, Statements
 from .queries import space_holds_fewer
 
-EVENTS = ("completed", "failed", "stalled")
+EVENTS = ("completed", "failed", "stalled", "late")
 # Deliveries kept for each channel's `deliveries`.
 LOG_KEPT = 20
 
 _COLUMNS = (
-    "uuid, redacted, on_completed, on_failed, on_stalled, steps, stalled_after_s, "
+    "uuid, redacted, on_completed, on_failed, on_stalled, on_late, steps, stalled_after_s, "
     "share_uuid, created_at_us"
 )
 
@@ -37,9 +37,9 @@ class ChannelRow:
 
 
 def _channel(row: Sequence[Any]) -> ChannelRow:
-    wanted = (bool(row[2]), bool(row[3]), bool(row[4]))
+    wanted = (bool(row[2]), bool(row[3]), bool(row[4]), bool(row[5]))
     events = tuple(event for event, on in zip(EVENTS, wanted, strict=True) if on)
-    return ChannelRow(row[0], row[1], events, bool(row[5]), int(row[6]), row[7], int(row[8]))
+    return ChannelRow(row[0], row[1], events, bool(row[6]), int(row[7]), row[8], int(row[9]))
 
 
 async def insert_channel(
@@ -56,8 +56,8 @@ async def insert_channel(
         return False
     await st.rows(
         "INSERT INTO channels (uuid, space_uuid, url, redacted, on_completed, on_failed, "
-        "on_stalled, steps, stalled_after_s, share_uuid, created_at_us) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "on_stalled, on_late, steps, stalled_after_s, share_uuid, created_at_us) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             channel.uuid,
             space_uuid,
@@ -122,7 +122,7 @@ async def delete_channel(st: Statements, space_uuid: str, channel_uuid: str) -> 
     )
     if not gone:
         return False
-    for table in ("channel_deliveries", "channel_log", "stalls"):
+    for table in ("channel_deliveries", "channel_log", "stalls", "late_runs"):
         await st.many(f"DELETE FROM {table} WHERE channel_uuid = ?", [(channel_uuid,)])
     return True
 
@@ -187,8 +187,8 @@ class Watcher:
 
 
 async def stalls_watched(fetch: Fetch) -> bool:
-    """Whether any channel wants to hear of stalls."""
-    return bool(await fetch("SELECT 1 FROM channels WHERE on_stalled LIMIT 1", ()))
+    """Whether any channel wants to hear of stalls, or of late runs (one look finds both)."""
+    return bool(await fetch("SELECT 1 FROM channels WHERE on_stalled OR on_late LIMIT 1", ()))
 
 
 async def stall_watchers(fetch: Fetch) -> list[Watcher]:
@@ -247,6 +247,44 @@ async def open_episode(
         (channel_uuid, task_uuid, reason, current, since_us),
     )
     return bool(opened)
+
+
+# --- Late runs ---------------------------------------------------------------------------
+
+
+async def late_watchers(fetch: Fetch) -> list[tuple[str, str, bool]]:
+    """The channels that want to hear of late runs: (uuid, space, steps too)."""
+    found = await fetch(
+        "SELECT uuid, space_uuid, steps FROM channels WHERE on_late ORDER BY space_uuid", ()
+    )
+    return [(row[0], row[1], bool(row[2])) for row in found]
+
+
+async def late_told(fetch: Fetch, channel_uuids: Sequence[str]) -> set[tuple[str, str]]:
+    """The (channel, task) pairs told late already."""
+    if not channel_uuids:
+        return set()
+    marks = ", ".join("?" * len(channel_uuids))
+    found = await fetch(
+        f"SELECT channel_uuid, task_uuid FROM late_runs WHERE channel_uuid IN ({marks})",
+        tuple(channel_uuids),
+    )
+    return {(row[0], row[1]) for row in found}
+
+
+async def tell_late(st: Statements, channel_uuid: str, task_uuid: str, at_us: int) -> bool:
+    """Note a run told late to a channel unless it was (False: another instance did)."""
+    noted = await st.rows(
+        "INSERT INTO late_runs (channel_uuid, task_uuid, at_us) VALUES (?, ?, ?) "
+        "ON CONFLICT DO NOTHING RETURNING task_uuid",
+        (channel_uuid, task_uuid, at_us),
+    )
+    return bool(noted)
+
+
+async def forget_late(st: Statements, pairs: Sequence[tuple[str, str]]) -> None:
+    """Runs no longer running (finished, or gone): their notes go."""
+    await st.many("DELETE FROM late_runs WHERE channel_uuid = ? AND task_uuid = ?", pairs)
 
 
 async def close_episode(st: Statements, channel_uuid: str, task_uuid: str) -> bool:

@@ -72,6 +72,7 @@ async def delete_tasks(st: Statements, task_uuids: Sequence[str]) -> None:
         await st.many(f"DELETE FROM outbox WHERE task_uuid IN ({marks})", [params])
         await st.many(f"DELETE FROM channel_deliveries WHERE task_uuid IN ({marks})", [params])
         await st.many(f"DELETE FROM stalls WHERE task_uuid IN ({marks})", [params])
+        await st.many(f"DELETE FROM late_runs WHERE task_uuid IN ({marks})", [params])
         await st.many(f"DELETE FROM tasks WHERE uuid IN ({marks})", [params])
         await jobs.forget_runs(st, runs)
 
@@ -211,6 +212,7 @@ _OF_TASKS = (
     ("outbox", "task_uuid"),
     ("channel_deliveries", "task_uuid"),
     ("stalls", "task_uuid"),
+    ("late_runs", "task_uuid"),
     ("tasks", "uuid"),
 )
 

@@ -124,6 +124,14 @@ async def newest_runs(
     return found
 
 
+async def job_of(fetch: Fetch, task_uuid: str) -> tuple[str, int] | None:
+    """The job of a task and its `created_at_us` (None: no such task, or in no job)."""
+    found = await fetch("SELECT job, created_at_us FROM tasks WHERE uuid = ?", (task_uuid,))
+    if not found or found[0][0] is None:
+        return None
+    return found[0][0], int(found[0][1])
+
+
 async def active_counts(fetch: Fetch, keys: Sequence[str]) -> dict[str, int]:
     """How many tasks of each job are active (not finished)."""
     counts: dict[str, int] = {}

@@ -11,7 +11,7 @@ import { JSON_HEADERS, errorOf } from "./http.js";
 const REFRESH_MS = 30_000; // deliveries are read again this often while the page is seen
 const MIN_STALL_MINUTES = 1; // the server's `stalled_after`: 60 to 604,800 s
 const MAX_STALL_MINUTES = 10_080;
-const EVENTS = { completed: "finishes", failed: "failures", stalled: "stalls" };
+const EVENTS = { completed: "finishes", failed: "failures", stalled: "stalls", late: "late runs" };
 const COLUMNS = ["Time", "Event", "Outcome", "Detail"];
 const OUTCOMES = { delivered: "delivered", failed: "failed", given_up: "given up" };
 

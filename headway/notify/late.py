@@ -1,0 +1,106 @@
+"""Late runs, told once: a running task whose job has a usual duration and that runs
+beyond it (`estimates.late`: its time so far, or once a tenth done its estimated total,
+beyond max(1.2 x p95, p50 + 60 s)) is told `late` to each channel of its space that
+wants it, once a run.
+
+The look is the stall watch's (`notify.stalls`): under its lease, one instance at a
+time, at each of its looks. A run told late is a row keyed by channel and task, inserted
+only if absent, in the same transaction as its message, so that two instances looking
+at once send one message; its row goes once the task no longer runs (finished, or
+deleted), so that a late run is told again only as another run.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Sequence
+
+import msgspec
+
+from .. import domain, metrics
+from ..estimates import Estimate
+from ..storage import channel_queue, channels
+from ..storage.database import Database
+from .stalls import count_given_up
+
+# Running tasks looked at per space (oldest first); beyond, newer ones are not watched.
+MAX_WATCHED = 1_000
+
+Estimates = Callable[[Sequence[str]], Awaitable[dict[str, Estimate]]]
+Views = Callable[[Sequence[str]], Awaitable[list[domain.TaskView]]]
+
+
+class LateWatch:
+    """Looks for late runs, one `step` at a time (inside the stall watch's)."""
+
+    def __init__(self, db: Database, estimates: Estimates, views: Views, *, cap: int) -> None:
+        self.db = db
+        self.estimates = estimates
+        self.views = views
+        self.cap = cap  # messages one channel holds queued (HEADWAY_OUTBOX_PER_ENDPOINT)
+
+    async def step(self, now: int) -> int:
+        """One look, by the holder of the stall watch's lease; how many messages it
+        queued."""
+        async with self.db.read() as fetch:
+            watchers = await channels.late_watchers(fetch)
+            if not watchers:
+                return 0
+            told = await channels.late_told(fetch, [w[0] for w in watchers])
+        by_space: dict[str, list[tuple[str, bool]]] = defaultdict(list)
+        for channel_uuid, space_uuid, steps in watchers:
+            by_space[space_uuid].append((channel_uuid, steps))
+        running: set[str] = set()
+        queued = 0
+        for space_uuid, wanting in by_space.items():
+            async with self.db.read() as fetch:
+                rows = await channels.active_tasks(fetch, space_uuid, MAX_WATCHED)
+            parents = {row[0]: row[1] for row in rows}
+            running.update(parents)
+            found = await self.estimates(list(parents))
+            for task_uuid, estimate in found.items():
+                if not estimate.late or estimate.usual is None:
+                    continue
+                for channel_uuid, steps in wanting:
+                    if (channel_uuid, task_uuid) in told:
+                        continue
+                    if parents.get(task_uuid) is not None and not steps:
+                        continue
+                    if await self._late(channel_uuid, task_uuid, estimate, now):
+                        told.add((channel_uuid, task_uuid))
+                        queued += 1
+        ended = [pair for pair in told if pair[1] not in running]
+        if ended:
+            async with self.db.write() as st:
+                await channels.forget_late(st, ended)
+        return queued
+
+    async def _late(self, channel_uuid: str, task_uuid: str, found: Estimate, now: int) -> bool:
+        views = await self.views([task_uuid])
+        if not views or found.usual is None:
+            return False
+        event = {
+            "type": "task.late",
+            "timestamp": domain.format_ts(now),
+            "elapsed_s": round(found.elapsed_s, 3),
+            "usual_s": found.usual.p50_s,
+            "data": views[0],
+        }
+        payload = msgspec.json.encode(event).decode()
+        async with self.db.write() as st:
+            if not await channels.tell_late(st, channel_uuid, task_uuid, now):
+                return False
+            pushed_out = await channel_queue.queue(
+                st,
+                f"late_{uuid.uuid4().hex}",
+                channel_uuid,
+                task_uuid,
+                "late",
+                payload,
+                now,
+                cap=self.cap,
+            )
+        count_given_up(pushed_out)
+        metrics.stall("late")
+        return True
