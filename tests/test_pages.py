@@ -187,6 +187,42 @@ def test_a_page_opened_mid_run_shows_the_servers_estimate_at_once(new_page, api)
         assert task not in page.content() or path.startswith("/spaces/")
 
 
+def test_past_runs_show_each_jobs_history_with_its_failures(new_page, api, shots):
+    """The space's jobs, opened from the page: counts, the usual duration, and a chart of
+    the newest runs drawn on the page (no script from elsewhere), failed runs marked; the
+    share page shows the same without a uuid."""
+    space = api.space("Nightly")
+    for n in range(7):
+        task = api.task(space, "Nightly ETL", source="cron")
+        values = {"error": "disk full"} if n in (2, 5) else {}
+        api.report(task, values=values, done=True)
+    running = api.task(space, "Nightly ETL", source="cron")
+    api.report(running, current=1, end=10)
+    share = api.client.post(f"/spaces/{space}/shares", json={}).json()["uuid"]
+    for path in (f"/spaces/{space}", f"/shared/{share}"):
+        page = new_page()
+        scripts = []
+        page.on("request", lambda request: scripts.append(request.url))
+        page.goto(path)
+        expect(page.locator("#connection")).to_have_text("Live")
+        page.get_by_text("Past runs").click()
+        job = page.locator("#jobs .job")
+        expect(job).to_have_count(1)
+        expect(job.locator("h3")).to_have_text("Nightly ETL")
+        expect(job.locator(".job-facts")).to_contain_text("7 runs · 2 failed")
+        expect(job.locator(".job-facts")).to_contain_text("usually")
+        expect(job.locator(".job-facts")).to_contain_text("1 running")
+        expect(job.locator("svg.job-chart rect.run")).to_have_count(7)
+        expect(job.locator("svg.job-chart rect.run.failed")).to_have_count(2)
+        expect(job.locator("svg.job-chart rect.usual")).to_have_count(1)
+        label = job.locator("svg.job-chart").get_attribute("aria-label")
+        assert label is not None and "2 failed" in label
+        assert all(url.startswith(api.client.base_url.__str__().rstrip("/")) for url in scripts)
+        if path.startswith("/shared/"):
+            assert space not in page.content() and running not in page.content()
+            page.screenshot(path=shots / "jobs-shared.png", full_page=True)
+
+
 def test_a_new_task_appears_first_without_reload(new_page, api):
     space = api.space("Arrivals")
     api.task(space, "First")

@@ -9,6 +9,7 @@
 import { deleteAt, deleteQuestion } from "./deleting.js";
 import { el, setText } from "./dom.js";
 import { iconUrl, parseTime } from "./format.js";
+import { setUpJobs } from "./jobs.js";
 import { setUpNotifier } from "./notify.js";
 import { setUpOwner } from "./owner.js";
 import { observe, served, withServed } from "./rate.js";
@@ -146,6 +147,7 @@ function onTask(task) {
 /** Announces a top-level task's finish; a parent's steps arrive before it, so `failure`
  *  already counts them. */
 function finished(task, failure) {
+  showJobs(); // a run more, if the past runs are shown
   const title = task.title ?? "Untitled task";
   if (failure == null) {
     say(`${title} finished.`);
@@ -378,6 +380,7 @@ for (const button of page.filters) {
 }
 page.older.addEventListener("click", loadOlder);
 const notify = setUpNotifier(page.notify, say);
+const showJobs = setUpJobs(document.getElementById("jobs"), base);
 const stopOwner = shared ? null : setUpOwner(main.dataset.space, say, onChannels, onGone);
 const stopStream = connect(base, `limit=${PAGE_SIZE}`, {
   onSnapshot,
