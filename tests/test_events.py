@@ -507,6 +507,7 @@ async def test_a_stream_carries_the_estimates_of_its_running_tasks(http):
         assert set(first[task]) == fields and first[task]["rate_per_s"] is not None
         await http.put(f"/tasks/{task}", json={"current": 150, "end": 1000})
         [event] = await watcher.task_events(1)
+        assert event["uuid"] == task
         after = await asyncio.wait_for(watcher.estimates.get(), WITHIN_S)
         assert list(after) == [task] and after[task]["remaining_s"] is not None
         await http.put(f"/tasks/{task}", json={"done": True})

@@ -201,8 +201,8 @@ def test_past_runs_show_each_jobs_history_with_its_failures(new_page, api, shots
     share = api.client.post(f"/spaces/{space}/shares", json={}).json()["uuid"]
     for path in (f"/spaces/{space}", f"/shared/{share}"):
         page = new_page()
-        scripts = []
-        page.on("request", lambda request: scripts.append(request.url))
+        scripts: list[str] = []
+        page.on("request", lambda request, asked=scripts: asked.append(request.url))
         page.goto(path)
         expect(page.locator("#connection")).to_have_text("Live")
         page.get_by_text("Past runs").click()
