@@ -282,6 +282,7 @@ TABLES = (
     "channel_deliveries",
     "channel_log",
     "stalls",
+    "late_runs",
     "leases",
     "channels",
     "deliveries",

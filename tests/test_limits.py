@@ -367,7 +367,8 @@ async def test_no_space_takes_more_than_its_share_of_the_budget(limited, clients
     else:
         pytest.fail("the space was never refused")
     share = 2 * 1024 * 1024 * 0.25
-    assert share * 0.9 * 0.5 < len(held) * 1000 < share * 0.9  # each task 1.5-1.8 KB counted
+    # Each task 1.5-2.1 KB counted (its values, its entry, its estimate's instants).
+    assert share * 0.9 * 0.4 < len(held) * 1000 < share * 0.9
     refused = (await client.get(f"/tasks/{task}")).json()
     assert refused["progress"] is None  # nothing stored for the refused report
     # Its tasks that hold progress report on, a little more even (room above the 90%).

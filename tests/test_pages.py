@@ -192,12 +192,15 @@ def test_past_runs_show_each_jobs_history_with_its_failures(new_page, api, shots
     the newest runs drawn on the page (no script from elsewhere), failed runs marked; the
     share page shows the same without a uuid."""
     space = api.space("Nightly")
-    for n in range(7):
+    for n in range(7):  # runs of a few tenths of a second: a usual duration
         task = api.task(space, "Nightly ETL", source="cron")
+        time.sleep(0.2 + 0.05 * (n % 3))
         values = {"error": "disk full"} if n in (2, 5) else {}
         api.report(task, values=values, done=True)
     running = api.task(space, "Nightly ETL", source="cron")
-    api.report(running, current=1, end=10)
+    for current in (1, 2, 3):  # three reports: the server has a rate
+        api.report(running, current=current, end=40, values={"log": f"table {current}"})
+        time.sleep(0.1)
     share = api.client.post(f"/spaces/{space}/shares", json={}).json()["uuid"]
     for path in (f"/spaces/{space}", f"/shared/{share}"):
         page = new_page()
@@ -218,9 +221,13 @@ def test_past_runs_show_each_jobs_history_with_its_failures(new_page, api, shots
         label = job.locator("svg.job-chart").get_attribute("aria-label")
         assert label is not None and "2 failed" in label
         assert all(url.startswith(api.client.base_url.__str__().rstrip("/")) for url in scripts)
+        facts = task_card(page, "Nightly ETL").first.locator(".task-facts")
+        expect(facts).to_contain_text(re.compile(r"(about .+ left|running late) · usually"))
         if path.startswith("/shared/"):
             assert space not in page.content() and running not in page.content()
             page.screenshot(path=shots / "jobs-shared.png", full_page=True)
+        elif os.environ.get("HEADWAY_UPDATE_DOCS") == "1":  # the README's picture
+            page.screenshot(path=ROOT / "docs" / "past-runs.png", full_page=True)
 
 
 def test_a_new_task_appears_first_without_reload(new_page, api):

@@ -16,7 +16,7 @@ from ..caches.usual import UsualDurations
 from ..domain import Progress, TaskRow
 from ..errors import NotFound
 from ..estimates import Estimate, Track, estimate
-from ..jobs import USUAL_RUNS, Usual, job_key, usual
+from ..jobs import USUAL_FROM, USUAL_RUNS, Usual, job_key, usual
 from ..storage import jobs
 from .context import Stores
 from .families import Families
@@ -35,21 +35,26 @@ class Estimates:
 
     async def of_tasks(self, task_uuids: Sequence[str]) -> dict[str, Estimate]:
         """The estimates of those of these tasks that exist and are running, by uuid (as
-        the live streams send them beside their tasks)."""
-        found = {}
+        the live streams send them beside their tasks): their jobs' usual durations read
+        in one go."""
+        families = []
         for task_uuid in task_uuids:
             try:
                 row, children = await self._families.get(task_uuid)
             except NotFound:
                 continue  # deleted meanwhile
             if not row.finished:
-                found[row.uuid] = await self._estimate(row, children)
-        return found
+                families.append((row, children))
+        usuals = await self._usuals([row for row, _ in families])
+        return {
+            row.uuid: await self._estimate(row, children, usuals.get(row.uuid))
+            for row, children in families
+        }
 
     async def of_task(self, task_uuid: str) -> Estimate:
         """The task's estimate now; NotFound if there is no such task."""
         row, children = await self._families.get(task_uuid)
-        return await self._estimate(row, children)
+        return await self._estimate(row, children, await self.usual(row))
 
     async def of_shared_task(self, share_uuid: str, task_id: str) -> Estimate:
         """The estimate of the task `task_id` names under the link; NotFound if the link
@@ -60,11 +65,12 @@ class Estimates:
             row, children = await self._families.get(task_uuid)
         except NotFound:
             raise NotFound(NO_SHARED_TASK) from None
-        return await self._estimate(row, children)
+        return await self._estimate(row, children, await self.usual(row))
 
-    async def _estimate(self, row: TaskRow, children: Sequence[TaskRow]) -> Estimate:
+    async def _estimate(
+        self, row: TaskRow, children: Sequence[TaskRow], known: Usual | None
+    ) -> Estimate:
         store = self._stores.progress
-        known = await self.usual(row)
         track: Track | None = None
         if children:
             steps = await store.get_many([child.uuid for child in children])
@@ -89,26 +95,42 @@ class Estimates:
 
     async def usual(self, row: TaskRow) -> Usual | None:
         """How long the task's job usually takes (None: it is in no job, or its job has
-        fewer than 5 succeeded runs): kept (`caches.usual`), else one index scan of the
-        job's newest runs."""
-        parent_title = None
-        if row.parent_uuid is not None:
-            parent, _ = await self._families.get(row.parent_uuid)
-            parent_title = parent.title
-        job = job_key(row.space_uuid, row.title, row.source, parent_title)
-        if job is None:
-            return None
+        fewer than 5 succeeded runs)."""
+        return (await self._usuals([row])).get(row.uuid)
+
+    async def _usuals(self, rows: Sequence[TaskRow]) -> dict[str, Usual | None]:
+        """Each task's job's usual duration, by task: kept (`caches.usual`), else read for
+        all of them at once: the jobs' counts, then the runs of those with enough."""
+        of_task: dict[str, tuple[str, str]] = {}  # task -> (job, space)
+        for row in rows:
+            parent_title = None
+            if row.parent_uuid is not None:
+                parent, _ = await self._families.get(row.parent_uuid)
+                parent_title = parent.title
+            job = job_key(row.space_uuid, row.title, row.source, parent_title)
+            if job is not None:
+                of_task[row.uuid] = (job, row.space_uuid)
         kept, now_us = self.usual_kept, self._stores.clock.now_us()
-        held = kept.get(job, now_us)
-        if held is not None:
-            return held[0]
-        generation = kept.generation
-        async with self._stores.db.read() as fetch:
-            runs = await jobs.newest_runs(fetch, [job], USUAL_RUNS)
-        succeeded, _ = runs[job]
-        found = usual([max(0.0, (finished - created) / 1e6) for created, finished in succeeded])
-        kept.keep(job, row.space_uuid, found, now_us, generation)
-        return found
+        found: dict[str, Usual | None] = {}
+        missing: dict[str, str] = {}  # job -> space
+        for job, space_uuid in of_task.values():
+            held = kept.get(job, now_us)
+            if held is not None:
+                found[job] = held[0]
+            else:
+                missing[job] = space_uuid
+        if missing:
+            generation = kept.generation
+            async with self._stores.db.read() as fetch:
+                counts = await jobs.succeeded_counts(fetch, list(missing))
+                enough = [job for job in missing if counts.get(job, 0) >= USUAL_FROM]
+                runs = await jobs.newest_runs(fetch, enough, USUAL_RUNS) if enough else {}
+            for job, space_uuid in missing.items():
+                succeeded = runs[job][0] if job in runs else []
+                known = usual([max(0.0, (done - began) / 1e6) for began, done in succeeded])
+                found[job] = known
+                kept.keep(job, space_uuid, known, now_us, generation)
+        return {task: found[job] for task, (job, _) in of_task.items()}
 
 
 def steps_done(children: Sequence[TaskRow], steps: Sequence[Progress | None]) -> float:

@@ -124,6 +124,17 @@ async def newest_runs(
     return found
 
 
+async def succeeded_counts(fetch: Fetch, keys: Sequence[str]) -> dict[str, int]:
+    """Each of these jobs' succeeded runs, counted (a job without a row: none)."""
+    found: dict[str, int] = {}
+    for start in range(0, len(keys), 500):
+        chunk = keys[start : start + 500]
+        marks = ", ".join("?" * len(chunk))
+        rows = await fetch(f"SELECT id, runs, failed FROM jobs WHERE id IN ({marks})", chunk)
+        found.update((row[0], int(row[1]) - int(row[2])) for row in rows)
+    return found
+
+
 async def job_of(fetch: Fetch, task_uuid: str) -> tuple[str, int] | None:
     """The job of a task and its `created_at_us` (None: no such task, or in no job)."""
     found = await fetch("SELECT job, created_at_us FROM tasks WHERE uuid = ?", (task_uuid,))
