@@ -33,6 +33,7 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
     from bench.cost_targets import READS_CREATES
     from bench.options import parse_options, scenario_titles
     from bench.scenarios.badges import BADGES
+    from bench.scenarios.estimates import ESTIMATES_TARGET
     from bench.scenarios.jobs import JOBS_TARGET
     from bench.scenarios.neighbour import NEIGHBOUR
     from bench.scenarios.outbox import OUTBOX
@@ -109,6 +110,7 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
         LIVE: {"streams_latency", "streams_memory", "streams_put"},
         BADGES: {"badge_cpu"},
         JOBS_TARGET: {"jobs_cpu"},
+        ESTIMATES_TARGET: {"estimates_cpu"},
         BUSY: {
             "busy_lag",
             "busy_lag_growth",
