@@ -96,9 +96,19 @@ def follow(
     return _track(_follow(None if track is None else _flat(track), now_us, current, end))
 
 
+def _exact(number: Number) -> Number:
+    """A count as a track keeps it: a whole number beyond 2**53 as the float it is read
+    as (MessagePack holds no integer past 64 bits, and Redis's Lua only doubles)."""
+    return float(number) if type(number) is int and not -_EXACT <= number <= _EXACT else number
+
+
+_EXACT = 2**53
+
+
 def _follow(t: Flat | None, now_us: int, current: Number, end: Number | None) -> Flat:
     """The rules of `follow`, on a flat track (changed in place), as the Lua twin has them."""
-    e: Number | bool = False if end is None else end
+    current = _exact(current)
+    e: Number | bool = False if end is None else _exact(end)
     if (
         t is None
         or (t[3] is False) is not (e is False)

@@ -173,3 +173,16 @@ async def test_a_count_that_goes_down_starts_the_rate_again(client, make_task, c
     await report(client, task, 3)  # a new pass: what came before says nothing of it
     clock.advance(1)
     assert (await estimate_of(client, task))["rate_per_s"] is None
+
+
+@pytest.mark.parametrize(("current", "end"), [(2**64, 2**65), (10**300, 10**301), (1e308, 1.7e308)])
+async def test_counts_beyond_64_bits_are_kept_and_estimated(client, make_task, clock, current, end):
+    """A count any 64-bit float holds is a valid report: its track keeps it (as the float
+    it is read as), and the estimate answers."""
+    task = await make_task()
+    for _ in range(3):
+        answer = await client.put(f"/tasks/{task}", json={"current": current, "end": end})
+        assert answer.status_code == 200, answer.text
+        clock.advance(5)
+    found = await estimate_of(client, task)
+    assert found["rate_per_s"] == 0.0 and found["remaining_s"] is None
