@@ -330,14 +330,7 @@ class SpaceWatch:
         """The estimates of the running tasks of a round (none if they cannot be read:
         the round goes out without them, its tasks' next events carry them)."""
         running = [task.uuid for task in rendered if task.finished_at is None]
-        if not running:
-            return {}
-        try:
-            found = await self.live.service.estimates.of_tasks(running)
-        except Exception as exc:
-            log.warning("live: estimates not read (%s)", type(exc).__name__)
-            return {}
-        return {uuid: EstimateOut.of(estimate) for uuid, estimate in found.items()}
+        return await self.live.service.estimates.shown(running) if running else {}
 
     def _failed(self, exc: Exception, dirty: dict[str, None]) -> None:
         if unavailable(exc):

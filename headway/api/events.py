@@ -8,7 +8,6 @@ history is kept: every connection, reconnections included, begins with a snapsho
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from time import perf_counter
 from typing import Any
@@ -22,7 +21,6 @@ from ..domain import TaskView
 from ..errors import BadRequest
 from ..live import KEEPALIVE_S, Live, Stream
 from ..live_events import StreamFilter, estimates_event
-from ..schemas import EstimateOut
 from ..scope import CONNECTION
 from ..service import Service, parse_limit
 from ..shares import ShareView
@@ -44,7 +42,6 @@ _KEEPALIVE = b": keep-alive\n"
 _BLOCKED_S = 0.05
 # The running tasks of a snapshot whose estimates follow it, at most (a page shows 50).
 SNAPSHOT_ESTIMATES = 200
-log = logging.getLogger("headway")
 # Browsers wait this long before reconnecting a dropped stream.
 _RETRY = b"retry: 2000\n"
 
@@ -103,15 +100,8 @@ async def open_stream(request: Request, space_uuid: str, share: ShareView | None
     async def estimates() -> bytes:
         """`event: estimates` of the running tasks the snapshot showed (nothing if there
         are none, or they cannot be read: their next events carry them)."""
-        if not running:
-            return b""
-        try:
-            found = await service.estimates.of_tasks(running[:SNAPSHOT_ESTIMATES])
-        except Exception as exc:
-            log.warning("live: estimates not read (%s)", type(exc).__name__)
-            return b""
-        out = {uuid: EstimateOut.of(estimate) for uuid, estimate in found.items()}
-        return estimates_event(out, share) if out else b""
+        found = await service.estimates.shown(running[:SNAPSHOT_ESTIMATES]) if running else {}
+        return estimates_event(found, share) if found else b""
 
     window = parse_limit(limit)  # checked by the read above
 

@@ -9,18 +9,23 @@ duration like any other task's.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from ..caches.links import NO_SHARED_TASK
 from ..caches.usual import UsualDurations
+from ..dependencies import unavailable
 from ..domain import Progress, TaskRow
 from ..errors import NotFound
 from ..estimates import Estimate, Track, estimate
 from ..jobs import USUAL_FROM, USUAL_RUNS, Usual, job_key, usual
+from ..schemas import EstimateOut
 from ..storage import jobs
 from .context import Stores
 from .families import Families
 from .shares import Shares
+
+log = logging.getLogger("headway")
 
 
 class Estimates:
@@ -50,6 +55,20 @@ class Estimates:
             row.uuid: await self._estimate(row, children, usuals.get(row.uuid))
             for row, children in families
         }
+
+    async def shown(self, task_uuids: Sequence[str]) -> dict[str, EstimateOut]:
+        """`of_tasks` as the live streams send it; never raises: estimates that cannot be
+        read (a dependency down, or a fault, logged) are left out, and the tasks' next
+        events carry them."""
+        try:
+            found = await self.of_tasks(task_uuids)
+        except Exception as exc:
+            if unavailable(exc):
+                log.warning("live: estimates not read (%s)", type(exc).__name__)
+            else:
+                log.exception("live: estimates not read")
+            return {}
+        return {uuid: EstimateOut.of(estimate) for uuid, estimate in found.items()}
 
     async def of_task(self, task_uuid: str) -> Estimate:
         """The task's estimate now; NotFound if there is no such task."""
