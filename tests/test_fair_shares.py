@@ -18,7 +18,7 @@ from headway.progress import ClientAllowanceFull
 from .conftest import pairs
 from .live_server import serving
 from .test_events import watching
-from .test_limits import assert_refused, big_values, client_for, new_space
+from .test_limits import HEAVY, assert_refused, big_values, client_for, new_space
 
 BUDGET = 1024 * 1024
 # A proxy the tests stand behind: X-Forwarded-For names the client.
@@ -158,11 +158,11 @@ async def test_a_clients_finished_progress_beyond_its_share_gives_way_oldest_fir
     greedy, other = greedy_and_other(app, clients)
     kept_space = await new_space(other)
     kept = (await other.post(f"/spaces/{kept_space}/tasks", json={})).json()["uuid"]
-    done = {"values": big_values(), "done": True}
+    done = {"values": HEAVY, "done": True}
     assert (await other.put(f"/tasks/{kept}", json=done)).status_code == 200
     spaces = [await new_space(greedy) for _ in range(8)]
     finished: list[str] = []
-    for n in range(400):  # about 1.6 times its share, every one finished at once
+    for n in range(100):  # about 1.8 times its share, every one finished at once
         task = (await greedy.post(f"/spaces/{spaces[n % 8]}/tasks", json={})).json()["uuid"]
         response = await greedy.put(f"/tasks/{task}", json=done)
         assert response.status_code == 200, response.text
@@ -173,9 +173,9 @@ async def test_a_clients_finished_progress_beyond_its_share_gives_way_oldest_fir
     assert oldest["progress"]["ratio"] == 1 and oldest["progress"]["values"] == {}
     assert oldest["progress"]["current"] is None and oldest["progress"]["updated_at"] is None
     newest = (await greedy.get(f"/tasks/{finished[-1]}")).json()
-    assert newest["progress"]["values"] == big_values()
+    assert newest["progress"]["values"] == HEAVY
     theirs = (await other.get(f"/tasks/{kept}")).json()
-    assert theirs["progress"]["values"] == big_values()
+    assert theirs["progress"]["values"] == HEAVY
     # And the greedy client still creates and reports: none of that was live.
     task = (await greedy.post(f"/spaces/{spaces[0]}/tasks", json={})).json()["uuid"]
     assert (await greedy.put(f"/tasks/{task}", json={"current": 1})).status_code == 200
@@ -193,7 +193,7 @@ async def test_live_progress_takes_room_from_the_largest_keeper_of_finished_prog
     small = client_for(app, "192.0.2.2")
     live = [client_for(app, f"192.0.2.{n}") for n in (10, 11)]
     clients.extend((keeper, small, *live))
-    done = {"values": big_values(), "done": True}
+    done = {"values": HEAVY, "done": True}
 
     async def finish_tasks(client: httpx.AsyncClient, count: int) -> list[str]:
         space = await new_space(client)
@@ -204,21 +204,21 @@ async def test_live_progress_takes_room_from_the_largest_keeper_of_finished_prog
             made.append(task)
         return made
 
-    theirs = await finish_tasks(small, 40)
-    mine = await finish_tasks(keeper, 300)
+    theirs = await finish_tasks(small, 10)
+    mine = await finish_tasks(keeper, 90)
     assert store.bytes_used > BUDGET * 0.4
-    for client in live:  # 240 each: four fifths of the budget live, whatever an entry costs
+    for client in live:  # 90 each: four fifths of the budget live, whatever an entry costs
         space = await new_space(client)
-        for _ in range(240):
+        for _ in range(90):
             task = (await client.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
-            response = await client.put(f"/tasks/{task}", json={"values": big_values()})
+            response = await client.put(f"/tasks/{task}", json={"values": HEAVY})
             if response.status_code != 200:
                 assert_refused(response, 429)
                 break
     assert store.bytes_used <= store.budget_bytes
     assert (await keeper.get(f"/tasks/{mine[0]}")).json()["progress"]["values"] == {}
     for task in theirs:
-        assert (await small.get(f"/tasks/{task}")).json()["progress"]["values"] == big_values()
+        assert (await small.get(f"/tasks/{task}")).json()["progress"]["values"] == HEAVY
 
 
 async def test_a_create_over_the_share_is_refused_by_mcp_as_by_rest(limited, clients):
@@ -442,7 +442,7 @@ async def test_a_full_redis_takes_room_from_the_largest_keeper_of_finished_progr
     small = client_for(app, "192.0.2.2")
     live = client_for(app, "192.0.2.10")
     clients.extend((keeper, small, live))
-    done = {"values": big_values(), "done": True}
+    done = {"values": HEAVY, "done": True}
 
     async def finish_tasks(client: httpx.AsyncClient, count: int) -> list[str]:
         space = await new_space(client)
@@ -454,29 +454,27 @@ async def test_a_full_redis_takes_room_from_the_largest_keeper_of_finished_progr
             clock.advance(us=1)  # one after the other, as writes come
         return made
 
-    theirs = await finish_tasks(small, 20)
-    mine = await finish_tasks(keeper, 300)
+    theirs = await finish_tasks(small, 5)
+    mine = await finish_tasks(keeper, 75)
     space = await new_space(live)
-    tasks = [
-        (await live.post(f"/spaces/{space}/tasks", json={})).json()["uuid"] for _ in range(101)
-    ]
+    tasks = [(await live.post(f"/spaces/{space}/tasks", json={})).json()["uuid"] for _ in range(31)]
     admin = redis.Redis.from_url(app.state.settings.redis_url)
     try:
         used = (await admin.info("memory"))["used_memory"]
         await admin.config_set("maxmemory-policy", "noeviction")
         await admin.config_set("maxmemory", used + 64 * 1024)
-        for task in tasks[:100]:  # about 150 KB of live progress: more than is left
-            response = await live.put(f"/tasks/{task}", json={"values": big_values()})
+        for task in tasks[:30]:  # about 140 KB of live progress: more than is left
+            response = await live.put(f"/tasks/{task}", json={"values": HEAVY})
             assert response.status_code == 200, response.text
         # Full before the request comes: its rate counter is refused first, and makes room.
         used = (await admin.info("memory"))["used_memory"]
         await admin.config_set("maxmemory", used - 16 * 1024)
-        response = await live.put(f"/tasks/{tasks[100]}", json={"values": big_values()})
+        response = await live.put(f"/tasks/{tasks[30]}", json={"values": HEAVY})
         assert response.status_code == 200, response.text
     finally:
         await admin.config_set("maxmemory", 0)
         await admin.aclose()
     assert (await keeper.get(f"/tasks/{mine[0]}")).json()["progress"]["values"] == {}
-    assert (await keeper.get(f"/tasks/{mine[-1]}")).json()["progress"]["values"] == big_values()
+    assert (await keeper.get(f"/tasks/{mine[-1]}")).json()["progress"]["values"] == HEAVY
     for task in theirs:
-        assert (await small.get(f"/tasks/{task}")).json()["progress"]["values"] == big_values()
+        assert (await small.get(f"/tasks/{task}")).json()["progress"]["values"] == HEAVY

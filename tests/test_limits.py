@@ -301,6 +301,11 @@ def big_values(size: int = 1000) -> dict[str, str]:
     return {"log": "x" * size}
 
 
+# Values of 4 KB where a test fills a budget: a quarter of the requests 1 KB values take.
+HEAVY = {f"log{n}": "x" * 1000 for n in range(4)}
+GROWN = {**HEAVY, "more": "x" * 20}  # a little more than HEAVY
+
+
 @pytest.mark.parametrize("backend", pairs(progress="memory"), indirect=True)
 async def test_progress_budget_refuses_new_tasks_but_lets_reporting_tasks_go_on(
     limited, clients, clock
@@ -314,9 +319,9 @@ async def test_progress_budget_refuses_new_tasks_but_lets_reporting_tasks_go_on(
     space = await new_space(client)
     reported: list[str] = []
     refused = None
-    for _ in range(2000):
+    for _ in range(500):
         task = (await client.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
-        response = await client.put(f"/tasks/{task}", json={"values": big_values()})
+        response = await client.put(f"/tasks/{task}", json={"values": HEAVY})
         if response.status_code != 200:
             refused = task
             assert "live progress" in assert_refused(response, 503)
@@ -331,17 +336,17 @@ async def test_progress_budget_refuses_new_tasks_but_lets_reporting_tasks_go_on(
     # A finish needs no room among live progress: finished progress is no longer live,
     # and gives way when live progress needs the room.
     finished = (await client.post(f"/spaces/{space}/tasks", json={})).json()["uuid"]
-    finish = {"values": big_values(), "done": True}
+    finish = {"values": HEAVY, "done": True}
     shown = (await client.put(f"/tasks/{finished}", json=finish)).json()
-    assert shown["finished_at"] is not None and shown["progress"]["values"] == big_values()
+    assert shown["finished_at"] is not None and shown["progress"]["values"] == HEAVY
     assert store.live_bytes <= store.budget_bytes * 0.9
     # A task that already holds progress keeps reporting, even a little more.
-    response = await client.put(f"/tasks/{reported[0]}", json={"values": big_values(1020)})
+    response = await client.put(f"/tasks/{reported[0]}", json={"values": GROWN})
     assert response.status_code == 200, response.text
     assert (await client.put(f"/tasks/{reported[1]}", json={"done": True})).status_code == 200
     # Once old progress expires, there is room again.
     clock.advance(61)
-    assert (await client.put(f"/tasks/{refused}", json={"values": big_values()})).status_code == 200
+    assert (await client.put(f"/tasks/{refused}", json={"values": HEAVY})).status_code == 200
     assert store.bytes_used < store.budget_bytes // 10
 
 
@@ -357,9 +362,9 @@ async def test_no_space_takes_more_than_its_share_of_the_budget(limited, clients
     clients.append(client)
     greedy, modest = await new_space(client), await new_space(client)
     held: list[str] = []
-    for _ in range(1000):
+    for _ in range(250):
         task = (await client.post(f"/spaces/{greedy}/tasks", json={})).json()["uuid"]
-        response = await client.put(f"/tasks/{task}", json={"values": big_values()})
+        response = await client.put(f"/tasks/{task}", json={"values": HEAVY})
         if response.status_code != 200:
             assert "This space" in assert_refused(response, 503)
             break
@@ -367,15 +372,15 @@ async def test_no_space_takes_more_than_its_share_of_the_budget(limited, clients
     else:
         pytest.fail("the space was never refused")
     share = 2 * 1024 * 1024 * 0.25
-    # Each task 1.5-2.1 KB counted (its values, its entry, its estimate's instants).
-    assert share * 0.9 * 0.4 < len(held) * 1000 < share * 0.9
+    # Each task 4.5-5.1 KB counted (its values, its entry, its estimate's track).
+    assert share * 0.9 * 0.4 < len(held) * 4000 < share * 0.9
     refused = (await client.get(f"/tasks/{task}")).json()
     assert refused["progress"] is None  # nothing stored for the refused report
     # Its tasks that hold progress report on, a little more even (room above the 90%).
-    response = await client.put(f"/tasks/{held[0]}", json={"values": big_values(1020)})
+    response = await client.put(f"/tasks/{held[0]}", json={"values": GROWN})
     assert response.status_code == 200, response.text
     task = (await client.post(f"/spaces/{modest}/tasks", json={})).json()["uuid"]
-    assert (await client.put(f"/tasks/{task}", json={"values": big_values()})).status_code == 200
+    assert (await client.put(f"/tasks/{task}", json={"values": HEAVY})).status_code == 200
 
 
 @pytest.mark.parametrize("backend", pairs(progress="redis"), indirect=True)
