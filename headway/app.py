@@ -34,6 +34,7 @@ from .live import Live
 from .loops import stop
 from .notify.deliver import channel_sender
 from .notify.late import LateWatch
+from .notify.live import LiveWatch
 from .notify.stalls import StallWatch
 from .progress import ProgressStore
 from .progress.memory import MemoryProgressStore
@@ -77,6 +78,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         app.state.spaces_dropped = spaces_dropped = asyncio.Event()
         worker_task = None
         stalls_task = None
+        live_task = None
         sweeper_task = None
         disk_task = None
         live = None
@@ -129,6 +131,18 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 ).step,
             )
             app.state.stalls = stalls
+            app.state.live_watch = live_watch = LiveWatch(
+                db,
+                clock,
+                service.event_views,
+                service.estimates.of_tasks,
+                interval_s=settings.live_edit_interval,
+                cap=settings.live_messages,
+                allow_private=settings.webhook_allow_private,
+                link=service.channels.link,
+                schemes=settings.channel_schemes,
+                endpoints=dict(settings.live_endpoints),
+            )
             if settings.run_worker:
                 worker = Worker(
                     db,
@@ -142,6 +156,8 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 app.state.loops["worker"] = worker_task
             stalls_task = asyncio.create_task(stalls.run(), name="headway-stalls")
             app.state.loops["stalls"] = stalls_task
+            live_task = asyncio.create_task(live_watch.run(), name="headway-live")
+            app.state.loops["live"] = live_task
             retention_us = (
                 None if settings.space_retention is None else settings.space_retention * 1_000_000
             )
@@ -156,7 +172,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         finally:
             if live is not None:
                 live.end_all()
-            await stop(stalls_task, sweeper_task, disk_task, worker_task)
+            await stop(stalls_task, live_task, sweeper_task, disk_task, worker_task)
             if worker_task is not None:
                 await worker.close()
             await visitors.close()

@@ -14,6 +14,7 @@ from .config_parse import (
     _bool,
     _check_host_patterns,
     _check_rate,
+    _endpoints,
     _float,
     _fraction,
     _free_min,
@@ -104,6 +105,13 @@ class Settings:
     channel_messages: str = "60/hour"
     # The service's public base URL, for read-only links in messages (None: no links).
     public_url: str | None = None
+    # Live messages (`notify.live`): seconds between two edits of one message (and one
+    # at each change of state), live messages one channel keeps at once, and base URLs
+    # that replace a service's own ("telegram=http://127.0.0.1:8081,..."): a local Bot
+    # API server, a gateway.
+    live_edit_interval: int = 15
+    live_messages: int = 20
+    live_endpoints: tuple[tuple[str, str], ...] = ()
     # Seconds between two looks for stalled tasks (`notify.stalls`). At most 30: the
     # contract tells a stall within `stalled_after` + 30 s.
     stall_scan: int = 15
@@ -191,6 +199,11 @@ class Settings:
             channel_messages=text("CHANNEL_MESSAGES", defaults.channel_messages)
             or defaults.channel_messages,
             public_url=text("PUBLIC_URL", None),
+            live_edit_interval=_int(
+                env, "LIVE_EDIT_INTERVAL", defaults.live_edit_interval, minimum=1, maximum=3600
+            ),
+            live_messages=_int(env, "LIVE_MESSAGES", defaults.live_messages, minimum=0),
+            live_endpoints=_endpoints(env, "LIVE_ENDPOINTS"),
             stall_scan=_int(
                 env, "STALL_SCAN", defaults.stall_scan, minimum=1, maximum=MAX_STALL_SCAN
             ),

@@ -243,6 +243,32 @@ def _schemes(env: Mapping[str, str], name: str) -> tuple[str, ...] | None:
         raise ConfigError(f"HEADWAY_{name}: {exc}") from None
 
 
+LIVE_SERVICES = ("ntfy", "telegram", "discord", "slack", "matrix")
+
+
+def _endpoints(env: Mapping[str, str], name: str) -> tuple[tuple[str, str], ...]:
+    """`service=base URL` pairs, comma-separated (`telegram=http://127.0.0.1:8081`): the
+    services of live messages, each at most once, each URL http(s) with a host."""
+    raw = env.get(f"HEADWAY_{name}")
+    if raw is None or not raw.strip():
+        return ()
+    found: dict[str, str] = {}
+    for part in raw.split(","):
+        service, eq, url = (piece.strip() for piece in part.partition("="))
+        if not eq or service.lower() not in LIVE_SERVICES:
+            raise ConfigError(
+                f"HEADWAY_{name}: each entry is service=URL, the service one of "
+                f"{', '.join(LIVE_SERVICES)}"
+            )
+        if service.lower() in found:
+            raise ConfigError(f"HEADWAY_{name}: {service} is named twice")
+        scheme, sep, rest = url.partition("://")
+        if scheme.lower() not in ("http", "https") or not sep or not rest.strip("/"):
+            raise ConfigError(f"HEADWAY_{name}: {service}'s URL must be http(s)://host[:port]")
+        found[service.lower()] = url.rstrip("/")
+    return tuple(sorted(found.items()))
+
+
 _DURATION = re.compile(r"\s*(\d+)\s*(s|m|h|d|w)?\s*", re.IGNORECASE)
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
 

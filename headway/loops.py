@@ -12,6 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .storage.database import Database
 
 log = logging.getLogger("headway")
 
@@ -29,3 +34,35 @@ async def stop(*tasks: asyncio.Task[object] | None) -> None:
         for task in done:
             if not task.cancelled() and task.exception() is not None:
                 log.error("%s ended with an error", task.get_name(), exc_info=task.exception())
+
+
+async def survive(name: str, look: Callable[[], Awaitable[object]]) -> bool:
+    """Run one look of the loop `name`; an error is logged (a dependency that is down, as
+    a warning; anything else with its traceback, and counted), never raised, so that the
+    next look comes all the same. False when it failed."""
+    from . import metrics
+    from .dependencies import unavailable
+
+    try:
+        await look()
+    except Exception as exc:
+        if unavailable(exc):
+            log.warning("%s: a dependency is unavailable (%s)", name, exc)
+        else:
+            log.exception("%s: a look failed", name)
+            metrics.loop_failed(name)
+        return False
+    return True
+
+
+async def give_lease_up(db: Database, lease: str, holder: str) -> None:
+    """Let the named lease go if `holder` has it (a shutdown), so that another instance
+    takes it at once; bounded, and never raises: it lapses by itself anyway."""
+    from .storage import leases
+
+    try:
+        async with asyncio.timeout(2):
+            async with db.write() as st:
+                await leases.give_up(st, lease, holder)
+    except Exception as exc:
+        log.warning("the lease %s could not be given up (%s)", lease, exc)

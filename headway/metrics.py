@@ -230,6 +230,13 @@ class Instruments:
             ("outcome",),
             registry=registry,
         )
+        self.live_messages = Counter(
+            "headway_live_messages",
+            "Sends of live messages, by outcome: created, edited, failed (tried again) or "
+            "given_up.",
+            ("outcome",),
+            registry=registry,
+        )
         self.stalls = Counter(
             "headway_stall_episodes",
             "Stall episodes told to channels: stalled (began) and recovered (ended).",
@@ -341,6 +348,11 @@ def channel_delivery(outcome: str, events: int = 1) -> None:
     """Count `events` channel events with one outcome: delivered, retry or given_up."""
     if events:
         (_instruments or instruments()).channel_messages.labels(outcome).inc(events)
+
+
+def live_message(outcome: str) -> None:
+    """Count one send of a live message: created, edited, failed or given_up."""
+    (_instruments or instruments()).live_messages.labels(outcome).inc()
 
 
 def stall(change: str) -> None:

@@ -124,6 +124,14 @@ class CreateChannel(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
         Annotated[UuidText, Meta(description="A share link of the space, shown in messages.")]
         | None
     ) = None
+    live: Annotated[
+        bool,
+        Meta(
+            description="Keep one message per task up to date, edited in place as it moves "
+            "(ntfy, Telegram, Discord, Slack with a bot token, Matrix); events still go as "
+            "their own messages."
+        ),
+    ] = False
 
 
 class TestChannel(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -336,13 +344,17 @@ class ChannelOut(msgspec.Struct):
     stalled_after: int
     share_uuid: Uuid | None
     created_at: Timestamp
+    live: bool
 
 
 class ChannelDelivery(msgspec.Struct):
     at: Timestamp
     event: Annotated[
         str,
-        Meta(description="completed, failed, stalled, recovered, digest (several) or test."),
+        Meta(
+            description="completed, failed, stalled, recovered, late, digest (several), "
+            "test, or live (a live message created, shown finished, or failed)."
+        ),
     ]
     outcome: Annotated[str, Meta(description="delivered, failed (tried again) or given_up.")]
     detail: str | None

@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from . import metrics
 from .clock import Clock
-from .dependencies import unavailable
+from .loops import survive
 from .service import Service
 from .storage import deletes, leases
 from .storage.database import Statements
@@ -125,14 +125,7 @@ class Sweeper:
             stepping = loop.time() >= next_step
             if stepping:
                 next_step = loop.time() + self.step_s
-            try:
-                await (self.step() if stepping else self.remove())
-            except Exception as exc:
-                if unavailable(exc):
-                    log.warning("sweeper: a dependency is unavailable (%s)", exc)
-                else:
-                    log.exception("sweeper: a step failed")
-                    metrics.loop_failed("sweeper")
+            await survive("sweeper", self.step if stepping else self.remove)
 
     async def step(self) -> int:
         """Write the activity noted here and forget idempotency keys older than a day (a

@@ -283,6 +283,7 @@ TABLES = (
     "channel_log",
     "stalls",
     "late_runs",
+    "live_messages",
     "leases",
     "channels",
     "deliveries",

@@ -76,7 +76,9 @@ async def test_a_channel_is_registered_listed_redacted_and_removed(client, space
         "stalled_after",
         "share_uuid",
         "created_at",
+        "live",
     }
+    assert made["live"] is False
     assert "s3cretpass" not in made["url"] and made["url"].startswith("ntfy://")
     assert made["events"] == ["completed", "failed"] and made["stalled_after"] == 120
     listed = (await client.get(f"/spaces/{space}/channels")).json()

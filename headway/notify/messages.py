@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
-from ..durations import duration_words, run_seconds
+from ..durations import duration_words, left_words, run_seconds
 
 Kind = Literal["completed", "failed", "stalled", "recovered", "late", "digest", "test"]
 Level = Literal["info", "success", "warning", "failure"]
@@ -189,6 +189,74 @@ def digest(
     warned = counts["stalled"] or counts["late"]
     level: Level = "failure" if counts["failed"] else "warning" if warned else "info"
     return Message(title, "\n".join(lines), "digest", level)
+
+
+# A live message's bar: ten cells that read in plain text, `▓▓▓▓▓▓░░░░ 62%`.
+BAR_CELLS = 10
+LiveState = Literal["running", "stalled", "late", "finished", "failed"]
+
+
+class Live(NamedTuple):
+    """A live message as it shows its task now: a title, its lines, and whether the task
+    has ended (`state` finished or failed: the last edit)."""
+
+    title: str
+    lines: tuple[str, ...]
+    state: LiveState
+
+    @property
+    def final(self) -> bool:
+        return self.state in ("finished", "failed")
+
+
+def bar(ratio: float) -> str:
+    """`▓▓▓▓▓▓░░░░ 62%`: the ratio in ten cells (rounded down) and its percent."""
+    part = min(max(ratio, 0.0), 1.0) if math.isfinite(ratio) else 0.0
+    filled = math.floor(part * BAR_CELLS)
+    return f"{'▓' * filled}{'░' * (BAR_CELLS - filled)} {math.floor(part * 100)}%"
+
+
+def live(
+    task: Any,
+    *,
+    state: LiveState,
+    left_s: float | None = None,
+    usual_s: float | None = None,
+    quiet_s: float | None = None,
+    space_title: str | None = None,
+    link: str | None = None,
+) -> Live:
+    """The live message of a task: "Deploy: 62%" with its bar, its counts, its log line
+    and the time left while it runs ("About 4 min left"; running late, "Usually 12
+    min"; stalled, "No report for 10 min"); at its end, its finish's title ("✓ Deploy
+    finished in 3 min 12 s") with a full bar. No uuid, as every message."""
+    task = _plain(task)
+    secrets = _uuids(task)
+    name = _name(task, secrets)
+    progress = task.get("progress") or {}
+    ratio = progress.get("ratio")
+    known = isinstance(ratio, int | float) and math.isfinite(ratio)
+    if state in ("finished", "failed"):
+        title = finished(task, usual_s=usual_s).title
+        drawn = bar(1.0) if state == "finished" else bar(ratio) if known else None
+    else:
+        at = f": {math.floor(ratio * 100)}%" if known else ""
+        mark = {"running": "⏳", "stalled": "⏸", "late": "⏰"}[state]
+        said = {"running": "", "stalled": " (stalled)", "late": " (running late)"}[state]
+        title = f"{mark} {name}{at}{said}"
+        drawn = bar(ratio) if known else None
+    lines = [drawn] if drawn else []
+    body = _body(task, secrets, space_title, None).split("\n")
+    lines += body
+    if state == "stalled" and quiet_s is not None:
+        lines.append(f"No report for {duration_words(quiet_s)}")
+    elif state == "late" and usual_s is not None:
+        lines.append(f"Running late: usually {duration_words(usual_s)}")
+    elif state == "running" and left_s is not None:
+        lines.append(f"About {left_words(left_s)} left")
+    if link:
+        lines.append(link)
+    return Live(title, tuple(lines), state)
 
 
 def test_message(*, space_title: str | None = None, link: str | None = None) -> Message:

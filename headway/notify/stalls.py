@@ -27,6 +27,7 @@ first look.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -39,6 +40,7 @@ import msgspec
 from .. import domain, metrics
 from ..clock import Clock
 from ..domain import Progress, TaskView
+from ..loops import give_lease_up, survive
 from ..progress import ProgressStore
 from ..storage import channel_queue, channels, leases
 from ..storage.channels import Watcher
@@ -93,21 +95,10 @@ class StallWatch:
     async def run(self) -> None:
         """Look every `scan_s` seconds until cancelled; a failed look is logged (and
         counted) and the next one comes all the same."""
-        import asyncio
-
-        from ..dependencies import unavailable
-
         try:
             while True:
-                try:
-                    await self.step()
-                except Exception as exc:
+                if not await survive("stalls", self.step):
                     self.wait_s = self.scan_s
-                    if unavailable(exc):
-                        log.warning("stalls: a dependency is unavailable (%s); looking again", exc)
-                    else:
-                        log.exception("stalls: a look failed; looking again")
-                        metrics.loop_failed("stalls")
                 await asyncio.sleep(self.wait_s)
         finally:
             await self.let_go()
@@ -115,17 +106,9 @@ class StallWatch:
     async def let_go(self) -> None:
         """Give the lease up if this process holds it, so that another instance looks at
         once (a shutdown); bounded, and never raises: the lease lapses by itself anyway."""
-        import asyncio
-
-        if not self._held:
-            return
-        self._held = False
-        try:
-            async with asyncio.timeout(2):
-                async with self.db.write() as st:
-                    await leases.give_up(st, LEASE_NAME, self.holder)
-        except Exception as exc:  # lapses within two looks all the same
-            log.warning("stalls: the lease could not be given up (%s)", exc)
+        if self._held:
+            self._held = False
+            await give_lease_up(self.db, LEASE_NAME, self.holder)
 
     async def step(self) -> int:
         """One look; returns how many messages it queued. Does nothing unless this

@@ -53,6 +53,12 @@ class Channels:
             if first is not None:
                 return first
         checked = await self._checked(body.url)
+        if body.live:
+            from ..notify import guard
+            from ..notify.live_send import cannot_edit
+
+            if (why := await guard.run(cannot_edit, checked)) is not None:
+                raise Unprocessable(why)
         share_uuid = None
         if body.share_uuid is not None:
             share_uuid = canonical_uuid(body.share_uuid)
@@ -68,6 +74,7 @@ class Channels:
             body.stalled_after,
             share_uuid,
             self._stores.clock.now_us(),
+            body.live,
         )
         cap = self.rules.per_space
 
@@ -167,5 +174,6 @@ def _shown(row: ChannelRow, log: list[tuple[int, str, str, str | None]]) -> dict
         "stalled_after": row.stalled_after_s,
         "share_uuid": row.share_uuid,
         "created_at": domain.format_ts(row.created_at_us),
+        "live": row.live,
         "deliveries": [_delivery(entry) for entry in log],
     }

@@ -19,7 +19,7 @@ LOG_KEPT = 20
 
 _COLUMNS = (
     "uuid, redacted, on_completed, on_failed, on_stalled, on_late, steps, stalled_after_s, "
-    "share_uuid, created_at_us"
+    "share_uuid, created_at_us, live"
 )
 
 
@@ -34,12 +34,15 @@ class ChannelRow:
     stalled_after_s: int
     share_uuid: str | None
     created_at_us: int
+    live: bool = False  # keeps one message per task up to date (`notify.live`)
 
 
 def _channel(row: Sequence[Any]) -> ChannelRow:
     wanted = (bool(row[2]), bool(row[3]), bool(row[4]), bool(row[5]))
     events = tuple(event for event, on in zip(EVENTS, wanted, strict=True) if on)
-    return ChannelRow(row[0], row[1], events, bool(row[6]), int(row[7]), row[8], int(row[9]))
+    return ChannelRow(
+        row[0], row[1], events, bool(row[6]), int(row[7]), row[8], int(row[9]), bool(row[10])
+    )
 
 
 async def insert_channel(
@@ -56,8 +59,8 @@ async def insert_channel(
         return False
     await st.rows(
         "INSERT INTO channels (uuid, space_uuid, url, redacted, on_completed, on_failed, "
-        "on_stalled, on_late, steps, stalled_after_s, share_uuid, created_at_us) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "on_stalled, on_late, steps, stalled_after_s, share_uuid, created_at_us, live) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             channel.uuid,
             space_uuid,
@@ -68,6 +71,7 @@ async def insert_channel(
             channel.stalled_after_s,
             channel.share_uuid,
             channel.created_at_us,
+            channel.live,
         ),
     )
     return True
@@ -122,7 +126,7 @@ async def delete_channel(st: Statements, space_uuid: str, channel_uuid: str) -> 
     )
     if not gone:
         return False
-    for table in ("channel_deliveries", "channel_log", "stalls", "late_runs"):
+    for table in ("channel_deliveries", "channel_log", "stalls", "late_runs", "live_messages"):
         await st.many(f"DELETE FROM {table} WHERE channel_uuid = ?", [(channel_uuid,)])
     return True
 

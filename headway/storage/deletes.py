@@ -73,6 +73,7 @@ async def delete_tasks(st: Statements, task_uuids: Sequence[str]) -> None:
         await st.many(f"DELETE FROM channel_deliveries WHERE task_uuid IN ({marks})", [params])
         await st.many(f"DELETE FROM stalls WHERE task_uuid IN ({marks})", [params])
         await st.many(f"DELETE FROM late_runs WHERE task_uuid IN ({marks})", [params])
+        await st.many(f"DELETE FROM live_messages WHERE task_uuid IN ({marks})", [params])
         await st.many(f"DELETE FROM tasks WHERE uuid IN ({marks})", [params])
         await jobs.forget_runs(st, runs)
 
@@ -132,6 +133,8 @@ _ENDPOINTS = (
     "(SELECT uuid FROM webhooks WHERE space_uuid = ?)",
     "DELETE FROM webhooks WHERE space_uuid = ?",
     "DELETE FROM channel_log WHERE channel_uuid IN "
+    "(SELECT uuid FROM channels WHERE space_uuid = ?)",
+    "DELETE FROM live_messages WHERE channel_uuid IN "
     "(SELECT uuid FROM channels WHERE space_uuid = ?)",
     "DELETE FROM channels WHERE space_uuid = ?",
     "DELETE FROM shares WHERE space_uuid = ?",
@@ -213,6 +216,7 @@ _OF_TASKS = (
     ("channel_deliveries", "task_uuid"),
     ("stalls", "task_uuid"),
     ("late_runs", "task_uuid"),
+    ("live_messages", "task_uuid"),
     ("tasks", "uuid"),
 )
 

@@ -14,6 +14,26 @@ const MAX_STALL_MINUTES = 10_080;
 const EVENTS = { completed: "finishes", failed: "failures", stalled: "stalls", late: "late runs" };
 const COLUMNS = ["Time", "Event", "Outcome", "Detail"];
 const OUTCOMES = { delivered: "delivered", failed: "failed", given_up: "given up" };
+// The schemes whose services can edit a message they sent (the server's `live_send`).
+const LIVE_SCHEMES = new Set(["ntfy", "ntfys", "tgram", "discord", "slack", "matrix", "matrixs"]);
+const LIVE_HINT =
+  "One message per task, edited as it moves and left showing how it ended: ntfy, " +
+  "Telegram, Discord, Slack (with a bot token, xoxb-…) and Matrix can edit what they sent.";
+
+/** Why the URL's service cannot keep a live message, or null when it can (or the URL is
+ *  not written yet): the server says the same with a 422. */
+export function cannotEdit(text) {
+  const found = /^\s*([a-z][a-z0-9+.-]*):\/\/([^/?#]*)/i.exec(text);
+  if (found == null) return null;
+  const scheme = found[1].toLowerCase();
+  if (!LIVE_SCHEMES.has(scheme)) {
+    return `${scheme}:// cannot edit a message it sent, so it gets events only. ${LIVE_HINT}`;
+  }
+  if (scheme === "slack" && !/^xox[bp]-/i.test(found[2])) {
+    return "A Slack webhook URL cannot edit a message it sent: use a bot token (slack://xoxb-…/#channel).";
+  }
+  return null;
+}
 
 /** Wires the panel of `space`; `onChannels(channels)` hears the list each time it is read
  *  or changes. Returns `{showShares(shares)}`, which fills the read-only link picker, and
@@ -27,6 +47,15 @@ export function setUpChannels(space, say, onChannels) {
   const stallField = document.getElementById("channel-stall");
   const minutes = document.getElementById("channel-stalled-after");
   const steps = document.getElementById("channel-steps");
+  const live = document.getElementById("channel-live");
+  const liveHint = document.getElementById("channel-live-hint");
+  const showLive = () => {
+    const why = cannotEdit(url.value);
+    live.disabled = why != null;
+    if (why != null) live.checked = false;
+    setText(liveHint, why ?? LIVE_HINT);
+  };
+  url.addEventListener("input", showLive);
   const share = document.getElementById("channel-share");
   const submit = form.querySelector('button[type="submit"]');
   const error = document.getElementById("channel-error");
@@ -105,6 +134,7 @@ export function setUpChannels(space, say, onChannels) {
     }
     if (wanted.length === 0) return "Pick at least one event to be told about.";
     const request = { url: url.value.trim(), events: wanted, steps: steps.checked };
+    if (live.checked) request.live = true;
     if (stalled.checked) {
       const count = Number(minutes.value);
       if (!Number.isInteger(count) || count < MIN_STALL_MINUTES || count > MAX_STALL_MINUTES) {
@@ -138,6 +168,7 @@ export function setUpChannels(space, say, onChannels) {
       const item = add({ ...(await response.json()), deliveries: [] });
       changed();
       url.value = "";
+      showLive();
       item.focus();
       say(`Channel added: ${item.channel.url}.`);
     } catch {
@@ -155,6 +186,7 @@ export function setUpChannels(space, say, onChannels) {
   for (const example of form.querySelectorAll("button[data-example]")) {
     example.addEventListener("click", () => {
       url.value = example.dataset.example;
+      showLive();
       url.focus();
     });
   }
@@ -192,6 +224,7 @@ function describe(channel) {
     parts.push(`stalls after ${formatDuration(channel.stalled_after)}`);
   }
   parts.push(channel.steps ? "steps too" : "top-level tasks");
+  if (channel.live) parts.push("one live message per task");
   if (channel.share_uuid != null) parts.push("with a read-only link");
   return parts.join("\u00a0· "); // a wrapped line never starts with the separator
 }

@@ -1,0 +1,237 @@
+"""Live messages through the whole service: a channel with `live` keeps one message per
+task on its service (local stand-ins written to each service's API), created at the
+task's first report, edited at most once per interval plus at each change of state, left
+showing its end; on every backend pair, and once across two instances."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+
+import pytest
+
+from headway.loops import stop
+from headway.notify.live import LiveWatch
+
+from . import live_standins
+from .conftest import pairs
+from .live_standins import TelegramStandIn
+
+ntfy_standin = live_standins.ntfy_standin
+telegram_standin = live_standins.telegram_standin
+discord_standin = live_standins.discord_standin
+slack_standin = live_standins.slack_standin
+
+INTERVAL = 15
+UUID = re.compile(r"[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}", re.I)
+
+
+@pytest.fixture
+def settings(settings, ntfy_standin, telegram_standin, discord_standin, slack_standin):
+    endpoints = (
+        ("discord", discord_standin.base_url),
+        ("ntfy", ntfy_standin.base_url),
+        ("slack", slack_standin.base_url),
+        ("telegram", telegram_standin.base_url),
+    )
+    return settings.with_(
+        webhook_allow_private=True,
+        progress_ttl=86_400,
+        live_endpoints=endpoints,
+        live_edit_interval=INTERVAL,
+        live_messages=3,
+    )
+
+
+@pytest.fixture
+async def watch(app) -> LiveWatch:
+    """The app's own watch, its loop stopped: the test looks when it wants."""
+    await stop(app.state.loops["live"])
+    return app.state.live_watch
+
+
+async def live_channel(client, space, url: str, **more) -> dict:
+    body = {"url": url, "events": ["completed"], "live": True, **more}
+    answer = await client.post(f"/spaces/{space}/channels", json=body)
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["live"] is True
+    return answer.json()
+
+
+async def report(client, task: str, **body) -> None:
+    answer = await client.put(f"/tasks/{task}", json=body)
+    assert answer.status_code == 200, answer.text
+
+
+def sends(stand_in, *paths: str) -> list:
+    return [call for call in stand_in.calls if any(p in call.path for p in paths)]
+
+
+@pytest.mark.parametrize("backend", pairs(), indirect=True)
+async def test_one_message_per_task_created_at_its_first_report_edited_and_left_finished(
+    client, space, make_task, clock, watch, telegram_standin: TelegramStandIn
+):
+    await live_channel(client, space, telegram_standin.url())
+    task = await make_task(title="Nightly build")
+    assert await watch.run_once() == 0  # created, never reported: nothing yet
+    await report(client, task, current=10, end=100, values={"log": "compiling"})
+    assert await watch.run_once() == 1
+    created = sends(telegram_standin, "sendMessage")
+    assert len(created) == 1
+    (shown,) = telegram_standin.messages.values()
+    assert "Nightly build: 10%" in shown and "▓░░░░░░░░░ 10%" in shown
+    assert "Log: compiling" in shown
+
+    clock.advance(INTERVAL / 3)
+    await report(client, task, current=40, end=100)
+    assert await watch.run_once() == 0  # within the interval: waits
+    clock.advance(INTERVAL)
+    assert await watch.run_once() == 1
+    (shown,) = telegram_standin.messages.values()
+    assert "Nightly build: 40%" in shown and "▓▓▓▓░░░░░░ 40%" in shown
+    assert await watch.run_once() == 0  # unchanged: not sent again
+    clock.advance(INTERVAL)
+    assert await watch.run_once() == 0
+
+    await report(client, task, current=100, end=100, done=True)
+    assert await watch.run_once() == 1  # a change of state: at once
+    (shown,) = telegram_standin.messages.values()
+    assert "✓ Nightly build finished" in shown and "▓▓▓▓▓▓▓▓▓▓ 100%" in shown
+    clock.advance(INTERVAL)
+    assert await watch.run_once() == 0  # the message is left as it ended
+    assert len(sends(telegram_standin, "sendMessage")) == 1
+    assert len(sends(telegram_standin, "editMessageText")) == 2
+    assert not UUID.search(" ".join(telegram_standin.messages.values()))
+    channels = (await client.get(f"/spaces/{space}/channels")).json()
+    logged = [(d["event"], d["outcome"]) for d in channels[0]["deliveries"]]
+    assert logged == [("live", "delivered"), ("live", "delivered")]
+
+
+@pytest.mark.parametrize("backend", pairs(database="sqlite", progress="memory"), indirect=True)
+@pytest.mark.parametrize("service", ["ntfy", "discord", "slack"])
+async def test_each_service_shows_the_last_text_of_one_message(
+    request, service, client, space, make_task, clock, watch
+):
+    stand_in = request.getfixturevalue(f"{service}_standin")
+    await live_channel(client, space, stand_in.url())
+    task = await make_task(title="Deploy <b>*prod*</b> & `api` @everyone")
+    for current in (20, 70):
+        await report(client, task, current=current, end=100)
+        assert await watch.run_once() == 1
+        clock.advance(INTERVAL)
+    await report(client, task, done=True)
+    assert await watch.run_once() == 1
+    assert len(stand_in.messages) == 1, stand_in.messages
+    (shown,) = stand_in.messages.values()
+    if service == "ntfy":
+        (title,) = stand_in.titles.values()
+        shown = f"{title}\n{shown}"
+    assert "✓ Deploy <b>*prod*</b> & `api` @everyone finished" in shown, shown
+    assert "▓▓▓▓▓▓▓▓▓▓ 100%" in shown
+    assert not UUID.search(shown)
+
+
+@pytest.mark.parametrize("backend", pairs(database="sqlite", progress="memory"), indirect=True)
+async def test_urls_that_cannot_edit_are_refused_naming_those_that_can(client, space):
+    for url in ("json://127.0.0.1:9/hook", "slack://T1ABCD2EF/B1ABCD2EF/abcdefghijklmnopqrstuvwx"):
+        answer = await client.post(f"/spaces/{space}/channels", json={"url": url, "live": True})
+        assert answer.status_code == 422, answer.text
+        error = answer.json()["error"]
+        assert "Slack" in error and ("ntfy" in error or "bot token" in error), error
+    assert (await client.get(f"/spaces/{space}/channels")).json() == []
+
+
+@pytest.mark.parametrize("backend", pairs(database="sqlite", progress="memory"), indirect=True)
+async def test_a_channel_keeps_at_most_its_cap_and_a_deleted_task_drops_its_message(
+    client, space, make_task, clock, watch, sql, telegram_standin: TelegramStandIn
+):
+    await live_channel(client, space, telegram_standin.url())
+    tasks = [await make_task(title=f"Shard {n}") for n in range(5)]
+    for task in tasks:
+        await report(client, task, current=1, end=10)
+    assert await watch.run_once() == 1  # one channel: its sends go one after the other
+    assert len(telegram_standin.messages) == 3  # HEADWAY_LIVE_MESSAGES, the oldest first
+    assert len(await sql("SELECT task_uuid FROM live_messages")) == 3
+    assert (await client.delete(f"/tasks/{tasks[0]}")).status_code == 204
+    assert not await sql("SELECT 1 FROM live_messages WHERE task_uuid = ?", tasks[0])
+    clock.advance(INTERVAL)
+    await watch.run_once()  # the room it left goes to the next task
+    assert len(telegram_standin.messages) == 4
+    assert "Shard 3" in " ".join(telegram_standin.messages.values())
+
+
+@pytest.mark.parametrize("backend", pairs(database="sqlite", progress="memory"), indirect=True)
+async def test_a_task_reporting_all_the_time_makes_a_few_edits_a_minute(
+    client, space, make_task, clock, watch, telegram_standin: TelegramStandIn
+):
+    await live_channel(client, space, telegram_standin.url())
+    task = await make_task(title="Hot loop")
+    reports = 0
+    for second in range(60):  # a minute of reports, 20 a second, looked at every second
+        for n in range(20):
+            await report(client, task, current=second * 20 + n, end=2000)
+            reports += 1
+            clock.advance(0.05)
+        await watch.run_once()
+    calls = len(telegram_standin.calls)
+    assert reports == 1200
+    assert 4 <= calls <= 5, calls  # created, then one edit per 15 s
+
+
+@pytest.mark.parametrize("backend", pairs(database="sqlite", progress="memory"), indirect=True)
+async def test_a_429_is_waited_out_and_refused_credentials_give_the_message_up(
+    client, space, make_task, clock, watch, telegram_standin: TelegramStandIn
+):
+    await live_channel(client, space, telegram_standin.url())
+    task = await make_task(title="Backup")
+    telegram_standin.rate_limit(times=1, retry_after=40)
+    await report(client, task, current=1, end=10)
+    await watch.run_once()
+    assert telegram_standin.messages == {}
+    clock.advance(30)
+    assert await watch.run_once() == 0  # still within its retry_after
+    clock.advance(11)
+    assert await watch.run_once() == 1
+    assert len(telegram_standin.messages) == 1
+
+    telegram_standin.refuse_credentials()
+    clock.advance(INTERVAL)
+    await report(client, task, current=5, end=10)
+    await watch.run_once()
+    before = len(telegram_standin.calls)
+    for _ in range(3):
+        clock.advance(3600)
+        await report(client, task, current=6, end=10)
+        await watch.run_once()
+    assert len(telegram_standin.calls) == before  # given up: never tried again
+    channels = (await client.get(f"/spaces/{space}/channels")).json()
+    outcomes = [(d["event"], d["outcome"]) for d in channels[0]["deliveries"]]
+    assert outcomes[0] == ("live", "given_up") and ("live", "failed") in outcomes
+    assert "Unauthorized" in channels[0]["deliveries"][0]["detail"]
+    assert "AAHeadway" not in str(channels)  # no token in what is shown
+
+
+@pytest.mark.parametrize("backend", pairs(database="postgres", progress="redis"), indirect=True)
+async def test_two_instances_make_one_message_per_task(
+    app, settings, client, space, make_task, clock, watch, telegram_standin: TelegramStandIn
+):
+    from headway.app import create_app
+
+    from .conftest import running
+
+    other = create_app(settings, clock)
+    async with running(other):
+        await stop(other.state.loops["live"])
+        await live_channel(client, space, telegram_standin.url())
+        tasks = [await make_task(title=f"Job {n}") for n in range(2)]
+        for task in tasks:
+            await report(client, task, current=1, end=4)
+        await asyncio.gather(watch.run_once(), other.state.live_watch.run_once())
+        clock.advance(INTERVAL + 1)
+        for task in tasks:
+            await report(client, task, done=True)
+        await asyncio.gather(watch.run_once(), other.state.live_watch.run_once())
+        await asyncio.gather(watch.run_once(), other.state.live_watch.run_once())
+    assert len(sends(telegram_standin, "sendMessage")) == 2
+    assert len(telegram_standin.messages) == 2
+    assert all("finished" in text for text in telegram_standin.messages.values())
