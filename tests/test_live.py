@@ -132,6 +132,27 @@ async def test_each_service_shows_the_last_text_of_one_message(
 
 
 @pytest.mark.parametrize("backend", pairs(database="sqlite", progress="memory"), indirect=True)
+async def test_a_stall_and_its_end_are_each_sent_at_once(
+    client, space, make_task, clock, watch, telegram_standin: TelegramStandIn
+):
+    await live_channel(client, space, telegram_standin.url(), stalled_after=60)
+    task = await make_task(title="Import")
+    await report(client, task, current=3, end=10)
+    assert await watch.run_once() == 1
+    clock.advance(59)
+    assert await watch.run_once() == 0  # nothing new to show
+    clock.advance(2)
+    assert await watch.run_once() == 1  # silent for its stalled_after: at once
+    (shown,) = telegram_standin.messages.values()
+    assert "⏸ Import: 30% (stalled)" in shown and "No report for 1 min" in shown
+    clock.advance(1)
+    await report(client, task, current=4, end=10)
+    assert await watch.run_once() == 1  # moving again: at once, within the interval
+    (shown,) = telegram_standin.messages.values()
+    assert "⏳ Import: 40%" in shown and "stalled" not in shown
+
+
+@pytest.mark.parametrize("backend", pairs(database="sqlite", progress="memory"), indirect=True)
 async def test_urls_that_cannot_edit_are_refused_naming_those_that_can(client, space):
     for url in ("json://127.0.0.1:9/hook", "slack://T1ABCD2EF/B1ABCD2EF/abcdefghijklmnopqrstuvwx"):
         answer = await client.post(f"/spaces/{space}/channels", json={"url": url, "live": True})
