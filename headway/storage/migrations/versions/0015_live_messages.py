@@ -33,9 +33,15 @@ def upgrade() -> None:
         sa.Column("created_at_us", sa.BigInteger, nullable=False),
     )
     op.create_index("live_messages_task", "live_messages", ["task_uuid"])
+    # The live channels, read at each look (every second): an index of those alone.
+    live = sa.text("live")
+    op.create_index(
+        "channels_live", "channels", ["space_uuid"], sqlite_where=live, postgresql_where=live
+    )
 
 
 def downgrade() -> None:
+    op.drop_index("channels_live", "channels")
     op.drop_index("live_messages_task", "live_messages")
     op.drop_table("live_messages")
     with op.batch_alter_table("channels") as batch:
