@@ -44,6 +44,7 @@ from .scenarios.channels import CHANNEL_ROWS
 from .scenarios.estimates import ESTIMATE_ROWS, estimates_cost, estimates_targets
 from .scenarios.flood import FLOOD_ROWS, flood
 from .scenarios.jobs import JOBS_ROWS, jobs, jobs_targets
+from .scenarios.live import LIVE_ROWS, live_cost, live_targets
 from .scenarios.neighbour import NEIGHBOUR_ROWS, neighbour, neighbour_targets
 from .scenarios.outbox import OUTBOX_ROWS, outbox, outbox_targets
 from .scenarios.space_delete import DELETE_ROWS, space_delete, space_delete_targets
@@ -92,6 +93,7 @@ def phases(bench: Harness) -> list[Phase]:
         *BADGE_ROWS,
         *JOBS_ROWS,
         *ESTIMATE_ROWS,
+        *LIVE_ROWS,
         *BUSY_ROWS,
         "scale_out_one",
         "scale_out_two",
@@ -115,6 +117,7 @@ def phases(bench: Harness) -> list[Phase]:
         (BADGE_ROWS, badges),
         (JOBS_ROWS, jobs),
         (ESTIMATE_ROWS, estimates_cost),
+        (LIVE_ROWS, live_cost),
         (["busy_embedded"], busy.embedded),
         (["busy_a", "busy_b"], busy.scale_out_busy),
         (["scale_out_one", "scale_out_two"], scale_out.scale_out),
@@ -152,6 +155,7 @@ def targets(rows: dict[str, Row], o: Options) -> list[Target]:
         + badge_targets(rows)
         + jobs_targets(rows)
         + estimates_targets(rows)
+        + live_targets(rows)
         + budget_targets(rows)
     )
 

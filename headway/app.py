@@ -133,6 +133,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             app.state.stalls = stalls
             app.state.live_watch = live_watch = LiveWatch(
                 db,
+                progress,
                 clock,
                 service.event_views,
                 service.estimates.of_tasks,

@@ -72,10 +72,24 @@ class StandIn:
             def log_message(self, *args: object) -> None:
                 return
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._handler = Handler
+        self.port = 0
+        self._listen()
+
+    def _listen(self) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()
+
+    def go_down(self) -> None:
+        """Stop listening (connections are refused), keeping what was received."""
+        self.server.shutdown()
+        self.server.server_close()
+
+    def come_back(self) -> None:
+        """Listen again, on the same port."""
+        self._listen()
 
     @property
     def base_url(self) -> str:

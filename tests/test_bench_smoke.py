@@ -35,6 +35,7 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
     from bench.scenarios.badges import BADGES
     from bench.scenarios.estimates import ESTIMATES_TARGET
     from bench.scenarios.jobs import JOBS_TARGET
+    from bench.scenarios.live import LIVE_MESSAGES_TARGET
     from bench.scenarios.neighbour import NEIGHBOUR
     from bench.scenarios.outbox import OUTBOX
     from bench.scenarios.space_delete import DELETE
@@ -111,6 +112,7 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
         BADGES: {"badge_cpu"},
         JOBS_TARGET: {"jobs_cpu"},
         ESTIMATES_TARGET: {"estimates_cpu"},
+        LIVE_MESSAGES_TARGET: {"live_cpu"},
         BUSY: {
             "busy_lag",
             "busy_lag_growth",

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.skipif(
     "postgres" not in BACKENDS, reason="HEADWAY_TEST_BACKENDS excludes postgres"
 )
 
-LOAD_S = 6.0  # load before the first fault and after each
+LOAD_S = 3.0  # load before the first fault and after each
 OUTAGE_S = 1.0  # Redis stays away this long before it starts again
 UP_WITHIN_S = 30.0  # every instance's /up answers 200 this soon after a fault ends
 LATE_503_S = 5.0  # no 503 comes later than this after its dependency is back

@@ -182,6 +182,33 @@ async def test_a_channel_keeps_at_most_its_cap_and_a_deleted_task_drops_its_mess
 
 
 @pytest.mark.parametrize("backend", pairs(database="sqlite", progress="memory"), indirect=True)
+async def test_in_a_space_of_ten_thousand_running_tasks_those_that_report_get_the_messages(
+    app, client, space, clock, watch, sql, telegram_standin: TelegramStandIn
+):
+    """Ten thousand tasks that never reported (written straight into the database), then
+    five that report: the channel's messages go to the oldest three of those five."""
+    at = clock.now_us() - 20_000_000
+    async with app.state.service.db.write() as st:
+        await st.rows(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 10000) "
+            "INSERT INTO tasks (uuid, space_uuid, title, created_at_us) SELECT "
+            "printf('%08x-0000-4000-8000-%012x', i, i), ?, 'silent ' || i, ? + i FROM n",
+            (space, at),
+        )
+    assert (await sql("SELECT count(*) FROM tasks WHERE space_uuid = ?", space))[0][0] == 10_000
+    await live_channel(client, space, telegram_standin.url())
+    reporting = [f"{n:08x}-0000-4000-8000-{n:012x}" for n in range(9_996, 10_001)]
+    for task in reporting:
+        await report(client, task, current=1, end=2)
+    assert await watch.run_once() == 1
+    assert len(telegram_standin.messages) == 3  # HEADWAY_LIVE_MESSAGES here
+    shown = " ".join(telegram_standin.messages.values())
+    assert all(f"silent {n}" in shown for n in (9_996, 9_997, 9_998)), shown
+    clock.advance(INTERVAL)
+    assert await watch.run_once() == 0  # full, unchanged: nothing read, nothing sent
+
+
+@pytest.mark.parametrize("backend", pairs(database="sqlite", progress="memory"), indirect=True)
 async def test_a_task_reporting_all_the_time_makes_a_few_edits_a_minute(
     client, space, make_task, clock, watch, telegram_standin: TelegramStandIn
 ):
@@ -232,6 +259,35 @@ async def test_a_429_is_waited_out_and_refused_credentials_give_the_message_up(
     assert "AAHeadway" not in str(channels)  # no token in what is shown
 
 
+@pytest.mark.parametrize("backend", pairs(database="sqlite", progress="memory"), indirect=True)
+async def test_a_service_down_mid_run_is_retried_and_the_same_message_goes_on(
+    client, space, make_task, clock, watch, telegram_standin: TelegramStandIn
+):
+    await live_channel(client, space, telegram_standin.url())
+    task = await make_task(title="Restore")
+    await report(client, task, current=1, end=4)
+    assert await watch.run_once() == 1
+    telegram_standin.go_down()
+    clock.advance(INTERVAL)
+    await report(client, task, current=2, end=4)
+    await watch.run_once()
+    channels = (await client.get(f"/spaces/{space}/channels")).json()
+    failed = channels[0]["deliveries"][0]
+    assert (failed["event"], failed["outcome"]) == ("live", "failed"), failed
+    assert "could not connect" in failed["detail"] and "127.0.0.1" not in failed["detail"]
+    await report(client, task, current=3, end=4)
+    clock.advance(5)
+    assert await watch.run_once() == 0  # waits for its retry (10 s at first)
+    telegram_standin.come_back()
+    clock.advance(10)
+    assert await watch.run_once() == 1
+    await report(client, task, done=True)
+    assert await watch.run_once() == 1
+    assert len(sends(telegram_standin, "sendMessage")) == 1  # the same message, edited on
+    (shown,) = telegram_standin.messages.values()
+    assert "✓ Restore finished" in shown
+
+
 @pytest.mark.parametrize("backend", pairs(database="postgres", progress="redis"), indirect=True)
 async def test_two_instances_make_one_message_per_task(
     app, settings, client, space, make_task, clock, watch, telegram_standin: TelegramStandIn
@@ -256,3 +312,33 @@ async def test_two_instances_make_one_message_per_task(
     assert len(sends(telegram_standin, "sendMessage")) == 2
     assert len(telegram_standin.messages) == 2
     assert all("finished" in text for text in telegram_standin.messages.values())
+
+
+@pytest.fixture(scope="module")
+def synapse():
+    from .synapse import synapse_server
+
+    yield from synapse_server()
+
+
+@pytest.mark.parametrize("backend", pairs(database="sqlite", progress="memory"), indirect=True)
+async def test_matrix_shows_one_message_replaced_until_it_shows_the_end(
+    client, space, make_task, clock, watch, synapse
+):
+    await live_channel(client, space, synapse.url())
+    task = await make_task(title="Nightly <b>build</b> *fast*")
+    for current in (25, 75):
+        await report(client, task, current=current, end=100, values={"log": f"at {current}"})
+        assert await watch.run_once() == 1
+        clock.advance(INTERVAL)
+    await report(client, task, done=True)
+    assert await watch.run_once() == 1
+    shown = await asyncio.to_thread(synapse.shown)
+    originals = [
+        e for e in await asyncio.to_thread(synapse.messages) if "m.relates_to" not in e["content"]
+    ]
+    assert len(shown) == len(originals) == 1  # one message, replaced twice
+    (text,) = shown.values()
+    assert text.startswith("✓ Nightly <b>build</b> *fast* finished"), text
+    assert "▓▓▓▓▓▓▓▓▓▓ 100%" in text and "Log: at 75" in text
+    assert not UUID.search(text)

@@ -2,8 +2,9 @@
 first report, edited in place as it moves, and left showing how it ended.
 
 One look (`LiveWatch.step`, every `LOOK_S`) reads the live channels, the messages they
-keep (`storage.live`), and for each space the running tasks (oldest first, at most
-`MAX_LOOKED`) with their estimates. For each message it renders the text
+keep (`storage.live`), and, for a space whose channels have room for more, its running
+tasks that have reported (oldest first, among at most `MAX_LOOKED`); then the views and
+estimates of the tasks it shows. For each message it renders the text
 (`messages.live`) and sends it when due:
 - a task with no message yet gets one, while its channel keeps fewer than
   `HEADWAY_LIVE_MESSAGES` (the tasks beyond get events only);
@@ -39,6 +40,7 @@ from .. import delivery, domain, metrics
 from ..clock import Clock
 from ..estimates import Estimate
 from ..loops import give_lease_up, survive
+from ..progress import ProgressStore
 from ..storage import channels, leases, live
 from ..storage.database import Database
 from ..storage.leases import Lease
@@ -50,8 +52,9 @@ log = logging.getLogger("headway.worker")
 LOOK_S = 1.0
 LEASE_NAME = "live"
 LEASE_S = 30.0  # longer than a look and its sends' records; taken afresh at each look
-# Running tasks looked at per space for new messages (oldest first).
-MAX_LOOKED = 200
+# Running tasks looked at per space for new messages (oldest first), while a channel has
+# room for one: their rows (one query) and their progress (one read of the store).
+MAX_LOOKED = 10_000
 
 Views = Callable[[Sequence[str]], Awaitable[list[domain.TaskView]]]
 Estimates = Callable[[Sequence[str]], Awaitable[dict[str, Estimate]]]
@@ -74,6 +77,7 @@ class LiveWatch:
     def __init__(
         self,
         db: Database,
+        progress: ProgressStore,
         clock: Clock,
         views: Views,
         estimates: Estimates,
@@ -88,6 +92,7 @@ class LiveWatch:
         timeout_s: float = delivery.ATTEMPT_TIMEOUT_S,
     ) -> None:
         self.db = db
+        self.progress = progress
         self.clock = clock
         self.views = views
         self.estimates = estimates
@@ -185,11 +190,8 @@ class LiveWatch:
         gone: list[tuple[str, str]],
         now: int,
     ) -> None:
-        async with self.db.read() as fetch:
-            running = await channels.active_tasks(fetch, space_uuid, MAX_LOOKED)
-        order = [row[0] for row in running]
         kept = {task for c in space_channels for task in held[c.uuid]}
-        order += sorted(kept - set(order))  # ended since, or beyond the tasks looked at
+        order = [*kept, *await self._reported(space_uuid, space_channels, held, kept)]
         views = {view.uuid: view for view in await self.views(order)}
         estimates = await self.estimates([u for u in order if u in views])
         for channel in space_channels:
@@ -208,7 +210,11 @@ class LiveWatch:
                     if count >= self.cap or view.finished_at is not None or not _reported(view):
                         continue
                     count += 1
-                elif row.given_up or row.next_at_us > now:
+                elif row.given_up:
+                    if view.finished_at is not None:
+                        gone.append((channel.uuid, task_uuid))  # it ended: nothing to show
+                    continue
+                elif row.next_at_us > now:
                     continue
                 text = self._text(view, estimates.get(task_uuid), channel, now)
                 digest = _digest(text)
@@ -220,6 +226,34 @@ class LiveWatch:
                     if row.state == text.state and now < row.sent_at_us + self.interval_us:
                         continue  # an edit within the interval waits for the next
                 due[channel.uuid].append(Due(channel, task_uuid, row, text, digest))
+
+    async def _reported(
+        self,
+        space_uuid: str,
+        space_channels: list[LiveChannel],
+        held: dict[str, dict[str, LiveRow]],
+        kept: set[str],
+    ) -> list[str]:
+        """The space's running tasks that have reported (a step's report counts for its
+        parent) and have no message yet, oldest first: as many as the channels have room
+        for. Nothing is read once every channel keeps its cap."""
+        room = max((self.cap - len(held[c.uuid]) for c in space_channels), default=0)
+        if room <= 0:
+            return []
+        async with self.db.read() as fetch:
+            running = await channels.active_tasks(fetch, space_uuid, MAX_LOOKED)
+        steps = any(c.steps for c in space_channels)
+        found = await self.progress.get_many([row[0] for row in running])
+        heard: dict[str, None] = {}
+        for (task_uuid, parent_uuid, _), progress in zip(running, found, strict=True):
+            if progress is None:
+                continue
+            if parent_uuid is None or steps:
+                heard[task_uuid] = None
+            if parent_uuid is not None:
+                heard[parent_uuid] = None  # its step reported: the parent moves
+        fresh = [task for task in heard if task not in kept]
+        return fresh[: room * (2 if steps else 1)]
 
     def _text(
         self, view: domain.TaskView, estimate: Estimate | None, channel: LiveChannel, now: int
