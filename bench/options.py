@@ -281,7 +281,7 @@ def scenario_titles(o: Options) -> dict[str, str]:
         "put_untracked": "the same PUT on a fresh server with HEADWAY_ESTIMATES=false",
         "put_live": "the same PUT on a fresh server, its pool's space with a live channel",
         "put_quiet": "the same PUT on a fresh server with no channel",
-        "put_live_hot": "PUT to one task of the live channel's space, as fast as wrk can",
+        "put_live_hot": "PUTs to one task of the live space as fast as wrk goes, `current` moving",
         "busy_embedded": (
             f"busy space, embedded: {BUSY_RATE} creates/s + {BUSY_RATE} reports/s for "
             f"{o.busy_s:g} s; lag of its {BUSY_STREAMS} streams"

@@ -5,7 +5,8 @@
 --   METHOD      GET, PUT or POST
 --   PATHS_FILE  one request path per line, e.g. /tasks/<uuid>
 --   THREADS     wrk's -t, so each thread can take its own stripe of the file
---   BODY        request body, sent as application/json (PUT and POST)
+--   BODY        request body, sent as application/json (PUT and POST); a `{n}` in it is
+--               replaced, request by request, by a number that grows (a moving `current`)
 --
 -- Thread k takes lines k, k+T, k+2T, ... and walks its stripe in order, wrapping around,
 -- so T threads cover every path once after (number of paths) requests. done() prints one
@@ -29,32 +30,40 @@ function init(args)
   else
     body = nil
   end
-  prepared = {}
+  local mine = {}
   local all = {}
   local i = 0
   for line in io.lines(file) do
     if line ~= "" then
       table.insert(all, line)
       if i % nthreads == id then
-        table.insert(prepared, wrk.format(method, line, headers, body))
+        table.insert(mine, line)
       end
       i = i + 1
     end
   end
-  if #prepared == 0 then
-    -- Fewer paths than threads: this thread shares them all.
-    for _, line in ipairs(all) do
-      table.insert(prepared, wrk.format(method, line, headers, body))
-    end
+  if #mine == 0 then
+    mine = all -- fewer paths than threads: this thread shares them all
+  end
+  if body ~= nil and string.find(body, "{n}", 1, true) then
+    moving = {method = method, paths = mine, headers = headers, body = body, step = nthreads}
+  end
+  prepared = {}
+  for _, line in ipairs(mine) do
+    table.insert(prepared, wrk.format(method, line, headers, body))
   end
   stripe = #prepared
   sent = 0
 end
 
 function request()
-  local r = prepared[(sent % stripe) + 1]
   sent = sent + 1
-  return r
+  if moving ~= nil then
+    local n = tostring(sent * moving.step + id)
+    local body = string.gsub(moving.body, "{n}", n)
+    return wrk.format(moving.method, moving.paths[((sent - 1) % stripe) + 1], moving.headers, body)
+  end
+  return prepared[((sent - 1) % stripe) + 1]
 end
 
 function done(summary, latency, _)

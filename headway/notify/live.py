@@ -107,6 +107,7 @@ class LiveWatch:
         self.holder = f"live-{uuid.uuid4().hex[:12]}"
         self.lease = Lease(LEASE_S)
         self._held = False
+        self._until_us = 0  # when the lease this process holds lapses
         self._sending: dict[str, asyncio.Task[None]] = {}
         self._checked: dict[str, Any] = {}  # channel uuid: its checked URL
 
@@ -150,10 +151,12 @@ class LiveWatch:
             found = await live.live_channels(fetch)
         if not found:
             return []
-        async with self.db.write() as st:
-            self._held = await leases.take(
-                st, LEASE_NAME, self.holder, now, self.lease.until_us(now)
-            )
+        if not self._held or self.lease.renew(self._until_us, now):
+            # Taken afresh once a third of it has passed: a write every 10 s, not each look.
+            until = self.lease.until_us(now)
+            async with self.db.write() as st:
+                self._held = await leases.take(st, LEASE_NAME, self.holder, now, until)
+            self._until_us = until
         if not self._held:
             return []
         busy = set(self._sending)
