@@ -51,6 +51,8 @@ class Options:
     compare: Path | None = None
     rounds: int = 2
     only: frozenset[str] = frozenset()
+    # (k, n): only the phases k, k + n, k + 2n... (1-based), for a run split over processes.
+    part: tuple[int, int] | None = None
 
     @property
     def settle_s(self) -> float:
@@ -92,6 +94,12 @@ def parse_options(argv: list[str] | None) -> Options:
     only = frozenset(name.strip() for name in (args.only or "").split(",") if name.strip())
     if only and args.compare is None:
         parser.error("--only goes with --compare")
+    part = None
+    if args.part is not None:
+        k, slash, n = args.part.partition("/")
+        if not (slash and k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+            parser.error("--part must be K/N, 1 <= K <= N (e.g. 1/2)")
+        part = (int(k), int(n))
     return Options(
         mode=name,
         small=100,
@@ -105,6 +113,7 @@ def parse_options(argv: list[str] | None) -> Options:
         compare=args.compare.resolve() if args.compare is not None else None,
         rounds=args.rounds,
         only=only,
+        part=part,
         **values,
     )
 
@@ -158,6 +167,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--rounds", type=int, default=2, help="with --compare: runs of each side (default 2)"
+    )
+    parser.add_argument(
+        "--part",
+        metavar="K/N",
+        help="only every Nth phase from the Kth (1/2 and 2/2 split a run over two "
+        "processes; the smoke test runs both at once); rows of other phases are left out",
     )
     parser.add_argument(
         "--only",

@@ -103,8 +103,9 @@ def phases(bench: Harness) -> list[Phase]:
         (["baseline"], baseline),
         (on_embedded, embedded.embedded),
         (["baseline_parent"], reads.baseline_parent),
-        (["baseline_put"], reports.baseline_put),
+        # Beside the embedded phase in a run split in two (`--part`): judged against it.
         (["put_report_limited", "get_task_limited"], reports.limited),
+        (["baseline_put"], reports.baseline_put),
         (CHANNEL_ROWS, channels.notified),
         (SWEEP_ROWS, sweep.swept),
         (["stall_latency"], channels.stall_latency),
@@ -124,11 +125,25 @@ def phases(bench: Harness) -> list[Phase]:
     ]
 
 
-def run(bench: Harness) -> None:
+def run(bench: Harness) -> list[str]:
+    """Every phase of the run (of its part, with `--part`); the rows it measured."""
     wrk_binary()  # no wrk, no run: fail before starting anything
-    for names, measure in phases(bench):
+    ran = []
+    for names, measure in chosen(bench):
+        ran += names
         with bench.phase(names):
             measure(bench)
+    return ran
+
+
+def chosen(bench: Harness) -> list[Phase]:
+    """The phases of this run: all of them, or those of its `--part` (the baseline in
+    every part: most rows are judged against it)."""
+    found = phases(bench)
+    if bench.o.part is None:
+        return found
+    k, n = bench.o.part
+    return found[:1] + found[1:][k - 1 :: n]
 
 
 def baseline(bench: Harness) -> None:
@@ -184,12 +199,13 @@ def main(argv: list[str] | None = None) -> int:
             ]
             return compare(bench, chosen)
         try:
-            run(bench)
+            ran = run(bench)
         finally:
             bench.stop_everything()
         rows = [
             bench.rows.get(name) or Row(name, title, "error", "not run")
             for name, title in bench.titles.items()
+            if name in ran
         ]
         found = targets(bench.rows, options)
         record = run_record(bench, started_at, load_at_start, machine)
