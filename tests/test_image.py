@@ -314,7 +314,18 @@ def stack(image: str, clone: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     try:
         compose("up", "--detach")
         url = f"http://127.0.0.1:{port}"
-        wait_up(url, timeout=120)
+        try:
+            wait_up(url, timeout=120)
+        except AssertionError as exc:  # say what each container was doing
+            states = podman("ps", "--all", "--filter", f"name={project}", check=False).stdout
+            logs = {
+                service: podman("logs", "--tail", "15", _container(project, service), check=False)
+                for service in ("migrate", "headway", "nginx")
+            }
+            told = "".join(
+                f"\n--- {name}:\n{found.stdout}{found.stderr}" for name, found in logs.items()
+            )
+            raise AssertionError(f"{exc}\n{states}{told}") from None
         yield {"url": url, "project": project, "compose": compose}
     finally:
         compose("down", "--volumes", timeout=120, check=False)
