@@ -172,8 +172,10 @@ def install() -> float | None:
         began = time.monotonic()
         shutil.rmtree(VENV, ignore_errors=True)  # a half-made one from an install cut short
         _run([sys.executable, "-m", "venv", str(VENV)], "creating Synapse's virtualenv")
+        # No bytecode compiled ahead (seconds of CPU): the server's first start writes
+        # that of the modules it imports.
         command = [str(VENV / "bin" / "python"), "-m", "pip", "install", "--no-input",
-                   "--disable-pip-version-check", SYNAPSE]  # fmt: skip
+                   "--disable-pip-version-check", "--no-compile", SYNAPSE]  # fmt: skip
         wheelhouse = os.environ.get("HEADWAY_WHEELHOUSE")
         if wheelhouse and Path(wheelhouse).is_dir():
             command += ["--find-links", wheelhouse]  # and the index still
