@@ -28,17 +28,22 @@ class ServerError(RuntimeError):
 
 
 # Ports below the kernel's ephemeral range (32768 and up), which no bind(0) or outgoing
-# connection is handed: each test process (pytest-xdist's gw0, gw1...) takes its own
-# block, in turn, so that two processes never pick the same port for their servers.
+# connection is handed: each test process takes its own block, so that two processes
+# never pick the same port for their servers: pytest-xdist's gw0, gw1... the blocks 0,
+# 1...; a process running beside them (scripts/test's alone and background runs, each
+# part of the bench smoke) the block HEADWAY_TEST_PORT_BLOCK names.
 PORTS_FROM = 20_000
 PORTS_PER_PROCESS = 1_500
+PORT_BLOCKS = 8
 _next_port = itertools.count(random.randrange(PORTS_PER_PROCESS))
 
 
 def free_port() -> int:
     """A port on 127.0.0.1 nothing listens on, in this test process's own block."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
-    block = PORTS_FROM + (int(worker) % 8 if worker.isdigit() else 0) * PORTS_PER_PROCESS
+    worker = os.environ.get("HEADWAY_TEST_PORT_BLOCK") or os.environ.get(
+        "PYTEST_XDIST_WORKER", "gw0"
+    ).removeprefix("gw")
+    block = PORTS_FROM + (int(worker) % PORT_BLOCKS if worker.isdigit() else 0) * PORTS_PER_PROCESS
     for _ in range(PORTS_PER_PROCESS):
         port = block + next(_next_port) % PORTS_PER_PROCESS
         with socket.socket() as sock:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,8 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
                 str(tmp_path / str(k)),
             ],
             cwd=ROOT,
+            # Each part's servers on ports of its own (tests/servers.py): blocks 6 and 7.
+            env={**os.environ, "HEADWAY_TEST_PORT_BLOCK": str(5 + k)},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

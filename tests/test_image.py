@@ -316,16 +316,8 @@ def stack(image: str, clone: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         url = f"http://127.0.0.1:{port}"
         try:
             wait_up(url, timeout=120)
-        except AssertionError as exc:  # say what each container was doing
-            states = podman("ps", "--all", "--filter", f"name={project}", check=False).stdout
-            logs = {
-                service: podman("logs", "--tail", "15", _container(project, service), check=False)
-                for service in ("migrate", "headway", "nginx")
-            }
-            told = "".join(
-                f"\n--- {name}:\n{found.stdout}{found.stderr}" for name, found in logs.items()
-            )
-            raise AssertionError(f"{exc}\n{states}{told}") from None
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{doings(project)}") from None
         yield {"url": url, "project": project, "compose": compose}
     finally:
         compose("down", "--volumes", timeout=120, check=False)
@@ -335,6 +327,18 @@ def stack(image: str, clone: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 def _container(project: str, service: str, number: int = 1) -> str:
     return f"{project}_{service}_{number}"
+
+
+def doings(project: str) -> str:
+    """What the stack's containers were doing: their states and their logs' last lines."""
+    states = podman("ps", "--all", "--filter", f"name={project}", check=False).stdout
+    logs = [
+        (name, podman("logs", "--tail", "15", _container(project, *name), check=False))
+        for name in (("migrate",), ("headway",), ("worker", 1), ("worker", 2), ("nginx",))
+    ]
+    return states + "".join(
+        f"\n--- {'_'.join(map(str, name))}:\n{found.stdout}{found.stderr}" for name, found in logs
+    )
 
 
 def test_the_stack_migrates_then_serves_through_nginx(stack: dict):
@@ -385,7 +389,7 @@ def test_a_completion_is_delivered_once_with_two_workers(stack: dict):
 
     deadline = time.monotonic() + 30
     while not deliveries():
-        assert time.monotonic() < deadline, "no delivery within 30 s"
+        assert time.monotonic() < deadline, f"no delivery within 30 s\n{doings(project)}"
         time.sleep(0.2)
     time.sleep(3)  # time enough for a second worker to deliver it again, were it to
     delivered = deliveries()
@@ -397,7 +401,7 @@ def test_the_stack_goes_down_cleanly(stack: dict):
     stack["compose"]("stop", timeout=120)
     for service in ("headway", "worker", "postgres", "redis", "nginx"):
         code = podman("inspect", "--format", "{{.State.ExitCode}}", _container(project, service))
-        assert code.stdout.strip() == "0", service
+        assert code.stdout.strip() == "0", f"{service}\n{doings(project)}"
     stack["compose"]("down", "--volumes", timeout=120)
     left = podman("ps", "--all", "--quiet", "--filter", f"name={project}_").stdout
     assert left.strip() == ""

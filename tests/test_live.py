@@ -152,6 +152,33 @@ async def test_a_stall_and_its_end_are_each_sent_at_once(
     assert "⏳ Import: 40%" in shown and "stalled" not in shown
 
 
+@pytest.mark.parametrize("backend", pairs(), indirect=True)
+async def test_a_late_run_and_a_failure_each_edit_the_message_at_once(
+    client, space, make_task, clock, watch, telegram_standin: TelegramStandIn
+):
+    for _ in range(5):  # runs of a minute: the job's usual duration is a minute
+        run = await make_task(title="Nightly ETL")
+        clock.advance(60)
+        await report(client, run, done=True)
+    await live_channel(client, space, telegram_standin.url())
+    task = await make_task(title="Nightly ETL")
+    await report(client, task, current=1, end=100)
+    assert await watch.run_once() == 1
+    (shown,) = telegram_standin.messages.values()
+    assert "⏳ Nightly ETL: 1%" in shown
+    clock.advance(130)  # beyond max(1.2 x p95, p50 + 60 s): late
+    await report(client, task, current=2, end=100)
+    assert await watch.run_once() == 1
+    (shown,) = telegram_standin.messages.values()
+    assert "⏰ Nightly ETL: 2% (running late)" in shown and "usually 1 min" in shown
+    clock.advance(1)
+    await report(client, task, done=True, values={"error": "exit code 3"})
+    assert await watch.run_once() == 1  # within the interval: a change of state
+    (shown,) = telegram_standin.messages.values()
+    assert "✗ Nightly ETL failed: exit code 3" in shown, shown
+    assert len(sends(telegram_standin, "sendMessage")) == 1
+
+
 @pytest.mark.parametrize("backend", pairs(database="sqlite", progress="memory"), indirect=True)
 async def test_urls_that_cannot_edit_are_refused_naming_those_that_can(client, space):
     for url in ("json://127.0.0.1:9/hook", "slack://T1ABCD2EF/B1ABCD2EF/abcdefghijklmnopqrstuvwx"):
