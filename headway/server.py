@@ -92,8 +92,12 @@ def serve(settings: Settings, workers: int = 1) -> int:
     raise_open_file_limit(settings.max_connections + FILES_BESIDES_CONNECTIONS)
     config = server_config(settings, workers=workers)
     if workers > 1:
-        Multiprocess(config, sockets=[config.bind_socket()]).run()
-        return 0
+        supervisor = Multiprocess(config, sockets=[config.bind_socket()])
+        supervisor.run()
+        # A worker process that failed to start (its database unreachable, say) stops the
+        # whole server: say so in the exit status, so that a supervisor restarts it.
+        failed = any(p.exitcode == STARTUP_FAILURE for p in supervisor.processes)
+        return STARTUP_FAILURE if failed else 0
     server = uvicorn.Server(config)
     with contextlib.suppress(KeyboardInterrupt):
         server.run()

@@ -316,6 +316,11 @@ def stack(image: str, clone: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         url = f"http://127.0.0.1:{port}"
         try:
             wait_up(url, timeout=120)
+            # The network's name server answers a new network's first lookups slowly at
+            # times (over 10 s, a delivery's whole attempt, was seen): the workers find
+            # the receiver by name before the tests begin.
+            for worker in (1, 2):
+                resolves(_container(project, "worker", worker), "receiver", within_s=60)
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{doings(project)}") from None
         yield {"url": url, "project": project, "compose": compose}
@@ -327,6 +332,15 @@ def stack(image: str, clone: Path, tmp_path_factory: pytest.TempPathFactory) -> 
 
 def _container(project: str, service: str, number: int = 1) -> str:
     return f"{project}_{service}_{number}"
+
+
+def resolves(container: str, name: str, *, within_s: float) -> None:
+    """Wait until `name` resolves inside `container` (AssertionError after `within_s`)."""
+    lookup = f"import socket; socket.getaddrinfo({name!r}, 80)"
+    deadline = time.monotonic() + within_s
+    while podman("exec", container, "python3", "-c", lookup, check=False).returncode != 0:
+        assert time.monotonic() < deadline, f"{name} did not resolve in {container}"
+        time.sleep(0.5)
 
 
 def doings(project: str) -> str:

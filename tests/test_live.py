@@ -235,6 +235,26 @@ async def test_in_a_space_of_ten_thousand_running_tasks_those_that_report_get_th
     assert await watch.run_once() == 0  # full, unchanged: nothing read, nothing sent
 
 
+@pytest.mark.parametrize("backend", pairs(database="postgres"), indirect=True)
+async def test_a_deleted_channel_or_space_drops_its_messages_references(
+    client, space, make_task, watch, sql, telegram_standin: TelegramStandIn
+):
+    first = await live_channel(client, space, telegram_standin.url())
+    await live_channel(client, space, telegram_standin.url())
+    task = await make_task(title="Deploy")
+    await report(client, task, current=1, end=3)
+    await watch.run_once()
+    assert len(await sql("SELECT ref FROM live_messages WHERE ref IS NOT NULL")) == 2
+    gone = await client.delete(f"/spaces/{space}/channels/{first['uuid']}")
+    assert gone.status_code == 204
+    assert await sql("SELECT 1 FROM live_messages WHERE channel_uuid = ?", first["uuid"]) == []
+    assert len(await sql("SELECT 1 FROM live_messages")) == 1
+    assert (await client.delete(f"/spaces/{space}")).status_code == 204
+    assert await sql("SELECT 1 FROM live_messages") == []
+    assert await watch.run_once() == 0  # nothing left to keep up to date
+    assert len(sends(telegram_standin, "sendMessage")) == 2
+
+
 @pytest.mark.parametrize("backend", pairs(database="sqlite", progress="memory"), indirect=True)
 async def test_a_task_reporting_all_the_time_makes_a_few_edits_a_minute(
     client, space, make_task, clock, watch, telegram_standin: TelegramStandIn
