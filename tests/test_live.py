@@ -335,6 +335,25 @@ async def test_a_service_down_mid_run_is_retried_and_the_same_message_goes_on(
     assert "✓ Restore finished" in shown
 
 
+@pytest.mark.parametrize("backend", pairs(database="sqlite", progress="memory"), indirect=True)
+async def test_a_scheme_the_operator_no_longer_allows_gives_the_message_up(
+    client, space, make_task, clock, watch, telegram_standin: TelegramStandIn
+):
+    await live_channel(client, space, telegram_standin.url())
+    task = await make_task(title="Sync")
+    await report(client, task, current=1, end=2)
+    watch._schemes = ("json", "jsons")  # HEADWAY_CHANNEL_SCHEMES changed since
+    await watch.run_once()
+    clock.advance(3600)
+    await report(client, task, current=2, end=2)
+    assert await watch.run_once() == 0  # given up: never tried again
+    assert telegram_standin.calls == []
+    (channel,) = (await client.get(f"/spaces/{space}/channels")).json()
+    given_up = channel["deliveries"][0]
+    assert (given_up["event"], given_up["outcome"]) == ("live", "given_up")
+    assert "not allowed" in given_up["detail"], given_up
+
+
 @pytest.mark.parametrize("backend", pairs(database="postgres", progress="redis"), indirect=True)
 async def test_two_instances_make_one_message_per_task(
     app, settings, client, space, make_task, clock, watch, telegram_standin: TelegramStandIn

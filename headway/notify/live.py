@@ -38,6 +38,7 @@ from typing import Any
 
 from .. import delivery, domain, metrics
 from ..clock import Clock
+from ..errors import Unprocessable
 from ..estimates import Estimate
 from ..loops import give_lease_up, survive
 from ..progress import ProgressStore
@@ -135,7 +136,7 @@ class LiveWatch:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         if self._held:
-            self._held = False
+            self._held, self._until_us = False, 0
             await give_lease_up(self.db, LEASE_NAME, self.holder)
 
     async def run_once(self) -> int:
@@ -151,12 +152,15 @@ class LiveWatch:
             found = await live.live_channels(fetch)
         if not found:
             return []
+        self._checked = {c.uuid: self._checked[c.uuid] for c in found if c.uuid in self._checked}
+        if not self._held and await leases.held_until(self.db.fetch, LEASE_NAME) > now:
+            return []  # another instance holds the lease (a read: no write each look)
         if not self._held or self.lease.renew(self._until_us, now):
             # Taken afresh once a third of it has passed: a write every 10 s, not each look.
             until = self.lease.until_us(now)
             async with self.db.write() as st:
                 self._held = await leases.take(st, LEASE_NAME, self.holder, now, until)
-            self._until_us = until
+            self._until_us = until if self._held else 0
         if not self._held:
             return []
         busy = set(self._sending)
@@ -306,7 +310,13 @@ class LiveWatch:
                 if not await live.claim(st, channel.uuid, one.task_uuid, now):
                     return  # the channel keeps one already, or is gone
             row = LiveRow(channel.uuid, one.task_uuid, None, "", "", 0, now, 0, False)
-        checked = await self._channel_url(channel)
+        try:
+            checked = await self._channel_url(channel)
+        except Unprocessable as exc:  # its scheme no longer allowed here: never sent again
+            await self._failed(
+                row, live_send.LiveOutcome(False, row.ref, exc.message, refused=True)
+            )
+            return
         text = live_send.LiveText(
             one.text.title, one.text.lines, final=one.text.final, failed=one.text.state == "failed"
         )
@@ -331,6 +341,12 @@ class LiveWatch:
                     what = "message created" if row.ref is None else "message shows its end"
                     await channels.log_delivery(st, channel.uuid, now, "live", "delivered", what)
             return
+        await self._failed(row, outcome)
+
+    async def _failed(self, row: LiveRow, outcome: Any) -> None:
+        """A send that failed: tried again after the delivery policy's wait, or given up
+        (credentials refused, or its last attempt)."""
+        now = self.clock.now_us()
         attempts = row.attempts + 1
         give_up = outcome.refused or delivery.last_attempt(attempts)
         delay = delivery.retry_delay_s(
@@ -342,7 +358,7 @@ class LiveWatch:
             )
             outcome_word = "given_up" if give_up else "failed"
             detail = f"live message: {outcome.detail}"
-            await channels.log_delivery(st, channel.uuid, now, "live", outcome_word, detail)
+            await channels.log_delivery(st, row.channel_uuid, now, "live", outcome_word, detail)
         metrics.live_message("given_up" if give_up else "failed")
 
     async def _channel_url(self, channel: LiveChannel) -> Any:
