@@ -110,9 +110,3 @@ async def retry(
 async def drop(st: Statements, pairs: Sequence[tuple[str, str]]) -> None:
     """These messages are no longer kept: their task ended (they show its end) or went."""
     await st.many("DELETE FROM live_messages WHERE channel_uuid = ? AND task_uuid = ?", pairs)
-
-
-async def counted(fetch: Fetch) -> int:
-    """Live messages kept, all channels together."""
-    found = await fetch("SELECT count(*) FROM live_messages", ())
-    return int(found[0][0])
