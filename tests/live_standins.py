@@ -7,6 +7,7 @@ credentials, or to hang. Fixtures at the end."""
 
 from __future__ import annotations
 
+import abc
 import email.header
 import itertools
 import json
@@ -46,7 +47,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-class StandIn:
+class StandIn(abc.ABC):
     """What every stand-in shares: the server, the calls, the messages' texts by id, and
     the switches (`rate_limit`, `refuse_credentials`, `hang`)."""
 
@@ -115,11 +116,13 @@ class StandIn:
     def next_id(self) -> int:
         return next(self._ids)
 
+    @abc.abstractmethod
     def handle(self, call: Call) -> Reply:
-        raise NotImplementedError
+        """The service's answer to one call (each stand-in's API)."""
 
+    @abc.abstractmethod
     def too_many(self, retry_after: float) -> Reply:
-        raise NotImplementedError
+        """The service's own 429, asking to wait `retry_after` seconds."""
 
     def _serve(self, request: BaseHTTPRequestHandler) -> None:
         length = int(request.headers.get("content-length") or 0)
