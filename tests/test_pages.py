@@ -706,6 +706,63 @@ def test_the_read_only_link_picker_follows_the_links(new_page, api):
     expect(picker).to_have_value("")
 
 
+def test_a_list_read_across_an_add_or_a_remove_does_not_undo_it(new_page, api, json_receiver):
+    """The page reads its channels again every 30 s; a read answered after the owner added
+    or removed one must not undo that on screen."""
+    space = api.space("Channels read late")
+    collection = f"**/spaces/{space}/channels"
+    held: list[tuple[Any, Any]] = []
+
+    def hold(route: Any) -> None:
+        # One read of the list as it is now, answered only once the test lets it go.
+        if route.request.method != "GET" or held:
+            route.fallback()
+            return
+        held.append((route, route.fetch()))
+
+    def read_late(then: Callable[[], None]) -> list[Any]:
+        """Starts the 30 s read and holds its answer, does `then`, and lets the answer go:
+        the page reads once more, and its list is what the server says now."""
+        held.clear()
+        page.clock.fast_forward(30_000)
+        deadline = time.monotonic() + 10
+        while not held and time.monotonic() < deadline:
+            page.wait_for_timeout(20)
+        [(route, stale)] = held
+        then()
+        with page.expect_response(
+            lambda r: r.request.method == "GET" and r.url.endswith("/channels")
+        ):
+            route.fulfill(response=stale)
+        return stale.json()
+
+    page = new_page()
+    page.clock.install()
+    page.goto(f"/spaces/{space}")
+    panel = page.locator("section").filter(has=page.get_by_role("heading", name="Notifications"))
+    items = panel.locator("#channel-list > li")
+    expect(panel.get_by_text("No channels yet.")).to_be_visible()
+    held.append((None, None))  # the first read, at load, goes through
+    page.route(collection, hold)
+
+    def add() -> None:
+        panel.get_by_role("textbox", name="Apprise URL").fill(json_receiver.url())
+        panel.get_by_role("button", name="Add channel").click()
+        expect(items).to_have_count(1)
+
+    assert read_late(add) == []
+    expect(items).to_have_count(1)
+
+    def remove() -> None:
+        items.get_by_role("button", name="Remove", exact=True).click()
+        items.get_by_role("button", name="Remove channel").click()
+        expect(items).to_have_count(0)
+
+    assert len(read_late(remove)) == 1
+    expect(items).to_have_count(0)
+    expect(panel.get_by_text("No channels yet.")).to_be_visible()
+
+
 class ShiftedClock:
     """Real time, moved forward by hand: the server's side of a page's `page.clock`, so
     that the two agree on what time it is while a test jumps minutes ahead."""

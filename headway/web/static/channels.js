@@ -62,6 +62,8 @@ export function setUpChannels(space, say, onChannels) {
   const list = document.getElementById("channel-list");
   const none = document.getElementById("channel-none");
   const shown = new Map(); // channel uuid -> ChannelItem
+  // The channels this page added or removed: a list read across one of them is stale.
+  let edits = 0;
 
   const showError = (message) => {
     setText(error, message ?? "");
@@ -84,6 +86,7 @@ export function setUpChannels(space, say, onChannels) {
     }
     item.element.remove();
     shown.delete(item.channel.uuid);
+    edits += 1;
     changed();
     url.focus();
     say("Channel removed: it sends nothing more.");
@@ -117,10 +120,14 @@ export function setUpChannels(space, say, onChannels) {
   let refreshing = null;
   const refresh = async () => {
     try {
+      const before = edits;
       const response = await fetch(collection, { headers: JSON_HEADERS });
       if (response.status === 404) clearInterval(refreshing); // the space is gone
       if (!response.ok) throw new Error(String(response.status));
-      sync(await response.json());
+      const channels = await response.json();
+      // Read before an add or a remove this page made: it would undo it, so read again.
+      if (edits !== before) return refresh();
+      sync(channels);
     } catch {
       if (shown.size === 0) showError("The channels could not be loaded.");
     }
@@ -166,6 +173,7 @@ export function setUpChannels(space, say, onChannels) {
         return;
       }
       const item = add({ ...(await response.json()), deliveries: [] });
+      edits += 1;
       changed();
       url.value = "";
       showLive();
