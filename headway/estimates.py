@@ -118,7 +118,13 @@ def _follow(t: Flat | None, now_us: int, current: Number, end: Number | None) ->
     ):
         return [now_us, current, 1, e, now_us, current]
     n = len(t)
-    if n >= 10 and now_us - t[-2] > SILENCE_APART * _apart_us(t, 4):
+    silent = now_us - t[-2]
+    # The anchors are at least as far apart as the last two: most reports need no more.
+    if (
+        n >= 10
+        and silent > SILENCE_APART * (t[-2] - t[-4])
+        and silent > SILENCE_APART * _apart_us(t, 4)
+    ):
         # Back from a silence longer than the window's anchors are apart: what came before
         # it says nothing of the pace now.
         return [t[0], t[1], t[2] + 1, e, now_us, current]
