@@ -370,13 +370,11 @@ async def test_without_redis_a_revocation_on_one_instance_ends_its_streams_on_an
         ):
             for watcher in (revoked, other):
                 await watcher.snapshot()
-            started = time.monotonic()
+            # Each stream ends within a second of the answer to the change (that answer's
+            # own time, on a busy machine, is not the other instance's to make up).
             assert (await a.delete(f"/spaces/{space}/shares/{share['uuid']}")).status_code == 204
             await asyncio.wait_for(revoked.ended.wait(), WITHIN_S)
-            assert time.monotonic() - started < WITHIN_S
             assert not other.ended.is_set()
-            started = time.monotonic()
             assert (await a.delete(f"/spaces/{space}")).status_code == 204
             await asyncio.wait_for(other.ended.wait(), WITHIN_S)
-            assert time.monotonic() - started < WITHIN_S
         assert (await b.get(share["url"] + "/events")).status_code == 404
