@@ -13,7 +13,7 @@ new/old; and for the scenarios that measure PostgreSQL's and Redis's CPU beside 
 (`scale_out_*`), theirs likewise, in the note. `--only NAMES` keeps the phases that
 measure those scenarios. The bare baseline and its calibration rows do not run; no target
 is judged. The other options (`--quick`, `--smoke`, `--duration`, `--no-scale-out`…)
-apply.
+apply. With `--paired`, both sides' servers run at once instead (see bench/pairs.py).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .measure import Harness, _num
+from .pairs import PAIRED, SIDES, measure_pairs
 from .processes import ROOT
 from .report import Row, git_state, short_commit
 
-SIDES = ("old", "new")
 Phase = tuple[list[str], Callable[[Harness], None]]
 
 
@@ -41,14 +41,18 @@ def compare(bench: Harness, phases: list[Phase]) -> int:
     started_at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     old, new = git_state(o.compare), git_state(ROOT)
     bench.say(f"comparing {o.compare} at {short_commit(old)} with {ROOT} at {short_commit(new)}")
-    runs = alternate(bench, phases)
-    scenarios = [summary(name, bench.titles[name], rows) for name, rows in runs.items()]
+    if o.paired:
+        runs, titles = measure_pairs(bench), PAIRED
+    else:
+        runs, titles = alternate(bench, phases), bench.titles
+    scenarios = [summary(name, titles[name], rows) for name, rows in runs.items()]
     result = {
         "started_at": started_at,
         "elapsed_s": round(time.monotonic() - bench.started, 1),
         "old": {"checkout": str(o.compare), **old},
         "new": {"checkout": str(ROOT), **new},
-        "rounds": o.rounds,
+        "rounds": max(3, o.rounds) if o.paired else o.rounds,
+        "paired": o.paired,
         "options": {"mode": o.mode, "duration": o.duration, "connections": o.connections},
         "scenarios": scenarios,
     }
@@ -115,6 +119,14 @@ def summary(name: str, title: str, rows: dict[str, list[Row]]) -> dict[str, Any]
         ]
     old, new = found["old_median"], found["new_median"]
     found["ratio"] = round(new / old, 3) if old and new is not None else None
+    # Each round's own ratio (its old and new ran next to each other), then their median:
+    # less moved by a sitting's drift than the ratio of the medians.
+    rounds = [
+        b.cpu_us_per_request / a.cpu_us_per_request
+        for a, b in zip(rows["old"], rows["new"], strict=False)
+        if a.status == b.status == "ok" and a.cpu_us_per_request and b.cpu_us_per_request
+    ]
+    found["round_ratio"] = round(statistics.median(rounds), 3) if rounds else None
     found["backends"] = _backends(rows)
     return found
 
@@ -149,10 +161,16 @@ def table(result: dict[str, Any]) -> str:
         "",
         f"old: {old['checkout']} at {short_commit(old)}; "
         f"new: {new['checkout']} at {short_commit(new)}; "
-        f"old and new alternately, {result['rounds']} of each; mode {result['options']['mode']}",
+        + (
+            f"both at once, measured in turn, {result['rounds']} slices of each"
+            if result.get("paired")
+            else f"old and new alternately, {result['rounds']} of each"
+        )
+        + f"; mode {result['options']['mode']}",
         "",
-        "| scenario | old CPU µs/req | new CPU µs/req | new/old | old runs | new runs | note |",
-        "|---|---:|---:|---:|---|---|---|",
+        "| scenario | old CPU µs/req | new CPU µs/req | new/old | each round's new/old, median "
+        "| old runs | new runs | note |",
+        "|---|---:|---:|---:|---:|---|---|---|",
     ]
     for s in result["scenarios"]:
         failed = [r for r in s["runs"] if r["status"] != "ok"]
@@ -166,8 +184,10 @@ def table(result: dict[str, Any]) -> str:
         ]
         note = "; ".join([*backends, *why])
         ratio = "–" if s["ratio"] is None else f"{s['ratio']:.3f}"
+        by_round = "–" if s.get("round_ratio") is None else f"{s['round_ratio']:.3f}"
         lines.append(
             f"| {s['name']} | {_num(s['old_median'])} | {_num(s['new_median'])} | {ratio} | "
+            f"{by_round} | "
             + " | ".join(", ".join(f"{x:,.1f}" for x in s[f"{side}_cpu_us"]) for side in SIDES)
             + f" | {note} |"
         )

@@ -49,6 +49,7 @@ class Options:
     busy: bool
     busy_s: float
     compare: Path | None = None
+    paired: bool = False
     rounds: int = 2
     only: frozenset[str] = frozenset()
     # (k, n): only the phases k, k + n, k + 2n... (1-based), for a run split over processes.
@@ -94,6 +95,8 @@ def parse_options(argv: list[str] | None) -> Options:
     only = frozenset(name.strip() for name in (args.only or "").split(",") if name.strip())
     if only and args.compare is None:
         parser.error("--only goes with --compare")
+    if args.paired and (args.compare is None or only):
+        parser.error("--paired goes with --compare, without --only")
     part = None
     if args.part is not None:
         k, slash, n = args.part.partition("/")
@@ -111,6 +114,7 @@ def parse_options(argv: list[str] | None) -> Options:
         flood_concurrency=64,
         streams=50 if args.smoke else STREAMS,
         compare=args.compare.resolve() if args.compare is not None else None,
+        paired=args.paired,
         rounds=args.rounds,
         only=only,
         part=part,
@@ -167,6 +171,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--rounds", type=int, default=2, help="with --compare: runs of each side (default 2)"
+    )
+    parser.add_argument(
+        "--paired",
+        action="store_true",
+        help="with --compare: the old and the new server at once, measured in turn in short "
+        "slices on the hot path's loads (see bench/pairs.py)",
     )
     parser.add_argument(
         "--part",
