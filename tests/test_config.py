@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -220,6 +223,34 @@ def test_migrate_creates_the_default_database_in_the_working_directory(bare_env,
     assert cli.main(["migrate"]) == 0
     assert (tmp_path / "headway.db").is_file()
     assert cli.main(["migrate"]) == 0
+
+
+@pytest.mark.parametrize("command", ["migrate", "serve"])
+def test_an_unreachable_database_is_one_line_and_a_failure(bare_env, tmp_path, capsys, command):
+    """Nothing listens on the port, or the file is a folder: a line saying so,
+    exit 1 (a supervisor restarts on it), no traceback, no password."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for url in (
+        f"postgresql://headway:secret@127.0.0.1:{port}/headway",
+        f"sqlite:///{tmp_path}",  # a folder, not a file
+    ):
+        bare_env.setenv("HEADWAY_DATABASE_URL", url)
+        if command == "migrate":
+            assert cli.main([command]) == 1
+            err = capsys.readouterr().err
+        else:  # serve migrates in a child process first, and stops on its failure
+            env = {**os.environ, "HEADWAY_PORT": str(port)}
+            served = subprocess.run(
+                [sys.executable, "-m", "headway.cli", "serve"],
+                env=env, capture_output=True, text=True, timeout=60, check=False,
+            )  # fmt: skip
+            assert served.returncode == 1, served.stderr
+            err = served.stderr
+        assert err.startswith("headway: cannot set up the database "), err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert "secret" not in err
 
 
 def test_head_revision_names_the_newest_migration():

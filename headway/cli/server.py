@@ -133,16 +133,27 @@ def _migrate_command(args: argparse.Namespace) -> int:
 
 
 def _migrate(settings: Settings) -> int:
+    from sqlalchemy.exc import DBAPIError
+
+    from ..errors import DatabaseUnavailable
     from ..storage.database import Database
 
-    async def run() -> int:
+    async def run() -> None:
         db = Database(settings.database_url)
         try:
             await db.migrate()
         finally:
             await db.close()
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except (OSError, DBAPIError, DatabaseUnavailable) as exc:
+        # Unreachable, refused, or a file that cannot be opened: one line, no traceback
+        # (`headway serve` migrates first, so it says this too, and exits with it).
+        reason = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
+        where = _redact(settings.database_url)
+        print(f"headway: cannot set up the database {where}: {reason}", file=sys.stderr)
+        return 1
     print("headway: database is up to date", flush=True)
     return 0
 

@@ -34,7 +34,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import delivery, domain, metrics
 from ..clock import Clock
@@ -47,6 +47,9 @@ from ..storage.database import Database
 from ..storage.leases import Lease
 from ..storage.live import LiveChannel, LiveRow
 from . import messages
+
+if TYPE_CHECKING:  # imported where it is first used (`_send`)
+    from .live_send import LiveOutcome
 
 log = logging.getLogger("headway.worker")
 
@@ -343,7 +346,7 @@ class LiveWatch:
             return
         await self._failed(row, outcome)
 
-    async def _failed(self, row: LiveRow, outcome: Any) -> None:
+    async def _failed(self, row: LiveRow, outcome: LiveOutcome) -> None:
         """A send that failed: tried again after the delivery policy's wait, or given up
         (credentials refused, or its last attempt)."""
         now = self.clock.now_us()
