@@ -63,9 +63,10 @@ def test_in_loop_reads_of_a_file_that_is_gone_are_unavailable(tmp_path):
 
 
 async def _migrating(db: Database, title: str) -> None:
-    # A migration runs on a pooled connection (an already migrated database: it only
-    # reads the revision, within BEGIN IMMEDIATE).
-    await db.migrate()
+    # A migration's transaction, on a pooled connection, within BEGIN IMMEDIATE (here
+    # reading the revision: `migrate` itself reads an up-to-date one without it).
+    async with db._transaction() as conn:
+        await db._revision(conn)
 
 
 async def _read_then_write(db: Database, title: str) -> None:

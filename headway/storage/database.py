@@ -240,7 +240,14 @@ class Database:
             await greenlet_spawn(pooled.close)
 
     async def migrate(self) -> None:
-        """Create or upgrade the schema to the newest migration, in one transaction."""
+        """Create or upgrade the schema to the newest migration, in one transaction.
+
+        A SQLite file is read first on a connection of its own: one that is up to date
+        (every start but the first) needs no pooled connection (a driver thread), and one
+        that cannot be opened is said so before any thread is started (the driver's
+        thread, told of a failed open, could otherwise outlive the event loop)."""
+        if self._path is not None and sqlite.revision(self._path) == HEAD_REVISION:
+            return
         async with self._transaction() as conn:
             if not self.is_sqlite:
                 # Instances starting together migrate one at a time.

@@ -172,6 +172,24 @@ class InLoopReads:
             self._connection = None
 
 
+def revision(path: str) -> str | None:
+    """The file's migration revision (None: a new file, or one Headway has not set up),
+    read on a connection opened for it alone; DatabaseUnavailable if the file cannot be
+    opened or read (a folder, a file of another kind, no permission)."""
+    try:
+        connection = sqlite3.connect(path, isolation_level=None)
+        try:
+            exists = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+            if connection.execute(exists).fetchone() is None:
+                return None
+            row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
+            return None if row is None else str(row[0])
+        finally:
+            connection.close()
+    except sqlite3.Error as exc:
+        raise DatabaseUnavailable(str(exc)) from exc
+
+
 def _open_for_reads(path: str) -> sqlite3.Connection:
     # `mode=rw`: a file that is gone is an error here, not a new empty database.
     uri = f"{Path(path).absolute().as_uri()}?mode=rw"
