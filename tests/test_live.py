@@ -10,11 +10,12 @@ import re
 
 import pytest
 
+from headway.app import create_app
 from headway.loops import stop
 from headway.notify.live import LiveWatch
 
 from . import live_standins
-from .conftest import pairs
+from .conftest import pairs, running
 from .live_standins import TelegramStandIn
 
 ntfy_standin = live_standins.ntfy_standin
@@ -335,18 +336,23 @@ async def test_a_service_down_mid_run_is_retried_and_the_same_message_goes_on(
     assert "✓ Restore finished" in shown
 
 
-@pytest.mark.parametrize("backend", pairs(database="sqlite", progress="memory"), indirect=True)
+@pytest.mark.parametrize("backend", pairs(database="sqlite", progress="redis"), indirect=True)
 async def test_a_scheme_the_operator_no_longer_allows_gives_the_message_up(
-    client, space, make_task, clock, watch, telegram_standin: TelegramStandIn
+    settings, client, space, make_task, clock, watch, telegram_standin: TelegramStandIn
 ):
-    await live_channel(client, space, telegram_standin.url())
-    task = await make_task(title="Sync")
-    await report(client, task, current=1, end=2)
-    watch._schemes = ("json", "jsons")  # HEADWAY_CHANNEL_SCHEMES changed since
-    await watch.run_once()
-    clock.advance(3600)
-    await report(client, task, current=2, end=2)
-    assert await watch.run_once() == 0  # given up: never tried again
+    """An instance started with HEADWAY_CHANNEL_SCHEMES narrowed since the channel was
+    added (on the same database and Redis) gives its live message up."""
+    narrowed = create_app(settings.with_(channel_schemes=("json", "jsons")), clock)
+    async with running(narrowed):
+        await stop(narrowed.state.loops["live"])
+        later = narrowed.state.live_watch
+        await live_channel(client, space, telegram_standin.url())
+        task = await make_task(title="Sync")
+        await report(client, task, current=1, end=2)
+        await later.run_once()
+        clock.advance(3600)
+        await report(client, task, current=2, end=2)
+        assert await later.run_once() == 0  # given up: never tried again
     assert telegram_standin.calls == []
     (channel,) = (await client.get(f"/spaces/{space}/channels")).json()
     given_up = channel["deliveries"][0]
@@ -358,10 +364,6 @@ async def test_a_scheme_the_operator_no_longer_allows_gives_the_message_up(
 async def test_two_instances_make_one_message_per_task(
     app, settings, client, space, make_task, clock, watch, telegram_standin: TelegramStandIn
 ):
-    from headway.app import create_app
-
-    from .conftest import running
-
     other = create_app(settings, clock)
     async with running(other):
         await stop(other.state.loops["live"])
