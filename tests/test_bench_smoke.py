@@ -37,7 +37,13 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
             ],
             cwd=ROOT,
             # Each part's servers on ports of its own (tests/servers.py): blocks 6 and 7.
-            env={**os.environ, "HEADWAY_TEST_PORT_BLOCK": str(5 + k)},
+            # At idle priority, a server's start waits for the CPU as long as the tests
+            # beside it keep both cores (a 100,000-row fill: most of a minute).
+            env={
+                **os.environ,
+                "HEADWAY_TEST_PORT_BLOCK": str(5 + k),
+                "HEADWAY_BENCH_START_S": "240",
+            },
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
