@@ -90,13 +90,13 @@ async def left_of(sql, space: str) -> dict[str, int]:
 
 def removal_counts() -> tuple[float, float, float]:
     """Removal transactions counted so far: all of them, those of at most 100 ms, and
-    those of at most 250 ms."""
+    those of at most 1 s."""
     registry = metrics.instruments().registry
     name = "headway_space_removal_transaction_seconds"
     total = registry.get_sample_value(f"{name}_count") or 0.0
     bucket = f"{name}_bucket"
     short = registry.get_sample_value(bucket, {"le": "0.1"}) or 0.0
-    shorter_than_a_pause = registry.get_sample_value(bucket, {"le": "0.25"}) or 0.0
+    shorter_than_a_pause = registry.get_sample_value(bucket, {"le": "1.0"}) or 0.0
     return total, short, shorter_than_a_pause
 
 
@@ -181,8 +181,10 @@ async def test_a_big_space_goes_at_once_and_its_rows_in_short_transactions(
     assert await service.progress.get_many([parent.uuid, step.uuid, rows[1].uuid]) == [None] * 3
     batches, short, within_a_pause = (n - b for n, b in zip(removal_counts(), before, strict=True))
     assert batches >= 5
-    # Each sized to take a few ms: all within 250 ms, and all but 1 % within 100 ms (a
-    # busy machine's scheduler pauses one now and then).
+    # Each sized to take a few ms: all but 1 % within 100 ms, and none past 1 s. A
+    # commit now and then waits longer than its batch: the scheduler, or its fsync behind
+    # another process's writes (the bench smoke writes beside this test in scripts/test:
+    # 1 of 399 took over 250 ms).
     assert within_a_pause == batches
     assert short >= batches * 0.99
     latencies.sort()
