@@ -46,7 +46,7 @@ def grown() -> dict[str, str]:
 
 # About 1 KB larger than HEAVY: a larger allocation in Redis too (its size classes are a
 # quarter of a power of two apart: 4 KB values and 300 bytes more are counted the same).
-GROWN = {**HEAVY, "more": "y" * 1000}
+HEAVIER = {**HEAVY, "more": "y" * 1000}
 
 
 def greedy_and_other(app: Any, clients: list[httpx.AsyncClient]) -> tuple[Any, Any]:
@@ -86,7 +86,7 @@ async def test_a_greedy_client_over_many_spaces_gets_429_while_another_goes_on(l
     assert (await greedy.put(f"/tasks/{held[0]}", json={"values": smaller})).is_success
     # Grown to its whole share, its new tasks are refused too, before anything is made.
     for task in held:
-        response = await greedy.put(f"/tasks/{task}", json={"values": GROWN})
+        response = await greedy.put(f"/tasks/{task}", json={"values": HEAVIER})
         if response.status_code == 429:
             break
     created = await greedy.post(f"/spaces/{spaces[0]}/tasks", json={})
@@ -233,7 +233,7 @@ async def test_a_create_over_the_share_is_refused_by_mcp_as_by_rest(limited, cli
     spaces = [await new_space(greedy) for _ in range(4)]
     held, _ = await fill_share(greedy, spaces)
     for task in held:  # grow to the whole share
-        if (await greedy.put(f"/tasks/{task}", json={"values": GROWN})).is_error:
+        if (await greedy.put(f"/tasks/{task}", json={"values": HEAVIER})).is_error:
             break
     call = {
         "jsonrpc": "2.0",

@@ -96,8 +96,8 @@ def removal_counts() -> tuple[float, float, float]:
     total = registry.get_sample_value(f"{name}_count") or 0.0
     bucket = f"{name}_bucket"
     short = registry.get_sample_value(bucket, {"le": "0.1"}) or 0.0
-    shorter_than_a_pause = registry.get_sample_value(bucket, {"le": "1.0"}) or 0.0
-    return total, short, shorter_than_a_pause
+    within_a_second = registry.get_sample_value(bucket, {"le": "1.0"}) or 0.0
+    return total, short, within_a_second
 
 
 @pytest.mark.alone  # measures time: run by itself (scripts/test)
@@ -179,13 +179,13 @@ async def test_a_big_space_goes_at_once_and_its_rows_in_short_transactions(
         await writing
     assert await left_of(sql, big) == {}
     assert await service.progress.get_many([parent.uuid, step.uuid, rows[1].uuid]) == [None] * 3
-    batches, short, within_a_pause = (n - b for n, b in zip(removal_counts(), before, strict=True))
+    batches, short, within_a_second = (n - b for n, b in zip(removal_counts(), before, strict=True))
     assert batches >= 5
     # Each sized to take a few ms: all but 1 % within 100 ms, and none past 1 s. A
     # commit now and then waits longer than its batch: the scheduler, or its fsync behind
     # another process's writes (the bench smoke writes beside this test in scripts/test:
     # 1 of 399 took over 250 ms).
-    assert within_a_pause == batches
+    assert within_a_second == batches
     assert short >= batches * 0.99
     latencies.sort()
     p99 = latencies[int(len(latencies) * 0.99)]

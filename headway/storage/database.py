@@ -272,12 +272,12 @@ class Database:
     async def _revision(self, conn: AsyncConnection) -> str | None:
         """The schema's migration revision (None: a database Headway has not set up)."""
         if self.is_sqlite:
-            exists = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+            exists = sqlite.HAS_REVISION
         else:
             exists = "SELECT 1 WHERE to_regclass('alembic_version') IS NOT NULL"
         if (await conn.execute(text(exists))).first() is None:
             return None
-        return (await conn.execute(text("SELECT version_num FROM alembic_version"))).scalar()
+        return (await conn.execute(text(sqlite.REVISION))).scalar()
 
     @property
     def file(self) -> str | None:

@@ -172,6 +172,11 @@ class InLoopReads:
             self._connection = None
 
 
+# Whether a database holds Alembic's table (here SQLite's way), and the revision in it.
+HAS_REVISION = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+REVISION = "SELECT version_num FROM alembic_version"
+
+
 def revision(path: str) -> str | None:
     """The file's migration revision (None: a new file, or one Headway has not set up),
     read on a connection opened for it alone; DatabaseUnavailable if the file cannot be
@@ -179,10 +184,9 @@ def revision(path: str) -> str | None:
     try:
         connection = sqlite3.connect(path, isolation_level=None)
         try:
-            exists = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
-            if connection.execute(exists).fetchone() is None:
+            if connection.execute(HAS_REVISION).fetchone() is None:
                 return None
-            row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
+            row = connection.execute(REVISION).fetchone()
             return None if row is None else str(row[0])
         finally:
             connection.close()
