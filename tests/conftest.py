@@ -37,7 +37,7 @@ from .receivers import (  # noqa: F401 (fixtures: channels' receivers)
     smtp_receiver,
     xml_receiver,
 )
-from .servers import PostgresServer, RedisServer, postgres_and_redis
+from .servers import Pooler, PostgresServer, RedisServer, postgres_and_redis
 
 # A shell without job control starts a background command (`scripts/test &`) with SIGINT
 # and SIGQUIT ignored, and every process the tests start would inherit that: a command's
@@ -184,6 +184,14 @@ def shared_servers() -> Iterator[tuple[PostgresServer, RedisServer]]:
         yield servers
 
 
+@pytest.fixture(scope="session")
+def pooled_postgres(shared_servers: tuple[PostgresServer, RedisServer]) -> Iterator[str]:
+    """The shared PostgreSQL's URL through a pooler (`Pooler`): the one the tests' apps use."""
+    pooler = Pooler(shared_servers[0])
+    yield pooler.url
+    pooler.stop()
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> Backend:
     """The pair the test runs on. A test for one pair only names it:
@@ -220,7 +228,7 @@ def settings(tmp_path: Any, backend: Backend, request: pytest.FixtureRequest) ->
     if backend.database == "postgres" or backend.progress == "redis":
         postgres, redis_server = request.getfixturevalue("shared_servers")
         if backend.database == "postgres":
-            database_url = postgres.url
+            database_url = request.getfixturevalue("pooled_postgres")
         if backend.progress == "redis":
             redis_url = redis_server.url
     return Settings(
