@@ -226,7 +226,7 @@ def settings(tmp_path: Any, backend: Backend, request: pytest.FixtureRequest) ->
     if backend.database == "sqlite":
         shutil.copyfile(request.getfixturevalue("migrated_sqlite"), tmp_path / "headway.db")
     if backend.database == "postgres" or backend.progress == "redis":
-        postgres, redis_server = request.getfixturevalue("shared_servers")
+        _, redis_server = request.getfixturevalue("shared_servers")
         if backend.database == "postgres":
             database_url = request.getfixturevalue("pooled_postgres")
         if backend.progress == "redis":

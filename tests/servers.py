@@ -207,8 +207,12 @@ class Pooler:
             "log_connections = 0\nlog_disconnections = 0\n"
         )
         (postgres.root / "pgbouncer.users").write_text('"headway" ""\n')
+        # As the postgres user, as the cluster's own tools (it refuses to run as root).
+        user = "postgres" if os.geteuid() == 0 else None
         self.process = subprocess.Popen(
-            [*_as_postgres(), binary, str(config)],
+            [binary, str(config)],
+            user=user,
+            group=user,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
