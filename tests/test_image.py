@@ -311,14 +311,15 @@ def stack(image: str, clone: Path, tmp_path_factory: pytest.TempPathFactory) -> 
             timeout=timeout, check=check, HEADWAY_COMPOSE_LISTEN=f"127.0.0.1:{port}",
         )  # fmt: skip
 
+    network = f"{project}_default"
     try:
+        bridge = fixed_bridge(network)
         compose("up", "--detach")
         url = f"http://127.0.0.1:{port}"
         try:
             wait_up(url, timeout=120)
-            # The network's name server answers a new network's first lookups slowly at
-            # times (over 10 s, a delivery's whole attempt, was seen): the workers find
-            # the receiver by name before the tests begin.
+            # The workers find the receiver by name before the tests begin (a lookup that
+            # failed would cost a delivery's whole attempt).
             for worker in (1, 2):
                 resolves(_container(project, "worker", worker), "receiver", within_s=60)
         except AssertionError as exc:
@@ -327,7 +328,29 @@ def stack(image: str, clone: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     finally:
         compose("down", "--volumes", timeout=120, check=False)
         # podman-compose leaves the project's network: each run would add a bridge.
-        podman("network", "rm", "--force", f"{project}_default", check=False)
+        podman("network", "rm", "--force", network, check=False)
+        run("ip", "link", "delete", bridge, check=False)
+
+
+def fixed_bridge(network: str) -> str:
+    """Make `network` (as podman-compose would) and its bridge, with an address of its own.
+
+    A Linux bridge left to itself takes the lowest address among its ports, so it changes
+    as containers join; a container that learned the gateway's address before a change
+    sends to one no longer there until its ARP entry is stale (15 to 45 s): no name
+    resolves in it, nginx finds no upstream. Debian 12's netavark makes such bridges; it
+    uses one that exists. A bridge given an address keeps it."""
+    podman("network", "create", network)
+    found = podman(
+        "network", "inspect", network, "--format",
+        "{{.NetworkInterface}} {{range .Subnets}}{{.Gateway}} {{.Subnet}}{{end}}",
+    ).stdout.split()  # fmt: skip
+    name, gateway, prefix = found[0], found[1], found[2].split("/")[1]
+    run("ip", "link", "add", "name", name, "type", "bridge")
+    address = "02:" + ":".join(f"{byte:02x}" for byte in os.urandom(5))  # locally administered
+    run("ip", "link", "set", "dev", name, "address", address, "up")
+    run("ip", "address", "add", f"{gateway}/{prefix}", "dev", name)  # netavark adds none then
+    return name
 
 
 def _container(project: str, service: str, number: int = 1) -> str:
