@@ -312,8 +312,9 @@ def stack(image: str, clone: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         )  # fmt: skip
 
     network = f"{project}_default"
+    bridge, gateway = new_network(network)
     try:
-        bridge = fixed_bridge(network)
+        own_address(bridge, gateway)
         compose("up", "--detach")
         url = f"http://127.0.0.1:{port}"
         try:
@@ -332,25 +333,30 @@ def stack(image: str, clone: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         run("ip", "link", "delete", bridge, check=False)
 
 
-def fixed_bridge(network: str) -> str:
-    """Make `network` (as podman-compose would) and its bridge, with an address of its own.
-
-    A Linux bridge left to itself takes the lowest address among its ports, so it changes
-    as containers join; a container that learned the gateway's address before a change
-    sends to one no longer there until its ARP entry is stale (15 to 45 s): no name
-    resolves in it, nginx finds no upstream. Debian 12's netavark makes such bridges; it
-    uses one that exists. A bridge given an address keeps it."""
+def new_network(network: str) -> tuple[str, str]:
+    """Make `network` (podman-compose then uses it as it is): its bridge's name and its
+    gateway's address with the subnet's prefix."""
     podman("network", "create", network)
     found = podman(
         "network", "inspect", network, "--format",
         "{{.NetworkInterface}} {{range .Subnets}}{{.Gateway}} {{.Subnet}}{{end}}",
     ).stdout.split()  # fmt: skip
-    name, gateway, prefix = found[0], found[1], found[2].split("/")[1]
-    run("ip", "link", "add", "name", name, "type", "bridge")
+    return found[0], f"{found[1]}/{found[2].split('/')[1]}"
+
+
+def own_address(bridge: str, gateway: str) -> None:
+    """Make the network's bridge before its first container, with an address of its own.
+
+    A Linux bridge left to itself takes the lowest address among its ports, so it changes
+    as containers join; a container that learned the gateway's address before a change
+    sends to one no longer there until its ARP entry is stale (15 to 45 s): no name
+    resolves in it, nginx finds no upstream. Debian 12's netavark makes such bridges, and
+    uses one that exists (then adding no address to it). A bridge given an address keeps
+    it."""
+    run("ip", "link", "add", "name", bridge, "type", "bridge")
     address = "02:" + ":".join(f"{byte:02x}" for byte in os.urandom(5))  # locally administered
-    run("ip", "link", "set", "dev", name, "address", address, "up")
-    run("ip", "address", "add", f"{gateway}/{prefix}", "dev", name)  # netavark adds none then
-    return name
+    run("ip", "link", "set", "dev", bridge, "address", address, "up")
+    run("ip", "address", "add", gateway, "dev", bridge)
 
 
 def _container(project: str, service: str, number: int = 1) -> str:
