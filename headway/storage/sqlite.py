@@ -172,7 +172,8 @@ class InLoopReads:
             self._connection = None
 
 
-# Whether a database holds Alembic's table (here SQLite's way), and the revision in it.
+# Whether a database holds Alembic's table (SQLite's way), and the revision in it: the
+# same table and query on PostgreSQL, where `Database._revision` reads it too.
 HAS_REVISION = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
 REVISION = "SELECT version_num FROM alembic_version"
 
