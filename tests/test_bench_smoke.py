@@ -228,3 +228,18 @@ def merged(paths: list[Path]) -> dict:
             if target["name"] not in targets or targets[target["name"]]["status"] == "skipped":
                 targets[target["name"]] = target
     return {"scenarios": scenarios, "targets": list(targets.values())}
+
+
+@pytest.mark.parametrize("given", ["abc", "0", "-5", "nan", "1e400"])
+def test_a_start_time_that_is_not_seconds_stops_the_bench_with_a_message(given: str) -> None:
+    found = subprocess.run(
+        [sys.executable, "-c", "import bench.processes"],
+        cwd=ROOT,
+        env={**os.environ, "HEADWAY_BENCH_START_S": given},
+        capture_output=True,
+        text=True,
+    )
+    assert found.returncode == 1
+    assert found.stderr.strip() == (
+        f"HEADWAY_BENCH_START_S={given!r}: give seconds, above 0, at most 3600"
+    )
