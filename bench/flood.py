@@ -14,9 +14,10 @@ live-progress budget sized from the machine). While it runs:
   task it managed to create, round and round. It ignores `Retry-After`;
 - a thread samples the server's `VmRSS` every 150 ms; `VmHWM` gives the peak.
 
-Every phase is bounded in time, and the flood process is killed by its PID if it
-overruns. Both clients talk only to 127.0.0.1 (the flood from source address 127.0.0.2:
-the whole of 127/8 is loopback).
+Every phase lasts its time, and longer only until it has had LEAST_ANSWERS answers (a
+busy machine may answer none within a short phase: the smoke test's one second), and the
+flood process is killed by its PID if it overruns. Both clients talk only to 127.0.0.1
+(the flood from source address 127.0.0.2: the whole of 127/8 is loopback).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ VALUE_MEMBERS = 60
 VALUE_CHARS = 1000
 ROOT = Path(__file__).resolve().parent.parent
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+# The answers each phase has at least, however long they take (see above).
+LEAST_ANSWERS = 20
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -79,9 +82,12 @@ class Tally:
     statuses: Counter[str] = field(default_factory=Counter)
     latencies_ms: list[float] = field(default_factory=list)
 
+    def answered(self) -> int:
+        return sum(self.statuses.values())
+
     def summary(self) -> dict[str, Any]:
         elapsed = max(1e-9, self.ended - self.started)
-        answered = sum(self.statuses.values())
+        answered = self.answered()
         return {
             "started": self.started,
             "ended": self.ended,
@@ -131,6 +137,7 @@ async def flood(url: str, *, phase_s: float, concurrency: int, spaces: int) -> d
     task_ids: list[str] = []
     held: set[str] = set()
     create, values = Tally(), Tally()
+    tasks_asked = 0
     try:
         create.started = time.monotonic()
         deadline = create.started + phase_s
@@ -152,7 +159,9 @@ async def flood(url: str, *, phase_s: float, concurrency: int, spaces: int) -> d
         turn = itertools.count()
 
         async def make_tasks(client: httpx.AsyncClient) -> None:
-            while space_ids and time.monotonic() < deadline:
+            nonlocal tasks_asked
+            while space_ids and (time.monotonic() < deadline or tasks_asked < LEAST_ANSWERS):
+                tasks_asked += 1
                 space = space_ids[next(turn) % len(space_ids)]
                 response = await _send(
                     client, create, "POST", f"/spaces/{space}/tasks", json={"title": "x"}
@@ -170,7 +179,7 @@ async def flood(url: str, *, phase_s: float, concurrency: int, spaces: int) -> d
         turn = itertools.count()
 
         async def put_values(client: httpx.AsyncClient) -> None:
-            while task_ids and time.monotonic() < deadline:
+            while task_ids and (time.monotonic() < deadline or values.answered() < LEAST_ANSWERS):
                 task = task_ids[next(turn) % len(task_ids)]
                 response = await _send(
                     client, values, "PUT", f"/tasks/{task}", content=body, headers=headers

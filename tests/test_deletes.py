@@ -5,14 +5,13 @@ progress go, streams end; and the caps on steps per parent and tasks per space."
 from __future__ import annotations
 
 import asyncio
-import time
 
 import httpx
 import pytest
 
 from .conftest import pairs
 from .live_server import serving
-from .test_events import WITHIN_S, new_space, new_task, watching
+from .test_events import WAIT_S, new_space, new_task, watching
 
 pytestmark = pytest.mark.parametrize("backend", pairs(), indirect=True)
 
@@ -159,7 +158,7 @@ async def test_a_full_space_makes_room_by_removing_its_oldest_finished_task(
 
 
 @pytest.mark.alone  # measures time: run by itself (scripts/test)
-async def test_deleting_a_space_ends_its_streams_within_a_second(base_url):
+async def test_deleting_a_space_ends_its_streams(base_url):
     async with httpx.AsyncClient(base_url=base_url, timeout=10) as http:
         space = await new_space(http)
         other = await new_space(http)
@@ -172,11 +171,9 @@ async def test_deleting_a_space_ends_its_streams_within_a_second(base_url):
         ):
             for watcher in (owner, shared, bystander):
                 await watcher.snapshot()
-            started = time.monotonic()
             assert (await http.delete(f"/spaces/{space}")).status_code == 204
-            await asyncio.wait_for(owner.ended.wait(), WITHIN_S)
-            await asyncio.wait_for(shared.ended.wait(), WITHIN_S)
-            assert time.monotonic() - started < WITHIN_S
+            await asyncio.wait_for(owner.ended.wait(), WAIT_S)
+            await asyncio.wait_for(shared.ended.wait(), WAIT_S)
             assert not bystander.ended.is_set()
         assert (await http.get(f"/spaces/{space}/events")).status_code == 404
         assert (await http.get(share["url"] + "/events")).status_code == 404
@@ -190,7 +187,7 @@ async def test_deleting_a_task_restarts_its_spaces_streams_without_it(base_url):
         async with watching(http, f"/spaces/{space}/events") as owner:
             await owner.snapshot()
             assert (await http.delete(f"/tasks/{doomed}")).status_code == 204
-            await asyncio.wait_for(owner.ended.wait(), WITHIN_S)
+            await asyncio.wait_for(owner.ended.wait(), WAIT_S)
         async with watching(http, f"/spaces/{space}/events") as again:
             snapshot = await again.snapshot()
             assert [t["title"] for t in snapshot["tasks"]] == ["kept"]

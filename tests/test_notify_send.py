@@ -239,7 +239,9 @@ async def test_a_hanging_receiver_times_out_within_the_timeout(kind: str) -> Non
         outcome = await send(receiver.url(), "t", "b", allow_private=True, timeout_s=1)
         took = time.monotonic() - started
         assert not outcome.delivered and outcome.detail == "no answer within 1 s"
-        assert 0.9 <= took < 1.5
+        # It waited its own timeout, not the 10 s default (the only bound above: a busy
+        # machine can make it late, never early).
+        assert 0.9 <= took < 10
     finally:
         receiver.stop()
 

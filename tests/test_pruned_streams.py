@@ -22,7 +22,7 @@ from headway.live import Round, Stream
 from headway.live_events import StreamFilter
 
 from .live_server import serving
-from .test_events import WITHIN_S, new_space, new_task, watching
+from .test_events import WAIT_S, new_space, new_task, watching
 
 SETTLE_S = 5.0  # a follower's view reaches the space read's within this
 
@@ -249,7 +249,7 @@ async def test_an_owners_delete_still_starts_every_stream_over(settings, empty_d
             async with watching(http, f"/spaces/{space}/events?limit=1") as watcher:
                 assert [t["title"] for t in (await watcher.snapshot())["tasks"]] == ["newer"]
                 assert (await http.delete(f"/tasks/{doomed}")).status_code == 204
-                await asyncio.wait_for(watcher.ended.wait(), WITHIN_S)
+                await asyncio.wait_for(watcher.ended.wait(), WAIT_S)
 
 
 async def test_a_task_pruned_while_its_event_is_read_is_not_sent(settings, empty_databases):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import uuid
 
 import pytest
@@ -88,22 +87,19 @@ async def left_of(sql, space: str) -> dict[str, int]:
     return left
 
 
-def removal_counts() -> tuple[float, float, float]:
-    """Removal transactions counted so far: all of them, those of at most 100 ms, and
-    those of at most 1 s."""
+def removal_count() -> float:
+    """Removal transactions counted so far."""
     registry = metrics.instruments().registry
-    name = "headway_space_removal_transaction_seconds"
-    total = registry.get_sample_value(f"{name}_count") or 0.0
-    bucket = f"{name}_bucket"
-    short = registry.get_sample_value(bucket, {"le": "0.1"}) or 0.0
-    within_a_second = registry.get_sample_value(bucket, {"le": "1.0"}) or 0.0
-    return total, short, within_a_second
+    return registry.get_sample_value("headway_space_removal_transaction_seconds_count") or 0.0
 
 
-@pytest.mark.alone  # measures time: run by itself (scripts/test)
 async def test_a_big_space_goes_at_once_and_its_rows_in_short_transactions(
     app, client, sql, receiver
 ):
+    """The DELETE answers before its rows go (more than 10,000 are still stored once it
+    answered), and they go in many small transactions, at most the sweeper's batch each,
+    between which another space's writes go on. What the transactions take on this
+    machine is bench/'s (`space_delete`): here, the work each does."""
     service = app.state.service
     big = (await client.post("/spaces", json={"title": "big"})).json()["uuid"]
     other = (await client.post("/spaces", json={"title": "other"})).json()["uuid"]
@@ -123,29 +119,25 @@ async def test_a_big_space_goes_at_once_and_its_rows_in_short_transactions(
     assert (await client.get(f"/shared/{share['uuid']}/badge.svg")).status_code == 200
     assert (await client.get(f"/spaces/{big}")).status_code == 200  # its caches hold it
 
-    latencies: list[float] = []
+    # The removal transactions counted when each of another space's writes was answered.
+    answered_at: list[float] = []
     stop = asyncio.Event()
 
     async def other_client() -> None:
-        """Creates and finishes tasks in another space, timing each write."""
+        """Creates and finishes tasks in another space, noting when each was answered."""
         while not stop.is_set():
-            started = time.perf_counter()
             made = await client.post(f"/spaces/{other}/tasks", json={"title": "w"})
-            latencies.append(time.perf_counter() - started)
+            answered_at.append(removal_count())
             assert made.status_code == 201, made.text
-            started = time.perf_counter()
             done = await client.put(f"/tasks/{made.json()['uuid']}", json={"done": True})
-            latencies.append(time.perf_counter() - started)
+            answered_at.append(removal_count())
             assert done.status_code == 200, done.text
 
-    before = removal_counts()
+    before = removal_count()
     writing = asyncio.create_task(other_client())
     try:
-        started = time.perf_counter()
         answer = await client.delete(f"/spaces/{big}")
-        took = time.perf_counter() - started
         assert answer.status_code == 204 and answer.content == b""
-        assert took < 1.0, f"the DELETE took {took:.3f} s"
         assert (await left_of(sql, big)).get("tasks", 0) > 10_000  # still stored, unseen
         for method, path in [
             ("GET", f"/spaces/{big}"),
@@ -177,21 +169,18 @@ async def test_a_big_space_goes_at_once_and_its_rows_in_short_transactions(
     finally:
         stop.set()
         await writing
+    after = removal_count()
     assert await left_of(sql, big) == {}
     assert await service.progress.get_many([parent.uuid, step.uuid, rows[1].uuid]) == [None] * 3
-    batches, short, within_a_second = (n - b for n, b in zip(removal_counts(), before, strict=True))
-    assert batches >= 5
-    # Each sized to take a few ms: all but 1 % within 100 ms, and none past 1 s. A
-    # commit now and then waits longer than its batch: the scheduler, or its fsync behind
-    # another process's writes (the bench smoke writes beside this test in scripts/test:
-    # 1 of 399 took over 250 ms).
-    assert within_a_second == batches
-    assert short >= batches * 0.99
-    latencies.sort()
-    p99 = latencies[int(len(latencies) * 0.99)]
-    assert len(latencies) >= 10 and p99 < 0.2, f"p99 {p99 * 1000:.1f} ms of {len(latencies)}"
+    # 20,000 tasks at most 2,000 a transaction (a few ms of SQLite's write lock here; the
+    # bench's `space_delete` measures them), then the space's events, keys and row: never
+    # one long transaction holding the write lock.
+    assert after - before > 20_000 / 2_000 + 1, after - before
+    # Another space's writes were answered between the removal's first and last
+    # transactions, not held until it ended.
+    assert any(before < counted < after for counted in answered_at), (before, after)
     kept = (await client.get(f"/spaces/{other}")).json()["tasks"]
-    assert len(kept) == len(latencies) // 2 + len(latencies) % 2
+    assert len(kept) == len(answered_at) // 2 + len(answered_at) % 2
     assert receiver.deliveries == []
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import time
 import uuid
 
 import pytest
@@ -41,12 +40,12 @@ def test_in_loop_reads_never_wait_for_a_lock(tmp_path):
     setup.execute("INSERT INTO t VALUES (1)")
     setup.close()
     reads = InLoopReads(path)
+    # It waits for no lock: SQLite's busy handler, which would, is off on its connection.
+    assert reads.fetch("PRAGMA busy_timeout", ()) == [(0,)]
     holder = sqlite3.connect(path, isolation_level=None)
     try:
         holder.execute("BEGIN EXCLUSIVE")
-        started = time.monotonic()
         assert reads.fetch("SELECT x FROM t", ()) is None
-        assert time.monotonic() - started < 0.1
     finally:
         holder.execute("ROLLBACK")
         holder.close()
@@ -103,12 +102,12 @@ async def test_a_write_cancelled_while_it_waits_for_the_lock_leaves_no_transacti
     finally:
         holder.execute("ROLLBACK")  # the lock is free: the cancelled BEGIN takes it
         holder.close()
-    started = time.monotonic()
     with pytest.raises(asyncio.CancelledError):
         await blocked
-    async with asyncio.timeout(10):
+    # Each would wait out the 30 s busy timeout behind a lock left held; this bound is only
+    # the hang guard, far above what a free lock takes however busy the machine.
+    async with asyncio.timeout(20):
         for after in (_migrating, _only_write, _read_then_write):
             await after(db, "after")
-    assert time.monotonic() - started < 5
     # Nobody holds SQLite's write lock now: another connection takes it at once.
     await db.check_writable(timeout_s=1.0)
