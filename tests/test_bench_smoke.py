@@ -107,7 +107,9 @@ def test_bench_smoke_writes_every_scenario(tmp_path: Path) -> None:
             per = found[name]["extra"]["cpu_us_per_request_of"]
             assert set(per) == {"headway", "postgresql", "redis"}, per
             # A report that does not finish its task touches no SQL: PostgreSQL may idle.
-            assert per["headway"] > 0 and per["redis"] > 0 and per["postgresql"] >= 0, per
+            # CPU is read in clock ticks (10 ms): a smoke run's few hundred reports may cost
+            # Redis less than one.
+            assert per["headway"] > 0 and per["redis"] >= 0 and per["postgresql"] >= 0, per
             assert 0 < found[name]["extra"]["machine_busy"] <= 1
     groups: dict[str, set[str]] = {}
     for target in results["targets"]:
