@@ -9,7 +9,7 @@ import shutil
 from dataclasses import dataclass, field
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page, Playwright
+from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page, Playwright, expect
 
 # The features Playwright (1.65) turns off, which a `--disable-features` of ours replaces
 # (Chromium takes the last one given), and two more: the address bar's pop-ups, which
@@ -72,8 +72,14 @@ def chromium_path() -> str:
     return found
 
 
+# How long `expect(...)` waits for a page to show what a test asks, returning as soon as
+# it does: Playwright's 5 s suits a calm machine, not Chromium beside a busy suite.
+EXPECT_TIMEOUT_MS = 20_000
+
+
 def launch(playwright: Playwright) -> Browser:
     """Headless chromium, always: the tests run without a display."""
+    expect.set_options(timeout=EXPECT_TIMEOUT_MS)
     return playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_ARGS)
 
 

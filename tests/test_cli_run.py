@@ -300,7 +300,9 @@ def test_a_server_that_is_down_never_holds_up_the_command(script: Callable[[str]
     env = environment(HEADWAY_URL=f"http://127.0.0.1:{free_port()}", HEADWAY_SPACE="a" * 8)
     start = time.monotonic()
     result = headway_run("--wait", "0.5", "--", PYTHON, quick, env=env)
-    assert time.monotonic() - start < 0.5 + 2.5  # the wait, plus starting two Pythons
+    # Only a hang guard: the wait (0.5 s) plus starting two Pythons, against a command held
+    # until the server came back (never).
+    assert time.monotonic() - start < 0.5 + 20
     assert result.returncode == 0
     assert result.stdout == b"hello\n"
     assert b"did not take a report" in result.stderr

@@ -157,7 +157,6 @@ async def test_a_full_space_makes_room_by_removing_its_oldest_finished_task(
     assert await status(client, "POST", f"/spaces/{space}/tasks", json={"title": "sixth"}) == 422
 
 
-@pytest.mark.alone  # measures time: run by itself (scripts/test)
 async def test_deleting_a_space_ends_its_streams(base_url):
     async with httpx.AsyncClient(base_url=base_url, timeout=10) as http:
         space = await new_space(http)

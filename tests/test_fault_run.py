@@ -33,8 +33,11 @@ pytestmark = pytest.mark.skipif(
 LOAD_S = 3.0  # load before the first fault and after each
 OUTAGE_S = 1.0  # Redis stays away this long before it starts again
 UP_WITHIN_S = 30.0  # every instance's /up answers 200 this soon after a fault ends
-LATE_503_S = 5.0  # no 503 comes later than this after its dependency is back
-CONVERGE_S = 2.0  # streams hold what reads show this soon after the last write
+# The two below bound what could otherwise never end (a pool handing out dead connections
+# for good; a stream that never resyncs), far above what they take on a calm machine
+# (about 1 s and 0.2 s), so that a busy one does not fail them.
+LATE_503_S = 15.0  # no 503 comes later than this after its dependency is back
+CONVERGE_S = 10.0  # streams hold what reads show this soon after the last write
 DELIVERED_WITHIN_S = 20.0  # after the load stops
 
 

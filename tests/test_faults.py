@@ -59,7 +59,9 @@ def assert_unavailable(response: httpx.Response) -> None:
 async def timed(request) -> httpx.Response:
     started = time.monotonic()
     response = await request
-    assert time.monotonic() - started < 6, "a request hung while a dependency was down"
+    # A hang guard: each dependency's own timeout is a few seconds; a request that waited
+    # on a dead one for ever is what this catches, not a slow machine.
+    assert time.monotonic() - started < 20, "a request hung while a dependency was down"
     return response
 
 

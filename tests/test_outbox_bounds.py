@@ -6,12 +6,8 @@ threads of its own, inside its attempt's timeout."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
-import statistics
 import threading
-import time
-import uuid
 from http.server import ThreadingHTTPServer
 
 import pytest
@@ -57,156 +53,11 @@ def counted(name: str, **labels: str) -> float:
     return found or 0.0
 
 
-async def fill(db: Database, space: str, webhook: str, count: int, at_us: int, tag: str) -> None:
-    """`count` undelivered events of `space` for `webhook`, created and due at `at_us`,
-    written straight into the tables (as fan-outs leave them), counted in the webhook."""
-    series = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
-    ids = "CAST(? AS VARCHAR(32)) || CAST(i AS VARCHAR(16))"
-    async with db.write() as st:
-        await st.rows(
-            f"{series}INSERT INTO outbox (id, space_uuid, task_uuid, type, payload, "
-            f"created_at_us, webhooks) SELECT {ids}, CAST(? AS VARCHAR(36)), "
-            "CAST(? AS VARCHAR(36)), 'task.completed', '{}', CAST(? AS BIGINT), 1 FROM n",
-            (count, f"fill_{tag}_", space, str(uuid.uuid4()), at_us),
-        )
-        await st.rows(
-            f"{series}INSERT INTO deliveries (event_id, webhook_uuid, attempts, "
-            f"next_attempt_at_us, created_at_us) SELECT {ids}, CAST(? AS VARCHAR(36)), 0, "
-            "CAST(? AS BIGINT), CAST(? AS BIGINT) FROM n",
-            (count, f"fill_{tag}_", webhook, at_us, at_us),
-        )
-        await st.rows(
-            "UPDATE webhooks SET undelivered = undelivered + ?, next_due_at_us = ? WHERE uuid = ?",
-            (count, at_us, webhook),
-        )
-    if not db.is_sqlite:  # as autovacuum does after a bulk load
-        async with db.write() as st:
-            await st.rows("ANALYZE outbox, deliveries, webhooks", ())
-
-
-@contextlib.contextmanager
-def timed_writes(db: Database, into: list[float]):
-    """Record how long each write transaction of `db` holds it (on SQLite, the write lock)."""
-    write = db.write
-
-    @contextlib.asynccontextmanager
-    async def timed():
-        async with write() as st:
-            started = time.perf_counter()
-            yield st
-        into.append(time.perf_counter() - started)
-
-    db.write = timed  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        db.write = write  # type: ignore[method-assign]
-
-
-async def claim_times(db: Database, clock, rounds: int) -> tuple[list[float], list[float]]:
-    """Seconds each of `rounds` claims of 8 deliveries took, all told and in its write
-    transaction; each claim finds every delivery due again (the last claims lapsed)."""
-    took, held = [], []
-    with timed_writes(db, held):
-        for _ in range(rounds):
-            clock.advance(CLAIM.seconds + 1)
-            now = clock.now_us()
-            started = time.perf_counter()
-            found = await deliveries.claim_due(
-                db, now, CLAIM.until_us(now), 8, per_space=64, per_receiver=64
-            )
-            took.append(time.perf_counter() - started)
-            assert len(found.claims) == 8
-    return took, held
-
-
-def p(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 # --- Claims cost the same whatever the backlog -------------------------------------------
-
-
-@pytest.mark.alone  # measures time: run by itself (scripts/test)
-async def test_claiming_costs_the_same_with_ten_or_a_hundred_thousand_pending(
-    app, client, space, dead_url, clock
-):
-    db = app.state.service.db
-    hook = await register(client, space, dead_url)
-    await fill(db, space, hook, 10, clock.now_us(), "few")
-    few, few_held = await claim_times(db, clock, rounds=40)
-    await fill(db, space, hook, 100_000, clock.now_us(), "many")
-    many, many_held = await claim_times(db, clock, rounds=40)
-
-    print(
-        f"claim of 8: median {statistics.median(few) * 1000:.2f} ms with 10 pending, "
-        f"{statistics.median(many) * 1000:.2f} ms with 100,010; its write transaction p95 "
-        f"{p(few_held, 0.95) * 1000:.2f} / {p(many_held, 0.95) * 1000:.2f} ms"
-    )
-    assert statistics.median(many) <= 2 * statistics.median(few) + 0.002
-    assert p(many_held, 0.95) < 0.010  # the write lock, on SQLite: about a millisecond
-
-
-@pytest.mark.alone  # measures time: run by itself (scripts/test)
-async def test_writes_stay_fast_while_a_worker_churns_a_hundred_thousand_pending(
-    app, client, space, make_task, dead_url, clock, settings
-):
-    """The issue's case: a dead endpoint with 100,000 pending deliveries, a worker
-    claiming and retrying them, and a client creating and finishing tasks meanwhile."""
-    app.state.service.families.outbox_per_endpoint = 1_000_000  # keep the whole backlog
-    db = app.state.service.db
-    hook = await register(client, space, dead_url)
-    await fill(db, space, hook, 100_000, clock.now_us(), "dead")
-
-    async def timed_writes() -> list[float]:
-        writes: list[float] = []
-        for _ in range(150):
-            started = time.perf_counter()
-            task = await make_task()
-            writes.append(time.perf_counter() - started)
-            started = time.perf_counter()
-            await finish(client, task)
-            writes.append(time.perf_counter() - started)
-        return writes
-
-    quiet = await timed_writes()  # the same writes without a worker: this machine's pace
-    worker = Worker(db, clock, allow_private=True, poll_s=0.05)
-    claims: list[float] = []
-    claim = worker.claim
-
-    async def timed_claim():
-        started = time.perf_counter()
-        try:
-            return await claim()
-        finally:
-            claims.append(time.perf_counter() - started)
-
-    worker.claim = timed_claim  # type: ignore[method-assign]
-    running = asyncio.create_task(worker.run())
-    try:
-        while len(claims) < 3:  # the worker is at it
-            await asyncio.sleep(0.01)
-        writes = await timed_writes()
-    finally:
-        running.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await running
-        await worker.close()
-
-    attempted = await db.fetch("SELECT count(*) FROM deliveries WHERE attempts > 0", ())
-    print(
-        f"{len(writes)} writes: p50 {p(writes, 0.5) * 1000:.1f} ms, p99 "
-        f"{p(writes, 0.99) * 1000:.1f} ms; {len(claims)} claims: p50 "
-        f"{p(claims, 0.5) * 1000:.1f} ms, p99 {p(claims, 0.99) * 1000:.1f} ms; "
-        f"{attempted[0][0]} deliveries attempted; without the worker: p99 "
-        f"{p(quiet, 0.99) * 1000:.1f} ms"
-    )
-    assert attempted[0][0] > 100  # the worker was delivering (to no one) all along
-    # Against the same writes without the worker, on this machine as it is now: the target
-    # itself (a p99 under 50 ms) is the benchmark's (bench/scenarios/outbox.py). A claim
-    # that held the write lock as long as it scanned would take hundreds of milliseconds.
-    assert p(writes, 0.99) < 4 * p(quiet, 0.99) + 0.010
+# What a claim takes with 10 or 1,000,000 pending, and creates and finishes beside a worker
+# churning that backlog, are the benchmark's (bench/scenarios/outbox.py: against its
+# smallest backlog, in the same run). Here, what makes them so: every statement reads by
+# an index.
 
 
 async def test_claims_and_give_ups_read_by_index(app):
@@ -476,16 +327,16 @@ async def test_a_hanging_resolver_holds_neither_up_nor_an_attempt_past_its_timeo
                 await register(client, space, f"http://h{n}-{k}.hang.test:{port}/hook")
             await finish(client, await make_task(space))
 
-        started = time.perf_counter()
         attempts = asyncio.create_task(first.run_once())
-        async with asyncio.timeout(5):
+        async with asyncio.timeout(30):
             while len(asked) < 6:  # lookups hang: at least a default executor's worth
                 await asyncio.sleep(0.01)
         up = await client.get("/up")
         assert up.status_code == 200, up.text
-        async with asyncio.timeout(5):
+        # The lookups hang until released: each attempt that ends, ends at its own 1 s (the
+        # bound here only guards against a hang, on a machine as busy as it may be).
+        async with asyncio.timeout(30):
             assert await attempts == 40
-        assert time.perf_counter() - started < 3.0  # each ended at its 1 s
         assert receiver.deliveries == []
         assert await second.run_once() == 0  # retried later, not left to a lapsing lease
 
@@ -514,13 +365,12 @@ async def test_a_registration_whose_name_hangs_is_refused_in_time(
 
     app.state.service.webhooks.allow_private = False
     monkeypatch.setattr(webhook_service, "LOOKUP_TIMEOUT_S", 0.5)
-    started = time.perf_counter()
-    answer = await client.post(
-        f"/spaces/{space}/webhooks", json={"url": "https://slow.hang.test/hook"}
-    )
+    async with asyncio.timeout(30):  # the lookup hangs until released: a hang guard
+        answer = await client.post(
+            f"/spaces/{space}/webhooks", json={"url": "https://slow.hang.test/hook"}
+        )
     assert answer.status_code == 422
     assert "did not resolve within 0.5 s" in answer.json()["error"]
-    assert time.perf_counter() - started < 2.0
     assert (await client.get("/up")).status_code == 200
 
 

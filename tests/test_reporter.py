@@ -11,9 +11,11 @@ import logging
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -22,7 +24,7 @@ from headway import Client
 from headway.client.reporter import exception_line
 from headway.failure import Failure, failure_of
 
-from .live_server import Gate, LiveServer, environment
+from .live_server import Gate, LiveServer, environment, exit_seconds, timing_its_exit
 
 FAST = {"min_interval": 0.05, "backoff": (0.05, 0.2), "exit_timeout": 5.0}
 
@@ -84,7 +86,9 @@ def test_a_task_reporting_all_the_time_sends_at_most_one_report_per_interval(
             reporter.report(count)
         assert reporter.flush(5)
     puts = gate.puts()
-    assert 5 <= len(puts) <= 12  # 1 s at one per 0.1 s, plus the last
+    # 1 s at most one per 0.1 s, plus the last; a busy machine's server may answer fewer
+    # (the reporter waits for each answer), never more.
+    assert 2 <= len(puts) <= 12
     sent = [arrival.at for arrival in puts[:-1]]  # the last one was flushed
     assert (sent[-1] - sent[0]) / (len(sent) - 1) >= 0.09
     assert only_task(server, served_space)["progress"]["current"] == count
@@ -100,7 +104,9 @@ def test_a_server_that_is_down_never_holds_up_the_job_and_gets_the_final_state_w
             task.report(i, 1000, log=f"item {i}")
         with task.step("check") as step:
             step.report(log="checked")
-    assert time.monotonic() - start < 0.2
+    # Only a hang guard: a job that waited out the retries' backoff would take a minute.
+    # That it waits for no answer at all: test_a_slow_server_never_holds_up_the_job.
+    assert time.monotonic() - start < 10
     time.sleep(0.3)  # some retries fail meanwhile
     assert not task.flush(0.1)
 
@@ -124,10 +130,8 @@ def test_429_and_503_are_retried_after_retry_after_and_backoff(
     gate.refuse(2, 503)
     gate.open()
     with Client(gate.url, space=served_space, **FAST) as client:  # type: ignore[arg-type]
-        start = time.monotonic()
         with client.task("refused") as task:
             task.report(1, 2)
-        assert time.monotonic() - start < 0.1
         assert task.flush(5)
     statuses = [arrival.status for arrival in gate.arrivals]
     assert statuses[:4] == [429, 503, 503, 201]
@@ -139,19 +143,29 @@ def test_429_and_503_are_retried_after_retry_after_and_backoff(
     assert len(messages(logged, logging.WARNING)) == 1
 
 
-@pytest.mark.alone  # measures time: run by itself (scripts/test)
 def test_a_slow_server_never_holds_up_the_job(
     server: LiveServer, served_space: str, gate: Gate
 ) -> None:
-    gate.delay = 0.2
-    gate.open()
+    """The job runs to its end while the server holds every request it was sent, none
+    answered: no report, create or finish waits for an answer."""
+    gate.open().hold()
     with Client(gate.url, space=served_space, **FAST) as client:  # type: ignore[arg-type]
-        start = time.monotonic()
-        with client.task("slow server") as task:
-            for i in range(100):
-                task.report(i, 100)
-                time.sleep(0.001)
-        assert time.monotonic() - start < 0.3
+
+        def job() -> None:
+            with client.task("slow server") as task:
+                for i in range(100):
+                    task.report(i, 100)
+                    time.sleep(0.001)
+            ran.append(task)
+
+        ran: list[Any] = []
+        worker = threading.Thread(target=job, daemon=True)
+        worker.start()
+        worker.join(30)  # a job that waited would wait for ever: the gate holds
+        held = list(gate.arrivals)
+        gate.release()
+        assert not worker.is_alive() and held == [], held
+        [task] = ran
         assert task.flush(5)
     read = only_task(server, served_space)
     assert read["finished_at"] is not None
@@ -358,26 +372,26 @@ def test_the_final_state_is_delivered_at_interpreter_exit(
 def test_at_exit_a_server_that_is_down_costs_at_most_the_exit_timeout(gate: Gate) -> None:
     script = textwrap.dedent(
         """
-        import time
         from headway import Client
 
         client = Client(exit_timeout=0.5, backoff=(0.05, 0.2))
-        start = time.monotonic()
         with client.task("unreported") as task:
             for i in range(100_000):
                 task.report(i)
-        print(f"{time.monotonic() - start:.3f}")
         """
     )
     env = environment(HEADWAY_URL=gate.url, HEADWAY_SPACE=str(uuid.uuid4()))
-    start = time.monotonic()
     result = subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=30
+        [sys.executable, "-c", timing_its_exit(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
-    elapsed = time.monotonic() - start
     assert result.returncode == 0, result.stderr
-    assert float(result.stdout) < 0.5  # the job itself: 100,000 reports
-    assert elapsed < 0.5 + 2.5  # the exit timeout, plus starting Python
+    # The exit waited its timeout, and gave up then, not at the end of the retries' backoff
+    # (a busy machine may make it late, never early).
+    assert 0.5 <= exit_seconds(result.stdout) < 0.5 + 5
     warnings = result.stderr.strip().splitlines()
     assert len(warnings) == 2, result.stderr
     assert "did not take a report" in warnings[0]

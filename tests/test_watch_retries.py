@@ -120,7 +120,6 @@ def test_the_board_says_why_it_waits_and_counts_down() -> None:
     assert "reconnecting: rate limited ·" in waited and "retrying" not in waited
 
 
-@pytest.mark.alone  # measures time: run by itself (scripts/test)
 def test_watch_waits_out_a_503s_http_date_then_goes_live(terminals: list[Terminal]) -> None:
     asked = in_seconds(2, timezone(timedelta(hours=1)))  # whole seconds: 1 to 2 s from now
     with StreamServer([Refusal(503, asked), SNAPSHOT], hold=True) as server:
@@ -128,7 +127,8 @@ def test_watch_waits_out_a_503s_http_date_then_goes_live(terminals: list[Termina
         terminal.wait_for(r"service unavailable; retrying in [12] s")
         terminal.wait_for(EMPTY)
         first, second = server.arrivals
-        assert 0.5 <= second - first < 3.0  # an HTTP date is in whole seconds
+        # Waited for the date (whole seconds: 1 to 2 s; late on a busy machine, never early).
+        assert 0.5 <= second - first < 30
         assert terminal.interrupt() == 0
 
 
@@ -139,10 +139,10 @@ def test_watch_survives_garbage_and_inf_and_quits_at_ctrl_c_while_it_waits(
         terminal = watch(f"http://127.0.0.1:{server.port}/spaces/s", terminals)
         terminal.wait_for(r"rate limited; retrying in (60|59) s")
         first, second = server.arrivals  # the garbage got the backoff, 0.5 s
-        assert 0.5 <= second - first < 2.0
+        assert 0.5 <= second - first < 30  # the backoff, not the 60 s a number would ask
         asked_at = time.monotonic()
         assert terminal.interrupt() == 0
-        assert time.monotonic() - asked_at < 5.0
+        assert time.monotonic() - asked_at < 30  # at once, not after its 60 s wait
         assert server.connections == 2  # nothing more was sent while it waited
     assert "Traceback" not in terminal.text
 
