@@ -250,7 +250,7 @@ def serving(settings: Settings, app: Any = None) -> Iterator[tuple[str, int]]:
         sock.close()
 
 
-def wait_for(check: Callable[[], T | None], timeout: float = 5.0, interval: float = 0.02) -> T:
+def wait_for(check: Callable[[], T | None], timeout: float = 15.0, interval: float = 0.02) -> T:
     """Call `check` until it returns something true; that value, or fail after `timeout`."""
     deadline = time.monotonic() + timeout
     while True:

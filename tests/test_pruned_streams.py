@@ -24,7 +24,7 @@ from headway.live_events import StreamFilter
 from .live_server import serving
 from .test_events import WAIT_S, new_space, new_task, watching
 
-SETTLE_S = 5.0  # a follower's view reaches the space read's within this
+SETTLE_S = 10.0  # a follower's view reaches the space read's within this (a hang guard)
 
 
 @pytest.fixture
