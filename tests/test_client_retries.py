@@ -158,8 +158,9 @@ def test_the_final_report_is_delivered_after_a_429_or_5xx_whatever_its_retry_aft
         reporter = client.reporter(task)
         gate.refuse(1, status, retry_after=header() if header else None)
         reporter.finish(values={"rows": 3})
-        # A wait asked beyond the flush's end still gets a last try before it ends.
-        assert reporter.flush(2.0)
+        # A wait asked beyond the flush's end still gets a last try before it ends: at 3 s,
+        # the flush's last second its own (sender.LAST_TRY_AHEAD), not half of one.
+        assert reporter.flush(4.0)
         assert [arrival.status for arrival in gate.puts()] == [status, 200]
         assert server.task(task)["finished_at"] is not None
         assert server.task(task)["progress"]["values"] == {"rows": 3}
