@@ -160,7 +160,7 @@ class ProgressOut(msgspec.Struct):
             description="As last reported. A finished task whose `error` is a non-empty "
             "string has failed, as has a finished parent any of whose steps failed. A "
             "finished task's `error` is the one kept with its finish, whatever a later "
-            "report sent: a failed task reads its error (only `{\"error\": ...}` once its "
+            'report sent: a failed task reads its error (only `{"error": ...}` once its '
             "progress expired or the server restarted), a succeeded one none."
         ),
     ]
