@@ -208,10 +208,11 @@ def kept_values(row: TaskRow, values: msgspec.Raw) -> msgspec.Raw:
     later report's non-empty `error` is left out: it would read as a failure); one that
     failed only through its steps, or finished before outcomes were kept, reads its values
     as they are. Every other member is as the last report sent it. Costs a decode only
-    where an error is to be put in or taken out."""
+    where an error is to be put in or taken out. Called only where `row.failed` is not
+    None: on a finished task that kept its outcome (an active task's values are as sent)."""
     error = row.error
     if error is None:
-        if row.failed is None or row.failed or b'"error"' not in bytes(values):
+        if row.failed or b'"error"' not in bytes(values):
             return values
         found = msgspec.json.decode(values)
         if failed_error(found) is None:
@@ -223,14 +224,6 @@ def kept_values(row: TaskRow, values: msgspec.Raw) -> msgspec.Raw:
         return values
     found["error"] = error
     return msgspec.Raw(_encode_values(found))
-
-
-def _kept(row: TaskRow, values: msgspec.Raw) -> msgspec.Raw:
-    """`kept_values` where it can change anything: on a finished task that kept an
-    outcome."""
-    if row.finished_at_us is None or row.failed is None:
-        return values
-    return kept_values(row, values)
 
 
 def view(
@@ -259,11 +252,12 @@ def view(
     if count:
         if progress is not None and (latest is None or progress.updated_at_us > latest):
             latest = progress.updated_at_us
+        own = EMPTY_VALUES if progress is None else progress.values
         shown: ProgressView | None = ProgressView(
             done,
             count,
             ratio(done, count, finished=finished is not None),
-            _kept(row, EMPTY_VALUES if progress is None else progress.values),
+            own if row.failed is None else kept_values(row, own),
             None if latest is None else format_ts(latest),
             True,
         )
@@ -279,7 +273,7 @@ def view(
                 progress.current,
                 progress.end,
                 ratio(progress.current, progress.end, finished=finished is not None),
-                _kept(row, progress.values),
+                progress.values if row.failed is None else kept_values(row, progress.values),
                 format_ts(progress.updated_at_us),
                 False,
             )

@@ -14,6 +14,7 @@ import httpx
 import msgspec
 import pytest
 import redis.asyncio as redis
+from starlette.applications import Starlette
 
 from headway.app import create_app
 from headway.cli.board import Board
@@ -44,10 +45,12 @@ KEPT = {
 
 
 @contextlib.asynccontextmanager
-async def restarted(settings: Settings, clock) -> AsyncIterator[httpx.AsyncClient]:
-    """A client of the service as it is after a restart: a new app on the same database,
-    with no live progress (gone with the process's memory; Redis runs without persistence,
-    so a restart of it loses it too). The test's first app stays idle meanwhile."""
+async def restarted(
+    settings: Settings, clock
+) -> AsyncIterator[tuple[Starlette, httpx.AsyncClient]]:
+    """The service as it is after a restart, and a client of it: a new app on the same
+    database, with no live progress (gone with the process's memory; Redis runs without
+    persistence, so a restart of it loses it too). The test's first app stays idle."""
     if settings.redis_url:
         client = redis.Redis.from_url(settings.redis_url)
         await client.flushdb()
@@ -56,8 +59,7 @@ async def restarted(settings: Settings, clock) -> AsyncIterator[httpx.AsyncClien
     async with running(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
-            client.app = app  # type: ignore[attr-defined]
-            yield client
+            yield app, client
 
 
 async def test_a_failed_task_reads_failed_after_a_restart(
@@ -65,14 +67,14 @@ async def test_a_failed_task_reads_failed_after_a_restart(
 ):
     task = await make_task(title="Migrate")
     assert (await put(client, task, FAILED))["progress"]["values"]["error"] == ERROR
-    async with restarted(settings, clock) as again:
+    async with restarted(settings, clock) as (app, again):
         body = await read(again, task)
         assert body["finished_at"] is not None
         assert body["progress"] == KEPT
         assert failure_of(body) is not None
         (listed,) = (await again.get(f"/spaces/{space}")).json()["tasks"]  # what pages show
         assert listed == body
-        (streamed,) = await again.app.state.service.tasks.event_views([task])
+        (streamed,) = await app.state.service.tasks.event_views([task])
         assert msgspec.json.decode(msgspec.json.encode(streamed))["progress"] == KEPT
         assert (await jobs_of(again, space))[0]["failed"] == 1
 
@@ -126,7 +128,7 @@ async def test_a_parent_failed_by_its_step_reads_failed_after_a_restart(
     await put(client, build, {"done": True})
     await put(client, migrate, FAILED)
     await put(client, migrate, {"current": 2, "end": 4})  # a late report to the step
-    async with restarted(settings, clock) as again:
+    async with restarted(settings, clock) as (_, again):
         body = await read(again, parent)
         assert body["finished_at"] is not None
         assert body["children"][1]["progress"] == KEPT
@@ -146,7 +148,7 @@ async def test_a_parent_that_failed_itself_reads_failed_after_a_restart(
         "log": "again",
         "error": "cancelled",
     }
-    async with restarted(settings, clock) as again:
+    async with restarted(settings, clock) as (_, again):
         progress = (await read(again, parent))["progress"]
         assert (progress["values"], progress["aggregated"]) == ({"error": "cancelled"}, True)
 
@@ -157,7 +159,7 @@ async def test_badges_and_watch_show_the_kept_failure_after_a_restart(
     share = await share_of(client, space)
     task = await make_task(title="Tests")
     await put(client, task, FAILED)
-    async with restarted(settings, clock) as again:
+    async with restarted(settings, clock) as (_, again):
         ids = await ids_by_title(again, share)
         _, words, tooltip = await badge(again, f"/shared/{share}/tasks/{ids['Tests']}/badge.svg")
         assert words == ["Tests", "failed"]
@@ -182,7 +184,7 @@ async def test_mcp_reads_the_kept_failure_after_a_restart(client, settings, make
         "io.modelcontextprotocol/clientCapabilities": {},
     }
     headers = {**JSON_RPC, "mcp-protocol-version": MODERN, "mcp-method": "tools/call"}
-    async with restarted(settings, clock) as again:
+    async with restarted(settings, clock) as (_, again):
         called = await again.post(
             "/mcp",
             json=rpc("tools/call", 1, name="get_task", arguments={"task_uuid": task}, _meta=meta),
