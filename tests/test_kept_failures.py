@@ -137,6 +137,23 @@ async def test_a_parent_failed_by_its_step_reads_failed_after_a_restart(
         assert failure.message == f"1 of 2 steps failed (Run migrations: {ERROR})"
 
 
+async def test_a_step_that_failed_long_before_its_parent_finished_fails_it(
+    client, space, make_task, clock, sql
+):
+    parent = await make_task(title="Deploy")
+    migrate = await make_task(title="Run migrations", parent_uuid=parent)
+    build = await make_task(title="Build", parent_uuid=parent)
+    await put(client, migrate, FAILED)
+    clock.advance(TTL + 1)  # the failed step's progress expired
+    await put(client, build, {"done": True})  # the last step finishes the parent
+    (event,) = await outbox_events(sql, parent)
+    failure = failure_of(event["data"])
+    assert failure is not None
+    assert failure.message == f"1 of 2 steps failed (Run migrations: {ERROR})"
+    deploy = next(job for job in await jobs_of(client, space) if job["title"] == "Deploy")
+    assert (deploy["runs"], deploy["failed"]) == (1, 1)
+
+
 async def test_a_parent_that_failed_itself_reads_failed_after_a_restart(
     client, settings, make_task, clock
 ):
