@@ -51,8 +51,12 @@ FamilyVersion = NewType("FamilyVersion", str)
 
 
 class TaskRow(msgspec.Struct, frozen=True, gc=False):
-    """A task as the database stores it. Only `finished_at_us` and `duration` ever change,
-    and each changes once, when the task finishes."""
+    """A task as the database stores it. Only `finished_at_us`, `duration`, `failed` and
+    `error` ever change, and each changes once, when the task finishes: `failed` whether it
+    failed (itself or through its steps; None while active, and for tasks finished before
+    failures were stored), `error` the error it reported itself then (None: none). The
+    outcome is kept so (CONTRACT, "A failure is kept with its finish"): its answers show
+    it whatever its progress does afterwards (see `view`)."""
 
     uuid: str
     space_uuid: str
@@ -62,6 +66,8 @@ class TaskRow(msgspec.Struct, frozen=True, gc=False):
     created_at_us: int
     finished_at_us: int | None = None
     duration: int | None = None
+    failed: bool | None = None
+    error: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -195,6 +201,31 @@ class TaskView(msgspec.Struct, gc=False):
 _FINISHED_UNREPORTED = ProgressView(None, None, 1, EMPTY_VALUES, None, False)
 
 
+def kept_values(row: TaskRow, values: msgspec.Raw) -> msgspec.Raw:
+    """The values of a finished task as its answers show them: its `error` is the outcome
+    kept with its finish, whatever a later report sent (or its progress lost). A task that
+    failed with an error of its own reads that error; one that succeeded reads no error (a
+    later report's non-empty `error` is left out: it would read as a failure); one that
+    failed only through its steps, or finished before outcomes were kept, reads its values
+    as they are. Every other member is as the last report sent it. Costs a decode only
+    where an error is to be put in or taken out. Called only where `row.failed` is not
+    None: on a finished task that kept its outcome (an active task's values are as sent)."""
+    error = row.error
+    if error is None:
+        if row.failed or b'"error"' not in bytes(values):
+            return values
+        found = msgspec.json.decode(values)
+        if failed_error(found) is None:
+            return values  # a number or an empty string there is just a value
+        del found["error"]
+        return msgspec.Raw(_encode_values(found)) if found else EMPTY_VALUES
+    found = msgspec.json.decode(values)
+    if found.get("error") == error:
+        return values
+    found["error"] = error
+    return msgspec.Raw(_encode_values(found))
+
+
 def view(
     row: TaskRow,
     progress: Progress | None,
@@ -221,11 +252,12 @@ def view(
     if count:
         if progress is not None and (latest is None or progress.updated_at_us > latest):
             latest = progress.updated_at_us
+        own = EMPTY_VALUES if progress is None else progress.values
         shown: ProgressView | None = ProgressView(
             done,
             count,
             ratio(done, count, finished=finished is not None),
-            EMPTY_VALUES if progress is None else progress.values,
+            own if row.failed is None else kept_values(row, own),
             None if latest is None else format_ts(latest),
             True,
         )
@@ -241,12 +273,17 @@ def view(
                 progress.current,
                 progress.end,
                 ratio(progress.current, progress.end, finished=finished is not None),
-                progress.values,
+                progress.values if row.failed is None else kept_values(row, progress.values),
                 format_ts(progress.updated_at_us),
                 False,
             )
+        elif finished is None:
+            shown = None
+        elif row.error is None:
+            shown = _FINISHED_UNREPORTED
         else:
-            shown = None if finished is None else _FINISHED_UNREPORTED
+            # Its progress expired or was lost (a restart): its failure stays.
+            shown = ProgressView(None, None, 1, kept_values(row, EMPTY_VALUES), None, False)
     return TaskView(
         row.uuid,
         row.space_uuid,

@@ -55,7 +55,9 @@ class CreateTask(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 _VALUES = (
     "Flat extras; omitted clears them. `log`: one line, the latest. `error`: a non-empty "
-    "string marks the task, once finished, as failed (a parent also fails through a step)."
+    "string marks the task, once finished, as failed (a parent also fails through a step). "
+    "The outcome is decided by the report that finishes the task and kept: a later report "
+    "replaces its progress but not its `error`."
 )
 
 
@@ -156,7 +158,10 @@ class ProgressOut(msgspec.Struct):
         dict[str, str | int | float | bool],
         Meta(
             description="As last reported. A finished task whose `error` is a non-empty "
-            "string has failed, as has a finished parent any of whose steps failed."
+            "string has failed, as has a finished parent any of whose steps failed. A "
+            "finished task's `error` is the one kept with its finish, whatever a later "
+            'report sent: a failed task reads its error (only `{"error": ...}` once its '
+            "progress expired or the server restarted), a succeeded one none."
         ),
     ]
     updated_at: Annotated[str, Meta(extra_json_schema={"format": "date-time"})] | None

@@ -4,9 +4,29 @@ exactly its JSON."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import msgspec
+
 from headway.domain import EMPTY_VALUES, Progress, TaskRow, format_ts, ratio
+
+
+def shown_values(row: TaskRow, values: msgspec.Raw) -> msgspec.Raw:
+    """The values a task's answer shows: a finished one's `error` is the outcome kept with
+    its finish (its own error if it failed with one; none, if it succeeded)."""
+    if row.finished_at_us is None or row.failed is None or (row.failed and row.error is None):
+        return values
+    found = json.loads(bytes(values))
+    if row.error is not None:
+        if found.get("error") == row.error:
+            return values
+        found["error"] = row.error
+    elif isinstance(found.get("error"), str) and found["error"]:
+        del found["error"]
+    else:
+        return values
+    return msgspec.Raw(msgspec.json.encode(found))
 
 
 def progress_view(
@@ -25,7 +45,7 @@ def progress_view(
             "current": done,
             "end": len(children),
             "ratio": ratio(done, len(children), finished=finished),
-            "values": progress.values if progress is not None else EMPTY_VALUES,
+            "values": shown_values(row, progress.values if progress is not None else EMPTY_VALUES),
             "updated_at": format_ts(max(stamps)) if stamps else None,
             "aggregated": True,
         }
@@ -36,7 +56,7 @@ def progress_view(
             "current": None,
             "end": None,
             "ratio": 1,
-            "values": EMPTY_VALUES,
+            "values": shown_values(row, EMPTY_VALUES),
             "updated_at": None,
             "aggregated": False,
         }
@@ -44,7 +64,7 @@ def progress_view(
         "current": progress.current,
         "end": progress.end,
         "ratio": ratio(progress.current, progress.end, finished=finished),
-        "values": progress.values,
+        "values": shown_values(row, progress.values),
         "updated_at": format_ts(progress.updated_at_us),
         "aggregated": False,
     }

@@ -294,3 +294,20 @@ async def test_script_calls_of_one_turn_share_a_pipeline_each_with_its_own_resul
     assert len(pool._available_connections) + len(pool._in_use_connections) == 1
     # A call after the others is a pipeline of its own, and gets its answer too.
     assert await calls(keys=["later"], args=[21]) == 42
+
+
+async def test_a_failure_finished_on_one_instance_is_kept_on_the_other(instances, space):
+    a, b = instances
+    parent = await a.create(space, title="Deploy")
+    step = await a.create(space, title="Run migrations", parent_uuid=parent)
+    await b.put(step, current=1, end=4)  # b holds the family, and the space, cached
+    await b.client.get(f"/spaces/{space}")
+    await a.put(step, current=1, end=4, done=True, values={"error": "exit code 3"})
+
+    answer = await b.put(step, current=2, end=4, values={"log": "again"})
+    assert answer["finished_at"] is not None
+    assert answer["progress"]["values"] == {"log": "again", "error": "exit code 3"}
+    (listed,) = (await b.client.get(f"/spaces/{space}")).json()["tasks"]
+    assert listed["finished_at"] is not None  # the parent finished with its last step
+    assert listed["children"][0]["progress"]["values"] == answer["progress"]["values"]
+    assert await completions(b, step) == 1

@@ -31,6 +31,8 @@ def row(n: int, *, parent: str | None = None, finished: int | None = None, **fie
         created,
         finished,
         None if finished is None else domain.duration_seconds(created, finished),
+        fields.get("failed", None if finished is None else False),
+        fields.get("error"),
     )
 
 
@@ -69,6 +71,32 @@ LEAVES = {
     "big numbers in values": (row(8), progress(1, 2, {"n": 2**70, "f": 1e-300, "b": False})),
     "updated on a whole second": (row(9), progress(1, 2, at=1_790_000_007_000_000)),
     "a child": (row(10, parent=PARENT), progress(4, 8, {"log": "x"})),
+    # The outcome kept with the finish (CONTRACT, "A failure is kept with its finish").
+    "failed, progress gone": (row(11, finished=T0 + 9_000_000, failed=True, error="exit 3"), None),
+    "failed, then reported again": (
+        row(12, finished=T0 + 9_000_000, failed=True, error="exit 3"),
+        progress(2, 4, {"log": "again", "error": "other", "n": 1}),
+    ),
+    "failed, its error as reported": (
+        row(13, finished=T0 + 9_000_000, failed=True, error="exit 3"),
+        progress(1, 4, {"error": "exit 3"}),
+    ),
+    "succeeded, then reported an error": (
+        row(14, finished=T0 + 9_000_000),
+        progress(2, 4, {"error": "late", "log": "x"}),
+    ),
+    "succeeded, an error that is just a value": (
+        row(15, finished=T0 + 9_000_000),
+        progress(2, 4, {"error": 3}),
+    ),
+    "failed through its steps": (
+        row(16, finished=T0 + 9_000_000, failed=True),
+        progress(2, 4, {"error": "own"}),
+    ),
+    "finished before outcomes were kept": (
+        row(17, finished=T0 + 9_000_000, failed=None),
+        progress(2, 4, {"error": "own"}),
+    ),
 }
 
 
@@ -78,6 +106,23 @@ def test_a_leaf_encodes_as_the_reference(task, found):
     assert msgspec.json.encode(view(task, found)) == expected
     assert bytes(domain.view_json(task, found)) == expected
     assert b"".join(task_pieces(view(task, found))) == expected
+
+
+@pytest.mark.parametrize(
+    ("case", "values"),
+    [
+        ("failed, progress gone", {"error": "exit 3"}),
+        ("failed, then reported again", {"log": "again", "error": "exit 3", "n": 1}),
+        ("failed, its error as reported", {"error": "exit 3"}),
+        ("succeeded, then reported an error", {"log": "x"}),
+        ("succeeded, an error that is just a value", {"error": 3}),
+        ("failed through its steps", {"error": "own"}),
+        ("finished before outcomes were kept", {"error": "own"}),
+    ],
+)
+def test_a_finished_tasks_values_show_the_outcome_kept_with_its_finish(case, values):
+    task, found = LEAVES[case]
+    assert msgspec.json.decode(domain.view_json(task, found))["progress"]["values"] == values
 
 
 @pytest.mark.parametrize(("current", "end"), NUMBERS)

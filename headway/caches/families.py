@@ -52,8 +52,8 @@ ALONE = FamilyVersion("alone")
 KEPT_JSON_BYTES = 2048
 KEPT_JOINED_BYTES = 1024 * 1024
 # What the family cache holds at most, in bytes as the process's memory holds them: a
-# row costs ROW_BYTES plus its title's and source's characters (measured with tracemalloc
-# over 100,000 rows as the database hands them), a child's answer kept as JSON
+# row costs ROW_BYTES plus its title's, source's and kept error's characters (measured
+# with tracemalloc over 100,000 rows as the database hands them), a child's answer kept as JSON
 # SHOWN_BYTES plus its length. Past it, the families held longest go.
 FAMILY_BYTES = 32 * 1024**2
 ROW_BYTES = 330
@@ -62,7 +62,7 @@ SHOWN_BYTES = 150
 
 def row_bytes(row: TaskRow) -> int:
     """What a cached row costs, as the family cache and the space reads count it."""
-    return ROW_BYTES + len(row.title or "") + len(row.source or "")
+    return ROW_BYTES + len(row.title or "") + len(row.source or "") + len(row.error or "")
 
 
 def family_bytes(row: TaskRow, children: Sequence[TaskRow]) -> int:

@@ -112,10 +112,13 @@ class Families:
         unit.changed(Changed.FINISH, row.space_uuid, row.uuid, row.parent_uuid)
         finished = msgspec.structs.replace(row, finished_at_us=now_us, duration=duration)
         event = _Event(domain.view(finished, progress, family), now_us)
+        finished = event.kept(finished)
         async with unit.transaction() as st:
             if row.parent_uuid is not None:
                 await queries.lock_task(st, row.parent_uuid)
-            if not await queries.finish_task(st, row.uuid, now_us, duration, event.failed):
+            if not await queries.finish_task(
+                st, row.uuid, now_us, duration, event.failed, event.error
+            ):
                 # Another report finished it first, and its finish time stands; or it was
                 # deleted meanwhile (its space too, maybe).
                 found = (await queries.tasks_by_uuid(st, (row.uuid,))).get(row.uuid)
@@ -193,7 +196,7 @@ class Families:
         family = [(s, known.get(s.uuid, p)) for s, p in zip(steps, found, strict=True)]
         event = _Event(domain.view(parent, None, family), now_us)
         if not await queries.finish_task(
-            st, parent.uuid, now_us, duration, event.failed, unless_held=True
+            st, parent.uuid, now_us, duration, event.failed, event.error, unless_held=True
         ):
             return False
         await self._record_event(unit, event)
@@ -268,15 +271,25 @@ async def _with_usual(st: Statements, event: _Event) -> str:
 
 class _Event:
     """A finished task's completion event (bounded in size: see `completion_event`), and
-    whether the task failed, judged once for its row, its job and its channels."""
+    whether the task failed, with the error it reported itself (None: none), judged once
+    for its row (which keeps both: see `domain.TaskRow`), its job and its channels."""
 
-    __slots__ = ("failed", "now_us", "payload", "task")
+    __slots__ = ("error", "failed", "now_us", "payload", "task")
 
     def __init__(self, task: domain.TaskView, now_us: int) -> None:
         self.task = task
         self.now_us = now_us
         self.payload = completion_event(task, now_us)
         # Only an answer that names an error somewhere can have failed (a reduced event
-        # may have left the children's values out: judged on the whole answer then).
-        maybe = '"error"' in self.payload or '"children_omitted"' in self.payload
-        self.failed = maybe and domain.view_failure(task) is not None
+        # may have left values out: judged on the whole answer then).
+        payload = self.payload
+        maybe = (
+            '"error"' in payload or '"children_omitted"' in payload or '"values_omitted"' in payload
+        )
+        failure = domain.view_failure(task) if maybe else None
+        self.failed = failure is not None
+        self.error = None if failure is None else failure.error
+
+    def kept(self, row: TaskRow) -> TaskRow:
+        """The finished `row` with the outcome this event judged, as its finish stores it."""
+        return msgspec.structs.replace(row, failed=self.failed, error=self.error)

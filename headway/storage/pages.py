@@ -171,7 +171,9 @@ class TopLevelPager:
 
 
 # Every column but `space_uuid`, which the window names.
-_COLUMNS = "uuid, parent_uuid, title, source, created_at_us, finished_at_us, duration"
+_COLUMNS = (
+    "uuid, parent_uuid, title, source, created_at_us, finished_at_us, duration, failed, error"
+)
 
 
 def _top_level(window: Window) -> tuple[str, list[Any]]:
@@ -207,8 +209,10 @@ def families_of(
     each oldest first."""
     top: list[TaskRow] = []
     children: dict[str, list[TaskRow]] = defaultdict(list)
-    for uuid, parent, title, source, created, finished, duration in found:
-        row = TaskRow(uuid, space_uuid, parent, title, source, created, finished, duration)
+    for uuid, parent, title, source, created, finished, duration, failed, error in found:
+        row = TaskRow(
+            uuid, space_uuid, parent, title, source, created, finished, duration, failed, error
+        )
         if parent is None:
             top.append(row)
         else:

@@ -133,7 +133,7 @@ async def parents_by_uuid(st: Statements, uuids: Collection[str]) -> dict[str, t
         f"SELECT {_ROW_COLUMNS}, children FROM tasks WHERE uuid IN ({', '.join('?' * len(uuids))})",
         list(uuids),
     )
-    return {raw[0]: (TaskRow(*raw[:8]), int(raw[8])) for raw in found}
+    return {raw[0]: (TaskRow(*raw[:10]), int(raw[10])) for raw in found}
 
 
 async def oldest_finished_top_level(st: Statements, space_uuid: str, count: int) -> list[str]:
@@ -185,8 +185,8 @@ async def tasks_by_uuid(st: Statements, uuids: Collection[str]) -> dict[str, Tas
     if not uuids:
         return {}
     found = await st.rows(
-        f"SELECT uuid, space_uuid, parent_uuid, title, source, created_at_us, finished_at_us, "
-        f"duration FROM tasks WHERE uuid IN ({', '.join('?' * len(uuids))}) AND {LIVE}",
+        f"SELECT {_ROW_COLUMNS} FROM tasks WHERE uuid IN ({', '.join('?' * len(uuids))}) "
+        f"AND {LIVE}",
         list(uuids),
     )
     return {row.uuid: row for row in (TaskRow(*raw) for raw in found)}
@@ -203,8 +203,10 @@ async def read_family(fetch: Fetch, uuid: str) -> tuple[TaskRow | None, list[Tas
     return family_from_rows(uuid, await fetch(_FAMILY_SQL, (uuid, uuid)))
 
 
+# The columns of a `TaskRow`, in its order.
 _ROW_COLUMNS = (
-    "uuid, space_uuid, parent_uuid, title, source, created_at_us, finished_at_us, duration"
+    "uuid, space_uuid, parent_uuid, title, source, created_at_us, finished_at_us, duration, "
+    "failed, error"
 )
 _FAMILY_SQL = f"SELECT {_ROW_COLUMNS} FROM tasks WHERE (uuid = ? OR parent_uuid = ?) AND {LIVE}"
 
@@ -296,17 +298,19 @@ async def finish_task(
     finished_at_us: int,
     duration: int,
     failed: bool,
+    error: str | None = None,
     *,
     unless_held: bool = False,
 ) -> bool:
-    """Mark the task finished, succeeded or `failed`, unless it already is (or its space
-    was deleted, or, with `unless_held`, it is a parent held open by its own reporter).
-    True: this call finished it."""
+    """Mark the task finished, succeeded or `failed` (with `error`, the error it reported
+    itself, if any: see `domain.TaskRow`), unless it already is (or its space was deleted,
+    or, with `unless_held`, it is a parent held open by its own reporter). True: this call
+    finished it."""
     held = " AND NOT held" if unless_held else ""
     found = await st.rows(
-        "UPDATE tasks SET finished_at_us = ?, duration = ?, failed = ? "
+        "UPDATE tasks SET finished_at_us = ?, duration = ?, failed = ?, error = ? "
         f"WHERE uuid = ? AND finished_at_us IS NULL{held} AND {LIVE} RETURNING uuid",
-        (finished_at_us, duration, failed, uuid),
+        (finished_at_us, duration, failed, error, uuid),
     )
     return len(found) == 1
 

@@ -57,6 +57,9 @@ tasks = Table(
     # Its job (see `headway.jobs`; NULL: untitled), and whether it failed (NULL: active) (0013).
     Column("job", String(32)),
     Column("failed", Boolean),
+    # The error a failed task reported itself at its finish (NULL: none), kept so that it
+    # reads failed whatever its progress does afterwards (0016).
+    Column("error", Text),
     Index("tasks_space_created", "space_uuid", "created_at_us", unique=True),
     Index("tasks_parent", "parent_uuid"),
     Index("tasks_space_parent_created", "space_uuid", "parent_uuid", "created_at_us"),
