@@ -254,6 +254,13 @@ def _lex(text: str, line: int = 1) -> tuple[list[_Word | str], list[tuple[str, i
             line += text.count("\n", i, j)
             i = j + 1
             continue
+        if text.startswith("((", i) and word is None:
+            # Arithmetic, `(( i++ ))` or `for (( ... ))`: no command in it.
+            k = matching(i + 2, "(", ")") + 1
+            tokens.append(_Word("((...))", line))
+            line += text.count("\n", i, k)
+            i = k
+            continue
         if text.startswith("$((", i):
             begin()
             k = matching(i + 3, "(", ")") + 1
@@ -441,7 +448,17 @@ def _one_command(
     if i >= len(words):
         return
     word = words[i]
-    if word.text in ("for", "case", "select", "function", "[[", "local", "export", "declare"):
+    if word.text in (
+        "for",
+        "case",
+        "select",
+        "function",
+        "[[",
+        "((...))",
+        "local",
+        "export",
+        "declare",
+    ):
         return
     values = _expand(word, variables)
     if None in values:
