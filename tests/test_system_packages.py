@@ -269,8 +269,8 @@ def test_every_program_run_comes_from_a_package_the_test_command_installs() -> N
         if path is None:
             if use.program not in OPTIONAL:
                 problems.append(
-                    f"{use.program} (run by {use.where}) is not installed here: install it, "
-                    "and add its package to scripts/system-packages"
+                    f"{use.program} (run by {use.where}) is not installed here: run "
+                    "scripts/system-packages, or install it and add its package there"
                 )
             continue
         located.setdefault(path, []).append(use)
