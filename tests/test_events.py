@@ -29,6 +29,9 @@ pytestmark = pytest.mark.usefixtures("empty_databases")
 # could bring one without the change announcing it (the keep-alive's 14 s, a stalled
 # stream's 30 s).
 WAIT_S = 10.0
+# How long a stream may take to open and send its snapshot: no push is at stake there, only
+# a busy machine's pace (a hang guard).
+OPEN_S = 30.0
 
 
 @pytest.fixture
@@ -82,7 +85,7 @@ class Watcher:
             self.ended.set()
 
     async def opened(self) -> httpx.Response:
-        await asyncio.wait_for(self._opened.wait(), 10)
+        await asyncio.wait_for(self._opened.wait(), OPEN_S)
         assert self.response is not None
         return self.response
 
@@ -90,7 +93,7 @@ class Watcher:
         return await asyncio.wait_for(self.events.get(), timeout)
 
     async def snapshot(self) -> dict[str, Any]:
-        event = await self.next(10)
+        event = await self.next(OPEN_S)
         assert event.event == "snapshot"
         return json.loads(event.data)
 
