@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 
 from ..caches.links import NO_SHARED_TASK
 from ..caches.usual import UsualDurations
@@ -19,6 +20,7 @@ from ..domain import Progress, TaskRow
 from ..errors import NotFound
 from ..estimates import Estimate, Track, estimate
 from ..jobs import USUAL_FROM, USUAL_RUNS, Usual, job_key, usual
+from ..loops import Parts
 from ..schemas import EstimateOut
 from ..storage import jobs
 from .context import Stores
@@ -36,12 +38,13 @@ class Estimates:
         self._families = families
         self._shares = shares
         self.usual_kept = UsualDurations()
+        self._parts = Parts("estimates")
         stores.writes.register(self.usual_kept)
 
     async def of_tasks(self, task_uuids: Sequence[str]) -> dict[str, Estimate]:
         """The estimates of those of these tasks that exist and are running, by uuid (as
         the live streams send them beside their tasks): their jobs' usual durations read
-        in one go."""
+        in one go. A task whose estimate fails is left out (`loops.Parts`, logged once)."""
         families = []
         for task_uuid in task_uuids:
             try:
@@ -51,10 +54,13 @@ class Estimates:
             if not row.finished:
                 families.append((row, children))
         usuals = await self._usuals([row for row, _ in families])
-        return {
-            row.uuid: await self._estimate(row, children, usuals.get(row.uuid))
-            for row, children in families
-        }
+        found = {}
+        for row, children in families:
+            look = partial(self._estimate, row, children, usuals.get(row.uuid))
+            estimate = await self._parts.run(f"task {row.uuid}", look, None)
+            if estimate is not None:
+                found[row.uuid] = estimate
+        return found
 
     async def shown(self, task_uuids: Sequence[str]) -> dict[str, EstimateOut]:
         """`of_tasks` as the live streams send it; never raises: estimates that cannot be
