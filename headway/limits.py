@@ -54,7 +54,9 @@ if TYPE_CHECKING:
     from limits.aio.strategies import RateLimiter as RateLimiterStrategy
     from starlette.types import Scope
 
-Kind = Literal["spaces", "tasks", "webhooks", "shares", "channels", "reports", "creates", "reads"]
+Kind = Literal[
+    "spaces", "tasks", "webhooks", "shares", "channels", "reports", "creates", "reads", "wheels"
+]
 KINDS: tuple[Kind, ...] = (
     "spaces",
     "tasks",
@@ -64,6 +66,7 @@ KINDS: tuple[Kind, ...] = (
     "reports",
     "creates",
     "reads",
+    "wheels",
 )
 # The kinds that create something: each also counts against the daily cap on creates.
 CREATES: frozenset[str] = frozenset({"spaces", "tasks", "webhooks", "shares", "channels"})
@@ -77,6 +80,7 @@ _WHAT = {
     "reports": "reports",
     "creates": "creates (of every kind)",
     "reads": "tasks read",
+    "wheels": "client wheels downloaded",
 }
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
