@@ -78,19 +78,23 @@ class Estimates:
 
     async def of_task(self, task_uuid: str) -> Estimate:
         """The task's estimate now; NotFound if there is no such task."""
-        row, children = await self._families.get(task_uuid)
-        return await self._estimate(row, children, await self.usual(row))
+        return (await self.read(task_uuid))[0]
 
-    async def of_shared_task(self, share_uuid: str, task_id: str) -> Estimate:
-        """The estimate of the task `task_id` names under the link; NotFound if the link
-        or the task is unknown."""
+    async def read(self, task_uuid: str) -> tuple[Estimate, int]:
+        """`of_task`, and the tasks it read (1, and a parent's steps), as a read is rated."""
+        row, children = await self._families.get(task_uuid)
+        return await self._estimate(row, children, await self.usual(row)), 1 + len(children)
+
+    async def read_shared(self, share_uuid: str, task_id: str) -> tuple[Estimate, int]:
+        """The estimate of the task `task_id` names under the link, and the tasks it read;
+        NotFound if the link or the task is unknown."""
         link, space_uuid = await self._shares.kept_space_of(share_uuid)
         task_uuid = await self._shares.ids.task_of(link, space_uuid, task_id)
         try:
             row, children = await self._families.get(task_uuid)
         except NotFound:
             raise NotFound(NO_SHARED_TASK) from None
-        return await self._estimate(row, children, await self.usual(row))
+        return await self._estimate(row, children, await self.usual(row)), 1 + len(children)
 
     async def _estimate(
         self, row: TaskRow, children: Sequence[TaskRow], known: Usual | None
