@@ -360,3 +360,16 @@ def test_a_longer_run_of_hex_is_not_a_uuid() -> None:
     sha = "0f3c2a4e7b1d4c8e9a6f0d2e4b6c8a1f9e7d5c3b"
     message = finished(task(values={"log": f"deployed {sha}"}))
     assert f"Log: deployed {sha}" in message.body
+
+
+def test_a_title_cannot_turn_the_servers_words_around() -> None:
+    """Bidi controls (U+202E, an isolate's end...) in what a reporter wrote are taken out
+    of every message: the server's own words read as written."""
+    controls = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+    data = task(values={"log": "\u202eend", "error": "\u2069\u202eboom"})
+    data["title"] = "\u2069\u202eDeploy"
+    message = finished(data, space_title="\u202eNightly")
+    live = messages.live(data, state="failed", space_title="\u202eNightly")
+    for text in (message.title, message.body, live.title, *live.lines):
+        assert not set(text) & set(controls), text
+    assert message.title == "✗ Deploy failed: boom"

@@ -18,6 +18,7 @@ from typing import Any, Literal, NamedTuple
 
 import regex
 
+from ..domain import without_bidi_controls
 from ..durations import duration_words, left_words, run_seconds
 
 Kind = Literal["completed", "failed", "stalled", "recovered", "late", "digest", "test"]
@@ -403,8 +404,9 @@ def _uuids(task: Mapping[str, Any]) -> regex.Pattern[str]:
 
 def _said(text: str, limit: int, secrets: regex.Pattern[str] | None) -> str:
     """Text a reporter wrote, as a message shows it: its uuids taken out (before it is
-    cut, so that no part of one is left), on one line, at most `limit` characters."""
-    return _clip((secrets or ANY_UUID).sub("…", text), limit)
+    cut, so that no part of one is left), without bidi controls (it cannot turn the
+    server's words around), on one line, at most `limit` characters."""
+    return _clip(without_bidi_controls((secrets or ANY_UUID).sub("…", text)), limit)
 
 
 def _plain(task: Any) -> Mapping[str, Any]:
