@@ -5,6 +5,7 @@ README's line `pip install "$(curl -fsS http://HOST:PORT/client)"` run against a
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import io
 import json
@@ -12,10 +13,11 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import tomllib
 import uuid
 import zipfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -25,6 +27,7 @@ from headway import __version__
 from headway.app import create_app
 from headway.config import Settings
 
+from .conftest import running
 from .live_server import LiveServer, serving
 from .support import from_wheelhouse
 from .test_client import readme_blocks
@@ -48,10 +51,17 @@ def _name(requirement: str) -> str:
     return re.sub(r"[-_.]+", "-", match.group()).lower()
 
 
-def _app(**settings: str) -> httpx.AsyncClient:
-    """The app, driven over ASGI; `/client` needs neither the database nor the lifespan."""
-    app = create_app(Settings(database_url="sqlite:///unused.db", **settings))
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver")
+@contextlib.asynccontextmanager
+async def _app(**settings: str) -> AsyncIterator[httpx.AsyncClient]:
+    """The app, started (the wheel's downloads are rated) and driven over ASGI."""
+    with tempfile.TemporaryDirectory() as folder:
+        app = create_app(Settings(database_url=f"sqlite:///{folder}/client.db", **settings))
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            running(app),
+            httpx.AsyncClient(transport=transport, base_url="http://testserver") as client,
+        ):
+            yield client
 
 
 async def _wheel() -> zipfile.ZipFile:
