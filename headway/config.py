@@ -37,7 +37,17 @@ MAX_STALL_SCAN = 30
 
 
 # The kinds of request rated per client address, each by its `rate_<kind>` setting.
-RATED = ("spaces", "tasks", "webhooks", "shares", "channels", "reports", "creates", "reads")
+RATED = (
+    "spaces",
+    "tasks",
+    "webhooks",
+    "shares",
+    "channels",
+    "reports",
+    "creates",
+    "reads",
+    "wheels",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +87,8 @@ class Settings:
     rate_reads: str = "300000/minute"
     # Creates of every kind (spaces, tasks, webhooks, shares, channels) per client address.
     rate_creates: str = "100000/day"
+    # Downloads of the client wheel (`GET /client/<wheel>`, 428 KB each).
+    rate_wheels: str = "10/second;120/minute"
     # Bytes of live progress this process (with Redis: all instances) may hold. None: sized
     # from the machine at start (an eighth of its memory, at most 512 MiB).
     progress_memory: int | None = None
@@ -164,6 +176,7 @@ class Settings:
             rate_reports=_rate(env, "RATE_REPORTS", defaults.rate_reports),
             rate_reads=_rate(env, "RATE_READS", defaults.rate_reads),
             rate_creates=_rate(env, "RATE_CREATES", defaults.rate_creates),
+            rate_wheels=_rate(env, "RATE_WHEELS", defaults.rate_wheels),
             space_retention=_retention(env, "SPACE_RETENTION", defaults.space_retention),
             sweep_every=_float(
                 env,

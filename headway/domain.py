@@ -323,8 +323,24 @@ _RFC3339 = re.compile(
 )
 
 
+_BIDI_CONTROLS = regex.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def without_bidi_controls(text: str) -> str:
+    """Text a reporter wrote, without the characters that steer the direction of what
+    follows (embeddings, overrides such as U+202E, isolates, marks): set beside the
+    server's own words, it cannot turn them around."""
+    return _BIDI_CONTROLS.sub("", text)
+
+
+LAST_US = 253_402_300_799_999_999
+"""The last instant `format_ts` writes: 9999-12-31T23:59:59.999999Z (RFC 3339 has four
+digits for the year)."""
+
+
 def format_ts(us: int) -> str:
-    """RFC 3339 in UTC with microseconds and a `Z`: `2026-11-22T01:15:09.123456Z`."""
+    """RFC 3339 in UTC with microseconds and a `Z`: `2026-11-22T01:15:09.123456Z`, for an
+    instant from the epoch to `LAST_US`."""
     seconds = us // 1_000_000
     # `str(1_000_000 + micros)[1:]` is the six digits, zero-padded, a third cheaper than
     # a format spec: a space read formats two timestamps per task.

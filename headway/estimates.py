@@ -17,15 +17,21 @@ No rate before `MIN_REPORTS` reports that span `MIN_SPAN_S` seconds or `MIN_SPAN
 of `end`. A job's usual duration, where it has one, is blended in: the time it leaves
 (p50 less the time elapsed) weighs `1 - done`, the rate's `done` (the part of `end`
 reached), so the rate counts more as the run nears its end.
+
+A rate or a time left too big to say (infinite in floats, or an end past `LAST_US`, which
+a huge `end` gives) is unknown, never an error: the rate's time left then gives way to
+the usual duration, if there is one.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Literal
 
 import msgspec
 
+from .domain import LAST_US
 from .jobs import Usual
 
 ANCHORS = 8  # instants kept per task
@@ -180,7 +186,8 @@ def rate(track: Track | None, now_us: int) -> float | None:
     # if half of that silence had been spent at work (a silence may be a pause).
     overdue_us = now_us - last_us - _apart_us(anchors)
     until_us = last_us + max(0.0, overdue_us) / 2
-    return max(0.0, (last - first) / ((until_us - first_us) / 1e6))
+    per_s = max(0.0, (last - first) / ((until_us - first_us) / 1e6))
+    return per_s if math.isfinite(per_s) else None
 
 
 def _apart_us(anchors: Sequence[Number | bool], first: int = 0) -> float:
@@ -222,6 +229,8 @@ def estimate(
             by_rate = max(0.0, (end - current) / per_s - max(0.0, since_s))
         elif per_s:
             by_rate = max(0.0, (end - current) / per_s)
+        if by_rate is not None and not _sayable(now_us, by_rate):
+            by_rate = None
     by_usual = None
     if usual is not None and elapsed < usual.p50_s:
         by_usual = usual.p50_s - elapsed
@@ -235,10 +244,17 @@ def estimate(
         remaining, basis = by_usual, "usual"
     else:
         remaining, basis = None, None
+    if remaining is not None and not _sayable(now_us, remaining):
+        remaining, basis = None, None
     eta = None if remaining is None else now_us + round(remaining * 1e6)
     return Estimate(
         elapsed, per_s, remaining, eta, basis, usual, late(elapsed, remaining, done, usual)
     )
+
+
+def _sayable(now_us: int, remaining_s: float) -> bool:
+    """Whether a time left ends at an instant `format_ts` writes."""
+    return remaining_s * 1e6 <= LAST_US - now_us
 
 
 def _blend(

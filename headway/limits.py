@@ -54,7 +54,9 @@ if TYPE_CHECKING:
     from limits.aio.strategies import RateLimiter as RateLimiterStrategy
     from starlette.types import Scope
 
-Kind = Literal["spaces", "tasks", "webhooks", "shares", "channels", "reports", "creates", "reads"]
+Kind = Literal[
+    "spaces", "tasks", "webhooks", "shares", "channels", "reports", "creates", "reads", "wheels"
+]
 KINDS: tuple[Kind, ...] = (
     "spaces",
     "tasks",
@@ -64,6 +66,7 @@ KINDS: tuple[Kind, ...] = (
     "reports",
     "creates",
     "reads",
+    "wheels",
 )
 # The kinds that create something: each also counts against the daily cap on creates.
 CREATES: frozenset[str] = frozenset({"spaces", "tasks", "webhooks", "shares", "channels"})
@@ -77,6 +80,7 @@ _WHAT = {
     "reports": "reports",
     "creates": "creates (of every kind)",
     "reads": "tasks read",
+    "wheels": "client wheels downloaded",
 }
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -187,16 +191,17 @@ class RateLimiter:
         proxy, the nearest address its forwarding header names (`forwarded_hops`) that is
         not a trusted proxy. A hop that is not an address ends the walk: nothing further
         along is believed, and the nearest address believed so far counts. An IPv6
-        address stands for its /64."""
-        address = peer or "unknown"
+        address stands for its /64; an IPv4-mapped one (`::ffff:192.0.2.1`, as a
+        dual-stack listener writes IPv4 clients) is its IPv4 address."""
+        address = _unmapped(peer) if peer else "unknown"
         if self._proxies and self._trusted(address):
             for hop in reversed(forwarded_hops(headers)):
                 if not hop:
                     continue
                 if not _is_address(hop):
                     break  # not an address: believe nothing further along
-                address = hop
-                if not self._trusted(hop):
+                address = _unmapped(hop)
+                if not self._trusted(address):
                     break
         if ":" in address and _is_address(address):
             return str(ipaddress.ip_network(f"{address}/64", strict=False))
@@ -395,6 +400,17 @@ class SharedCounters:
 
     async def close(self) -> None:
         await self._pool.disconnect()
+
+
+def _unmapped(address: str) -> str:
+    """An IPv4-mapped IPv6 address as its IPv4 address; any other text as it is."""
+    if ":" not in address:
+        return address
+    try:
+        mapped = ipaddress.IPv6Address(address).ipv4_mapped
+    except ValueError:
+        return address
+    return address if mapped is None else str(mapped)
 
 
 def _is_address(text: str) -> bool:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import traceback
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from .storage.database import Database
@@ -21,6 +22,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("headway")
 
 AGAIN_S = 2.0  # how long a cancelled task has to end before it is cancelled again
+MAX_FAILING = 4096  # parts remembered as failing; beyond, all are forgotten
+
+T = TypeVar("T")
+S = TypeVar("S")
 
 
 async def stop(*tasks: asyncio.Task[object] | None) -> None:
@@ -53,6 +58,41 @@ async def survive(name: str, look: Callable[[], Awaitable[object]]) -> bool:
             metrics.loop_failed(name)
         return False
     return True
+
+
+class Parts:
+    """The parts of a look (the spaces a watch looks at, the tasks it estimates): one that
+    fails is skipped, so that it stops none of the others. Its error is logged once, with
+    its traceback and the part's uuid masked, and counted; not again while it keeps
+    failing (an attacker's space would fill the log at every look); every uuid in the
+    traceback is masked too (an error's text may hold one). A dependency that is
+    down is no part's fault: it is raised, and fails the whole look."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name  # the loop's, as `survive` names it
+        self._failing: set[str] = set()
+
+    async def run(self, part: str, look: Callable[[], Awaitable[T]], skipped: S) -> T | S:
+        """`look()`, or `skipped` if it failed; `part` names it, by a uuid."""
+        from . import metrics
+        from .dependencies import unavailable
+        from .logs import masked
+
+        try:
+            found = await look()
+        except Exception as exc:
+            if unavailable(exc):
+                raise
+            metrics.loop_failed(self.name)
+            if part not in self._failing:
+                if len(self._failing) >= MAX_FAILING:
+                    self._failing.clear()
+                self._failing.add(part)
+                trace = masked("".join(traceback.format_exception(exc)).rstrip())
+                log.error("%s: %s skipped, it failed\n%s", self.name, masked(part), trace)
+            return skipped
+        self._failing.discard(part)
+        return found
 
 
 async def give_lease_up(db: Database, lease: str, holder: str) -> None:

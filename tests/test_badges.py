@@ -193,6 +193,23 @@ async def test_text_is_escaped_cut_and_measured(client, space, make_task):
     assert task and long
 
 
+BIDI = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+
+
+async def test_a_title_cannot_turn_the_servers_words_around(client, space, make_task):
+    """A title or an error holding bidi controls (U+202E, an isolate's end...) shows in
+    the tooltip without them: the server's own words read as written."""
+    share = await share_of(client, space)
+    turned = "\u2069\u202eDeploy"
+    task = await make_task(title=turned)
+    await client.put(f"/tasks/{task}", json={"values": {"error": "\u202ebad"}, "done": True})
+    ids = await ids_by_title(client, share)
+    for path in (f"/shared/{share}/tasks/{ids[turned]}/badge.svg", f"/shared/{share}/badge.svg"):
+        _, _, title = await badge(client, path)
+        assert not set(title) & set(BIDI), title
+        assert title in ("Deploy: failed: bad", "Test space: 1 failed (Deploy: bad)")
+
+
 async def test_options_style_bar_and_label(client, space, make_task):
     share = await share_of(client, space)
     task = await make_task(title="Deploy")

@@ -5,6 +5,7 @@ README's line `pip install "$(curl -fsS http://HOST:PORT/client)"` run against a
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import io
 import json
@@ -12,10 +13,11 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import tomllib
 import uuid
 import zipfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -25,7 +27,8 @@ from headway import __version__
 from headway.app import create_app
 from headway.config import Settings
 
-from .live_server import LiveServer
+from .conftest import running
+from .live_server import LiveServer, serving
 from .support import from_wheelhouse
 from .test_client import readme_blocks
 
@@ -48,10 +51,17 @@ def _name(requirement: str) -> str:
     return re.sub(r"[-_.]+", "-", match.group()).lower()
 
 
-def _app(**settings: str) -> httpx.AsyncClient:
-    """The app, driven over ASGI; `/client` needs neither the database nor the lifespan."""
-    app = create_app(Settings(database_url="sqlite:///unused.db", **settings))
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://testserver")
+@contextlib.asynccontextmanager
+async def _app(**settings: str) -> AsyncIterator[httpx.AsyncClient]:
+    """The app, started (the wheel's downloads are rated) and driven over ASGI."""
+    with tempfile.TemporaryDirectory() as folder:
+        app = create_app(Settings(database_url=f"sqlite:///{folder}/client.db", **settings))
+        transport = httpx.ASGITransport(app=app)
+        async with (
+            running(app),
+            httpx.AsyncClient(transport=transport, base_url="http://testserver") as client,
+        ):
+            yield client
 
 
 async def _wheel() -> zipfile.ZipFile:
@@ -74,6 +84,33 @@ async def test_client_address_starts_with_the_public_url_when_set():
     async with _app(public_url="https://progress.example.com/headway/") as client:
         response = await client.get("/client")
     assert response.text == f"https://progress.example.com/headway/client/{WHEEL}\n"
+
+
+async def test_neither_the_address_nor_the_wheel_may_be_kept_by_a_cache():
+    async with _app() as client:
+        for path in ("/client", f"/client/{WHEEL}"):
+            assert (await client.get(path)).headers["cache-control"] == "no-store"
+
+
+def test_without_a_public_url_a_host_the_server_does_not_answer_is_not_believed(tmp_path):
+    """Without HEADWAY_PUBLIC_URL the address starts with the request's Host only when it
+    is one the server answers (as `/mcp` decides: loopback names, the address it listens
+    on, HEADWAY_MCP_ALLOWED_HOSTS); any other Host gets the address the request reached."""
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'client.db'}", run_worker=False)
+    for allowed, listed in ((None, "localhost:*"), (("progress.test",), "progress.test")):
+        with serving(settings.with_(mcp_allowed_hosts=allowed)) as (host, port):
+            named = listed.replace("*", str(port))
+            url = f"http://{host}:{port}/client"
+            said = {
+                name: httpx.get(url, headers={"host": name}).text
+                for name in ("evil.example", f"evil.example:{port}", named, f"{host}:{port}")
+            }
+            assert said == {
+                "evil.example": f"http://{host}:{port}/client/{WHEEL}\n",
+                f"evil.example:{port}": f"http://{host}:{port}/client/{WHEEL}\n",
+                named: f"http://{named}/client/{WHEEL}\n",
+                f"{host}:{port}": f"http://{host}:{port}/client/{WHEEL}\n",
+            }
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import pytest
 from headway.estimates import Track, estimate, follow
 
 from .test_jobs import run
+from .test_mcp import HANDSHAKE, JSON_RPC, rpc
 
 UNKNOWN = "5d3c1e0a-8f4b-4c2d-9a6e-7b1f0c3d2e4a"
 FIELDS = {"elapsed_s", "rate_per_s", "remaining_s", "eta_at", "basis", "usual", "late"}
@@ -186,3 +187,58 @@ async def test_counts_beyond_64_bits_are_kept_and_estimated(client, make_task, c
         clock.advance(5)
     found = await estimate_of(client, task)
     assert found["rate_per_s"] == 0.0 and found["remaining_s"] is None
+
+
+@pytest.mark.parametrize("end", [1e308, 1e22])
+async def test_a_time_left_too_big_to_say_reads_as_unknown_everywhere(
+    client, space, make_task, clock, end
+):
+    """A pace that would reach `end` past year 9999: `remaining_s` and `eta_at` null, by
+    REST, through a share link and by MCP's `get_estimate`, never an error."""
+    task = await make_task(title="Huge")
+    for current in (1, 2, 3):
+        await report(client, task, current, end=end)
+        clock.advance(5.5)
+    found = await estimate_of(client, task)
+    assert found["rate_per_s"] > 0
+    assert (found["remaining_s"], found["eta_at"], found["basis"]) == (None, None, None)
+    share = (await client.post(f"/spaces/{space}/shares", json={})).json()["uuid"]
+    task_id = (await client.get(f"/shared/{share}")).json()["tasks"][0]["id"]
+    shared = await client.get(f"/shared/{share}/tasks/{task_id}/estimate")
+    assert shared.status_code == 200 and shared.json() == found
+    answer = await client.post(
+        "/mcp",
+        json=rpc("tools/call", 1, name="get_estimate", arguments={"task_uuid": task}),
+        headers={**JSON_RPC, "mcp-protocol-version": HANDSHAKE, "host": "127.0.0.1"},
+    )
+    assert answer.status_code == 200, answer.text
+    result = answer.json()["result"]
+    assert not result["isError"] and result["structuredContent"] == found
+
+
+async def test_a_task_whose_estimate_fails_is_left_out_of_the_others(
+    app, client, make_task, clock, monkeypatch, caplog
+):
+    """As streams and the late watch read them, many at once: one task's fault leaves
+    that task out, logged once, its uuid masked; the others are estimated."""
+    broken, fine = await make_task(), await make_task()
+    for current in range(0, 30, 3):
+        for task in (broken, fine):
+            await report(client, task, current)
+        clock.advance(1)
+    store = app.state.service.progress
+    track = store.track
+
+    async def failing(task_uuid):
+        if task_uuid == broken:
+            raise ValueError(f"bad track of {task_uuid}")
+        return await track(task_uuid)
+
+    monkeypatch.setattr(store, "track", failing)
+    estimates = app.state.service.estimates
+    for _ in range(2):
+        found = await estimates.of_tasks([broken, fine])
+        assert list(found) == [fine] and found[fine].rate_per_s is not None
+    failed = [r for r in caplog.records if "skipped, it failed" in r.getMessage()]
+    assert len(failed) == 1 and "ValueError" in failed[0].getMessage()
+    assert broken not in caplog.text

@@ -119,3 +119,23 @@ def test_replayed_streams_err_less_than_tqdm_with_history_and_about_as_much_with
         at = f"{stream} at {point:.0%}"
         assert medians["with history"][n] < medians["tqdm"][n], at
         assert medians["without"][n] <= medians["tqdm"][n] + 0.05, at
+
+
+@pytest.mark.parametrize("end", [1e308, 1.7e308, 1e22, 1e20])
+def test_a_time_left_too_big_to_say_is_unknown(end):
+    """A pace that reaches `end` past year 9999 (or never, in floats): no time left and no
+    instant by the rate, never an error; the job's usual duration, if any, still speaks."""
+    track = fed([(0, 1, end), (5.5, 2, end), (11, 3, end)])
+    found = estimate(now_us=11 * S, created_at_us=0, track=track, current=3, end=end, usual=None)
+    assert found.rate_per_s is not None
+    assert (found.remaining_s, found.eta_us, found.basis) == (None, None, None)
+    usual = Usual(60, 70, 5)
+    found = estimate(now_us=11 * S, created_at_us=0, track=track, current=3, end=end, usual=usual)
+    assert found.remaining_s == pytest.approx(49) and found.eta_us == pytest.approx(60 * S)
+
+
+def test_a_rate_too_big_to_say_is_unknown():
+    end = 1.7e308
+    track = fed([(0, 0, end), (0.000001, 1e307, end), (0.000002, 1.5e307, end)])
+    found = estimate(now_us=1, created_at_us=0, track=track, current=1.5e307, end=end, usual=None)
+    assert (found.rate_per_s, found.remaining_s, found.eta_us) == (None, None, None)

@@ -528,3 +528,28 @@ async def test_a_stream_carries_the_estimates_of_its_running_tasks(http):
         first = await asyncio.wait_for(watcher.estimates.get(), WAIT_S)
         assert list(first) == ids and len(ids) == 1
         assert space not in json.dumps(first) and running not in json.dumps(first)
+
+
+async def test_a_stream_says_a_time_left_too_big_to_say_is_unknown(settings, clock, caplog):
+    """A task whose pace would reach its huge `end` past year 9999: its estimate in the
+    stream has `remaining_s` null, its events come as usual, and nothing is logged."""
+    from headway.app import create_app
+
+    served = settings.with_(run_worker=False)
+    with serving(served, create_app(served, clock)) as (host, port):
+        async with httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=10) as http:
+            space = await new_space(http)
+            task = await new_task(http, space, title="Huge")
+            for current in (1, 2, 3):
+                await http.put(f"/tasks/{task}", json={"current": current, "end": 1e308})
+                clock.advance(5.5)
+            async with watching(http, f"/spaces/{space}/events") as watcher:
+                await watcher.snapshot()
+                first = await asyncio.wait_for(watcher.estimates.get(), WITHIN_S)
+                assert first[task]["rate_per_s"] > 0 and first[task]["remaining_s"] is None
+                await http.put(f"/tasks/{task}", json={"current": 4, "end": 1e308})
+                [event] = await watcher.task_events(1)
+                assert event["progress"]["current"] == 4
+                after = await asyncio.wait_for(watcher.estimates.get(), WITHIN_S)
+                assert after[task]["eta_at"] is None
+    assert "estimates not read" not in caplog.text

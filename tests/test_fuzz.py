@@ -358,3 +358,63 @@ async def test_any_mcp_message_is_answered_without_a_5xx(client, target, message
     response = await send(client, "POST", "/mcp", body=message, content_type=content_type)
     assert_answered(response)
     await assert_still_readable(client, target)
+
+
+# Counts a task may report (finite, within a 64-bit float), the huge ones most of all.
+valid_counts = st.one_of(
+    st.floats(min_value=0, max_value=1.7976931348623157e308),
+    st.sampled_from([1e308, 1.7976931348623157e308, 1e22, 1e20, 5e-324]),
+    st.integers(min_value=0, max_value=2**70),
+)
+READS = [
+    "/tasks/{t}",
+    "/tasks/{t}/estimate",
+    "/tasks/{p}/estimate",
+    "/spaces/{s}",
+    "/spaces/{s}/jobs",
+    "/shared/{share}",
+    "/shared/{share}/jobs",
+    "/shared/{share}/tasks/{id}/estimate",
+    "/shared/{share}/tasks/{id}/badge.svg",
+    "/shared/{share}/tasks/{id}/shields.json",
+    "/shared/{share}/badge.svg",
+    "/shared/{share}/embed",
+]
+
+
+@hypothesis_settings(FUZZ, max_examples=40)
+@given(
+    reports=st.lists(
+        st.tuples(valid_counts, st.one_of(st.none(), valid_counts), st.floats(0, 30)),
+        min_size=3,
+        max_size=5,
+    )
+)
+async def test_counts_up_to_the_largest_float_reported_seconds_apart_leave_every_read_whole(
+    client, space, make_task, clock, reports
+):
+    """However huge `current` and `end`, and however far apart their reports on the
+    server's clock, every read of the task, its parent, its space and its share link
+    answers, and so does MCP's `get_estimate`: never a 5xx."""
+    parent = await make_task(title="Huge")
+    task = await make_task(title="Huge step", parent_uuid=parent)
+    for current, end, apart_s in reports:
+        answer = await client.put(f"/tasks/{task}", json={"current": current, "end": end})
+        assert answer.status_code == 200, answer.text
+        clock.advance(apart_s)
+    share = (await client.post(f"/spaces/{space}/shares", json={})).json()["uuid"]
+    task_id = (await client.get(f"/shared/{share}")).json()["tasks"][-1]["children"][0]["id"]
+    target = {"s": space, "t": task, "p": parent, "share": share, "id": task_id}
+    for path in READS:
+        response = await client.get(fill(path, target))
+        assert response.status_code == 200, (path, response.text)
+    for tool in ("get_estimate", "get_task"):
+        message = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": tool, "arguments": {"task_uuid": parent}},
+        }
+        response = await send(client, "POST", "/mcp", body=json.dumps(message).encode())
+        assert response.status_code == 200 and not response.json()["result"]["isError"]
+    assert (await client.delete(f"/spaces/{space}/shares/{share}")).status_code == 204

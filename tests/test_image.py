@@ -301,8 +301,15 @@ def stack(image: str, clone: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     override.write_text(json.dumps({"services": services}))  # JSON is YAML
     project = f"headway-test-{uuid.uuid4().hex[:8]}"
     port = free_port()
+    # deploy/compose.yaml as Debian's podman-compose reads it (nginx's fixed address left
+    # out: Headway there believes no X-Forwarded-For).
+    run(str(clone / "scripts" / "image"), "podman-file")
+    passwords = {
+        "HEADWAY_POSTGRES_PASSWORD": uuid.uuid4().hex,
+        "HEADWAY_REDIS_PASSWORD": uuid.uuid4().hex,
+    }
     files = [
-        "-f", str(clone / "deploy" / "compose.yaml"),
+        "-f", str(clone / "deploy" / "compose.podman.yaml"),
         "-f", str(clone / "deploy" / "stand-ins" / "compose.yaml"),
         "-f", str(override),
     ]  # fmt: skip
@@ -311,6 +318,7 @@ def stack(image: str, clone: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         return run(
             "podman-compose", "--project-name", project, *files, *args,
             timeout=timeout, check=check, HEADWAY_COMPOSE_LISTEN=f"127.0.0.1:{port}",
+            **passwords,
         )  # fmt: skip
 
     network = f"{project}_default"

@@ -166,3 +166,65 @@ async def test_a_finish_says_how_long_it_took_against_the_usual(
     assert "✓ Nightly ETL finished in 1 min 30 s, usually 1 min" in digest.message
     assert "✗ Nightly ETL failed: disk full after 30 s, usually 1 min" in digest.message
     assert "✓ First of its kind finished in under 0.1 s\n" in digest.message + "\n"
+
+
+async def two_spaces(client) -> tuple[str, str]:
+    """Two new spaces, the one the watch looks at first (by uuid) first."""
+    made = [(await client.post("/spaces", json={})).json()["uuid"] for _ in range(2)]
+    first, second = sorted(made)
+    return first, second
+
+
+async def test_a_task_with_a_huge_end_stops_no_late_alert(
+    client, make_task, watch, sender, clock, json_receiver
+):
+    """A task whose pace would reach its `end` past year 9999, in the space looked at
+    first, has no time left to say; the late run of another space is told on time."""
+    attacker, victim = await two_spaces(client)
+    await channel(client, attacker, json_receiver)
+    await channel(client, victim, json_receiver)
+    await history(client, lambda **body: make_task(victim, **body), clock)
+    huge = await make_task(attacker, title="Nightly ETL")
+    task = await make_task(victim, title="Nightly ETL")
+    await client.put(f"/tasks/{task}", json={"current": 1, "end": 100})
+    for current in (1, 2, 3):
+        answer = await client.put(f"/tasks/{huge}", json={"current": current, "end": 1e308})
+        assert answer.status_code == 200
+        clock.advance(5.5)
+    assert await look(watch, sender, clock, 89) == 0  # 105.5 s: within max(72, 120) s
+    assert await look(watch, sender, clock, 30) == 1  # 141.5 s (a look sends 6 s on)
+    assert titles(json_receiver) == [
+        "⏰ Nightly ETL is running late at 1%: 2 min 21 s so far, usually 1 min"
+    ]
+
+
+async def test_a_space_whose_look_fails_is_skipped_and_logged_once(
+    app, client, make_task, sender, clock, json_receiver, caplog
+):
+    """A fault in one space's look (here its estimates) stops no other space's late
+    alert; it is logged once while it lasts, the space's uuid masked."""
+    await stop(app.state.loops["stalls"])
+    broken, victim = await two_spaces(client)
+    await channel(client, broken, json_receiver)
+    await channel(client, victim, json_receiver)
+    await history(client, lambda **body: make_task(victim, **body), clock)
+    doomed = await make_task(broken, title="Nightly ETL")
+    task = await make_task(victim, title="Nightly ETL")
+    await client.put(f"/tasks/{task}", json={"current": 1, "end": 100})
+    service = app.state.service
+
+    async def estimates(task_uuids):
+        if doomed in task_uuids:
+            raise RuntimeError(f"no estimate for {doomed} of {broken}")
+        return await service.estimates.of_tasks(task_uuids)
+
+    late = LateWatch(service.db, estimates, service.event_views, cap=100)
+    watch = StallWatch(service.db, service.progress, clock, service.event_views, also=late.step)
+    assert await look(watch, sender, clock, 136) == 1
+    assert await look(watch, sender, clock, 15) == 0
+    assert titles(json_receiver) == [
+        "⏰ Nightly ETL is running late at 1%: 2 min 16 s so far, usually 1 min"
+    ]
+    failed = [r for r in caplog.records if "skipped, it failed" in r.getMessage()]
+    assert len(failed) == 1 and "RuntimeError" in failed[0].getMessage()
+    assert broken not in caplog.text and doomed not in caplog.text

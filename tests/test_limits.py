@@ -90,6 +90,45 @@ async def test_a_rate_is_counted_per_client_address(limited, clients):
     await new_space(second)  # another address is not affected
 
 
+async def test_ipv4_mapped_clients_are_each_their_own_ipv4_address(limited, clients):
+    """A dual-stack listener (or a proxy) writes IPv4 clients as `::ffff:a.b.c.d`: each is
+    its IPv4 address, not the /64 every mapped address (and `::1`) shares; a trusted
+    proxy written so is trusted as its IPv4 address."""
+    app = await limited(rate_spaces="2/minute")
+    first, second = client_for(app, "::ffff:192.0.2.1"), client_for(app, "::ffff:192.0.2.2")
+    same = client_for(app, "192.0.2.1")
+    clients.extend([first, second, same])
+    await new_space(first)
+    await new_space(first)
+    assert_refused(await first.post("/spaces", json={}), 429)
+    assert_refused(await same.post("/spaces", json={}), 429)  # the same client
+    await new_space(second)  # another client is not affected
+    limiter = RateLimiter(app.state.settings.with_(trusted_proxies=("10.0.0.0/8",)))
+    proxied = [(b"x-forwarded-for", b"::ffff:198.51.100.7")]
+    assert limiter.client_address("::ffff:10.1.2.3", proxied) == "198.51.100.7"
+    assert limiter.client_address("::ffff:c000:201") == "192.0.2.1"
+
+
+async def test_the_client_wheel_has_a_rate_of_its_own(limited, clients):
+    """`GET /client/<wheel>` (428 KB) is rated per client address (HEADWAY_RATE_WHEELS);
+    `GET /client`, a line of text, is not; with rate limits off, neither."""
+    from headway import wheel
+
+    path = f"/client/{wheel.file_name()}"
+    app = await limited(rate_wheels="2/minute")
+    client, other = client_for(app, "192.0.2.1"), client_for(app, "192.0.2.2")
+    clients.extend([client, other])
+    for _ in range(2):
+        assert (await client.get(path)).status_code == 200
+    assert "Too many client wheels downloaded" in assert_refused(await client.get(path), 429)
+    assert (await client.get("/client")).status_code == 200
+    assert (await other.get(path)).status_code == 200
+    unlimited = client_for(await limited(rate_wheels="1/minute", rate_limits=False))
+    clients.append(unlimited)
+    for _ in range(3):
+        assert (await unlimited.get(path)).status_code == 200
+
+
 async def test_reports_and_report_by_url_share_the_report_rate(limited, clients, make_task):
     app = await limited(rate_reports="4/minute")
     client = client_for(app)

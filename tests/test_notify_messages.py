@@ -300,3 +300,76 @@ def test_the_late_message_names_the_run_its_time_and_the_usual():
     said = messages.late(task, elapsed_s=2400, usual_s=720)
     assert said.title == "⏰ Nightly ETL is running late at 33%: 40 min so far, usually 12 min"
     assert said.kind == "late" and said.level == "warning"
+
+
+OTHER = "3f9c2a4e-7b1d-4c8e-9a6f-0d2e4b6c8a1f"  # another task's uuid: not of the family
+SPELLINGS = [
+    OTHER,
+    OTHER.upper(),
+    OTHER.replace("-", ""),
+    OTHER.replace("-", "%2D"),
+    OTHER.replace("-", "%2d"),
+    *(OTHER.replace("-", dash) for dash in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212\uff0d"),
+    *(
+        invisible.join(OTHER)
+        for invisible in ("\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u200e")
+    ),
+    OTHER.replace("-", "-\u200b"),
+    "".join(f"%{ord(c):02X}" for c in OTHER),  # every character percent-encoded
+    OTHER[:8] + "%E2%80%8B" + OTHER[8:],  # a zero-width space, percent-encoded
+    OTHER.translate({ord(c): ord(c) + 0xFEE0 for c in "0123456789abcdef-"}),  # full width
+]
+
+
+def readable(text: str) -> str:
+    """What a person, or a link, turns the text into: decoded, invisible characters gone,
+    dashes as hyphens, compatibility forms as ASCII, in lower case."""
+    import unicodedata
+    from urllib.parse import unquote
+
+    text = unicodedata.normalize("NFKC", unquote(text))
+    text = "".join(
+        "-" if unicodedata.category(c) == "Pd" or c == "\u2212" else c
+        for c in text
+        if unicodedata.category(c) != "Cf"
+    )
+    return text.lower()
+
+
+@pytest.mark.parametrize("spelled", SPELLINGS)
+def test_any_uuid_in_any_spelling_is_taken_out_of_every_message(spelled: str) -> None:
+    """Not only the task's family: any uuid-shaped text, however spelled, in a title, a
+    log line, an error or the space's title, in event and live messages alike."""
+    data = task(values={"log": f"started by task '{spelled}'", "error": f"see {spelled}"})
+    data["title"] = f"Deploy {spelled}"
+    running = task(finished_at=None, current=1, end=4, values={"log": f"after {spelled}"})
+    said = [
+        finished(data, space_title=f"Space {spelled}"),
+        stalled(running, reason="silent", for_s=600),
+        recovered(running),
+        messages.late(running, elapsed_s=100, usual_s=60),
+    ]
+    live = messages.live(running, state="running", space_title=f"Space {spelled}")
+    for text in [f"{m.title}\n{m.body}" for m in said] + [live.title + "\n".join(live.lines)]:
+        shown = readable(text)
+        assert OTHER not in shown and OTHER.replace("-", "") not in shown, text
+    assert finished(data).title == "✗ Deploy … failed: see …"
+
+
+def test_a_longer_run_of_hex_is_not_a_uuid() -> None:
+    sha = "0f3c2a4e7b1d4c8e9a6f0d2e4b6c8a1f9e7d5c3b"
+    message = finished(task(values={"log": f"deployed {sha}"}))
+    assert f"Log: deployed {sha}" in message.body
+
+
+def test_a_title_cannot_turn_the_servers_words_around() -> None:
+    """Bidi controls (U+202E, an isolate's end...) in what a reporter wrote are taken out
+    of every message: the server's own words read as written."""
+    controls = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u200e\u200f\u061c"
+    data = task(values={"log": "\u202eend", "error": "\u2069\u202eboom"})
+    data["title"] = "\u2069\u202eDeploy"
+    message = finished(data, space_title="\u202eNightly")
+    live = messages.live(data, state="failed", space_title="\u202eNightly")
+    for text in (message.title, message.body, live.title, *live.lines):
+        assert not set(text) & set(controls), text
+    assert message.title == "✗ Deploy failed: boom"

@@ -105,6 +105,32 @@ async def test_a_task_read_pays_for_its_children(limited, clients):
     assert_refused_read(await other.get(f"/spaces/{space}"))
 
 
+async def test_a_parents_estimate_pays_for_its_steps_as_its_read_does(limited, clients):
+    """A parent's estimate reads every step's progress: it is billed 1 + its steps, by
+    REST, through a share link and by MCP, as `GET` of the parent is."""
+    app = await limited(rate_reads="50/hour", mcp_allowed_hosts=("*",))
+    owner = client_for(app, "192.0.2.1")
+    clients.append(owner)
+    space = await new_space(owner)
+    parent = (await make_tasks(owner, space, 1))[0]
+    await make_tasks(owner, space, 20, parent_uuid=parent)
+    share = (await owner.post(f"/spaces/{space}/shares", json={})).json()["uuid"]
+    task_id = (await owner.get(f"/shared/{share}")).json()["tasks"][0]["id"]
+    for n, path in enumerate(
+        [f"/tasks/{parent}/estimate", f"/shared/{share}/tasks/{task_id}/estimate"]
+    ):
+        reader = client_for(app, f"192.0.2.{10 + n}")
+        clients.append(reader)
+        passed, refused = await reads_until_refused(reader, path)
+        assert passed == 3  # 21 each, as test_a_task_read_pays_for_its_children
+        assert_refused_read(refused)
+    agent = client_for(app, "192.0.2.20", **JSON_RPC, **{"mcp-protocol-version": HANDSHAKE})
+    clients.append(agent)
+    call = rpc("tools/call", 1, name="get_estimate", arguments={"task_uuid": parent})
+    results = [(await agent.post("/mcp", json=call)).json()["result"] for _ in range(4)]
+    assert [result["isError"] for result in results] == [False, False, False, True]
+
+
 async def test_share_link_reads_and_pages_are_rated_too(limited, clients):
     app = await limited(rate_reads="200/hour")
     owner, reader = client_for(app, "192.0.2.1"), client_for(app, "192.0.2.2")

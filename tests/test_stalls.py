@@ -216,3 +216,30 @@ async def test_an_instance_shutting_down_lets_the_lease_go(app, make_task, chann
     await stop(looking)
     await two.step()  # no time has passed: the lease was given up, not lapsed
     assert two._held and two.wait_s == 15
+
+
+async def test_a_space_whose_look_fails_stops_no_other_spaces_stall(
+    app, client, make_task, sender, clock, json_receiver, caplog
+):
+    """A fault in one space's look (here the view of its task) is skipped, logged once
+    while it lasts with the space's uuid masked; the other spaces are looked at."""
+    await stop(app.state.loops["stalls"])
+    broken, victim = sorted([(await client.post("/spaces", json={})).json()["uuid"] for _ in "ab"])
+    for space in (broken, victim):
+        body = {"url": json_receiver.url(), "events": ["stalled"], "stalled_after": AFTER}
+        assert (await client.post(f"/spaces/{space}/channels", json=body)).status_code == 201
+    doomed = await make_task(broken, title="Doomed")
+    await make_task(victim, title="Import")
+    service = app.state.service
+
+    async def views(task_uuids):
+        if doomed in task_uuids:
+            raise RuntimeError(f"no view of {doomed}")
+        return await service.event_views(task_uuids)
+
+    watch = StallWatch(service.db, service.progress, clock, views)
+    await look(watch, sender, clock, AFTER + 1)
+    await look(watch, sender, clock, 15)
+    assert [title.split(" stalled")[0] for title in titles(json_receiver)] == ["⏸ Import"]
+    failed = [r for r in caplog.records if "skipped, it failed" in r.getMessage()]
+    assert len(failed) == 1 and broken not in caplog.text and doomed not in caplog.text

@@ -1,5 +1,10 @@
 """`GET /client`: the address of this server's own client wheel, and `GET /client/<wheel>`,
-the wheel itself (see headway.wheel), for `pip install "$(curl -fsS http://HOST/client)"`."""
+the wheel itself (see headway.wheel), for `pip install "$(curl -fsS http://HOST/client)"`.
+
+The address starts with HEADWAY_PUBLIC_URL. Without it, with the request's Host only when
+the server answers that host (as `/mcp` decides, `mcp_hosts.answered`), else with the
+address the request reached: a Host header anyone can send never names where others
+install from. Neither answer may be kept by a cache; the wheel is rated (`wheels`)."""
 
 from __future__ import annotations
 
@@ -12,7 +17,8 @@ from starlette.responses import PlainTextResponse, Response
 from .. import wheel
 from ..errors import NotFound
 from .endpoints import Request, Route
-from .openapi_parts import error
+from .mcp_hosts import answered
+from .openapi_parts import TOO_MANY_REQUESTS, error
 
 WHEEL_TYPE = "application/octet-stream"
 
@@ -39,21 +45,36 @@ class ClientWheel:
             return self._wheel
 
 
+NO_STORE = {"cache-control": "no-store"}
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
 async def client_address(request: Request) -> Response:
-    public_url = request.app.state.settings.public_url
-    base = public_url.rstrip("/") + "/" if public_url else str(request.base_url)
-    return PlainTextResponse(f"{base}client/{wheel.file_name()}\n")
+    settings = request.app.state.settings
+    if settings.public_url:
+        base = settings.public_url.rstrip("/") + "/"
+    else:
+        scope = request.scope
+        host = request.headers.get("host", "")
+        if not answered(settings, host):
+            name, port = scope.get("server") or (settings.host, settings.port)
+            host = f"[{name}]" if ":" in name else name
+            if port is not None and port != DEFAULT_PORTS.get(scope["scheme"]):
+                host += f":{port}"
+        base = f"{scope['scheme']}://{host}{scope.get('root_path', '')}/"
+    return PlainTextResponse(f"{base}client/{wheel.file_name()}\n", headers=NO_STORE)
 
 
 async def client_file(request: Request) -> Response:
     name = request.path_params["name"]
     if name != wheel.file_name():
         raise NotFound(f"No such file; this server's client is {wheel.file_name()}.")
+    await request.visitor.admit("wheels")
     built = await request.app.state.client_wheel.get()
     return Response(
         built.body,
         media_type=WHEEL_TYPE,
-        headers={"content-disposition": f'attachment; filename="{built.name}"'},
+        headers={"content-disposition": f'attachment; filename="{built.name}"', **NO_STORE},
     )
 
 
@@ -71,8 +92,11 @@ openapi_paths: dict[str, Any] = {
             "`headway` package, for a machine that only reports: "
             '`pip install "$(curl -fsS http://HOST:PORT/client)"` installs the Python client '
             "and the `headway` command, with the client's dependencies only (httpx, rich). "
-            "The URL starts with HEADWAY_PUBLIC_URL when it is set, else with the "
-            "address of this request.",
+            "The URL starts with HEADWAY_PUBLIC_URL when it is set. Without it, with this "
+            "request's Host only when the server answers that host (as `/mcp` does: "
+            "loopback names, the address it listens on, HEADWAY_MCP_ALLOWED_HOSTS), else "
+            "with the address the request reached (so a proxy, a port mapping or NAT "
+            "needs HEADWAY_PUBLIC_URL). Never to be cached (`Cache-Control: no-store`).",
             "responses": {
                 "200": {
                     "description": "The wheel's URL, then a newline.",
@@ -89,7 +113,8 @@ openapi_paths: dict[str, Any] = {
             "(`headway-VERSION-py3-none-any.whl`): its Python modules, the `headway` "
             "command, and metadata requiring only the client's dependencies (the `tqdm` "
             "extra offered). Built once by the server from its own files; the same bytes "
-            "for the same version.",
+            "for the same version. Never to be cached (`Cache-Control: no-store`); rated "
+            "per client address (HEADWAY_RATE_WHEELS).",
             "parameters": [
                 {
                     "name": "name",
@@ -105,6 +130,7 @@ openapi_paths: dict[str, Any] = {
                     "content": {WHEEL_TYPE: {"schema": {"type": "string", "format": "binary"}}},
                 },
                 "404": error("Not this server's wheel, or a server run without being installed."),
+                "429": TOO_MANY_REQUESTS,
             },
         }
     },

@@ -1,6 +1,6 @@
 """Estimates: `GET /tasks/{t}/estimate`, and through a share link
 `GET /shared/{share}/tasks/{id}/estimate` (see `headway.estimates` and
-`service.estimates`). Each is rated as a task read."""
+`service.estimates`). Each is rated as a read of the task is: 1, and a parent's steps."""
 
 from __future__ import annotations
 
@@ -29,17 +29,19 @@ def _service(request: Request) -> Service:
 
 
 async def task_estimate(request: Request) -> Response:
-    await request.visitor.read_bill()
-    found = await _service(request).estimates.of_task(request.path_params["task_uuid"])
+    bill = await request.visitor.read_bill()
+    found, read = await _service(request).estimates.read(request.path_params["task_uuid"])
+    await bill.pay(read)
     return JSONResponse(EstimateOut.of(found))
 
 
 async def shared_task_estimate(request: Request) -> Response:
-    await request.visitor.read_bill()
+    bill = await request.visitor.read_bill()
     params = request.path_params
-    found = await _service(request).estimates.of_shared_task(
+    found, read = await _service(request).estimates.read_shared(
         params["share_uuid"], params["task_id"]
     )
+    await bill.pay(read)
     return JSONResponse(EstimateOut.of(found))
 
 

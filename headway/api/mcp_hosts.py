@@ -43,6 +43,13 @@ def allowed_hosts(settings: Settings) -> tuple[str, ...] | None:
     return tuple(p for name in dict.fromkeys(names) for p in (name, f"{name}:*"))
 
 
+def answered(settings: Settings, host: str) -> bool:
+    """Whether the server answers this Host header (`allowed_hosts`): what `/client` may
+    build an address from."""
+    patterns = allowed_hosts(settings)
+    return patterns is None or _matches(patterns, host)
+
+
 def refusal(patterns: tuple[str, ...] | None, headers: Headers) -> HeadwayError | None:
     """Why a request with these headers may not use `/mcp` (421 for its Host, 403 for
     its Origin), or None when it may."""

@@ -257,8 +257,10 @@ async def _get_task(service: Service, arguments: dict[str, Any], visitor: Visito
 
 async def _get_estimate(service: Service, arguments: dict[str, Any], visitor: Visitor) -> Any:
     ref: TaskRef = _convert(arguments, TaskRef)
-    await visitor.read_bill()
-    return schemas.EstimateOut.of(await service.estimates.of_task(ref.task_uuid))
+    bill = await visitor.read_bill()
+    found, read = await service.estimates.read(ref.task_uuid)
+    await bill.pay(read)
+    return schemas.EstimateOut.of(found)
 
 
 async def _report_progress(service: Service, arguments: dict[str, Any], visitor: Visitor) -> Any:

@@ -25,6 +25,7 @@ from xml.sax.saxutils import escape
 
 import regex
 
+from ..domain import without_bidi_controls
 from .colours import BACKGROUND, LABEL, TEXT, State, track
 
 Style = Literal["flat", "flat-square", "for-the-badge"]
@@ -102,8 +103,9 @@ def text_width(text: str, font_px: float = 11) -> float:
 
 def clean(text: str) -> str:
     """`text` as one line XML can hold: whitespace runs become one space, characters XML
-    cannot hold become U+FFFD."""
-    return " ".join(_NOT_XML.sub("\ufffd", text).split())
+    cannot hold become U+FFFD, bidi controls go (a title cannot turn the server's words
+    around in a tooltip)."""
+    return " ".join(_NOT_XML.sub("\ufffd", without_bidi_controls(text)).split())
 
 
 def cut(text: str, max_px: float = MAX_TEXT_PX, font_px: float = 11) -> str:

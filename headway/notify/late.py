@@ -7,7 +7,8 @@ The look is the stall watch's (`notify.stalls`): under its lease, one instance a
 time, at each of its looks. A run told late is a row keyed by channel and task, inserted
 only if absent, in the same transaction as its message, so that two instances looking
 at once send one message; its row goes once the task no longer runs (finished, or
-deleted), so that a late run is told again only as another run.
+deleted), so that a late run is told again only as another run. A space whose look
+fails is skipped (`loops.Parts`): the others are looked at all the same.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 
 import msgspec
 
 from .. import domain, metrics
 from ..estimates import Estimate
+from ..loops import Parts
 from ..storage import channel_queue, channels
 from ..storage.database import Database
 from .stalls import count_given_up
@@ -39,6 +42,7 @@ class LateWatch:
         self.estimates = estimates
         self.views = views
         self.cap = cap  # messages one channel holds queued (HEADWAY_OUTBOX_PER_ENDPOINT)
+        self.parts = Parts("late")
 
     async def step(self, now: int) -> int:
         """One look, by the holder of the stall watch's lease; how many messages it
@@ -49,31 +53,54 @@ class LateWatch:
                 return 0
             told = await channels.late_told(fetch, [w[0] for w in watchers])
         by_space: dict[str, list[tuple[str, bool]]] = defaultdict(list)
+        space_of: dict[str, str] = {}
         for channel_uuid, space_uuid, steps in watchers:
             by_space[space_uuid].append((channel_uuid, steps))
+            space_of[channel_uuid] = space_uuid
         running: set[str] = set()
+        skipped: set[str] = set()
         queued = 0
         for space_uuid, wanting in by_space.items():
-            async with self.db.read() as fetch:
-                rows = await channels.active_tasks(fetch, space_uuid, MAX_WATCHED)
-            parents = {row[0]: row[1] for row in rows}
-            running.update(parents)
-            found = await self.estimates(list(parents))
-            for task_uuid, estimate in found.items():
-                if not estimate.late or estimate.usual is None:
-                    continue
-                for channel_uuid, steps in wanting:
-                    if (channel_uuid, task_uuid) in told:
-                        continue
-                    if parents.get(task_uuid) is not None and not steps:
-                        continue
-                    if await self._late(channel_uuid, task_uuid, estimate, now):
-                        told.add((channel_uuid, task_uuid))
-                        queued += 1
-        ended = [pair for pair in told if pair[1] not in running]
+            look = partial(self._space, space_uuid, wanting, told, running, now)
+            found = await self.parts.run(f"space {space_uuid}", look, None)
+            if found is None:
+                skipped.add(space_uuid)  # what it was told stays told
+            else:
+                queued += found
+        ended = [
+            pair for pair in told if pair[1] not in running and space_of[pair[0]] not in skipped
+        ]
         if ended:
             async with self.db.write() as st:
                 await channels.forget_late(st, ended)
+        return queued
+
+    async def _space(
+        self,
+        space_uuid: str,
+        wanting: list[tuple[str, bool]],
+        told: set[tuple[str, str]],
+        running: set[str],
+        now: int,
+    ) -> int:
+        """One space's look: its late runs told to the channels that want them."""
+        async with self.db.read() as fetch:
+            rows = await channels.active_tasks(fetch, space_uuid, MAX_WATCHED)
+        parents = {row[0]: row[1] for row in rows}
+        running.update(parents)
+        found = await self.estimates(list(parents))
+        queued = 0
+        for task_uuid, estimate in found.items():
+            if not estimate.late or estimate.usual is None:
+                continue
+            for channel_uuid, steps in wanting:
+                if (channel_uuid, task_uuid) in told:
+                    continue
+                if parents.get(task_uuid) is not None and not steps:
+                    continue
+                if await self._late(channel_uuid, task_uuid, estimate, now):
+                    told.add((channel_uuid, task_uuid))
+                    queued += 1
         return queued
 
     async def _late(self, channel_uuid: str, task_uuid: str, found: Estimate, now: int) -> bool:

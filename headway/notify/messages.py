@@ -3,18 +3,22 @@ digest of several, and the test message. Pure functions; no I/O.
 
 A task arrives as `GET /tasks/{uuid}` shows it (the completion event's `data`, decoded)
 or as its `domain.TaskView`. A message never holds the uuid of the space or of any task
-(not even where a title or log line quotes one); a read-only link (`share_link`) is
-added when the channel names a share link, since its owner asked for it.
+(not even where a title or log line quotes one): the family's own in any case, and any
+uuid-shaped text in any spelling a person or a link turns back into one (`ANY_UUID`); a
+read-only link (`share_link`) is added when the channel names a share link, since its
+owner asked for it.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
+import regex
+
+from ..domain import without_bidi_controls
 from ..durations import duration_words, left_words, run_seconds
 
 Kind = Literal["completed", "failed", "stalled", "recovered", "late", "digest", "test"]
@@ -24,6 +28,19 @@ UNTITLED = "Untitled task"
 MAX_LOG_CHARS = 300
 MAX_FAILED_STEPS_NAMED = 3
 MAX_DIGEST_LINES = 20
+
+# A hex digit: as itself (any case), percent-encoded, or in full width.
+_HEX = r"(?:[0-9a-f]|%3[0-9]|%[46][1-6]|[\uff10-\uff19\uff21-\uff26\uff41-\uff46])"
+# What a reader or a link skips inside it: invisible characters (zero-width spaces and
+# joiners, the word joiner, the BOM, the soft hyphen, direction marks...), raw or
+# percent-encoded in UTF-8.
+_FILL = r"(?:[\p{Cf}\p{Default_Ignorable_Code_Point}]|%e2%80%8[b-f]|%e2%81%a0|%ef%bb%bf|%c2%ad)*"
+_DASH = rf"(?:{_FILL}(?:[\p{{Pd}}\u2212]|%2d))?"  # a hyphen or any dash, or none
+_GROUPS = _DASH.join(f"(?:{_FILL}{_HEX}){{{n}}}" for n in (8, 4, 4, 4, 12))
+ANY_UUID = regex.compile(rf"(?<![0-9a-f]){_GROUPS}(?![0-9a-f])", regex.IGNORECASE)
+"""Any uuid-shaped text: 32 hex digits in the groups of a uuid, with or without hyphens
+or other dashes between them, whatever invisible characters lie inside; not within a
+longer run of hex digits (a 40-digit commit hash is not a uuid)."""
 
 _LEVELS: dict[str, Level] = {
     "completed": "success",
@@ -277,13 +294,13 @@ def _message(title: str, body: str, kind: Kind) -> Message:
 
 def _body(
     task: Mapping[str, Any],
-    secrets: re.Pattern[str] | None,
+    secrets: regex.Pattern[str] | None,
     space_title: str | None,
     link: str | None,
 ) -> str:
     lines = []
     name = _name(task, secrets)
-    lines.append(f"{_scrub(_clip(space_title, 200), secrets)} › {name}" if space_title else name)
+    lines.append(f"{_said(space_title, 200, secrets)} › {name}" if space_title else name)
     progress = task.get("progress") or {}
     if progress.get("aggregated"):
         done, count = _number(progress.get("current")), _number(progress.get("end"))
@@ -297,13 +314,13 @@ def _body(
     values = progress.get("values") or {}
     log = values.get("log") if isinstance(values, Mapping) else None
     if isinstance(log, str) and log.strip():
-        lines.append(f"Log: {_scrub(_clip(log.strip(), MAX_LOG_CHARS), secrets)}")
+        lines.append(f"Log: {_said(log.strip(), MAX_LOG_CHARS, secrets)}")
     if link:
         lines.append(link)
     return "\n".join(lines)
 
 
-def _failure(task: Mapping[str, Any], secrets: re.Pattern[str] | None) -> str | None:
+def _failure(task: Mapping[str, Any], secrets: regex.Pattern[str] | None) -> str | None:
     own = _failed_error(_values(task))
     steps = [child for child in task.get("children") or () if isinstance(child, Mapping)]
     failed = [
@@ -311,7 +328,7 @@ def _failure(task: Mapping[str, Any], secrets: re.Pattern[str] | None) -> str | 
         for child in steps
         if child.get("finished_at") and (why := _failure(child, secrets))
     ]
-    parts = [_scrub(_clip(own, MAX_LOG_CHARS), secrets)] if own else []
+    parts = [_said(own, MAX_LOG_CHARS, secrets)] if own else []
     if failed:
         named = "; ".join(
             f"{_name(child, secrets)}: {why}" for child, why in failed[:MAX_FAILED_STEPS_NAMED]
@@ -335,11 +352,9 @@ def _values(task: Mapping[str, Any]) -> Mapping[str, Any]:
     return values if isinstance(values, Mapping) else {}
 
 
-def _name(task: Mapping[str, Any], secrets: re.Pattern[str] | None) -> str:
+def _name(task: Mapping[str, Any], secrets: regex.Pattern[str] | None) -> str:
     title = task.get("title")
-    return (
-        _scrub(_clip(title, 200), secrets) if isinstance(title, str) and title.strip() else UNTITLED
-    )
+    return _said(title, 200, secrets) if isinstance(title, str) and title.strip() else UNTITLED
 
 
 def _percent(progress: Mapping[str, Any], *, finished: bool = False) -> str | None:
@@ -364,9 +379,10 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _uuids(task: Mapping[str, Any]) -> re.Pattern[str] | None:
+def _uuids(task: Mapping[str, Any]) -> regex.Pattern[str]:
     """A pattern of every uuid the task's JSON holds (its own, its space's, its parent's,
-    its children's), in either spelling, to take out of the text users wrote."""
+    its children's), in either spelling and even within a longer text, and of any other
+    uuid-shaped text (`ANY_UUID`), to take out of the text users wrote."""
     found: set[str] = set()
 
     def collect(node: Mapping[str, Any]) -> None:
@@ -381,12 +397,16 @@ def _uuids(task: Mapping[str, Any]) -> re.Pattern[str] | None:
     collect(task)
     spellings = {form for value in found for form in (value, value.replace("-", ""))}
     if not spellings:
-        return None
-    return re.compile("|".join(re.escape(s) for s in sorted(spellings)), re.IGNORECASE)
+        return ANY_UUID
+    family = "|".join(regex.escape(s) for s in sorted(spellings))
+    return regex.compile(f"{family}|{ANY_UUID.pattern}", regex.IGNORECASE)
 
 
-def _scrub(text: str, secrets: re.Pattern[str] | None) -> str:
-    return secrets.sub("…", text) if secrets is not None else text
+def _said(text: str, limit: int, secrets: regex.Pattern[str] | None) -> str:
+    """Text a reporter wrote, as a message shows it: its uuids taken out (before it is
+    cut, so that no part of one is left), without bidi controls (it cannot turn the
+    server's words around), on one line, at most `limit` characters."""
+    return _clip(without_bidi_controls((secrets or ANY_UUID).sub("…", text)), limit)
 
 
 def _plain(task: Any) -> Mapping[str, Any]:

@@ -22,7 +22,8 @@ once when it shuts down (it lets the lease go). When `current` last
 changed is known from this process's own looks: a `flat` stall is seen within
 `stalled_after` + the wait of its last change, except just after the instance that
 looks changed (a restart, the lease moving), when the flat clock starts again from the
-first look.
+first look. A space whose look fails is skipped (`loops.Parts`, logged once): the others
+are looked at all the same, and its open episodes stay open.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -40,7 +42,7 @@ import msgspec
 from .. import domain, metrics
 from ..clock import Clock
 from ..domain import Progress, TaskView
-from ..loops import give_lease_up, survive
+from ..loops import Parts, give_lease_up, survive
 from ..progress import ProgressStore
 from ..storage import channel_queue, channels, leases
 from ..storage.channels import Watcher
@@ -91,6 +93,7 @@ class StallWatch:
         self._held = False
         # Another look made under the same lease, at each look (`notify.late`).
         self.also = also
+        self.parts = Parts("stalls")
 
     async def run(self) -> None:
         """Look every `scan_s` seconds until cancelled; a failed look is logged (and
@@ -138,10 +141,17 @@ class StallWatch:
         moved: dict[str, tuple[str, int]] = {}
         queued = 0
         seen: set[str] = set()
+        skipped: set[str] = set()  # the channels of spaces whose look failed
         for space_uuid, space_watchers in by_space.items():
-            queued += await self._space(space_uuid, space_watchers, open_, moved, seen, now)
-        # Episodes of tasks no longer active: finished (recovered) or gone (forgotten).
-        ended = [key for key in open_ if key[1] not in seen]
+            look = partial(self._space, space_uuid, space_watchers, open_, moved, seen, now)
+            found = await self.parts.run(f"space {space_uuid}", look, None)
+            if found is None:
+                skipped.update(watcher.uuid for watcher in space_watchers)
+            else:
+                queued += found
+        # Episodes of tasks no longer active: finished (recovered) or gone (forgotten);
+        # those of a skipped space stay open, as they were.
+        ended = [key for key in open_ if key[1] not in seen and key[0] not in skipped]
         if ended:
             queued += await self._ended(ended, now)
         self._moved = moved

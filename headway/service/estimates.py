@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from functools import partial
 
 from ..caches.links import NO_SHARED_TASK
 from ..caches.usual import UsualDurations
@@ -19,6 +20,7 @@ from ..domain import Progress, TaskRow
 from ..errors import NotFound
 from ..estimates import Estimate, Track, estimate
 from ..jobs import USUAL_FROM, USUAL_RUNS, Usual, job_key, usual
+from ..loops import Parts
 from ..schemas import EstimateOut
 from ..storage import jobs
 from .context import Stores
@@ -36,12 +38,13 @@ class Estimates:
         self._families = families
         self._shares = shares
         self.usual_kept = UsualDurations()
+        self._parts = Parts("estimates")
         stores.writes.register(self.usual_kept)
 
     async def of_tasks(self, task_uuids: Sequence[str]) -> dict[str, Estimate]:
         """The estimates of those of these tasks that exist and are running, by uuid (as
         the live streams send them beside their tasks): their jobs' usual durations read
-        in one go."""
+        in one go. A task whose estimate fails is left out (`loops.Parts`, logged once)."""
         families = []
         for task_uuid in task_uuids:
             try:
@@ -51,10 +54,13 @@ class Estimates:
             if not row.finished:
                 families.append((row, children))
         usuals = await self._usuals([row for row, _ in families])
-        return {
-            row.uuid: await self._estimate(row, children, usuals.get(row.uuid))
-            for row, children in families
-        }
+        found = {}
+        for row, children in families:
+            look = partial(self._estimate, row, children, usuals.get(row.uuid))
+            estimate = await self._parts.run(f"task {row.uuid}", look, None)
+            if estimate is not None:
+                found[row.uuid] = estimate
+        return found
 
     async def shown(self, task_uuids: Sequence[str]) -> dict[str, EstimateOut]:
         """`of_tasks` as the live streams send it; never raises: estimates that cannot be
@@ -72,19 +78,23 @@ class Estimates:
 
     async def of_task(self, task_uuid: str) -> Estimate:
         """The task's estimate now; NotFound if there is no such task."""
-        row, children = await self._families.get(task_uuid)
-        return await self._estimate(row, children, await self.usual(row))
+        return (await self.read(task_uuid))[0]
 
-    async def of_shared_task(self, share_uuid: str, task_id: str) -> Estimate:
-        """The estimate of the task `task_id` names under the link; NotFound if the link
-        or the task is unknown."""
+    async def read(self, task_uuid: str) -> tuple[Estimate, int]:
+        """`of_task`, and the tasks it read (1, and a parent's steps), as a read is rated."""
+        row, children = await self._families.get(task_uuid)
+        return await self._estimate(row, children, await self.usual(row)), 1 + len(children)
+
+    async def read_shared(self, share_uuid: str, task_id: str) -> tuple[Estimate, int]:
+        """The estimate of the task `task_id` names under the link, and the tasks it read;
+        NotFound if the link or the task is unknown."""
         link, space_uuid = await self._shares.kept_space_of(share_uuid)
         task_uuid = await self._shares.ids.task_of(link, space_uuid, task_id)
         try:
             row, children = await self._families.get(task_uuid)
         except NotFound:
             raise NotFound(NO_SHARED_TASK) from None
-        return await self._estimate(row, children, await self.usual(row))
+        return await self._estimate(row, children, await self.usual(row)), 1 + len(children)
 
     async def _estimate(
         self, row: TaskRow, children: Sequence[TaskRow], known: Usual | None
