@@ -261,6 +261,28 @@ async def test_a_send_never_waits_on_the_default_executor(json_receiver: HTTPRec
         await blocker
 
 
+async def test_waiting_for_a_sending_thread_spends_none_of_the_timeout(
+    json_receiver: HTTPReceiver,
+) -> None:
+    """Every sending thread busy for three times a send's timeout: the send waits for one
+    (its timeout does not run meanwhile), then is delivered."""
+    release = threading.Event()
+    busy = [asyncio.ensure_future(guard.run(release.wait, 30)) for _ in range(guard.POOL_THREADS)]
+    waiting = asyncio.ensure_future(
+        send(json_receiver.url(), "t", "b", allow_private=True, timeout_s=0.5)
+    )
+    try:
+        done, _ = await asyncio.wait({waiting}, timeout=1.5)
+        assert not done, waiting.result()  # still waiting for a thread, not "no answer"
+        assert json_receiver.requests == 0
+    finally:
+        release.set()
+        await asyncio.gather(*busy)
+    outcome = await waiting
+    assert outcome.delivered, outcome.detail
+    assert json_receiver.requests == 1
+
+
 async def test_a_scheme_no_longer_allowed_is_not_sent_to(json_receiver: HTTPReceiver) -> None:
     outcome = await send(json_receiver.url(), "t", "b", allow_private=True, schemes=["slack"])
     assert not outcome.delivered and "json:// (JSON) is not allowed" in outcome.detail
