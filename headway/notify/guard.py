@@ -71,7 +71,11 @@ _local = threading.local()
 _pool: ThreadPoolExecutor | None = None
 _installing = threading.Lock()
 _installed = False
-_in_flight: Counter[tuple[str, str]] = Counter()  # ("host" | "space", key): sends placed
+# Per event loop (one in a server process): the sends placed, by ("host" | "space", key),
+# and the threads free for its calls. A loop that ends takes its counts with it.
+_in_flight: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Counter[tuple[str, str]]] = (
+    weakref.WeakKeyDictionary()
+)
 _free_threads: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
     weakref.WeakKeyDictionary()
 )
@@ -177,26 +181,28 @@ class Place:
     """One send's place among those in flight (see `admit`): `release` it once it ended."""
 
     keys: tuple[tuple[str, str], ...]
+    counts: Counter[tuple[str, str]] = field(repr=False)
     held: bool = True
 
     def release(self) -> None:
         if self.held:
             self.held = False
-            _in_flight.subtract(self.keys)
+            self.counts.subtract(self.keys)
             for key in self.keys:
-                if _in_flight[key] <= 0:
-                    del _in_flight[key]
+                if self.counts[key] <= 0:
+                    del self.counts[key]
 
 
 def admit(space_uuid: str, host: str) -> Place | None:
     """A place for one send to `host` (see `receiver_host`) for the space, or None while
     that host has `PER_HOST` sends in flight in this process or the space `PER_SPACE`:
     the send is then not started, and its sender tries again later."""
+    counts = _in_flight.setdefault(asyncio.get_running_loop(), Counter())
     keys = (("host", host), ("space", space_uuid))
-    if _in_flight[keys[0]] >= PER_HOST or _in_flight[keys[1]] >= PER_SPACE:
+    if counts[keys[0]] >= PER_HOST or counts[keys[1]] >= PER_SPACE:
         return None
-    _in_flight.update(keys)
-    return Place(keys)
+    counts.update(keys)
+    return Place(keys, counts)
 
 
 def receiver_host(url: str) -> str:
