@@ -51,8 +51,10 @@ class StandIn(abc.ABC):
     """What every stand-in shares: the server, the calls, the messages' texts by id, and
     the switches (`rate_limit`, `refuse_credentials`, `hang`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host = host
         self.calls: list[Call] = []
+        self.requests = 0  # every request, hung ones included
         self.messages: dict[str, str] = {}  # id -> the text shown
         self.refusing = False
         self._limited: list[float] = []  # the retry_after of each coming 429
@@ -78,7 +80,7 @@ class StandIn(abc.ABC):
         self._listen()
 
     def _listen(self) -> None:
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), self._handler)
+        self.server = ThreadingHTTPServer((self.host, self.port), self._handler)
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True).start()
@@ -94,7 +96,7 @@ class StandIn(abc.ABC):
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def rate_limit(self, times: int = 1, retry_after: float = 7) -> None:
         """Answer the next `times` calls with the service's 429."""
@@ -105,8 +107,14 @@ class StandIn(abc.ABC):
         self.refusing = refusing
 
     def hang(self) -> None:
-        """Answer nothing from now on (until `stop`)."""
+        """Answer nothing from now on (until `stop` or `release`)."""
+        self._release.clear()
         self._hang.set()
+
+    def release(self) -> None:
+        """Stop hanging: the hung requests end unanswered, the next are answered again."""
+        self._hang.clear()
+        self._release.set()
 
     def stop(self) -> None:
         self._release.set()
@@ -134,6 +142,8 @@ class StandIn(abc.ABC):
         except ValueError:
             body = raw.decode(errors="replace")
         call = Call(request.command, parts.path, _query(parts.query), body, headers)
+        with self._lock:
+            self.requests += 1
         if self._hang.is_set():
             self._release.wait(30)
             request.close_connection = True
@@ -157,14 +167,14 @@ class NtfyStandIn(StandIn):
     `Priority` headers, RFC 2047 words decoded) and replaces the sequence's notification;
     `PUT /<topic>/<sequence_id>/clear` clears it. Basic auth as `NTFY_USER`."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        super().__init__(host)
         self.priorities: dict[str, list[str]] = {}  # sequence id -> each publish's priority
         self.titles: dict[str, str] = {}
         self.cleared: list[str] = []
 
     def url(self) -> str:
-        return f"ntfy://{NTFY_USER}:{NTFY_PASSWORD}@127.0.0.1:{self.port}/{NTFY_TOPIC}"
+        return f"ntfy://{NTFY_USER}:{NTFY_PASSWORD}@{self.host}:{self.port}/{NTFY_TOPIC}"
 
     def too_many(self, retry_after: float) -> Reply:
         return Reply(429, {"code": 42901, "http": 429, "error": "limit reached: too many requests"})

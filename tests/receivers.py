@@ -2,7 +2,7 @@
 a plain HTTP endpoint (json://, form://, xml://), an ntfy server (ntfy://), a Gotify
 server (gotify://) and an SMTP server (mailto://, aiosmtpd). Each records the messages
 that arrived, can be told to refuse the next N (HTTP 429/503 with `Retry-After`, SMTP
-451), or to hang until it is stopped. Fixtures at the end."""
+451), or to hang until it is stopped or released. Fixtures at the end."""
 
 from __future__ import annotations
 
@@ -62,8 +62,13 @@ class _Receiver(abc.ABC):
             self._refusals += [Refusal(status, retry_after)] * times
 
     def hang(self) -> None:
-        """Answer nothing from now on until `stop` (the connection stays open)."""
+        """Answer nothing from now on until `stop` or `release` (the connection stays open)."""
         self._hang = True
+
+    def release(self) -> None:
+        """Stop hanging: the hung requests end unanswered, the next are answered again."""
+        self._hang = False
+        self._release.set()
 
     def _next(self) -> Refusal | Literal["hang"] | None:
         with self._lock:

@@ -149,6 +149,10 @@ openapi_paths: dict[str, Any] = {
         "post": {
             "operationId": "testChannel",
             "summary": "Send a test message now",
+            "description": (
+                "The outcome is `failed`, with a detail starting `not sent:`, while the "
+                "channel's host or space has its most messages in flight (4 each)."
+            ),
             "parameters": [SPACE, CHANNEL],
             "requestBody": {
                 "required": True,

@@ -1,13 +1,17 @@
 """Sending what channels have queued: one step takes each channel that has something due
-and may send (see `storage.channel_queue`), sends one message for all of it (a digest when
-there are several), and records the outcome.
+and may send (see `storage.channel_queue`), sends one message for all of it (a digest
+when there are several), and records the outcome.
 
-Each channel sends in a task of its own, so a channel that hangs holds only itself. A
-message that fails is tried again, and given up and logged, as a webhook's event is (see
-`delivery`: backoff for about a day, without jitter; the service's `Retry-After`
-honoured), and never retried past the moment it is to be given up. At least once: a
-worker that dies mid-send leaves the channel's lease to lapse, and the message goes
-again.
+Each channel sends in a task of its own, so a channel that hangs holds only itself, and
+only when `guard.admit` gives it a place (a few sends at once per receiver host and per
+space, in this process): a channel beyond is held back a second (`DEFER_S`), not counted
+as an attempt, so that the others due get their turn. Once a thread is free for its
+send, the channel is asked whether it is still held by this send: a channel deleted (or
+whose space was) meanwhile is never sent to. A message that fails is tried again, and
+given up and logged, as a webhook's event is (see `delivery`: backoff for about a day,
+without jitter; the service's `Retry-After` honoured), and never retried past the moment
+it is to be given up. At least once: a worker that dies mid-send leaves the channel's
+lease to lapse, and the message goes again.
 """
 
 from __future__ import annotations
@@ -32,9 +36,10 @@ log = logging.getLogger("headway.worker")
 
 DIGEST_S = 5  # after a message, a channel waits this long: what comes meanwhile is one digest
 HOUR_US = 3600 * 1_000_000
-# Channels sending at once, in this process: one sending thread each (`guard`), so that
-# no send waits for a thread while its timeout runs.
+# Channels sending at once, in this process: one sending thread each (`guard`).
 CONCURRENCY = guard.POOL_THREADS
+DEFER_S = 1  # a channel whose host or space has enough sends in flight waits this long
+LOOKS = 4  # looks for due channels in one `start_due`, while some were held back
 
 
 def channel_sender(
@@ -95,22 +100,35 @@ class ChannelSender:
         return self._schemes or DEFAULT_SCHEMES
 
     async def start_due(self) -> list[asyncio.Task[None]]:
-        """Start a send for each channel that has something due (one look at the
-        database); returns the sends started."""
-        room = CONCURRENCY - len(self._sending)
-        if room <= 0:
-            return []
-        now = self.clock.now_us()
-        async with self.db.read() as fetch:
-            due = await channel_queue.due_channels(fetch, now, room + len(self._sending))
-        started = []
-        for channel_uuid in due:
-            if channel_uuid in self._sending or len(self._sending) >= CONCURRENCY:
-                continue
-            task = asyncio.create_task(self._send(channel_uuid), name="headway-channel-send")
-            self._sending[channel_uuid] = task
-            task.add_done_callback(partial(self._ended, channel_uuid))
-            started.append(task)
+        """Start a send for each channel that has something due and a place (`guard.admit`),
+        longest waiting first; those without one are held back `DEFER_S` and the next due
+        looked at; returns the sends started."""
+        started: list[asyncio.Task[None]] = []
+        for _ in range(LOOKS):
+            room = CONCURRENCY - len(self._sending)
+            if room <= 0:
+                break
+            now = self.clock.now_us()
+            async with self.db.read() as fetch:
+                due = await channel_queue.due_channels(fetch, now, room + len(self._sending))
+            deferred = []
+            for one in due:
+                if one.channel_uuid in self._sending or len(self._sending) >= CONCURRENCY:
+                    continue
+                place = guard.admit(one.space_uuid, guard.receiver_host(one.url))
+                if place is None:
+                    deferred.append(one.channel_uuid)
+                    continue
+                task = asyncio.create_task(
+                    self._send(one.channel_uuid), name="headway-channel-send"
+                )
+                self._sending[one.channel_uuid] = task
+                task.add_done_callback(partial(self._ended, one.channel_uuid, place))
+                started.append(task)
+            if not deferred:
+                break
+            async with self.db.write() as st:
+                await channel_queue.defer(st, deferred, now, now + DEFER_S * 1_000_000)
         return started
 
     async def run_once(self) -> int:
@@ -119,7 +137,8 @@ class ChannelSender:
         await asyncio.gather(*started)
         return len(started)
 
-    def _ended(self, channel_uuid: str, task: asyncio.Task[None]) -> None:
+    def _ended(self, channel_uuid: str, place: guard.Place, task: asyncio.Task[None]) -> None:
+        place.release()
         self._sending.pop(channel_uuid, None)
         taken = self._taken.pop(channel_uuid, None)
         if taken is not None and task.cancelled():
@@ -129,6 +148,8 @@ class ChannelSender:
     async def _send(self, channel_uuid: str) -> None:
         try:
             await self.send(channel_uuid)
+        except guard.Dropped:
+            log.info("a channel's send was dropped: the channel went, or another worker has it")
         except Exception as exc:  # the database is down: the lease lapses, it goes again
             if unavailable(exc):
                 log.warning("a channel's send could not be recorded (%s)", exc)
@@ -173,6 +194,7 @@ class ChannelSender:
             timeout_s=self.timeout_s,
             level=message.level,
             schemes=self.schemes,
+            wanted=partial(self._held, taken),
         )
         now = self.clock.now_us()
         to = endpoint("channel", channel_uuid, taken.url)
@@ -206,6 +228,11 @@ class ChannelSender:
         metrics.channel_delivery("given_up", len(give_up) + len(stale))
         metrics.given_up("channel", "attempts", len(give_up))
         metrics.given_up("channel", "age", len(stale))
+
+    async def _held(self, taken: channel_queue.Taken) -> bool:
+        """Whether the channel is still there, held by this send's lease."""
+        async with self.db.read() as fetch:
+            return await channel_queue.held(fetch, taken)
 
     async def _settle(
         self,

@@ -1,9 +1,21 @@
-"""The threads channels send on, and what they may connect to: a small pool of their own,
-name lookups pinned to the addresses checked, and the last HTTP answer kept.
+"""The threads channels send on, how many sends each receiver host and each space may
+have on them, and what they may connect to: a small pool of their own, name lookups
+pinned to the addresses checked, and the last HTTP answer kept.
 
 Apprise's plugins are blocking code (requests, smtplib), so each send runs on one of
 `POOL_THREADS` threads of this pool, never on the event loop's default executor, which
 serves requests and `/up`. Its name lookups run there too, inside the send's timeout.
+
+A slow host holds up only its own channels:
+- `admit` gives a send its place: at most `PER_HOST` sends in flight to one receiver host
+  (`receiver_host`) and `PER_SPACE` for one space, in this process. A send refused a place
+  is not started (nor counted as an attempt): its sender tries again at its next look.
+- `run` waits for a free thread before it hands the call over, and the time a send waits
+  there is not part of its timeout (`Budget`): a healthy send is never reported "no
+  answer" because others hold the threads. A thread counts as busy until its call has
+  really ended, even when the caller gave up on it earlier.
+- `run`'s `wanted`, asked once a thread is free, drops a send whose channel or message
+  went meanwhile (`Dropped`): what was queued for a deleted space never starts.
 
 While a thread sends (`attempt`), `socket.getaddrinfo` is answered by a process-wide
 wrapper, installed once, that reads the thread's attempt; a thread with no attempt (every
@@ -31,25 +43,42 @@ import functools
 import ipaddress
 import socket
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
+import time
+import weakref
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from ..webhooks import RefusedAddress, refuse_non_public
 
 T = TypeVar("T")
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-# Sends (and their lookups) that can run at once. A send waiting for a thread spends its
-# own timeout waiting: whoever sends should run at most this many at once.
+# Sends (and their lookups) that can run at once; more wait for a thread, without
+# spending their timeout (see `Budget`).
 POOL_THREADS = 8
+# Sends in flight at once, in this process, to one receiver host and for one space: fewer
+# than the threads, so that one slow host or one space's many channels always leave some.
+PER_HOST = 4
+PER_SPACE = 4
 
 _system_getaddrinfo = socket.getaddrinfo
 _local = threading.local()
 _pool: ThreadPoolExecutor | None = None
 _installing = threading.Lock()
 _installed = False
+# Per event loop (one in a server process): the sends placed, by ("host" | "space", key),
+# and the threads free for its calls. A loop that ends takes its counts with it.
+_in_flight: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Counter[tuple[str, str]]] = (
+    weakref.WeakKeyDictionary()
+)
+_free_threads: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def pool() -> ThreadPoolExecutor:
@@ -62,15 +91,129 @@ def pool() -> ThreadPoolExecutor:
     return _pool
 
 
-async def run(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """`function(*args, **kwargs)` on a sending thread."""
-    call = functools.partial(function, *args, **kwargs)
-    return await asyncio.get_running_loop().run_in_executor(pool(), call)
+class Dropped(Exception):
+    """A send's `wanted` said no once a thread was free: it was never started."""
 
 
-async def resolve(host: str, port: int) -> list[tuple[Any, ...]]:
+class Budget:
+    """A send's timeout, spent only while it runs: `run` stops it while the send waits for
+    a thread. `async with Budget(10) as budget:` raises TimeoutError as `asyncio.timeout`
+    does once the time is spent; `deadline` is when it ends on `time.monotonic()`, for
+    the socket timeouts of the call on the thread (which no cancellation can stop)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.deadline = 0.0
+        self._left = timeout_s
+        self._timeout = asyncio.timeout(None)
+
+    async def __aenter__(self) -> Budget:
+        await self._timeout.__aenter__()
+        self._resume()
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool | None:
+        return await self._timeout.__aexit__(kind, error, traceback)
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """The time inside is not spent (unless the budget ran out already)."""
+        if self._timeout.expired():
+            yield
+            return
+        self._left = self.deadline - time.monotonic()
+        self._timeout.reschedule(None)
+        try:
+            yield
+        finally:
+            self._resume()
+
+    def _resume(self) -> None:
+        self.deadline = time.monotonic() + self._left
+        self._timeout.reschedule(asyncio.get_running_loop().time() + self._left)
+
+
+async def run(
+    function: Callable[..., T],
+    *args: Any,
+    budget: Budget | None = None,
+    wanted: Callable[[], Awaitable[bool]] | None = None,
+    **kwargs: Any,
+) -> T:
+    """`function(*args, **kwargs)` on a sending thread, once one is free. The wait is not
+    part of `budget`; `wanted`, if given, is asked once a thread is free, and False
+    drops the call (`Dropped`)."""
+    loop = asyncio.get_running_loop()
+    free = _free_threads.get(loop)
+    if free is None:
+        free = _free_threads[loop] = asyncio.Semaphore(POOL_THREADS)
+    with budget.waiting() if budget is not None else contextlib.nullcontext():
+        await free.acquire()
+        try:
+            if wanted is not None and not await wanted():
+                raise Dropped
+            future = pool().submit(functools.partial(function, *args, **kwargs))
+        except BaseException:
+            free.release()
+            raise
+    # The thread is free again only once the call has ended, not when its caller gave up.
+    future.add_done_callback(functools.partial(_thread_ended, loop, free))
+    return await asyncio.wrap_future(future)
+
+
+def _thread_ended(loop: asyncio.AbstractEventLoop, free: asyncio.Semaphore, _: Future[Any]) -> None:
+    with contextlib.suppress(RuntimeError):  # the loop closed meanwhile: nobody waits
+        loop.call_soon_threadsafe(free.release)
+
+
+async def resolve(host: str, port: int, *, budget: Budget | None = None) -> list[tuple[Any, ...]]:
     """The system's lookup of `host` for a stream socket, on a sending thread."""
-    return await run(_system_getaddrinfo, host, port, type=socket.SOCK_STREAM)
+    return await run(_system_getaddrinfo, host, port, type=socket.SOCK_STREAM, budget=budget)
+
+
+@dataclass(eq=False)
+class Place:
+    """One send's place among those in flight (see `admit`): `release` it once it ended."""
+
+    keys: tuple[tuple[str, str], ...]
+    counts: Counter[tuple[str, str]] = field(repr=False)
+    held: bool = True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.counts.subtract(self.keys)
+            for key in self.keys:
+                if self.counts[key] <= 0:
+                    del self.counts[key]
+
+
+def admit(space_uuid: str, host: str) -> Place | None:
+    """A place for one send to `host` (see `receiver_host`) for the space, or None while
+    that host has `PER_HOST` sends in flight in this process or the space `PER_SPACE`:
+    the send is then not started, and its sender tries again later."""
+    counts = _in_flight.setdefault(asyncio.get_running_loop(), Counter())
+    keys = (("host", host), ("space", space_uuid))
+    if counts[keys[0]] >= PER_HOST or counts[keys[1]] >= PER_SPACE:
+        return None
+    counts.update(keys)
+    return Place(keys, counts)
+
+
+def receiver_host(url: str) -> str:
+    """The host a channel's URL sends to, as the bounds count it: the URL's host without
+    its port (one machine, whatever port it listens on), or its scheme when it has none."""
+    try:
+        parts = urlsplit(url.strip())
+        host = parts.hostname
+    except ValueError:
+        return url.partition(":")[0].lower()
+    return normal_host(host) or parts.scheme.lower()
 
 
 def shutdown() -> None:

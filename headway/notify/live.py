@@ -21,8 +21,12 @@ Only one instance looks at a time (a lease, as the stall watch's); the row of a 
 claimed in the database before its first send, so two instances never make two messages
 for one task. A channel's sends run one after the other, in a task of their own, so a
 service that hangs holds only its own channel; the next look skips a channel still
-sending. What is sent and when is counted in `/metrics`; the channel's deliveries show
-each message created and each that failed or was given up.
+sending. A channel sends only when `guard.admit` gives it a place (a few sends at once per
+receiver host and per space, in this process): beyond, it waits for a later look, the
+channels that waited longest first, and nothing counts as an attempt. Each send asks, once
+a thread is free for it, whether its message is still kept: what a deleted task, channel
+or space had queued never starts. What is sent and when is counted in `/metrics`; the
+channel's deliveries show each message created and each that failed or was given up.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .. import delivery, domain, metrics
@@ -46,7 +51,7 @@ from ..storage import channels, leases, live
 from ..storage.database import Database
 from ..storage.leases import Lease
 from ..storage.live import LiveChannel, LiveRow
-from . import messages
+from . import guard, messages
 
 if TYPE_CHECKING:  # imported where it is first used (`_send`)
     from .live_send import LiveOutcome
@@ -114,6 +119,8 @@ class LiveWatch:
         self._until_us = 0  # when the lease this process holds lapses
         self._sending: dict[str, asyncio.Task[None]] = {}
         self._checked: dict[str, Any] = {}  # channel uuid: its checked URL
+        self._turns: dict[str, int] = {}  # channel uuid: when it last started sending
+        self._turn = 0
 
     @property
     def schemes(self) -> tuple[str, ...]:
@@ -156,6 +163,7 @@ class LiveWatch:
         if not found:
             return []
         self._checked = {c.uuid: self._checked[c.uuid] for c in found if c.uuid in self._checked}
+        self._turns = {c.uuid: self._turns[c.uuid] for c in found if c.uuid in self._turns}
         if not self._held and await leases.held_until(self.db.fetch, LEASE_NAME) > now:
             return []  # another instance holds the lease (a read: no write each look)
         if not self._held or self.lease.renew(self._until_us, now):
@@ -184,12 +192,29 @@ class LiveWatch:
             async with self.db.write() as st:
                 await live.drop(st, gone)
         started = []
-        for channel_uuid, sends in due.items():
+        for channel_uuid in sorted(due, key=lambda key: self._turns.get(key, 0)):
+            sends = due[channel_uuid]
+            place = guard.admit(sends[0].channel.space_uuid, self._host(sends[0].channel))
+            if place is None:
+                continue  # its host or its space has enough in flight: at a later look
+            self._turn += 1
+            self._turns[channel_uuid] = self._turn
             task = asyncio.create_task(self._send_all(sends), name="headway-live-send")
             self._sending[channel_uuid] = task
-            task.add_done_callback(lambda _, key=channel_uuid: self._sending.pop(key, None))
+            task.add_done_callback(partial(self._ended, channel_uuid, place))
             started.append(task)
         return started
+
+    def _ended(self, channel_uuid: str, place: guard.Place, _: asyncio.Task[None]) -> None:
+        self._sending.pop(channel_uuid, None)
+        place.release()
+
+    def _host(self, channel: LiveChannel) -> str:
+        """The receiver host of a channel's sends: its service's endpoint, if set."""
+        from .live_send import LIVE_SERVICES
+
+        service = LIVE_SERVICES.get(channel.url.partition("://")[0].lower(), "")
+        return guard.receiver_host(self.endpoints.get(service, channel.url))
 
     async def _space(
         self,
@@ -294,6 +319,8 @@ class LiveWatch:
         for one in sends:
             try:
                 await self._send(one)
+            except guard.Dropped:
+                log.info("live messages: a send was dropped: its message is no longer kept")
             except Exception as exc:  # the database is down: its row says what to send
                 from ..dependencies import unavailable
 
@@ -331,6 +358,7 @@ class LiveWatch:
             allow_private=self.allow_private,
             timeout_s=self.timeout_s,
             endpoints=self.endpoints,
+            wanted=partial(self._kept, channel.uuid, one.task_uuid),
         )
         now = self.clock.now_us()
         if outcome.ok:
@@ -364,10 +392,14 @@ class LiveWatch:
             await channels.log_delivery(st, row.channel_uuid, now, "live", outcome_word, detail)
         metrics.live_message("given_up" if give_up else "failed")
 
+    async def _kept(self, channel_uuid: str, task_uuid: str) -> bool:
+        """Whether the channel still keeps a message for the task (not deleted since)."""
+        async with self.db.read() as fetch:
+            return await live.kept(fetch, channel_uuid, task_uuid)
+
     async def _channel_url(self, channel: LiveChannel) -> Any:
         found = self._checked.get(channel.uuid)
         if found is None:
-            from . import guard
             from .urls import check_channel_url
 
             found = await guard.run(check_channel_url, channel.url, self.schemes)

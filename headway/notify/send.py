@@ -3,10 +3,10 @@ pinned, the whole attempt inside its timeout, and an outcome that holds no token
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import math
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -43,22 +43,24 @@ async def send(
     timeout_s: float = 10.0,
     level: Level = "info",
     schemes: Collection[str] = DEFAULT_SCHEMES,
+    wanted: Callable[[], Awaitable[bool]] | None = None,
 ) -> SendOutcome:
     """Send `title` and `body` to the channel at `url`; never raises for what the URL or
-    the service does.
+    the service does. `wanted`, asked once a thread is free to send on, may drop the send
+    (`guard.Dropped` is raised: nothing was sent).
 
     Everything happens inside `timeout_s`: reading the URL, the public-address check of
     the hosts its owner picked (their lookups on the sending threads), and the send,
-    whose connections go to the addresses checked (see `guard`). A URL that is no longer
-    allowed (`schemes` changed since it was registered) or whose host is now refused is
-    not sent to, and the outcome says why.
+    whose connections go to the addresses checked (see `guard`). Waiting for a sending
+    thread is not part of it. A URL that is no longer allowed (`schemes` changed since it
+    was registered) or whose host is now refused is not sent to, and the outcome says why.
     """
     try:
-        async with asyncio.timeout(timeout_s):
-            deadline = time.monotonic() + timeout_s
-            channel = await guard.run(check_channel_url, url, schemes)
-            pins = await check_channel_hosts(channel, allow_private=allow_private)
-            return await _deliver(channel, title, body, pins, allow_private, level, deadline)
+        async with guard.Budget(timeout_s) as budget:
+            channel = await guard.run(check_channel_url, url, schemes, budget=budget)
+            resolve = functools.partial(guard.resolve, budget=budget)
+            pins = await check_channel_hosts(channel, allow_private=allow_private, resolve=resolve)
+            return await _deliver(channel, title, body, pins, allow_private, level, budget, wanted)
     except TimeoutError:
         return SendOutcome(False, f"no answer within {timeout_s:g} s")
     except Unprocessable as exc:
@@ -81,9 +83,8 @@ async def deliver(
     at its address, any other name only if it resolves to public addresses. With
     `allow_private` nothing is pinned or refused. `send` is this after the checks."""
     try:
-        async with asyncio.timeout(timeout_s):
-            deadline = time.monotonic() + timeout_s
-            return await _deliver(channel, title, body, pins, allow_private, level, deadline)
+        async with guard.Budget(timeout_s) as budget:
+            return await _deliver(channel, title, body, pins, allow_private, level, budget, None)
     except TimeoutError:
         return SendOutcome(False, f"no answer within {timeout_s:g} s")
     except Unprocessable as exc:
@@ -142,9 +143,12 @@ async def _deliver(
     pins: Mapping[str, Address],
     allow_private: bool,
     level: Level,
-    deadline: float,
+    budget: guard.Budget,
+    wanted: Callable[[], Awaitable[bool]] | None,
 ) -> SendOutcome:
-    return await guard.run(_notify, channel, title, body, pins, not allow_private, level, deadline)
+    guarded = not allow_private
+    call = functools.partial(_notify, channel, title, body, pins, guarded, level, budget)
+    return await guard.run(call, budget=budget, wanted=wanted)
 
 
 def _notify(
@@ -154,9 +158,10 @@ def _notify(
     pins: Mapping[str, Address],
     guarded: bool,
     level: Level,
-    deadline: float,
+    budget: guard.Budget,
 ) -> SendOutcome:
     """One send, on a sending thread."""
+    deadline = budget.deadline  # set as the thread was handed the call
     from apprise import NotifyFormat, NotifyType
 
     from .urls import plugin_for

@@ -20,6 +20,10 @@ from .idempotency import Idempotency, Keys
 from .spaces import Spaces, added_to_space
 
 NO_CHANNEL = "No such channel in this space."
+BUSY = (
+    "not sent: this channel's host or space has its most messages on their way already; "
+    "try again in a few seconds"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +126,9 @@ class Channels:
                 raise NotFound(NO_CHANNEL)
 
     async def test(self, space_uuid: str, channel_uuid: str) -> dict[str, Any]:
-        """Send a test message now; the outcome, as the channel's deliveries show it."""
-        from ..notify import send
+        """Send a test message now; the outcome, as the channel's deliveries show it. Not
+        sent while the channel's host or space has its most sends in flight."""
+        from ..notify import guard, send
 
         space_key = await self._spaces.existing(space_uuid)
         key = canonical_uuid(channel_uuid)
@@ -133,13 +138,22 @@ class Channels:
                 found = await channels.target(fetch, space_key, key)
         if key is None or found is None:
             raise NotFound(NO_CHANNEL)
-        outcome = await send.send_test(
-            found.url,
-            allow_private=self.rules.allow_private,
-            schemes=self.schemes,
-            space_title=found.space_title,
-            link=self.link(found.share_uuid),
-        )
+        # A test message takes its place among the channels' sends (`guard.admit`), so that
+        # test messages cannot take the sending threads from every other channel.
+        place = guard.admit(space_key, guard.receiver_host(found.url))
+        if place is None:
+            outcome = send.SendOutcome(False, BUSY)
+        else:
+            try:
+                outcome = await send.send_test(
+                    found.url,
+                    allow_private=self.rules.allow_private,
+                    schemes=self.schemes,
+                    space_title=found.space_title,
+                    link=self.link(found.share_uuid),
+                )
+            finally:
+                place.release()
         now_us = self._stores.clock.now_us()
         result = "delivered" if outcome.delivered else "failed"
         async with self._stores.writes.transaction() as unit:

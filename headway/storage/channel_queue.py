@@ -131,15 +131,34 @@ async def _push_out(
 # --- Sending -----------------------------------------------------------------------------
 
 
-async def due_channels(fetch: Fetch, now_us: int, limit: int) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class Due:
+    """A channel with something due: which space it is of, and where it sends."""
+
+    channel_uuid: str
+    space_uuid: str
+    url: str
+
+
+async def due_channels(fetch: Fetch, now_us: int, limit: int) -> list[Due]:
     """Channels with something due that may send now, longest waiting first."""
     found = await fetch(
-        "SELECT d.channel_uuid FROM channel_deliveries d JOIN channels c ON c.uuid = "
-        "d.channel_uuid WHERE d.next_attempt_at_us <= ? AND c.hold_until_us <= ? "
-        "GROUP BY d.channel_uuid ORDER BY min(d.next_attempt_at_us) LIMIT ?",
+        "SELECT c.uuid, c.space_uuid, c.url FROM channel_deliveries d JOIN channels c "
+        "ON c.uuid = d.channel_uuid WHERE d.next_attempt_at_us <= ? AND c.hold_until_us <= ? "
+        "GROUP BY c.uuid, c.space_uuid, c.url ORDER BY min(d.next_attempt_at_us) LIMIT ?",
         (now_us, now_us, limit),
     )
-    return [row[0] for row in found]
+    return [Due(row[0], row[1], row[2]) for row in found]
+
+
+async def defer(st: Statements, channel_uuids: Sequence[str], now_us: int, until_us: int) -> None:
+    """Hold back channels that may not send now (their host or space has enough sends in
+    flight) until `until_us`, so that the next look finds the others due; a channel some
+    worker holds is left as it is. Nothing counts as an attempt."""
+    await st.many(
+        "UPDATE channels SET hold_until_us = ? WHERE uuid = ? AND hold_until_us <= ?",
+        [(until_us, uuid, now_us) for uuid in sorted(channel_uuids)],  # rows in uuid order
+    )
 
 
 async def next_due_at(fetch: Fetch) -> int | None:
@@ -219,6 +238,17 @@ async def take(
         lease_us,
         pending,
     )
+
+
+async def held(fetch: Fetch, taken: Taken) -> bool:
+    """Whether the channel is still there and held by `taken`'s lease (a send about to
+    start asks: a deleted channel, or one another worker took once the lease lapsed, is
+    not sent to)."""
+    found = await fetch(
+        "SELECT 1 FROM channels WHERE uuid = ? AND hold_until_us = ?",
+        (taken.channel_uuid, taken.lease_us),
+    )
+    return bool(found)
 
 
 async def sent(

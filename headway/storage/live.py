@@ -68,6 +68,15 @@ async def messages(fetch: Fetch, channel_uuids: Sequence[str]) -> list[LiveRow]:
     ]
 
 
+async def kept(fetch: Fetch, channel_uuid: str, task_uuid: str) -> bool:
+    """Whether the channel keeps a message for the task (none once either is deleted)."""
+    found = await fetch(
+        "SELECT 1 FROM live_messages WHERE channel_uuid = ? AND task_uuid = ?",
+        (channel_uuid, task_uuid),
+    )
+    return bool(found)
+
+
 async def claim(st: Statements, channel_uuid: str, task_uuid: str, now_us: int) -> bool:
     """A new message for this task, not sent yet, unless the channel keeps one (False)."""
     made = await st.rows(

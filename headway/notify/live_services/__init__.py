@@ -6,12 +6,10 @@ the notify module's sending threads, inside its timeout, like `send.deliver` doe
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import re
-import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ...errors import Unprocessable
@@ -67,6 +65,7 @@ async def post(
     allow_private: bool,
     timeout_s: float = 10.0,
     endpoints: Mapping[str, str] | None = None,
+    wanted: Callable[[], Awaitable[bool]] | None = None,
 ) -> LiveOutcome:
     """Create the message (`ref` None) or edit it (`ref` from a previous outcome); never
     raises for what the URL or the service does.
@@ -79,7 +78,9 @@ async def post(
 
     Everything happens inside `timeout_s`: the public-address check of the hosts the URL's
     owner picked, then the requests on a sending thread, which connect to the addresses
-    checked (see `guard`); with `allow_private` nothing is refused.
+    checked (see `guard`); with `allow_private` nothing is refused. Waiting for a sending
+    thread is not part of it. `wanted`, asked once a thread is free, may drop the post
+    (`guard.Dropped` is raised: nothing was sent).
     """
     if not _KEY.fullmatch(key):
         raise ValueError("key must be 1 to 32 lowercase hex digits")
@@ -93,11 +94,13 @@ async def post(
         return LiveOutcome(False, ref, unreadable, None, True)
     endpoint = (endpoints or {}).get(service)
     try:
-        async with asyncio.timeout(timeout_s):
-            deadline = time.monotonic() + timeout_s
-            pins = await check_channel_hosts(channel, allow_private=allow_private)
+        async with guard.Budget(timeout_s) as budget:
+            resolve = functools.partial(guard.resolve, budget=budget)
+            pins = await check_channel_hosts(channel, allow_private=allow_private, resolve=resolve)
             one_post = functools.partial(_post, module, channel, text, key, ref, kept)
-            return await guard.run(one_post, pins, allow_private, deadline, endpoint)
+            return await guard.run(
+                one_post, pins, allow_private, budget, endpoint, budget=budget, wanted=wanted
+            )
     except TimeoutError:
         return LiveOutcome(False, ref, f"{module.NAME}: no answer within {timeout_s:g} s")
     except RefusedAddress as exc:
@@ -113,10 +116,11 @@ def _post(
     kept: dict[str, Any] | None,
     pins: Mapping[str, Address],
     allow_private: bool,
-    deadline: float,
+    budget: guard.Budget,
     endpoint: str | None,
 ) -> LiveOutcome:
     """One post, on a sending thread."""
+    deadline = budget.deadline  # set as the thread was handed the call
     with guard.attempt(pins, guarded=not allow_private) as state:
         try:
             plugin = plugin_for(channel)
