@@ -199,11 +199,16 @@ def estimate(
     usual: Usual | None,
     finished_at_us: int | None = None,
     mean: bool = False,
+    steps_left: tuple[float, Basis] | None = None,
 ) -> Estimate:
     """The estimate of a task created at `created_at_us`, as its last report left it
     (`current`, `end`, `track`), in a job that usually takes `usual`. `mean`: a task that
     keeps no track (a parent, whose count its steps make): its rate is its count over
-    the time since it was created, once that is `MIN_SPAN_S`."""
+    the time since it was created, once that is `MIN_SPAN_S`; and since its count is
+    only of the steps made so far (the Python client makes them one after another), a
+    usual duration is weighed by the part of it elapsed, not by that count.
+    `steps_left`: the longest time left of its running steps and what it comes from,
+    below which a parent's own never falls."""
     if finished_at_us is not None:
         elapsed = max(0.0, (finished_at_us - created_at_us) / 1e6)
         return Estimate(elapsed, None, 0.0, finished_at_us, None, usual, False)
@@ -227,7 +232,12 @@ def estimate(
         by_usual = usual.p50_s - elapsed
     remaining: float | None
     basis: Basis | None
-    if by_rate is not None and by_usual is not None:
+    if by_rate is not None and by_usual is not None and mean:
+        assert usual is not None  # by_usual is None without it
+        part = elapsed / usual.p50_s  # elapsed < p50 here
+        weight = part * part  # the usual counts more until the run nears its usual end
+        remaining, basis = weight * by_rate + (1 - weight) * by_usual, "blend"
+    elif by_rate is not None and by_usual is not None:
         remaining, basis = _blend(by_rate, by_usual, done, elapsed, usual), "blend"
     elif by_rate is not None:
         remaining, basis = by_rate, "rate"
@@ -235,6 +245,8 @@ def estimate(
         remaining, basis = by_usual, "usual"
     else:
         remaining, basis = None, None
+    if steps_left is not None and (remaining is None or remaining < steps_left[0]):
+        remaining, basis = steps_left  # a parent ends no sooner than its running steps
     eta = None if remaining is None else now_us + round(remaining * 1e6)
     return Estimate(
         elapsed, per_s, remaining, eta, basis, usual, late(elapsed, remaining, done, usual)
