@@ -14,7 +14,10 @@ says nothing of the pace after it). Between reports, as long as they are no late
 usual, the work goes on: the time since the last one counts as spent on what is left.
 
 No rate before `MIN_REPORTS` reports that span `MIN_SPAN_S` seconds or `MIN_SPAN_PART`
-of `end`. A job's usual duration, where it has one, is blended in: the time it leaves
+of `end`, unless the reporter is steady: from its second report, when its reports span
+`STEADY_SPAN_S` and none came after a pause over `STEADY_RATIO` times its shortest (a
+burst, whose reports come closer than the anchors' gap, is one anchor: it never passes).
+A job's usual duration, where it has one, is blended in: the time it leaves
 (p50 less the time elapsed) weighs `1 - done`, the rate's `done` (the part of `end`
 reached), so the rate counts more as the run nears its end.
 """
@@ -33,6 +36,8 @@ MIN_GAP_US = 200_000  # anchors at least this far apart (and `elapsed / 2 / ANCH
 MIN_REPORTS = 3
 MIN_SPAN_S = 10.0
 MIN_SPAN_PART = 0.02
+STEADY_SPAN_S = 1.0  # or from the second report, when they are steady and span this
+STEADY_RATIO = 3  # steady: no two anchors further apart than 3 times the closest two
 FAR = 1.5  # a total beyond p95 x 1.5, or under p50 / 1.5, is far from the usual
 SILENCE_APART = 4  # a silence this many times the anchors' spacing starts the window again
 LATE_FACTOR = 1.2  # late beyond max(1.2 x p95, p50 + 60 s)
@@ -165,22 +170,33 @@ class Estimate(msgspec.Struct, frozen=True):
 
 def rate(track: Track | None, now_us: int) -> float | None:
     """Units of `current` per second, or None while the track is too short to tell."""
-    if track is None or track.reports < MIN_REPORTS:
+    if track is None or track.reports < 2:
         return None
     anchors = track.anchors
     first_us, first = anchors[0], anchors[1]
     last_us, last = anchors[-2], anchors[-1]
+    if last_us <= first_us:
+        return None
     span_s = (last_us - track.started_us) / 1e6
     part = (last - track.start) / track.end if track.end else 0.0
-    if span_s < MIN_SPAN_S and part < MIN_SPAN_PART:
-        return None
-    if last_us <= first_us:
+    spread = track.reports >= MIN_REPORTS and (span_s >= MIN_SPAN_S or part >= MIN_SPAN_PART)
+    if not spread and not _steady(anchors, span_s):
         return None
     # Silent for longer than the reports were ever apart in the window: the rate falls, as
     # if half of that silence had been spent at work (a silence may be a pause).
     overdue_us = now_us - last_us - _apart_us(anchors)
     until_us = last_us + max(0.0, overdue_us) / 2
     return max(0.0, (last - first) / ((until_us - first_us) / 1e6))
+
+
+def _steady(anchors: Sequence[Number], span_s: float) -> bool:
+    """Whether the anchors are those of a steady reporter: a second or more in all, and
+    none further from the one before than `STEADY_RATIO` times the closest pair (two
+    reports are steady: a burst is one anchor, as its reports are never that far apart)."""
+    if span_s < STEADY_SPAN_S:
+        return False
+    gaps = [anchors[n + 2] - anchors[n] for n in range(0, len(anchors) - 2, 2)]
+    return max(gaps) <= STEADY_RATIO * min(gaps)
 
 
 def _apart_us(anchors: Sequence[Number | bool], first: int = 0) -> float:

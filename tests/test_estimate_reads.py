@@ -236,3 +236,24 @@ async def test_a_parent_with_a_usual_duration_leans_on_it_and_not_on_its_count(
     assert found["remaining_s"] >= step["remaining_s"]
     assert found["remaining_s"] == pytest.approx(105.0, rel=0.05)
     assert not found["late"]
+
+
+async def test_a_steady_reporter_has_an_estimate_after_its_first_two_reports(
+    client, make_task, clock
+):
+    """A count every 2 s, of a run that takes 12 s: at a quarter of it, after two reports,
+    the estimate is the truth (9 s left), as tqdm's is; a burst of reports says nothing."""
+    task = await make_task(title="Export")
+    await report(client, task, 0, end=60)
+    clock.advance(2)
+    await report(client, task, 10, end=60)
+    clock.advance(1)
+    found = await estimate_of(client, task)
+    assert found["basis"] == "rate"
+    assert found["rate_per_s"] == pytest.approx(5.0)
+    assert found["remaining_s"] == pytest.approx(9.0)
+    burst = await make_task(title="Import")
+    for current in (0, 5, 9):
+        await report(client, burst, current, end=1000)
+        clock.advance(us=1000)
+    assert (await estimate_of(client, burst))["rate_per_s"] is None
