@@ -1800,3 +1800,30 @@ def contrast(first: str, second: str) -> float:
 
     high, low = sorted((luminance(first), luminance(second)), reverse=True)
     return (high + 0.05) / (low + 0.05)
+
+
+def test_a_step_made_after_the_first_finished_shows_as_its_event_arrives(new_page, api):
+    """Steps made one after another, as the Python client makes them: the page shows the
+    second as soon as the stream brings it, without a reload and without reading the
+    space again (the stream's event is all it needs)."""
+    space = api.space("Releases")
+    parent = api.task(space, "Publish release")
+    api.report(parent, values={})  # its reporter holds it open
+    first = api.task(space, "Build", parent_uuid=parent)
+    api.report(first, current=1, end=1)
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    card = task_card(page, "Publish release")
+    expect(card.locator(".steps-summary")).to_have_text("1 of 1 step done")
+    page.evaluate(
+        """() => {
+          window.__reads = 0;
+          const fetched = window.fetch;
+          window.fetch = (...args) => { window.__reads += 1; return fetched(...args); };
+        }"""
+    )
+    api.task(space, "Publish", parent_uuid=parent)
+    # Generous: a busy machine may take its time, but no refetch or reload is needed.
+    expect(step_card(page, "Publish")).to_be_visible(timeout=15_000)
+    expect(card.locator(".steps-summary")).to_have_text("1 of 2 steps done")
+    assert page.evaluate("window.__reads") == 0
