@@ -197,6 +197,10 @@ def test_past_runs_show_each_jobs_history_with_its_failures(new_page, api, shots
         time.sleep(0.2 + 0.05 * (n % 3))
         values = {"error": "disk full"} if n in (2, 5) else {}
         api.report(task, values=values, done=True)
+    for _ in range(2):  # a job with steps: its steps are no jobs beside it
+        release = api.task(space, "Release")
+        for title in ("Run tests", "Publish"):
+            api.report(api.task(space, title, parent_uuid=release), done=True)
     running = api.task(space, "Nightly ETL", source="cron")
     for current in (1, 2, 3):  # three reports: the server has a rate
         api.report(running, current=current, end=40, values={"log": f"table {current}"})
@@ -209,9 +213,21 @@ def test_past_runs_show_each_jobs_history_with_its_failures(new_page, api, shots
         page.goto(path)
         expect(page.locator("#connection")).to_have_text("Live")
         page.get_by_text("Past runs").click()
-        job = page.locator("#jobs .job")
-        expect(job).to_have_count(1)
+        jobs = page.locator("#jobs .job")
+        expect(jobs.locator("h3")).to_have_text(["Nightly ETL", "Release"])
+        steps = jobs.last.locator(".job-steps > li")
+        expect(steps).to_have_count(2)
+        expect(steps.first).to_contain_text("2 runs")
+        expect(jobs.last.locator(".job-steps")).to_contain_text("Run tests")
+        job = jobs.filter(has=page.get_by_role("heading", name="Nightly ETL"))
         expect(job.locator("h3")).to_have_text("Nightly ETL")
+        # A scale: what a bar's height says, and each bar's value on hover and on focus.
+        expect(job.locator(".job-axis")).to_contain_text(re.compile(r"0 to \d"))
+        first_run = job.locator("svg.job-chart rect.run").first
+        expect(first_run).to_have_attribute("tabindex", "0")
+        expect(first_run).to_have_attribute("aria-label", re.compile(r"(took|failed after) \d"))
+        first_run.focus()
+        expect(first_run).to_be_focused()
         expect(job.locator(".job-facts")).to_contain_text("7 runs · 2 failed")
         expect(job.locator(".job-facts")).to_contain_text("usually")
         expect(job.locator(".job-facts")).to_contain_text("1 running")
