@@ -15,8 +15,9 @@ usual, the work goes on: the time since the last one counts as spent on what is 
 
 No rate before `MIN_REPORTS` reports that span `MIN_SPAN_S` seconds or `MIN_SPAN_PART`
 of `end`, unless the reporter is steady: from its second report, when its reports span
-`STEADY_SPAN_S` and none came after a pause over `STEADY_RATIO` times its shortest (a
-burst, whose reports come closer than the anchors' gap, is one anchor: it never passes).
+`STEADY_SPAN_S` (but less than `MIN_SPAN_S`: two reports minutes apart may be a stall and
+a restart) and none came after a pause over `STEADY_RATIO` times its shortest (a burst,
+whose reports come closer than the anchors' gap, is one anchor: it never passes).
 A job's usual duration, where it has one, is blended in: the time it leaves
 (p50 less the time elapsed) weighs `1 - done`, the rate's `done` (the part of `end`
 reached), so the rate counts more as the run nears its end.
@@ -190,10 +191,12 @@ def rate(track: Track | None, now_us: int) -> float | None:
 
 
 def _steady(anchors: Sequence[Number], span_s: float) -> bool:
-    """Whether the anchors are those of a steady reporter: a second or more in all, and
-    none further from the one before than `STEADY_RATIO` times the closest pair (two
-    reports are steady: a burst is one anchor, as its reports are never that far apart)."""
-    if span_s < STEADY_SPAN_S:
+    """Whether the anchors are those of a steady reporter, within its first `MIN_SPAN_S`:
+    a second or more in all, and none further from the one before than `STEADY_RATIO`
+    times the closest pair (two reports are steady: a burst is one anchor, as its reports
+    are never that far apart). Two reports further apart may be a pause and a restart,
+    which only a third tells: the rule of `MIN_REPORTS` then decides."""
+    if not STEADY_SPAN_S <= span_s < MIN_SPAN_S:
         return False
     gaps = [anchors[n + 2] - anchors[n] for n in range(0, len(anchors) - 2, 2)]
     return max(gaps) <= STEADY_RATIO * min(gaps)

@@ -53,6 +53,9 @@ def test_a_steady_reporter_has_a_rate_from_its_second_report_a_second_or_more_ap
     halves = fed([(n / 2, n, 1000) for n in range(3)])  # every 0.5 s: a second by the third
     assert rate(halves, 1 * S) == pytest.approx(2.0)
     assert rate(fed([(0, 0, 1000), (0.5, 1, 1000)]), 1 * S) is None  # too close to tell
+    # Minutes apart, two reports may be a stall and a restart: a third tells.
+    assert rate(fed([(0, 0, 1000), (600, 8, 1000)]), 600 * S) is None
+    assert rate(fed([(0, 0, 1000), (600, 8, 1000), (660, 9, 1000)]), 660 * S) is not None
 
 
 def test_bursts_and_uneven_reports_wait_for_three_spanning_ten_seconds_or_two_percent():
