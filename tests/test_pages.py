@@ -1843,3 +1843,43 @@ def test_a_step_made_after_the_first_finished_shows_as_its_event_arrives(new_pag
     expect(step_card(page, "Publish")).to_be_visible(timeout=15_000)
     expect(card.locator(".steps-summary")).to_have_text("1 of 2 steps done")
     assert page.evaluate("window.__reads") == 0
+
+
+def test_a_step_whose_event_comes_before_its_new_parents_is_shown_with_it(new_page, api, watch):
+    """A new parent and its first step, made within one round of the stream: the step's
+    event comes first ("a child's event is followed by its parent's"), when the page does
+    not know the parent yet. The step is shown with its parent as the parent's event
+    arrives, not only at the step's next event, seconds later. The stream is the server's
+    own words for those tasks, replayed in that order."""
+    space = api.space("Releases")
+    snapshot = api.client.get(f"/spaces/{space}").json()
+    parent = api.task(space, "Publish release")
+    api.report(parent, values={})
+    step = api.task(space, "Build", parent_uuid=parent)
+    events = [
+        ("snapshot", snapshot),
+        ("task", {**api.client.get(f"/tasks/{step}").json(), "children": []}),
+        ("task", {**api.client.get(f"/tasks/{parent}").json(), "children": []}),
+    ]
+    body = "".join(
+        f"event: {name}\nid: {n}\ndata: {json.dumps(data)}\n\n"
+        for n, (name, data) in enumerate(events)
+    )
+    served = []
+
+    def stream(route):
+        if served:  # once: the page's reconnections find the server gone
+            route.abort()
+            return
+        served.append(route.request.url)
+        route.fulfill(status=200, headers={"content-type": "text/event-stream"}, body=body)
+
+    watch.expect_error(r"net::ERR_FAILED .*/events\?")  # the reconnections refused
+    page = new_page()
+    page.route(re.compile(r".*/events\?.*"), stream)
+    page.goto(f"/spaces/{space}")
+    card = task_card(page, "Publish release")
+    expect(card).to_be_visible()
+    expect(step_card(page, "Build")).to_be_visible()
+    expect(card.locator(".steps-summary")).to_have_text("0 of 1 step done")
+    assert len(served) == 1
