@@ -4,9 +4,11 @@ decoder's own words; query strings are read strictly (UTF-8, no repeated paramet
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 import sys
+import typing
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote_to_bytes
@@ -26,7 +28,7 @@ def decode_create(body: bytes, model: type[msgspec.Struct]) -> Any:
     decoder = _decoders.get(model)
     if decoder is None:
         decoder = _decoders[model] = msgspec.json.Decoder(model)
-    decoded = _decode(decoder, body, Unprocessable, members=model.__struct_fields__)
+    decoded = _decode(decoder, body, Unprocessable, members=model.__struct_fields__, model=model)
     for name in decoded.__struct_fields__:
         value = getattr(decoded, name)
         # PostgreSQL text cannot hold NUL; refuse it on every backend alike.
@@ -64,13 +66,14 @@ def _decode(
     error: type[HeadwayError],
     what: str = "request body",
     members: Sequence[str] = (),
+    model: type[msgspec.Struct] | None = None,
 ) -> Any:
     if not body.strip():
         raise error("The request body must be a JSON object, for example {}.")
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as exc:  # a subclass of DecodeError: test it first
-        raise error(f"Invalid {what}: {_describe(exc, members)}.") from None
+        raise error(f"Invalid {what}: {_describe(exc, members, model)}.") from None
     except msgspec.DecodeError as exc:
         if _SURROGATE_ESCAPE.search(body):
             # msgspec's words for it ("Input data was truncated") would mislead.
@@ -92,10 +95,16 @@ _SURROGATE_ESCAPE = re.compile(
 )
 
 
-def _describe(exc: Exception, members: Sequence[str] = ()) -> str:
+def _describe(
+    exc: Exception, members: Sequence[str] = (), model: type[msgspec.Struct] | None = None
+) -> str:
     """msgspec's words for what is wrong with a body, as a sentence a person can act on,
-    naming the member (`members`: the body's own, listed when an unknown one is sent)."""
+    naming the member (`members`: the body's own, listed when an unknown one is sent; a
+    value outside a member's choices lists them, read from `model`)."""
     text = str(exc)
+    choice = _ENUM.fullmatch(text)
+    if choice is not None:
+        return _not_a_choice(choice["value"], choice["at"], model)
     if text.startswith("Expected `bool | int | float | str`, got") and "$.values[" in text:
         return "values must be a flat object of numbers, strings or booleans (at $.values[...])"
     unknown = _UNKNOWN.fullmatch(text)
@@ -109,6 +118,7 @@ def _describe(exc: Exception, members: Sequence[str] = ()) -> str:
 
 
 _UNKNOWN = re.compile(r"Object contains unknown field `(?P<name>[^`]*)`")
+_ENUM = re.compile(r"Invalid enum value (?P<value>.+?)(?: - at `\$(?P<at>[^`]*)`)?")
 _EXPECTED = re.compile(
     r"Expected `(?P<types>[^`]+)`(?:, got `(?P<got>[^`]+)`)?(?P<bound>[^`]*?)"
     r"(?: - at `\$(?P<at>[^`]*)`)?"
@@ -137,6 +147,34 @@ def _unknown_member(name: str, members: Sequence[str]) -> str:
     return f"unknown member {name!r}"
 
 
+def _not_a_choice(value: str, at: str | None, model: type[msgspec.Struct] | None) -> str:
+    """A value that is none of a member's choices: the choices, where `model` says them."""
+    member = f"{at.lstrip('.')!r}" if at else "the body"
+    choices = _choices(model, at or "")
+    if not choices:
+        return f"{member} must not be {value}"
+    listed = ", ".join(map(repr, choices[:-1])) + f" or {choices[-1]!r}"
+    return f"{member} must be one of {listed}, not {value}"
+
+
+def _choices(model: type[msgspec.Struct] | None, at: str) -> list[Any]:
+    """The values a member of `model` may take, at `at` (`.events[0]`), in the order the
+    model declares them: those of the literal or enum it is, or holds (a list of them,
+    or null); [] if it is none."""
+    name = re.match(r"\.(\w+)", at)
+    if model is None or name is None:
+        return []
+    kind: Any = typing.get_type_hints(model).get(name[1])
+    while kind is not None:
+        if typing.get_origin(kind) is typing.Literal:
+            return list(typing.get_args(kind))
+        if isinstance(kind, type) and issubclass(kind, enum.Enum):
+            return [member.value for member in kind]
+        held = [arg for arg in typing.get_args(kind) if arg is not type(None)]
+        kind = held[0] if held else None
+    return []
+
+
 def _wrong_type(types: str, got: str | None, bound: str, at: str | None) -> str:
     names = [name.strip() for name in types.split("|")]
     words = []
@@ -154,6 +192,10 @@ def _wrong_type(types: str, got: str | None, bound: str, at: str | None) -> str:
     length = re.fullmatch(r"of length (<=|>=) (\d+)", bound)
     if length is not None:
         most = "at most" if length[1] == "<=" else "at least"
+        if names == ["object"]:  # a length of an object is its members, of an array its items
+            return f"{member} must have {most} {length[2]} members"
+        if names == ["array"]:
+            return f"{member} must have {most} {length[2]} items"
         return f"{member} must be {most} {length[2]} characters long"
     number = re.fullmatch(r"(<=|>=|<|>) (\S+)", bound)
     if number is not None:

@@ -14,7 +14,11 @@ says nothing of the pace after it). Between reports, as long as they are no late
 usual, the work goes on: the time since the last one counts as spent on what is left.
 
 No rate before `MIN_REPORTS` reports that span `MIN_SPAN_S` seconds or `MIN_SPAN_PART`
-of `end`. A job's usual duration, where it has one, is blended in: the time it leaves
+of `end`, unless the reporter is steady: from its second report, when its reports span
+`STEADY_SPAN_S` (but less than `MIN_SPAN_S`: two reports minutes apart may be a stall and
+a restart) and none came after a pause over `STEADY_RATIO` times its shortest (a burst,
+whose reports come closer than the anchors' gap, is one anchor: it never passes).
+A job's usual duration, where it has one, is blended in: the time it leaves
 (p50 less the time elapsed) weighs `1 - done`, the rate's `done` (the part of `end`
 reached), so the rate counts more as the run nears its end.
 
@@ -39,6 +43,8 @@ MIN_GAP_US = 200_000  # anchors at least this far apart (and `elapsed / 2 / ANCH
 MIN_REPORTS = 3
 MIN_SPAN_S = 10.0
 MIN_SPAN_PART = 0.02
+STEADY_SPAN_S = 1.0  # or from the second report, when they are steady and span this
+STEADY_RATIO = 3  # steady: no two anchors further apart than 3 times the closest two
 FAR = 1.5  # a total beyond p95 x 1.5, or under p50 / 1.5, is far from the usual
 SILENCE_APART = 4  # a silence this many times the anchors' spacing starts the window again
 LATE_FACTOR = 1.2  # late beyond max(1.2 x p95, p50 + 60 s)
@@ -171,16 +177,17 @@ class Estimate(msgspec.Struct, frozen=True):
 
 def rate(track: Track | None, now_us: int) -> float | None:
     """Units of `current` per second, or None while the track is too short to tell."""
-    if track is None or track.reports < MIN_REPORTS:
+    if track is None or track.reports < 2:
         return None
     anchors = track.anchors
     first_us, first = anchors[0], anchors[1]
     last_us, last = anchors[-2], anchors[-1]
+    if last_us <= first_us:
+        return None
     span_s = (last_us - track.started_us) / 1e6
     part = (last - track.start) / track.end if track.end else 0.0
-    if span_s < MIN_SPAN_S and part < MIN_SPAN_PART:
-        return None
-    if last_us <= first_us:
+    spread = track.reports >= MIN_REPORTS and (span_s >= MIN_SPAN_S or part >= MIN_SPAN_PART)
+    if not spread and not _steady(anchors, span_s):
         return None
     # Silent for longer than the reports were ever apart in the window: the rate falls, as
     # if half of that silence had been spent at work (a silence may be a pause).
@@ -188,6 +195,18 @@ def rate(track: Track | None, now_us: int) -> float | None:
     until_us = last_us + max(0.0, overdue_us) / 2
     per_s = max(0.0, (last - first) / ((until_us - first_us) / 1e6))
     return per_s if math.isfinite(per_s) else None
+
+
+def _steady(anchors: Sequence[Number], span_s: float) -> bool:
+    """Whether the anchors are those of a steady reporter, within its first `MIN_SPAN_S`:
+    a second or more in all, and none further from the one before than `STEADY_RATIO`
+    times the closest pair (two reports are steady: a burst is one anchor, as its reports
+    are never that far apart). Two reports further apart may be a pause and a restart,
+    which only a third tells: the rule of `MIN_REPORTS` then decides."""
+    if not STEADY_SPAN_S <= span_s < MIN_SPAN_S:
+        return False
+    gaps = [anchors[n + 2] - anchors[n] for n in range(0, len(anchors) - 2, 2)]
+    return max(gaps) <= STEADY_RATIO * min(gaps)
 
 
 def _apart_us(anchors: Sequence[Number | bool], first: int = 0) -> float:
@@ -206,11 +225,16 @@ def estimate(
     usual: Usual | None,
     finished_at_us: int | None = None,
     mean: bool = False,
+    steps_left: tuple[float, Basis] | None = None,
 ) -> Estimate:
     """The estimate of a task created at `created_at_us`, as its last report left it
     (`current`, `end`, `track`), in a job that usually takes `usual`. `mean`: a task that
     keeps no track (a parent, whose count its steps make): its rate is its count over
-    the time since it was created, once that is `MIN_SPAN_S`."""
+    the time since it was created, once that is `MIN_SPAN_S`; and since its count is
+    only of the steps made so far (the Python client makes them one after another), a
+    usual duration is weighed by the part of it elapsed, not by that count.
+    `steps_left`: the longest time left of its running steps and what it comes from,
+    below which a parent's own never falls."""
     if finished_at_us is not None:
         elapsed = max(0.0, (finished_at_us - created_at_us) / 1e6)
         return Estimate(elapsed, None, 0.0, finished_at_us, None, usual, False)
@@ -236,7 +260,12 @@ def estimate(
         by_usual = usual.p50_s - elapsed
     remaining: float | None
     basis: Basis | None
-    if by_rate is not None and by_usual is not None:
+    if by_rate is not None and by_usual is not None and mean:
+        assert usual is not None  # by_usual is None without it
+        part = elapsed / usual.p50_s  # elapsed < p50 here
+        weight = part * part  # the usual counts more until the run nears its usual end
+        remaining, basis = weight * by_rate + (1 - weight) * by_usual, "blend"
+    elif by_rate is not None and by_usual is not None:
         remaining, basis = _blend(by_rate, by_usual, done, elapsed, usual), "blend"
     elif by_rate is not None:
         remaining, basis = by_rate, "rate"
@@ -244,6 +273,8 @@ def estimate(
         remaining, basis = by_usual, "usual"
     else:
         remaining, basis = None, None
+    if steps_left is not None and (remaining is None or remaining < steps_left[0]):
+        remaining, basis = steps_left  # a parent ends no sooner than its running steps
     if remaining is not None and not _sayable(now_us, remaining):
         remaining, basis = None, None
     eta = None if remaining is None else now_us + round(remaining * 1e6)

@@ -253,7 +253,8 @@ class EstimateOut(msgspec.Struct):
             Meta(
                 ge=0,
                 description="Units of `current` a second, from the server's own clock; "
-                "null before 3 reports spanning 10 s or 2 % of `end`.",
+                "null before 2 steady reports spanning 1 to 10 s, or else before 3 "
+                "spanning 10 s or 2 % of `end`.",
             ),
         ]
         | None

@@ -312,8 +312,8 @@ def test_readme_python_example_runs_as_written(server: LiveServer, served_space:
 
     backup, deploy = server.space(served_space)["tasks"]
     assert backup["title"] == "Nightly backup" and backup["finished_at"] is not None
-    assert (backup["progress"]["current"], backup["progress"]["end"]) == (2, 3)
-    assert backup["progress"]["values"] == {"log": "dumping events"}
+    assert (backup["progress"]["current"], backup["progress"]["end"]) == (3, 3)
+    assert backup["progress"]["values"] == {"rows": 1000, "log": "events dumped"}
     assert deploy["title"] == "Deploy" and deploy["finished_at"] is not None
     assert [step["title"] for step in deploy["children"]] == ["Build", "Release 1.4.2"]
     assert_finished_after_its_steps(deploy)
@@ -335,3 +335,22 @@ def test_readme_space_example_prints_the_uuid_then_the_dashboard(server: LiveSer
     created = result.stdout.strip()
     assert uuid.UUID(created).version == 4
     assert server.space(created)["title"] == "Nightly jobs"
+
+
+def test_values_given_as_keywords_raise_a_type_error_naming_values(client: Client) -> None:
+    """`task.report(current=i, end=1000, docs=5)`: a TypeError that says where `docs`
+    goes (`values={'docs': 5}`), raised where the call is; the job's failure, kept on its
+    task, says the same, never a bare "unexpected keyword"."""
+    hint = "values={'docs': 5}"
+    with pytest.raises(TypeError, match=re.escape(hint)), client.task("Index") as task:
+        task.report(current=1, end=1000, docs=5)  # type: ignore[call-arg]
+    assert task.flush(5)
+    failed = client.get_task(task.uuid or "")
+    assert failed.progress is not None and hint in str(failed.progress.values["error"])
+    plain = client.create_task("Plain")
+    with pytest.raises(TypeError, match=re.escape(hint)):
+        client.report(plain, 1, 10, docs=5)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=re.escape("values={'docs': 5, 'pages': 2}")):
+        client.reporter(plain).finish(docs=5, pages=2)  # type: ignore[call-arg]
+    client.report(plain, 2, 10, values={"docs": 5})  # as the README shows it
+    assert client.get_task(plain).progress.values == {"docs": 5}  # type: ignore[union-attr]

@@ -593,3 +593,29 @@ def test_bad_requests_cover_every_route():
         shape = "/" + "/".join("{}" if i == 2 else p for i, p in enumerate(parts) if i)
         seen.add((method, shape))
     assert templates <= seen
+
+
+async def test_too_many_values_say_the_limit_is_of_members(client, make_task, space):
+    task = await make_task()
+    values = {f"k{n}": n for n in range(65)}
+    message = assert_error(await client.put(f"/tasks/{task}", json={"values": values}), 400)
+    assert message == "Invalid request body: 'values' must have at most 64 members."
+    long_title = assert_error(await client.post("/spaces", json={"title": "x" * 201}), 422)
+    assert "'title' must be at most 200 characters long" in long_title
+    events = ["completed", "failed", "stalled", "late", "completed"]
+    url = f"/spaces/{space}/channels"
+    many = assert_error(
+        await client.post(url, json={"url": "json://x.example", "events": events}), 422
+    )
+    assert "'events' must have at most 4 items" in many
+
+
+async def test_an_unknown_channel_event_lists_the_valid_ones(client, space):
+    answer = await client.post(
+        f"/spaces/{space}/channels", json={"url": "json://x.example", "events": ["done"]}
+    )
+    message = assert_error(answer, 422)
+    assert message == (
+        "Invalid request body: 'events[0]' must be one of 'completed', 'failed', 'stalled' "
+        "or 'late', not 'done'."
+    )

@@ -242,3 +242,74 @@ async def test_a_task_whose_estimate_fails_is_left_out_of_the_others(
     failed = [r for r in caplog.records if "skipped, it failed" in r.getMessage()]
     assert len(failed) == 1 and "ValueError" in failed[0].getMessage()
     assert broken not in caplog.text
+
+
+async def sequential_release(client, make_task, clock, *, step_a_s: float, reports: int):
+    """A parent whose steps are made one after another, as the Python client makes them:
+    its first step runs `step_a_s` and finishes; only then is the second made, which
+    reports 1 % a second for `reports` seconds. Returns (parent, second step)."""
+    parent = await make_task(title="Release")
+    answer = await client.put(f"/tasks/{parent}", json={"values": {}})  # work started: held
+    assert answer.status_code == 200, answer.text
+    first = await make_task(title="Build", parent_uuid=parent)
+    await report(client, first, 0)
+    clock.advance(step_a_s)
+    await report(client, first, 100)
+    second = await make_task(title="Publish", parent_uuid=parent)
+    for current in range(reports + 1):
+        await report(client, second, current)
+        if current < reports:
+            clock.advance(1)
+    return parent, second
+
+
+async def test_a_parent_never_has_less_time_left_than_its_running_step(client, make_task, clock):
+    """Its count is of the steps made so far (1.1 of 2): by its mean rate it would end in
+    about 12 s, while its running step, at 10 % by 1 % a second, has 90 s left."""
+    parent, second = await sequential_release(client, make_task, clock, step_a_s=5, reports=10)
+    step = await estimate_of(client, second)
+    assert step["remaining_s"] == pytest.approx(90.0, rel=0.05)
+    found = await estimate_of(client, parent)
+    assert found["remaining_s"] is not None
+    assert found["remaining_s"] >= step["remaining_s"]
+    assert found["basis"] == "rate" and not found["late"]
+
+
+async def test_a_parent_with_a_usual_duration_leans_on_it_and_not_on_its_count(
+    client, make_task, clock
+):
+    """Its job usually takes 120 s; 15 s in, its count reads 1.5 of 2 steps (the second
+    made only once the first finished, at 50 % with 5 s left). Its time left is close to
+    the 105 s its usual duration leaves, never below its running step's."""
+    for _ in range(5):
+        await run(client, make_task, clock, 120, title="Release")
+    parent, second = await sequential_release(client, make_task, clock, step_a_s=10, reports=5)
+    await report(client, second, 50)  # a jump: 5 s more by its rate
+    step = await estimate_of(client, second)
+    found = await estimate_of(client, parent)
+    assert found["usual"] == {"p50_s": 120.0, "p95_s": 120.0, "from_runs": 5}, found
+    assert found["elapsed_s"] == 15.0 and found["basis"] == "blend"
+    assert found["remaining_s"] >= step["remaining_s"]
+    assert found["remaining_s"] == pytest.approx(105.0, rel=0.05)
+    assert not found["late"]
+
+
+async def test_a_steady_reporter_has_an_estimate_after_its_first_two_reports(
+    client, make_task, clock
+):
+    """A count every 2 s, of a run that takes 12 s: at a quarter of it, after two reports,
+    the estimate is the truth (9 s left), as tqdm's is; a burst of reports says nothing."""
+    task = await make_task(title="Export")
+    await report(client, task, 0, end=60)
+    clock.advance(2)
+    await report(client, task, 10, end=60)
+    clock.advance(1)
+    found = await estimate_of(client, task)
+    assert found["basis"] == "rate"
+    assert found["rate_per_s"] == pytest.approx(5.0)
+    assert found["remaining_s"] == pytest.approx(9.0)
+    burst = await make_task(title="Import")
+    for current in (0, 5, 9):
+        await report(client, burst, current, end=1000)
+        clock.advance(us=1000)
+    assert (await estimate_of(client, burst))["rate_per_s"] is None

@@ -46,11 +46,26 @@ def test_a_burst_of_reports_is_one_anchor_and_a_track_keeps_a_few():
     assert steady is not None and len(steady.anchors) == 2 * ANCHORS
 
 
-def test_no_rate_before_three_reports_spanning_ten_seconds_or_two_percent():
-    assert rate(fed([(0, 0, 100), (1, 1, 100)]), 2 * S) is None  # two reports
-    assert rate(fed([(0, 0, 1000), (1, 1, 1000), (2, 2, 1000)]), 3 * S) is None  # 0.2 %, 2 s
-    assert rate(fed([(0, 0, 100), (1, 1, 100), (2, 2, 100)]), 2 * S) == pytest.approx(1.0)
-    assert rate(fed([(0, 0, None), (6, 6, None), (12, 12, None)]), 12 * S) == pytest.approx(1.0)
+def test_a_steady_reporter_has_a_rate_from_its_second_report_a_second_or_more_apart():
+    assert rate(fed([(0, 0, 1000)]), 2 * S) is None  # one report
+    assert rate(fed([(0, 0, 1000), (2, 1, 1000)]), 2 * S) == pytest.approx(0.5)  # 0.1 %, 2 s
+    assert rate(fed([(0, 0, 1000), (1, 1, 1000)]), 1 * S) == pytest.approx(1.0)
+    halves = fed([(n / 2, n, 1000) for n in range(3)])  # every 0.5 s: a second by the third
+    assert rate(halves, 1 * S) == pytest.approx(2.0)
+    assert rate(fed([(0, 0, 1000), (0.5, 1, 1000)]), 1 * S) is None  # too close to tell
+    # Minutes apart, two reports may be a stall and a restart: a third tells.
+    assert rate(fed([(0, 0, 1000), (600, 8, 1000)]), 600 * S) is None
+    assert rate(fed([(0, 0, 1000), (600, 8, 1000), (660, 9, 1000)]), 660 * S) is not None
+
+
+def test_bursts_and_uneven_reports_wait_for_three_spanning_ten_seconds_or_two_percent():
+    burst = fed([(0, 0, 1000), (0.001, 5, 1000), (0.002, 9, 1000)])
+    assert rate(burst, 1 * S) is None
+    uneven = [(0, 0, 1000), (0.2, 1, 1000), (3, 2, 1000)]  # 0.2 s, then 2.8 s
+    assert rate(fed(uneven), 3 * S) is None
+    assert rate(fed([*uneven, (10, 3, 1000)]), 10 * S) == pytest.approx(0.3)  # 10 s
+    assert rate(fed([(0, 0, 100), (0.1, 1, 100), (2, 2, 100)]), 2 * S) == pytest.approx(1.0)
+    assert rate(fed([(0, 0, None), (0.1, 1, None), (12, 12, None)]), 12 * S) == pytest.approx(1.0)
 
 
 def test_the_rate_falls_while_the_reporter_is_silent():

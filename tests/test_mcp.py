@@ -470,7 +470,7 @@ async def test_a_body_that_is_not_json_is_refused_with_json(mcp_url: str) -> Non
     async with httpx.AsyncClient(headers=JSON_RPC) as http:
         answer = await http.post(mcp_url, content=b"hello", headers={"content-type": "text/plain"})
     assert answer.status_code == 400
-    assert answer.json() == {"error": "Invalid Content-Type header."}
+    assert answer.json()["error"].startswith("Invalid Content-Type header 'text/plain': /mcp")
 
 
 async def test_an_oversized_body_is_refused_with_json(mcp_url: str) -> None:
@@ -736,3 +736,19 @@ asyncio.run(main())
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["False", "True", "200"]
+
+
+async def test_a_form_body_as_curl_sends_it_is_told_that_json_is_expected(mcp_url: str) -> None:
+    """`curl $H/mcp -d '{...}'` sends `application/x-www-form-urlencoded`: the answer says
+    what to send instead."""
+    body = json.dumps(rpc("tools/list", 1)).encode()
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    async with httpx.AsyncClient(headers=JSON_RPC) as http:
+        answer = await http.post(mcp_url, content=body, headers=form)
+        assert answer.status_code == 400
+        message = answer.json()["error"]
+        assert "application/x-www-form-urlencoded" in message
+        assert "Content-Type: application/json" in message
+        assert "-H 'Content-Type: application/json'" in message
+        charset = {"content-type": "application/json; charset=utf-8"}
+        assert (await http.post(mcp_url, content=body, headers=charset)).status_code == 200

@@ -197,6 +197,10 @@ def test_past_runs_show_each_jobs_history_with_its_failures(new_page, api, shots
         time.sleep(0.2 + 0.05 * (n % 3))
         values = {"error": "disk full"} if n in (2, 5) else {}
         api.report(task, values=values, done=True)
+    for _ in range(2):  # a job with steps: its steps are no jobs beside it
+        release = api.task(space, "Release")
+        for title in ("Run tests", "Publish"):
+            api.report(api.task(space, title, parent_uuid=release), done=True)
     running = api.task(space, "Nightly ETL", source="cron")
     for current in (1, 2, 3):  # three reports: the server has a rate
         api.report(running, current=current, end=40, values={"log": f"table {current}"})
@@ -209,9 +213,21 @@ def test_past_runs_show_each_jobs_history_with_its_failures(new_page, api, shots
         page.goto(path)
         expect(page.locator("#connection")).to_have_text("Live")
         page.get_by_text("Past runs").click()
-        job = page.locator("#jobs .job")
-        expect(job).to_have_count(1)
+        jobs = page.locator("#jobs .job")
+        expect(jobs.locator("h3")).to_have_text(["Nightly ETL", "Release"])
+        steps = jobs.last.locator(".job-steps > li")
+        expect(steps).to_have_count(2)
+        expect(steps.first).to_contain_text("2 runs")
+        expect(jobs.last.locator(".job-steps")).to_contain_text("Run tests")
+        job = jobs.filter(has=page.get_by_role("heading", name="Nightly ETL"))
         expect(job.locator("h3")).to_have_text("Nightly ETL")
+        # A scale: what a bar's height says, and each bar's value on hover and on focus.
+        expect(job.locator(".job-axis")).to_contain_text(re.compile(r"0 to \d"))
+        first_run = job.locator("svg.job-chart rect.run").first
+        expect(first_run).to_have_attribute("tabindex", "0")
+        expect(first_run).to_have_attribute("aria-label", re.compile(r"(took|failed after) \d"))
+        first_run.focus()
+        expect(first_run).to_be_focused()
         expect(job.locator(".job-facts")).to_contain_text("7 runs · 2 failed")
         expect(job.locator(".job-facts")).to_contain_text("usually")
         expect(job.locator(".job-facts")).to_contain_text("1 running")
@@ -1800,3 +1816,70 @@ def contrast(first: str, second: str) -> float:
 
     high, low = sorted((luminance(first), luminance(second)), reverse=True)
     return (high + 0.05) / (low + 0.05)
+
+
+def test_a_step_made_after_the_first_finished_shows_as_its_event_arrives(new_page, api):
+    """Steps made one after another, as the Python client makes them: the page shows the
+    second as soon as the stream brings it, without a reload and without reading the
+    space again (the stream's event is all it needs)."""
+    space = api.space("Releases")
+    parent = api.task(space, "Publish release")
+    api.report(parent, values={})  # its reporter holds it open
+    first = api.task(space, "Build", parent_uuid=parent)
+    api.report(first, current=1, end=1)
+    page = new_page()
+    page.goto(f"/spaces/{space}")
+    card = task_card(page, "Publish release")
+    expect(card.locator(".steps-summary")).to_have_text("1 of 1 step done")
+    page.evaluate(
+        """() => {
+          window.__reads = 0;
+          const fetched = window.fetch;
+          window.fetch = (...args) => { window.__reads += 1; return fetched(...args); };
+        }"""
+    )
+    api.task(space, "Publish", parent_uuid=parent)
+    # Generous: a busy machine may take its time, but no refetch or reload is needed.
+    expect(step_card(page, "Publish")).to_be_visible(timeout=15_000)
+    expect(card.locator(".steps-summary")).to_have_text("1 of 2 steps done")
+    assert page.evaluate("window.__reads") == 0
+
+
+def test_a_step_whose_event_comes_before_its_new_parents_is_shown_with_it(new_page, api, watch):
+    """A new parent and its first step, made within one round of the stream: the step's
+    event comes first ("a child's event is followed by its parent's"), when the page does
+    not know the parent yet. The step is shown with its parent as the parent's event
+    arrives, not only at the step's next event, seconds later. The stream is the server's
+    own words for those tasks, replayed in that order."""
+    space = api.space("Releases")
+    snapshot = api.client.get(f"/spaces/{space}").json()
+    parent = api.task(space, "Publish release")
+    api.report(parent, values={})
+    step = api.task(space, "Build", parent_uuid=parent)
+    events = [
+        ("snapshot", snapshot),
+        ("task", {**api.client.get(f"/tasks/{step}").json(), "children": []}),
+        ("task", {**api.client.get(f"/tasks/{parent}").json(), "children": []}),
+    ]
+    body = "".join(
+        f"event: {name}\nid: {n}\ndata: {json.dumps(data)}\n\n"
+        for n, (name, data) in enumerate(events)
+    )
+    served = []
+
+    def stream(route):
+        if served:  # once: the page's reconnections find the server gone
+            route.abort()
+            return
+        served.append(route.request.url)
+        route.fulfill(status=200, headers={"content-type": "text/event-stream"}, body=body)
+
+    watch.expect_error(r"net::ERR_FAILED .*/events\?")  # the reconnections refused
+    page = new_page()
+    page.route(re.compile(r".*/events\?.*"), stream)
+    page.goto(f"/spaces/{space}")
+    card = task_card(page, "Publish release")
+    expect(card).to_be_visible()
+    expect(step_card(page, "Build")).to_be_visible()
+    expect(card.locator(".steps-summary")).to_have_text("0 of 1 step done")
+    assert len(served) == 1

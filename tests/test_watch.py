@@ -178,10 +178,10 @@ def test_the_board_draws_bars_steps_counts_rates_ages_and_marks() -> None:
     assert re.search(r"^…\s+Deploy\s.*50%\s+1/2", row(lines, "Deploy"))
     assert re.search(r"^✓\s{4}Build\s.*100%\s+5/5\s+took 1 min 15 s", row(lines, "Build"))
     upload = row(lines, "Upload")
-    said = r"^…\s{4}Upload\s.*45%\s+45/100\s+5 files/s\s+11 s\s+2\.0 s ago\s+sending"
+    said = r"^…\s{4}Upload\s.*45%\s+45/100\s+5 files/s\s+about 11 s\s+2\.0 s ago\s+sending"
     assert re.search(said, upload)
     backup = row(lines, "Backup")
-    assert re.search(r"^✗\s+Backup\s.*100%\s+3/10\s+took 1 h 6 min.*\sexit code 2$", backup)
+    assert re.search(r"^✗\s+Backup\s.*30%\s+3/10\s+took 1 h 6 min.*\sexit code 2$", backup)
     assert re.search(r"^…\s+Counting\s.*\s12\s+30 s ago$", row(lines, "Counting"))
     assert re.search(r"^…\s+Waiting\s+waiting$", row(lines, "Waiting"))  # nothing reported yet
 
@@ -258,7 +258,7 @@ def test_task_events_update_rows_add_tasks_and_steps_and_measure_rates() -> None
     board.apply(Event("task", json.dumps(task_json("s", "Its step", parent="u", current=1))))
     lines = drawn(board)
     # 20 more in 10 s: 2 a second, 35 s to go for the 70 left.
-    assert re.search(r"Copy\s.*30%\s+30/100\s+2 /s\s+35 s\s+just now", row(lines, "Copy"))
+    assert re.search(r"Copy\s.*30%\s+30/100\s+2 /s\s+about 35 s\s+just now", row(lines, "Copy"))
     assert lines.index(row(lines, "Its step")) == lines.index(row(lines, "Later")) + 1
     assert "3 tasks" in lines[-1]
 
@@ -281,7 +281,10 @@ def test_the_servers_estimate_gives_the_time_left_counted_down_and_late() -> Non
     assert re.search(r"\s3 min\s", row(drawn(board, later), "Copy"))  # 150 s on: 2.5 min
     late = {**estimate, "remaining_s": 30.0, "late": True}
     board.apply(Event("estimates", json.dumps({"t": late, "gone": late})), now=NOW)
-    assert re.search(r"\slate · under a minute\s", row(drawn(board), "Copy"))
+    assert re.search(r"\slate · about 30 s\s", row(drawn(board), "Copy"))
+    assert re.search(
+        r"\slate · about 20 s\s", row(drawn(board, NOW + timedelta(seconds=10)), "Copy")
+    )
 
 
 def wide_board() -> Board:
@@ -316,10 +319,10 @@ def wide_board() -> Board:
 def test_the_board_fits_the_terminal_keeping_marks_and_percents(width: int) -> None:
     lines = drawn(wide_board(), width=width)
     assert all(len(line) <= width for line in lines)
-    assert re.search(r"^…\s+Deploy the\s.*…\s.*\s50%\s", row(lines, "Deploy"))
+    assert re.search(r"^…\s+Deploy the\s.*…\s.*\s50%(\s|$)", row(lines, "Deploy"))
     assert re.search(r"^✓\s{4}Build\s.*\s100%(\s|$)", row(lines, "Build"))
     assert re.search(r"^…\s{4}Upload\s.*\s45%(\s|$)", row(lines, "Upload"))
-    assert re.search(r"^✗\s+Backup\s.*\s100%(\s|$)", row(lines, "Backup"))
+    assert re.search(r"^✗\s+Backup\s.*\s30%(\s|$)", row(lines, "Backup"))  # failed at 3/10
     assert re.search(r"^…\s+Counting\s.*\s12(\s|$)", row(lines, "Counting"))
     headers = lines[1].split()
     assert headers[0] == "task" and "log" in headers  # the log is cut, not dropped
@@ -329,7 +332,7 @@ def test_the_board_fits_the_terminal_keeping_marks_and_percents(width: int) -> N
     if width >= 160:
         assert headers == ["task", "progress", "count", "rate", "left", "updated", "log"]
         assert re.search(
-            r"45%\s+45/100\s+5 files/s\s+11 s\s+2\.0 s ago\s+sending", row(lines, "Upload")
+            r"45%\s+45/100\s+5 files/s\s+about 11 s\s+2\.0 s ago\s+sending", row(lines, "Upload")
         )
 
 
@@ -595,3 +598,91 @@ def test_watch_of_an_unknown_space_prints_the_servers_message(server: LiveServer
     )
     assert result.returncode == 1
     assert result.stderr.startswith("headway watch: No such space")
+
+
+class PtyTerminal:
+    """A command on a pseudo-terminal `columns` wide (rich asks the terminal, as it does
+    for a person), and the text it drew, frame after frame."""
+
+    def __init__(self, command: str, env: dict[str, str], columns: int) -> None:
+        import fcntl
+        import pty
+        import struct
+        import termios
+
+        self.master, follower = pty.openpty()
+        fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+        env = {name: value for name, value in env.items() if name not in ("COLUMNS", "LINES")}
+        self.process = subprocess.Popen(
+            ["bash", "-c", command],
+            env={**env, "TERM": "xterm-256color"},
+            stdin=follower,
+            stdout=follower,
+            stderr=follower,
+            start_new_session=True,
+        )
+        os.close(follower)
+        self.output = b""
+
+    def wait_for(self, pattern: str, timeout: float = 20.0) -> re.Match[str]:
+        """Read until the text drawn so far matches `pattern`; the match."""
+        deadline = time.monotonic() + timeout
+        while not (found := re.search(pattern, self.text, flags=re.MULTILINE)):
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"never drawn: {pattern!r} in:\n{self.text[-3000:]}"
+            ready, _, _ = select.select([self.master], [], [], remaining)
+            if ready:
+                try:
+                    chunk = os.read(self.master, 65536)
+                except OSError:  # the command ended: the terminal closed
+                    chunk = b""
+                assert chunk, f"exited with {self.process.wait()}:\n{self.text[-3000:]}"
+                self.output += chunk
+        return found
+
+    @property
+    def text(self) -> str:
+        return ESCAPE.sub("", self.output.decode("utf-8", "replace")).replace("\r", "")
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        os.close(self.master)
+
+
+@pytest.mark.parametrize("columns", [80, 100, 160])
+def test_watch_on_a_terminal_counts_down_and_keeps_its_bars_and_logs(
+    server: LiveServer, columns: int
+) -> None:
+    """On a real terminal 80, 100 and 160 columns wide: a step 20 s or so from its end
+    counts down in seconds, a step that failed at 1/4 is drawn a quarter full, and with
+    long titles and log lines the bar column stays and the log keeps a useful width."""
+    space = server.new_space("Releases")
+    with Client(server.url, space=space) as client:
+        release = client.create_task("Release the whole application, region by region")
+        client.report(release)  # its reporter holds it open
+        migration = client.create_task("DB migration", parent=release)
+        client.report(migration, 1, 4)
+        client.report(migration, 1, 4, values={"error": "exit code 3"}, done=True)
+        upload = client.create_task("Upload", parent=release)
+        log = "sending chunk 10 of 100 to the mirror in the next region " * 3
+        client.report(upload, 0, 100, log=log)
+        time.sleep(1.2)  # the server's rate needs two reports a second apart
+        client.report(upload, 10, 100, log=log)  # 9 times the time between left: ~11 s
+    terminal = PtyTerminal(f"headway watch {server.url}/spaces/{space}", environment(), columns)
+    try:
+        found = terminal.wait_for(r"^…\s{4}Upload\s.*\sabout (\d+) s\s.*$")
+        upload_row = found.group(0)
+        assert 0 < int(found.group(1)) < 60
+        assert "━" in upload_row  # the bar column stays
+        shown_log = re.search(r"sending chunk.*$", upload_row)
+        assert (
+            shown_log is not None and len(shown_log.group(0)) >= {80: 20, 100: 28, 160: 50}[columns]
+        )
+        failed = terminal.wait_for(r"^✗\s{4}DB migration\s.*$").group(0)
+        assert re.search(r"\s25%\s", failed) and "━" in failed
+        assert re.search("[╸╺]", failed), failed  # a bar that stops part way, not a full one
+        frame = terminal.text.split("Releases")[-1]
+        assert all(len(line) <= columns for line in frame.splitlines()), frame
+    finally:
+        terminal.close()

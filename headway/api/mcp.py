@@ -160,6 +160,8 @@ class MCPEndpoint:
         if refused := mcp_hosts.refusal(self._hosts, Headers(scope=scope)):
             return error_response(refused)
         await request.visitor.admit("tasks")
+        if refused := _not_json(Headers(scope=scope)):
+            return JSONResponse(error_body(refused), 400)
         body = await _utf8_body(request.receive)
         return _Handled(await self._started_manager(), body)
 
@@ -213,6 +215,22 @@ def _json_by_default(scope: Scope) -> Scope:
     if any(name == b"content-type" for name, _ in scope["headers"]):
         return scope
     return {**scope, "headers": [*scope["headers"], (b"content-type", b"application/json")]}
+
+
+def _not_json(headers: Headers) -> str | None:
+    """Why a request whose Content-Type is not JSON is refused, in words that say what to
+    send (curl's `-d` sends a form's type); None for JSON or no Content-Type (taken as
+    JSON, as REST takes it). The SDK's own rule, which it answers "Invalid Content-Type
+    header." alone: the type before any `;` is `application/json`."""
+    declared = headers.get("content-type")
+    if declared is None or "application/json" in (
+        part.strip() for part in declared.split(";")[0].split(",")
+    ):
+        return None
+    return (
+        f"Invalid Content-Type header {declared!r}: /mcp takes JSON-RPC messages as JSON; "
+        "send Content-Type: application/json (with curl: -H 'Content-Type: application/json')."
+    )
 
 
 def _declared_length(scope: Scope) -> int:

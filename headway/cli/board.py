@@ -138,10 +138,12 @@ def render(board: Board, now: datetime) -> RenderableType:
     indented under their task in the order they came, with percent, count, rate, time
     left, age of the last report, and the latest log line; a failed task is marked ✗ and
     shows how it failed instead of its log line. The mark (✓ ✗ …) and the percent (or
-    "waiting", "stalled") are always shown; on a narrow terminal the log and the title are
-    cut first, then the bar narrows, then the other columns go (`LAYOUT`). The caption
-    says whether the stream is live, or why and for how long more it waits to reconnect
-    ("rate limited; retrying in 12 s")."""
+    "waiting", "stalled") are always shown; a failed task's bar and percent stop where it
+    did; on a narrow terminal the log, the title and the bar are cut first, then the rate,
+    the age and the count go, keeping the bar, the time left and some of the log at 80
+    columns (`LAYOUT`). The time left is counted down, in seconds under a minute. The
+    caption says whether the stream is live, or why and for how long more it waits to
+    reconnect ("rate limited; retrying in 12 s")."""
     return _Drawn(board, now)
 
 
@@ -152,19 +154,27 @@ RIGHT = {"percent", "count", "rate", "left", "updated"}
 # Widest the task and log columns grow on a wide terminal.
 MAX_WIDTHS = {"task": 40, "log": 60}
 # What gives way, in order, while the table is wider than the terminal: ("cut", column,
-# down to) or ("drop", column). The mark and the percent never give way.
+# down to) or ("drop", column). The mark and the percent (a task without `end`: its
+# count) never give way; the bar, the time left and a log line of 20 cells or so stay on
+# an 80-column terminal. The room a cut left unused goes back to the log, then the title.
 LAYOUT: tuple[tuple[str, str, int], ...] = (
-    ("cut", "log", 16),
+    ("cut", "log", 50),
+    ("cut", "task", 30),
+    ("cut", "progress", 16),
+    ("cut", "log", 40),
+    ("drop", "rate", 0),
+    ("cut", "log", 30),
+    ("drop", "updated", 0),
     ("cut", "task", 20),
     ("cut", "progress", 10),
-    ("drop", "rate", 0),
-    ("drop", "progress", 0),
-    ("cut", "log", 10),
-    ("drop", "updated", 0),
-    ("drop", "log", 0),
-    ("cut", "task", 12),
+    ("cut", "log", 24),
     ("drop", "count", 0),
+    ("cut", "task", 16),
+    ("cut", "log", 16),
+    ("cut", "task", 12),
+    ("drop", "log", 0),
     ("drop", "left", 0),
+    ("drop", "progress", 0),
     ("cut", "task", 4),
 )
 GAP = 2  # between two columns: one cell of padding on each side
@@ -217,7 +227,7 @@ def _table(board: Board, now: datetime, width: int) -> Table:
     for cells in rows:
         table.add_row(
             *(
-                _bar(cells["progress"], now, size) if name == "progress" else cells[name]
+                _bar(*cells["progress"], now, size) if name == "progress" else cells[name]
                 for name, size in widths.items()
             )
         )
@@ -249,6 +259,7 @@ def _widths(rows: list[dict[str, Any]], width: int) -> dict[str, int]:
     for name in ("rate", "count", "left", "updated", "log"):
         if not any(cells_[name].plain for cells_ in rows):  # nothing to show
             del widths[name]
+    wanted = dict(widths)
     for action, name, least in LAYOUT:
         excess = sum(widths.values()) + GAP * (len(widths) - 1) - width
         if excess <= 0:
@@ -261,6 +272,10 @@ def _widths(rows: list[dict[str, Any]], width: int) -> dict[str, int]:
             widths[name] = (
                 max(least, widths[name] - excess) if widths[name] > least else widths[name]
             )
+    for name in ("log", "task"):  # the room a cut left unused goes back
+        room = width - sum(widths.values()) - GAP * (len(widths) - 1)
+        if name in widths and room > 0:
+            widths[name] = min(wanted[name], widths[name] + room)
     return widths
 
 
@@ -274,8 +289,8 @@ def _status(board: Board, now: datetime) -> str:
 
 
 def _cells(row: Row, now: datetime, failure: Failure | None, *, step: bool) -> dict[str, Any]:
-    """One task's cells, each a Text, but "progress": the row, drawn once its width is
-    known."""
+    """One task's cells, each a Text, but "progress": the row and its failure, drawn once
+    its width is known."""
     task, progress = row.task, row.task.progress
     values = progress.values if progress else {}
     current = progress.current if progress else None
@@ -287,7 +302,13 @@ def _cells(row: Row, now: datetime, failure: Failure | None, *, step: bool) -> d
         mark = Text("✓", "bold green")
     else:
         mark = Text("…", "yellow" if stalled else "cyan")
-    percent = "" if progress is None or progress.ratio is None else f"{progress.ratio:.0%}"
+    ratio = _ratio(row, failure)
+    count = (
+        "" if current is None else _number(current) + ("" if end is None else f"/{_number(end)}")
+    )
+    percent = "" if ratio is None else f"{ratio:.0%}"
+    if ratio is None and count:  # a count without a total stands in for its percent
+        percent, count = count, ""
     if stalled:
         percent = f"{percent} stalled".strip()
     elif progress is None and not task.finished:
@@ -301,18 +322,15 @@ def _cells(row: Row, now: datetime, failure: Failure | None, *, step: bool) -> d
     elif row.estimate is not None and _knows(row.estimate[0]):
         rate, left = _served(row.estimate, now, rate)
     elif rate and end and current is not None and current < end:
-        left = duration_words((end - current) / rate)
+        left = _left_words((end - current) / rate)
     updated = ""
     if progress is not None and progress.updated_at is not None:
         age = (now - progress.updated_at).total_seconds()
         updated = "just now" if age < 1 else f"{duration_words(age)} ago"  # as the page says
-    count = (
-        "" if current is None else _number(current) + ("" if end is None else f"/{_number(end)}")
-    )
     return {
         "mark": mark,
         "task": Text(("  " if step else "") + (task.title or "untitled"), "" if step else "bold"),
-        "progress": row,
+        "progress": (row, failure),
         "percent": Text(percent, "yellow" if stalled else ""),
         "count": Text(count),
         "rate": Text(f"{_number(rate)} {unit if isinstance(unit, str) else ''}/s" if rate else ""),
@@ -338,10 +356,31 @@ def _served(
     left = ""
     remaining = estimate.get("remaining_s")
     if isinstance(remaining, int | float):
-        left = left_words(remaining - (now - at).total_seconds())
+        left = _left_words(remaining - (now - at).total_seconds())
     if estimate.get("late"):
         left = f"late · {left}" if left else "late"
     return estimate.get("rate_per_s") or rate, left
+
+
+def _left_words(seconds: float) -> str:
+    """The time left as the page says it, counted down: "about 20 s" under a minute
+    ("almost done" under a second), then to the nearest minute ("4 min")."""
+    if not math.isfinite(seconds) or seconds < 1:
+        return "almost done"
+    if seconds < 59.5:
+        return f"about {math.floor(seconds + 0.5)} s"
+    return left_words(seconds)
+
+
+def _ratio(row: Row, failure: Failure | None) -> float | None:
+    """The part of the task done as shown: where it stopped for a failed one (a task that
+    failed at 1/4 shows 25 %, not a full bar), else its progress's `ratio`."""
+    progress = row.task.progress
+    if progress is None:
+        return None
+    if failure is not None and progress.current is not None and progress.end:
+        return min(1.0, max(0.0, progress.current / progress.end))
+    return progress.ratio
 
 
 def _stalled(task: Task, now: datetime) -> bool:
@@ -354,12 +393,13 @@ def _stalled(task: Task, now: datetime) -> bool:
     return since is not None and (now - since).total_seconds() >= STALLED_AFTER
 
 
-def _bar(row: Row, now: datetime, width: int) -> ProgressBar:
+def _bar(row: Row, failure: Failure | None, now: datetime, width: int) -> ProgressBar:
     task, progress = row.task, row.task.progress
+    ratio = _ratio(row, failure)
+    if ratio is not None:
+        return ProgressBar(total=1, completed=ratio, width=width)
     if task.finished:
         return ProgressBar(total=1, completed=1, width=width)
-    if progress is not None and progress.ratio is not None:
-        return ProgressBar(total=1, completed=progress.ratio, width=width)
     if progress is not None and progress.current is not None:  # a count with no total
         return ProgressBar(total=None, width=width, animation_time=now.timestamp())
     return ProgressBar(total=1, completed=0, width=width)

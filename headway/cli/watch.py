@@ -16,8 +16,9 @@ Show a space live, newest task first: one bar per task with its steps indented b
 percent, count, rate, time left, the age of its last report and its latest log line;
 finished tasks are marked ✓, or ✗ with how they failed (their `error` value, or their
 failed steps); a task that never reported says "waiting", one silent for 10 min
-"stalled". On a narrow terminal the log and the title are cut first; the mark and the
-percent always stay. SPACE is a
+"stalled". The time left is counted down ("about 20 s", then "4 min"); a failed task's
+bar stops where it did. On a narrow terminal the log and the title are cut first; the
+mark, the percent, the bar and the time left stay at 80 columns. SPACE is a
 space's uuid (default HEADWAY_SPACE, on --url or HEADWAY_URL), a space's address
 (http://host/spaces/<uuid>) or a share link (http://host/shared/<id>). When the stream
 drops, watch reconnects and starts over from a fresh snapshot. When the server refuses it

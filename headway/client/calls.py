@@ -182,6 +182,18 @@ def report(task: str, body: Mapping[str, Any]) -> Call[Task]:
     return Call("PUT", _path("tasks", task), Task.from_json, body=body)
 
 
+def misplaced_values(call: str, unknown: Mapping[str, object]) -> TypeError:
+    """The error of a report given its values as keywords (`docs=5`), as Python's own but
+    naming where they go: `values={'docs': 5}`. Raised where the call is (a mistake in
+    the code, not a report the server refused), so a job that fails of it says how to
+    fix it."""
+    names = ", ".join(repr(name) for name in unknown)
+    return TypeError(
+        f"{call}() got an unexpected keyword argument{'s' if len(unknown) > 1 else ''} {names}:"
+        f" a task's own values go in values=, as in {call}(..., values={dict(unknown)!r})"
+    )
+
+
 def report_body(
     current: float | None = None,
     end: float | None = None,

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from datetime import datetime
 from types import TracebackType
-from typing import TypeVar
+from typing import Never, TypeVar
 
 import httpx
 
@@ -276,8 +276,12 @@ class Client(BaseClient):
         values: Mapping[str, Value] | None = None,
         log: str | None = None,
         done: bool = False,
+        **unknown: Never,
     ) -> Task:
-        """Replace the task's whole state now; returns the task as it then stands."""
+        """Replace the task's whole state now; returns the task as it then stands. Any
+        other keyword is a TypeError naming `values={...}`."""
+        if unknown:
+            raise calls.misplaced_values("client.report", unknown)
         return self._send(calls.report(task, calls.report_body(current, end, values, log, done)))
 
     def finish(self, task: str) -> Task:
@@ -396,7 +400,11 @@ class AsyncClient(BaseClient):
         values: Mapping[str, Value] | None = None,
         log: str | None = None,
         done: bool = False,
+        **unknown: Never,
     ) -> Task:
+        """As `Client.report`, awaited."""
+        if unknown:
+            raise calls.misplaced_values("client.report", unknown)
         body = calls.report_body(current, end, values, log, done)
         return await self._send(calls.report(task, body))
 

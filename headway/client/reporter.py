@@ -12,7 +12,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Never
 
 from . import calls
 from .errors import HeadwayError
@@ -93,10 +93,14 @@ class Reporter:
         *,
         values: Mapping[str, Value] | None = None,
         log: str | None = None,
+        **unknown: Never,
     ) -> None:
         """Set the task's whole state (as `PUT /tasks/{uuid}`): `current` out of `end`,
         flat `values`, and `log`, one line, the latest. Returns at once; the state is sent
-        within `min_interval` unless a newer one replaces it first. Ignored once finished."""
+        within `min_interval` unless a newer one replaces it first. Ignored once finished.
+        Any other keyword is a TypeError naming `values={...}`, where it belongs."""
+        if unknown:
+            raise calls.misplaced_values("task.report", unknown)
         if self._closed:
             return
         self._state = (current, end, dict(values) if values else None, log)
@@ -104,10 +108,19 @@ class Reporter:
             self._scheduled = True
             self._sender.schedule(self, self._next_at)
 
-    def finish(self, *, values: Mapping[str, Value] | None = None, log: str | None = None) -> None:
+    def finish(
+        self,
+        *,
+        values: Mapping[str, Value] | None = None,
+        log: str | None = None,
+        **unknown: Never,
+    ) -> None:
         """Finish the task: its latest state, with `values` added and `log` replacing its
         log, is sent with `done` right away (past the interval). Later reports are ignored.
-        A task that never reported is finished with `{"done": true}`."""
+        A task that never reported is finished with `{"done": true}`. Any other keyword
+        is a TypeError naming `values={...}`."""
+        if unknown:
+            raise calls.misplaced_values("task.finish", unknown)
         if self._closed:
             return
         if self._state is not None or values or log is not None:

@@ -4,7 +4,8 @@ its progress, and from how long its job's succeeded runs usually take.
 A task with children (a parent) keeps no track: its count is derived from its steps. It is
 estimated from the steps done (a running step counting for the part of its own `end` it
 reached) over the time since the parent was created, blended with its job's usual
-duration like any other task's.
+duration by the part of it elapsed (its count is of the steps made so far), and never
+below its running steps' own time left.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ..caches.usual import UsualDurations
 from ..dependencies import unavailable
 from ..domain import Progress, TaskRow
 from ..errors import NotFound
-from ..estimates import Estimate, Track, estimate
+from ..estimates import Basis, Estimate, Track, estimate
 from ..jobs import USUAL_FROM, USUAL_RUNS, Usual, job_key, usual
 from ..loops import Parts
 from ..schemas import EstimateOut
@@ -28,6 +29,10 @@ from .families import Families
 from .shares import Shares
 
 log = logging.getLogger("headway")
+
+# A parent's own time left is never below its running steps'; this many of them, the
+# newest, are estimated for it (a family's running steps are few, but may be thousands).
+STEPS_ESTIMATED = 32
 
 
 class Estimates:
@@ -101,10 +106,13 @@ class Estimates:
     ) -> Estimate:
         store = self._stores.progress
         track: Track | None = None
+        steps_left: tuple[float, Basis] | None = None
         if children:
             steps = await store.get_many([child.uuid for child in children])
             current: float | None = steps_done(children, steps)
             end: float | None = len(children)
+            if not row.finished:
+                steps_left = await self._steps_left(children, steps)
         else:
             progress = await store.get(row.uuid)
             current = None if progress is None else progress.current
@@ -120,7 +128,26 @@ class Estimates:
             usual=known,
             finished_at_us=row.finished_at_us,
             mean=bool(children),
+            steps_left=steps_left,
         )
+
+    async def _steps_left(
+        self, children: Sequence[TaskRow], steps: Sequence[Progress | None]
+    ) -> tuple[float, Basis] | None:
+        """The longest time left among a parent's running steps (the newest
+        `STEPS_ESTIMATED` of those that reported), and what it comes from; None when none
+        has one."""
+        running = [
+            child
+            for child, progress in zip(children, steps, strict=True)
+            if not child.finished and progress is not None
+        ][-STEPS_ESTIMATED:]
+        if not running:
+            return None
+        usuals = await self._usuals(running)
+        found = [await self._estimate(child, (), usuals.get(child.uuid)) for child in running]
+        told = [(e.remaining_s, e.basis) for e in found if e.remaining_s is not None and e.basis]
+        return max(told, key=lambda left: left[0]) if told else None
 
     async def usual(self, row: TaskRow) -> Usual | None:
         """How long the task's job usually takes (None: it is in no job, or its job has

@@ -53,6 +53,11 @@ const estimates = new Map(); // task key -> rate estimate, the page's own
 const servedEstimates = new Map(); // task key -> the server's estimate (see rate.js)
 const expandedByHand = new Map(); // parent key -> whether its steps were opened by hand
 const dirty = new Set(); // keys of tasks changed since the last render
+// Steps whose events came before their parent's, by parent key: a new parent and its
+// first step made within one round of the stream, whose step's event comes first (a
+// child's event is followed by its parent's). Each is shown as its parent arrives.
+const early = new Map();
+const EARLY_PARENTS_KEPT = 100; // parents that never come (older than the pages held)
 const motion = new Motion(); // when each task's `current` last changed
 let staleAfter = staleAfterMs(null); // ms; the owner's page follows its channels
 let filter = "all";
@@ -117,6 +122,7 @@ function onChannels(channels) {
  *  kept and updated in place, so nothing flickers and focus stays where it was. */
 function onSnapshot(space) {
   if (gone) return;
+  early.clear();
   state.replace(space, PAGE_SIZE);
   showSpace(space);
   space.tasks.forEach(track);
@@ -130,18 +136,37 @@ function onSnapshot(space) {
 
 function onTask(task) {
   const key = keyOf(task);
-  if (gone || deleted.has(key) || deleted.has(parentKeyOf(task))) return;
+  const parent = parentKeyOf(task);
+  if (gone || deleted.has(key) || deleted.has(parent)) return;
   const before = state.get(key);
+  if (before == null && parent != null && state.get(parent) == null) {
+    holdEarly(parent, task);
+    return;
+  }
   if (before == null && !state.accepts(task)) return;
   noteClock(task);
   state.put(task);
   track(task);
   markDirty(key);
-  const parent = parentKeyOf(task);
   if (parent != null) markDirty(parent);
   if (parent == null && before != null && before.finished_at == null && task.finished_at != null) {
     finished(task, state.failure(key));
   }
+  const steps = early.get(key);
+  if (steps != null) {
+    early.delete(key);
+    for (const step of steps.values()) onTask(step);
+  }
+}
+
+/** Keeps the event of a step whose parent the page does not hold (yet), the newest one
+ *  of each step, until its parent's event comes (see `early`). */
+function holdEarly(parent, task) {
+  if (!early.has(parent)) {
+    if (early.size >= EARLY_PARENTS_KEPT) early.delete(early.keys().next().value);
+    early.set(parent, new Map());
+  }
+  early.get(parent).set(keyOf(task), task);
 }
 
 /** Announces a top-level task's finish; a parent's steps arrive before it, so `failure`

@@ -1,8 +1,9 @@
 // A space's jobs (its tasks grouped by title, source and parent's title: see the
 // README's "Jobs"), read when their panel is opened: each job's runs, failures and usual
 // duration, and its newest runs as a chart drawn here, with no script from elsewhere:
-// one bar per run (oldest left), its height the run's length, failed runs marked, and
-// the band of its usual duration (p50 to p95).
+// one bar per run (oldest left), its height the run's length (its scale below it, each
+// bar's length on hover and focus), failed runs marked, and the band of its usual
+// duration (p50 to p95). Steps' jobs are listed under their parent's job.
 
 import { el, setText } from "./dom.js";
 import { formatDuration, parseTime } from "./format.js";
@@ -18,8 +19,25 @@ function svg(tag, attributes = {}, ...children) {
   return node;
 }
 
-/** The chart of `job`'s newest runs: bars oldest first, the usual band behind them. */
+/** The chart of `job`'s newest runs: bars oldest first, the usual band behind them, and
+ *  its scale below it (what a bar's height says, up to the tallest); each bar says its
+ *  run's length on hover (its title) and on focus (its label). */
 export function chart(job) {
+  return el(
+    "figure",
+    { class: "job-runs" },
+    bars(job),
+    el("figcaption", { class: "job-axis" }, axis(job)),
+  );
+}
+
+/** "Height: each run's length, 0 to 1.2 s · oldest left". */
+function axis(job) {
+  const tallest = Math.max(...job.last.map((run) => run.seconds), job.usual?.p95_s ?? 0);
+  return `Height: each run's length, 0 to ${formatDuration(tallest)} · oldest left`;
+}
+
+function bars(job) {
   const runs = [...job.last].reverse();
   const tallest = Math.max(...runs.map((run) => run.seconds), job.usual?.p95_s ?? 0, 0.001);
   const y = (seconds) => HEIGHT - (seconds / tallest) * HEIGHT;
@@ -30,7 +48,7 @@ export function chart(job) {
   if (job.usual != null) label += `; usually ${formatDuration(job.usual.p50_s)}`;
   const drawn = svg("svg", {
     class: "job-chart",
-    role: "img",
+    role: "group",
     "aria-label": label,
     viewBox: `0 0 ${width} ${HEIGHT}`,
     width: String(width * 2),
@@ -55,6 +73,9 @@ export function chart(job) {
           y: String(top),
           width: String(BAR - 2),
           height: String(HEIGHT - top),
+          role: "img",
+          tabindex: "0",
+          "aria-label": `${when}: ${took}`,
         },
         svg("title", {}, `${when}: ${took}`),
       ),
@@ -83,17 +104,37 @@ export function setUpJobs(panel, base) {
       const response = await fetch(`${base}/jobs`, { headers: { Accept: "application/json" } });
       if (!response.ok) return;
       const { jobs } = await response.json();
-      const shown = jobs.filter((job) => job.last.length > 0);
+      // Steps' jobs are shown under their parent's job, not as jobs of their own.
+      const shown = jobs.filter((job) => job.last.length > 0 && job.parent_title == null);
+      const stepsOf = (job) =>
+        jobs.filter((step) => step.parent_title === job.title && step.runs > 0);
       list.replaceChildren(
-        ...shown.map((job) =>
-          el(
+        ...shown.map((job) => {
+          const steps = stepsOf(job);
+          return el(
             "li",
             { class: "job" },
             el("h3", { dir: "auto" }, job.title),
             el("p", { class: "job-facts" }, facts(job)),
             chart(job),
-          ),
-        ),
+            ...(steps.length === 0
+              ? []
+              : [
+                  el(
+                    "ul",
+                    { class: "job-steps", "aria-label": `Steps of ${job.title}` },
+                    ...steps.map((step) =>
+                      el(
+                        "li",
+                        {},
+                        el("span", { class: "job-step", dir: "auto" }, step.title),
+                        ` · ${facts(step)}`,
+                      ),
+                    ),
+                  ),
+                ]),
+          );
+        }),
       );
       empty.hidden = shown.length > 0;
       setText(empty, "No finished runs yet.");
