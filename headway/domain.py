@@ -323,16 +323,6 @@ _RFC3339 = re.compile(
 )
 
 
-_BIDI_CONTROLS = regex.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def without_bidi_controls(text: str) -> str:
-    """Text a reporter wrote, without the characters that steer the direction of what
-    follows (embeddings, overrides such as U+202E, isolates, marks): set beside the
-    server's own words, it cannot turn them around."""
-    return _BIDI_CONTROLS.sub("", text)
-
-
 LAST_US = 253_402_300_799_999_999
 """The last instant `format_ts` writes: 9999-12-31T23:59:59.999999Z (RFC 3339 has four
 digits for the year)."""

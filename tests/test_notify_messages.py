@@ -373,3 +373,22 @@ def test_a_title_cannot_turn_the_servers_words_around() -> None:
     for text in (message.title, message.body, live.title, *live.lines):
         assert not set(text) & set(controls), text
     assert message.title == "✗ Deploy failed: boom"
+
+
+def test_the_written_out_classes_are_unicodes_format_ignorable_and_dash_characters() -> None:
+    """`messages` writes its classes out (the client's `headway channels test` has no
+    `regex`); they are exactly what Unicode calls format or default-ignorable, and dashes
+    (with the minus sign)."""
+    import re
+
+    import regex
+
+    from headway.notify.messages import DASHES, FORMAT_OR_IGNORABLE
+
+    ours_fill, ours_dash = re.compile(f"[{FORMAT_OR_IGNORABLE}]"), re.compile(f"[{DASHES}]")
+    unicode_fill = regex.compile(r"[\p{Cf}\p{Default_Ignorable_Code_Point}]")
+    unicode_dash = regex.compile(r"[\p{Pd}\u2212]")
+    for code in range(0x110000):
+        char = chr(code)
+        assert bool(ours_fill.match(char)) == bool(unicode_fill.match(char)), hex(code)
+        assert bool(ours_dash.match(char)) == bool(unicode_dash.match(char)), hex(code)

@@ -21,6 +21,7 @@ NOT_CACHES = {
     "Holdings": "the streams each client and network holds: counts, no copy of a task",
     "MemoryProgressStore": "the progress store: the live state itself, not a copy of it",
     "Coalesced": "script calls of the Redis store waiting to share one round trip",
+    "Parts": "the parts of a look now failing, each logged once: names, no copy of a task",
     "Activity": "spaces used lately, to be written: a note about a deleted space updates nothing",
 }
 # What holds entries: a cache built on the bounded building block holds one.

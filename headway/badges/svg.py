@@ -25,7 +25,7 @@ from xml.sax.saxutils import escape
 
 import regex
 
-from ..domain import without_bidi_controls
+from ..notify.messages import without_bidi_controls
 from .colours import BACKGROUND, LABEL, TEXT, State, track
 
 Style = Literal["flat", "flat-square", "for-the-badge"]

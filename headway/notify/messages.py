@@ -13,12 +13,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
-import regex
-
-from ..domain import without_bidi_controls
 from ..durations import duration_words, left_words, run_seconds
 
 Kind = Literal["completed", "failed", "stalled", "recovered", "late", "digest", "test"]
@@ -34,13 +32,36 @@ _HEX = r"(?:[0-9a-f]|%3[0-9]|%[46][1-6]|[\uff10-\uff19\uff21-\uff26\uff41-\uff46
 # What a reader or a link skips inside it: invisible characters (zero-width spaces and
 # joiners, the word joiner, the BOM, the soft hyphen, direction marks...), raw or
 # percent-encoded in UTF-8.
-_FILL = r"(?:[\p{Cf}\p{Default_Ignorable_Code_Point}]|%e2%80%8[b-f]|%e2%81%a0|%ef%bb%bf|%c2%ad)*"
-_DASH = rf"(?:{_FILL}(?:[\p{{Pd}}\u2212]|%2d))?"  # a hyphen or any dash, or none
+# Written out (as Unicode 16 has them: tests/test_notify_messages.py checks) so that this
+# module needs no more than the standard library: `headway channels test` runs on a
+# machine with only the client and Apprise.
+FORMAT_OR_IGNORABLE = (
+    "\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890-\u0891\u08e2\u115f-\u1160"
+    "\u17b4-\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f\u3164"
+    "\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f"
+    "\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0000-\U000e0fff"
+)
+DASHES = (
+    "\\-\u058a\u05be\u1400\u1806\u2010-\u2015\u2e17\u2e1a\u2e3a-\u2e3b\u2e40\u2e5d"
+    "\u301c\u3030\u30a0\ufe31-\ufe32\ufe58\ufe63\uff0d\U00010d6e\U00010ead\u2212"
+)
+_FILL = rf"(?:[{FORMAT_OR_IGNORABLE}]|%e2%80%8[b-f]|%e2%81%a0|%ef%bb%bf|%c2%ad)*"
+_DASH = rf"(?:{_FILL}(?:[{DASHES}]|%2d))?"  # a hyphen or any dash, or none
 _GROUPS = _DASH.join(f"(?:{_FILL}{_HEX}){{{n}}}" for n in (8, 4, 4, 4, 12))
-ANY_UUID = regex.compile(rf"(?<![0-9a-f]){_GROUPS}(?![0-9a-f])", regex.IGNORECASE)
+ANY_UUID = re.compile(rf"(?<![0-9a-f]){_GROUPS}(?![0-9a-f])", re.IGNORECASE)
 """Any uuid-shaped text: 32 hex digits in the groups of a uuid, with or without hyphens
 or other dashes between them, whatever invisible characters lie inside; not within a
 longer run of hex digits (a 40-digit commit hash is not a uuid)."""
+
+_BIDI_CONTROLS = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def without_bidi_controls(text: str) -> str:
+    """Text a reporter wrote, without the characters that steer the direction of what
+    follows (embeddings, overrides such as U+202E, isolates, marks): set beside the
+    server's own words (a message's, a badge's), it cannot turn them around."""
+    return _BIDI_CONTROLS.sub("", text)
+
 
 _LEVELS: dict[str, Level] = {
     "completed": "success",
@@ -294,7 +315,7 @@ def _message(title: str, body: str, kind: Kind) -> Message:
 
 def _body(
     task: Mapping[str, Any],
-    secrets: regex.Pattern[str] | None,
+    secrets: re.Pattern[str] | None,
     space_title: str | None,
     link: str | None,
 ) -> str:
@@ -320,7 +341,7 @@ def _body(
     return "\n".join(lines)
 
 
-def _failure(task: Mapping[str, Any], secrets: regex.Pattern[str] | None) -> str | None:
+def _failure(task: Mapping[str, Any], secrets: re.Pattern[str] | None) -> str | None:
     own = _failed_error(_values(task))
     steps = [child for child in task.get("children") or () if isinstance(child, Mapping)]
     failed = [
@@ -352,7 +373,7 @@ def _values(task: Mapping[str, Any]) -> Mapping[str, Any]:
     return values if isinstance(values, Mapping) else {}
 
 
-def _name(task: Mapping[str, Any], secrets: regex.Pattern[str] | None) -> str:
+def _name(task: Mapping[str, Any], secrets: re.Pattern[str] | None) -> str:
     title = task.get("title")
     return _said(title, 200, secrets) if isinstance(title, str) and title.strip() else UNTITLED
 
@@ -379,7 +400,7 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _uuids(task: Mapping[str, Any]) -> regex.Pattern[str]:
+def _uuids(task: Mapping[str, Any]) -> re.Pattern[str]:
     """A pattern of every uuid the task's JSON holds (its own, its space's, its parent's,
     its children's), in either spelling and even within a longer text, and of any other
     uuid-shaped text (`ANY_UUID`), to take out of the text users wrote."""
@@ -398,11 +419,11 @@ def _uuids(task: Mapping[str, Any]) -> regex.Pattern[str]:
     spellings = {form for value in found for form in (value, value.replace("-", ""))}
     if not spellings:
         return ANY_UUID
-    family = "|".join(regex.escape(s) for s in sorted(spellings))
-    return regex.compile(f"{family}|{ANY_UUID.pattern}", regex.IGNORECASE)
+    family = "|".join(re.escape(s) for s in sorted(spellings))
+    return re.compile(f"{family}|{ANY_UUID.pattern}", re.IGNORECASE)
 
 
-def _said(text: str, limit: int, secrets: regex.Pattern[str] | None) -> str:
+def _said(text: str, limit: int, secrets: re.Pattern[str] | None) -> str:
     """Text a reporter wrote, as a message shows it: its uuids taken out (before it is
     cut, so that no part of one is left), without bidi controls (it cannot turn the
     server's words around), on one line, at most `limit` characters."""
