@@ -46,7 +46,7 @@ from limits import RateLimitItem, parse_many
 
 from . import metrics
 from .clock import Clock, SystemClock
-from .config import Settings
+from .config import RATED, Settings
 from .errors import TooManyRequests
 
 if TYPE_CHECKING:
@@ -57,17 +57,7 @@ if TYPE_CHECKING:
 Kind = Literal[
     "spaces", "tasks", "webhooks", "shares", "channels", "reports", "creates", "reads", "wheels"
 ]
-KINDS: tuple[Kind, ...] = (
-    "spaces",
-    "tasks",
-    "webhooks",
-    "shares",
-    "channels",
-    "reports",
-    "creates",
-    "reads",
-    "wheels",
-)
+KINDS: tuple[Kind, ...] = RATED  # type: ignore[assignment]  # config's one list of them
 # The kinds that create something: each also counts against the daily cap on creates.
 CREATES: frozenset[str] = frozenset({"spaces", "tasks", "webhooks", "shares", "channels"})
 

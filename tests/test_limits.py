@@ -481,3 +481,12 @@ async def test_a_burst_of_250_creates_at_once_passes_untouched_with_default_limi
     )
     assert sorted({r.status_code for r in responses}) == [201]
     assert len((await client.get(f"/spaces/{space}")).json()["tasks"]) == 250
+
+
+def test_the_rated_kinds_are_one_list() -> None:
+    """`limits.Kind` names the same kinds as the settings' `rate_<kind>` list."""
+    from typing import get_args
+
+    from headway import config, limits
+
+    assert get_args(limits.Kind) == config.RATED == limits.KINDS
