@@ -65,8 +65,8 @@ def insert_tasks(database: Path, spaces: list[str], count: int, now_us: int) -> 
 async def fill(workdir: Path, counts: list[int], budget: int, deadline_s: float) -> dict[str, Any]:
     from headway.app import create_app
     from headway.config import Settings
-    from headway.domain import Report
-    from headway.schemas import CreateSpace
+    from headway.domain.schemas import CreateSpace
+    from headway.domain.tasks import Report
 
     started = time.monotonic()
     database = workdir / "budget.db"

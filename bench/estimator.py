@@ -1,5 +1,5 @@
 """The estimator's quality, measured: report streams with a known true end, replayed into
-Headway's estimator (`headway.estimates`) and into tqdm's own (`tqdm.std.tqdm`, its
+Headway's estimator (`headway.domain.estimates`) and into tqdm's own (`tqdm.std.tqdm`, its
 default smoothing) fed the same reports at the same instants; at 10, 25, 50, 75 and 90 %
 of each run's true duration, the median relative error of each one's time left.
 
@@ -20,8 +20,8 @@ import statistics
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from headway.estimates import estimate, follow
-from headway.jobs import usual
+from headway.domain.estimates import estimate, follow
+from headway.domain.jobs import usual
 
 POINTS = (0.10, 0.25, 0.50, 0.75, 0.90)
 DURATION_S = 600.0  # each run's true duration

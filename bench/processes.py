@@ -150,7 +150,7 @@ def _clean_env(code: Path | None = None) -> dict[str, str]:
 
 def start_baseline(workdir: Path, env: Mapping[str, str] | None = None) -> ServerProcess:
     """The bare-ASGI app under uvicorn with Headway's server settings: uvloop, httptools,
-    one worker, no access log (see `headway.server.server_config`). `env`: the calibration's
+    one worker, no access log (see `headway.api.server.server_config`). `env`: the calibration's
     `BENCH_BODY_BYTES` and `BENCH_BURN_US` (see `bench.baseline`)."""
     port = free_port()
     env = {**_clean_env(), "BENCH_PORT": str(port), **(env or {})}

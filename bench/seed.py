@@ -20,7 +20,7 @@ import httpx
 import msgspec
 from sqlalchemy import create_engine, insert, update
 
-from headway.domain import TaskRow, format_ts
+from headway.domain.tasks import TaskRow, format_ts
 from headway.storage.tables import spaces, tasks
 
 PUT_BODY = '{"current":5,"end":10,"values":{"log":"x"}}'

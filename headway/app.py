@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 from starlette.applications import Starlette
 
-from . import logs, metrics
 from .api import badges as badge_routes
 from .api import channels as channel_routes
 from .api import client_wheel, events, health, openapi, rest
@@ -25,25 +24,26 @@ from .api import webhooks as webhook_routes
 from .api.dispatch import HeadwayApp
 from .api.endpoints import Route
 from .api.mcp import MCPEndpoint
-from .clock import Clock, SystemClock
+from .api.visitor import Visitors
+from .background.loops import stop
+from .background.sweeper import Sweeper
 from .coherence import Coherence
 from .coherence.local import OneProcess
 from .config import Settings
-from .disk import DiskBudget
-from .live import Live
-from .loops import stop
+from .delivery.worker import Worker
+from .domain.clock import Clock, SystemClock
+from .live.streams import Live
 from .notify.deliver import channel_sender
 from .notify.late import LateWatch
 from .notify.live import LiveWatch
 from .notify.stalls import StallWatch
+from .ops import logs, metrics
+from .ops.disk import DiskBudget
 from .progress import ProgressStore
 from .progress.memory import MemoryProgressStore
 from .service import ChannelRules, Service, Wake
 from .storage.database import Database
-from .sweeper import Sweeper
-from .visitor import Visitors
 from .web import routes as web_routes
-from .worker import Worker
 
 if TYPE_CHECKING:
     from .progress.redis import RedisProgressStore

@@ -21,22 +21,14 @@ import redis.asyncio as redis
 from redis import Redis as SyncRedis
 from starlette.applications import Starlette
 
+from headway.api.visitor import Visitors
 from headway.app import create_app
-from headway.clock import ManualClock
 from headway.config import Settings
+from headway.domain.clock import ManualClock
 from headway.storage.database import Database
-from headway.visitor import Visitors
 
 from .live_server import LiveServer
 from .receiver import Receiver
-from .receivers import (  # noqa: F401 (fixtures: channels' receivers)
-    form_receiver,
-    gotify_receiver,
-    json_receiver,
-    ntfy_receiver,
-    smtp_receiver,
-    xml_receiver,
-)
 from .servers import Pooler, PostgresServer, RedisServer, postgres_and_redis
 
 # A shell without job control starts a background command (`scripts/test &`) with SIGINT

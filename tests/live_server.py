@@ -230,7 +230,7 @@ def serving(settings: Settings, app: Any = None) -> Iterator[tuple[str, int]]:
     yields its address. Stops it (as `headway serve` stops at SIGTERM) on the way out."""
     import uvicorn
 
-    from headway.server import server_config
+    from headway.api.server import server_config
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))

@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from headway.domain import EMPTY_VALUES, Progress, TaskRow, format_ts, ratio
+from headway.domain.tasks import EMPTY_VALUES, Progress, TaskRow, format_ts, ratio
 
 
 def shown_values(row: TaskRow, values: msgspec.Raw) -> msgspec.Raw:

@@ -30,10 +30,10 @@ from headway.badges.states import STALLED_AFTER_S, space_badge, task_badge
 from headway.cli import main as headway
 from headway.cli.badge import share_link
 from headway.config import Settings
-from headway.domain import parse_ts
-from headway.estimates import Estimate
-from headway.jobs import Usual
-from headway.schemas import CreateChannel
+from headway.domain.estimates import Estimate
+from headway.domain.jobs import Usual
+from headway.domain.schemas import CreateChannel
+from headway.domain.tasks import parse_ts
 
 from .live_server import serving
 from .test_events import new_space, new_task, watching

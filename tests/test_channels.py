@@ -10,8 +10,8 @@ import re
 
 import pytest
 
+from headway.delivery.worker import Worker
 from headway.notify.deliver import DIGEST_S, ChannelSender
-from headway.worker import Worker
 
 from .conftest import pairs
 from .receivers import GOTIFY_TOKEN, NTFY_TOPIC, HTTPReceiver

@@ -20,16 +20,7 @@ import httpx
 import pytest
 
 import headway
-from headway import (
-    APIError,
-    AsyncClient,
-    Client,
-    Estimate,
-    NetworkError,
-    NoSpaceError,
-    Space,
-    Task,
-)
+from headway import APIError, AsyncClient, Client, Estimate, NetworkError, NoSpaceError, Space, Task
 
 from .live_server import LiveServer, environment, wait_for
 from .receiver import Receiver

@@ -15,10 +15,10 @@ import pytest
 
 from headway.app import make_coherence
 from headway.caches.families import FamilyCache
-from headway.clock import ManualClock
 from headway.coherence import Coherence, Told
 from headway.coherence.feed import DROPPED, PRUNED, RESYNC, REVOKED, TASK, Change, ChangeFeed
-from headway.domain import Changed, Progress
+from headway.domain.clock import ManualClock
+from headway.domain.tasks import Changed, Progress
 from headway.progress import ProgressStore
 from headway.progress.memory import MemoryProgressStore
 from headway.progress.redis import RedisProgressStore
@@ -177,7 +177,7 @@ async def test_a_report_announced_with_its_write_is_heard_once_everywhere(make: 
 
 
 async def test_a_cache_it_makes_holds_a_family_at_the_version_it_was_read(make: Make, clock):
-    from headway.domain import TaskRow
+    from headway.domain.tasks import TaskRow
 
     coherence, _ = await make()
     cache = coherence.family_cache()

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from headway.clock import ManualClock
+from headway.domain.clock import ManualClock
 from tests.support import outbox_events
 
 COUNT = 50

@@ -1,4 +1,4 @@
-"""The delivery policy webhooks and channels share (`headway.delivery`), and leases
+"""The delivery policy webhooks and channels share (`headway.delivery.policy`), and leases
 (`headway.storage.leases`): backoff, Retry-After, giving up, and one holder at a time."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from headway import delivery
+from headway.delivery.policy import policy as delivery
 from headway.storage import leases
 from headway.storage.leases import Lease
 

@@ -11,8 +11,8 @@ import pytest
 import redis.exceptions
 import sqlalchemy.exc
 
-from headway.dependencies import lost_connection, unavailable
-from headway.errors import DatabaseUnavailable
+from headway.domain.errors import DatabaseUnavailable
+from headway.ops.dependencies import lost_connection, unavailable
 
 
 def wrapped(orig: BaseException) -> sqlalchemy.exc.DBAPIError:

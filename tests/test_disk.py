@@ -14,7 +14,7 @@ import pytest
 
 from headway.app import create_app
 from headway.config import FreeMin
-from headway.disk import DiskBudget, Measure, judge
+from headway.ops.disk import DiskBudget, Measure, judge
 from headway.storage.database import Database
 
 from .conftest import empty_backend, pairs, running

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from headway.estimates import Track, estimate, follow
+from headway.domain.estimates import Track, estimate, follow
 
 from .test_jobs import run
 from .test_mcp import HANDSHAKE, JSON_RPC, rpc

@@ -1,4 +1,4 @@
-"""The estimator (`headway.estimates`), without I/O: its track, its rate, its blend with a
+"""The estimator (`headway.domain.estimates`), without I/O: its track, its rate, its blend with a
 job's usual duration, late; and, replayed, the report streams of `bench.estimator`
 against tqdm's own estimator fed the same reports."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from bench.estimator import POINTS, STREAMS, errors
-from headway.estimates import ANCHORS, Track, estimate, follow, late, rate
-from headway.jobs import Usual
+from headway.domain.estimates import ANCHORS, Track, estimate, follow, late, rate
+from headway.domain.jobs import Usual
 
 S = 1_000_000  # a second, in the track's microseconds
 

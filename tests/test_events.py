@@ -285,7 +285,7 @@ async def test_with_a_limit_tasks_older_than_the_window_send_nothing(http):
 
 async def test_a_comment_line_keeps_an_idle_stream_open(http, base_url, monkeypatch):
     monkeypatch.setattr("headway.api.events.KEEPALIVE_S", 0.2)
-    monkeypatch.setattr("headway.live.KEEPALIVE_S", 0.2)
+    monkeypatch.setattr("headway.live.streams.KEEPALIVE_S", 0.2)
     space = await new_space(http)
     async with http.stream("GET", f"/spaces/{space}/events") as answer:
         lines = answer.aiter_lines()
@@ -349,8 +349,8 @@ async def a_reader_that_stops(settings: Settings, tasks: int) -> AsyncIterator[A
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 async def test_a_stream_that_never_reads_is_closed_and_holds_bounded_memory(settings, monkeypatch):
-    monkeypatch.setattr("headway.live.STALL_S", 0.5)
-    monkeypatch.setattr("headway.live.MAX_PENDING", 50)
+    monkeypatch.setattr("headway.live.streams.STALL_S", 0.5)
+    monkeypatch.setattr("headway.live.streams.MAX_PENDING", 50)
     async with a_reader_that_stops(settings, tasks=20) as (app, http, space, report):
         live = app.state.live
         assert live.open_streams == 1
@@ -366,7 +366,7 @@ async def test_a_stream_that_never_reads_is_closed_and_holds_bounded_memory(sett
 
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 async def test_a_stream_whose_reader_falls_behind_is_ended_as_behind(settings, monkeypatch):
-    monkeypatch.setattr("headway.live.MAX_PENDING", 3)
+    monkeypatch.setattr("headway.live.streams.MAX_PENDING", 3)
     async with a_reader_that_stops(settings, tasks=8) as (app, _http, space, report):
         [stream] = app.state.live._watches[space].streams
         deadline = time.monotonic() + 10
@@ -377,10 +377,10 @@ async def test_a_stream_whose_reader_falls_behind_is_ended_as_behind(settings, m
 
 
 def test_one_round_of_more_tasks_than_a_stream_may_hold_is_not_being_behind(monkeypatch):
-    from headway.domain import TaskRow, view
-    from headway.live import Round, Stream
+    from headway.domain.tasks import TaskRow, view
+    from headway.live.streams import Round, Stream
 
-    monkeypatch.setattr("headway.live.MAX_PENDING", 3)
+    monkeypatch.setattr("headway.live.streams.MAX_PENDING", 3)
     rows = [TaskRow(f"t{n}", "s", None, None, None, n) for n in range(8)]
     stream = Stream(watch=None, share=None, visitor=None)  # type: ignore[arg-type]
     stream.offer(Round([view(row, None) for row in rows], 1))

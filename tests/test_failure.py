@@ -1,5 +1,6 @@
-"""The rule of failure (`headway.failure`, named in `headway.domain` too): which finished
-tasks failed, when a parent failed through its steps, and how its failed steps are named."""
+"""The rule of failure (`headway.domain.failure`, named in `headway.domain.tasks` too):
+which finished tasks failed, when a parent failed through its steps, and how its failed
+steps are named."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from headway import domain
-from headway.failure import (
+from headway.domain.failure import (
     FailedStep,
     Failure,
     failed_error,
@@ -17,6 +17,7 @@ from headway.failure import (
     failure_of,
     task_failure,
 )
+from headway.domain.tasks import tasks as domain
 
 
 @pytest.mark.parametrize(

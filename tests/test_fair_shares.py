@@ -12,7 +12,7 @@ import httpx
 import pytest
 import redis.asyncio as redis
 
-from headway.limits import Holdings, network_of
+from headway.api.limits import Holdings, network_of
 from headway.progress import ClientAllowanceFull
 
 from .conftest import pairs

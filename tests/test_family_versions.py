@@ -14,10 +14,10 @@ import redis.asyncio as redis
 
 from headway.app import create_app
 from headway.caches.families import VERSIONED_MAX_AGE_US
-from headway.clock import ManualClock
 from headway.config import Settings
+from headway.domain.clock import ManualClock
+from headway.ops.redis_link import Coalesced
 from headway.progress.redis import FAMILY_VERSION_TTL_S
-from headway.redis_link import Coalesced
 
 from .conftest import BACKENDS, empty_backend, running
 
@@ -235,8 +235,8 @@ async def test_a_family_cached_before_redis_lost_its_versions_is_read_again(
 
 
 async def test_a_write_at_its_version_announces_the_change_in_the_same_call(shared_servers):
-    from headway.clock import SystemClock
-    from headway.domain import Progress
+    from headway.domain.clock import SystemClock
+    from headway.domain.tasks import Progress
     from headway.progress.redis import RedisProgressStore
 
     _, redis_server = shared_servers

@@ -1,5 +1,5 @@
 """What an anonymous client sends cannot freeze or exhaust the server: the real server of
-`headway serve` (`headway.server`), on a real socket, with short limits.
+`headway serve` (`headway.api.server`), on a real socket, with short limits.
 
 Also the headers every answer carries (nosniff, CORS on REST but not /mcp), and a
 keep-alive connection that outlives an unexpected error.
@@ -22,9 +22,9 @@ from typing import Any
 import httpx
 import pytest
 
+from headway.api.server import MAX_HEAD, MAX_REQUEST_TARGET
 from headway.app import create_app
 from headway.config import Settings
-from headway.server import MAX_HEAD, MAX_REQUEST_TARGET
 from headway.service import Service
 
 from .live_server import serving

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from headway.jobs import Usual, job_key, percentile, usual
+from headway.domain.jobs import Usual, job_key, percentile, usual
 from headway.storage import jobs
 
 UNKNOWN = "5d3c1e0a-8f4b-4c2d-9a6e-7b1f0c3d2e4a"

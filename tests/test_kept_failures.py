@@ -20,7 +20,7 @@ from headway.app import create_app
 from headway.cli.board import Board
 from headway.client.events import Event
 from headway.config import Settings
-from headway.failure import failure_of
+from headway.domain.failure import failure_of
 
 from .conftest import pairs, running
 from .support import outbox_events

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from headway.loops import stop
+from headway.background.loops import stop
 from headway.notify.deliver import DIGEST_S, ChannelSender
 from headway.notify.late import LateWatch
 from headway.notify.stalls import StallWatch

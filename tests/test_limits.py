@@ -13,9 +13,9 @@ import redis.asyncio as redis
 from limits import parse_many
 from starlette.applications import Starlette
 
-from headway.clock import ManualClock
+from headway.api.limits import RateLimiter
 from headway.config import Settings
-from headway.limits import RateLimiter
+from headway.domain.clock import ManualClock
 
 from .conftest import pairs
 from .live_server import LiveServer
@@ -112,7 +112,7 @@ async def test_ipv4_mapped_clients_are_each_their_own_ipv4_address(limited, clie
 async def test_the_client_wheel_has_a_rate_of_its_own(limited, clients):
     """`GET /client/<wheel>` (428 KB) is rated per client address (HEADWAY_RATE_WHEELS);
     `GET /client`, a line of text, is not; with rate limits off, neither."""
-    from headway import wheel
+    from headway.api import wheel
 
     path = f"/client/{wheel.file_name()}"
     app = await limited(rate_wheels="2/minute")
@@ -186,7 +186,7 @@ async def test_a_refused_client_may_go_on_once_its_retry_after_has_passed(
 
 
 def test_a_bucket_refills_at_its_rate_and_holds_at_most_its_size(clock):
-    from headway.limits import TokenBuckets
+    from headway.api.limits import TokenBuckets
 
     buckets = TokenBuckets(clock, longest_s=60)
     items = parse_many("2/second;5/minute")
@@ -201,7 +201,7 @@ def test_a_bucket_refills_at_its_rate_and_holds_at_most_its_size(clock):
 
 
 async def test_idle_buckets_are_dropped_so_many_addresses_cannot_grow_memory(limited, clock):
-    from headway.limits import TokenBuckets
+    from headway.api.limits import TokenBuckets
 
     buckets = TokenBuckets(clock, longest_s=60)
     items = parse_many("5/second;100/minute")
@@ -215,7 +215,7 @@ async def test_idle_buckets_are_dropped_so_many_addresses_cannot_grow_memory(lim
 def test_buckets_of_addresses_all_active_at_once_are_bounded_too(clock, monkeypatch):
     """Addresses active within the longest period (a day, for creates) are many for a
     client holding many IPv6 /64s: past MOST, those updated longest ago go."""
-    from headway.limits import TokenBuckets
+    from headway.api.limits import TokenBuckets
 
     monkeypatch.setattr(TokenBuckets, "MOST", 2_000)
     monkeypatch.setattr(TokenBuckets, "SWEEP_ABOVE", 500)
@@ -455,7 +455,7 @@ async def test_redis_out_of_memory_is_a_503_with_retry_after(app, client, make_t
 def test_default_rates_never_refuse_a_busy_well_behaved_client(clock):
     """CONTRACT: 3,000 spaces and tasks a minute from one address, in bursts of 200 at
     once, and 1,000 tasks reporting ten times a second, pass untouched."""
-    from headway.limits import TokenBuckets
+    from headway.api.limits import TokenBuckets
 
     limiter = RateLimiter(Settings())
     buckets = TokenBuckets(clock, longest_s=60)
@@ -487,6 +487,7 @@ def test_the_rated_kinds_are_one_list() -> None:
     """`limits.Kind` names the same kinds as the settings' `rate_<kind>` list."""
     from typing import get_args
 
-    from headway import config, limits
+    from headway import config
+    from headway.api import limits
 
     assert get_args(limits.Kind) == config.RATED == limits.KINDS

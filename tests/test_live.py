@@ -11,7 +11,7 @@ import re
 import pytest
 
 from headway.app import create_app
-from headway.loops import stop
+from headway.background.loops import stop
 from headway.notify.live import LiveWatch
 
 from . import live_standins

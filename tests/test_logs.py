@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from headway.api.dispatch import HeadwayApp
-from headway.delivery import MAX_ATTEMPTS, retry_delay_s
-from headway.logs import endpoint, masked
+from headway.delivery.policy import MAX_ATTEMPTS, retry_delay_s
+from headway.delivery.worker import Worker
 from headway.notify.deliver import DIGEST_S, ChannelSender
-from headway.worker import Worker
+from headway.ops.logs import endpoint, masked
 
 from .live_server import LiveServer
 from .receivers import GOTIFY_TOKEN

@@ -1,4 +1,4 @@
-"""A background loop is stopped however many cancellations it takes (`headway.loops`)."""
+"""A background loop is stopped however many cancellations it takes (`headway.background.loops`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from headway.loops import stop
+from headway.background.loops import stop
 
 
 async def test_a_loop_that_lost_a_cancellation_is_stopped_all_the_same():

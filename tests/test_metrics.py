@@ -13,12 +13,12 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
-from headway import metrics
 from headway.app import create_app
+from headway.delivery.worker import Worker
 from headway.notify.deliver import DIGEST_S, ChannelSender
 from headway.notify.stalls import StallWatch
+from headway.ops import metrics
 from headway.storage import outbox
-from headway.worker import Worker
 
 from .conftest import BACKENDS
 from .live_server import HeadwayProcess, LiveServer

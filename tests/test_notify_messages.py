@@ -10,17 +10,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from headway.domain import Progress, TaskRow, view
-from headway.durations import duration_words
+from headway.domain.durations import duration_words
+from headway.domain.tasks import Progress, TaskRow, view
 from headway.notify import messages
-from headway.notify.messages import (
-    digest,
-    failure,
-    finished,
-    recovered,
-    share_link,
-    stalled,
-)
+from headway.notify.messages import digest, failure, finished, recovered, share_link, stalled
 
 SPACE = str(uuid.uuid4())
 LINK = share_link("https://headway.example/", "5f0c2a4e-0000-4000-8000-00000000abcd")

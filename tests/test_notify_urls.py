@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from headway.errors import Unprocessable
+from headway.delivery.webhooks import RefusedAddress
+from headway.domain.errors import Unprocessable
 from headway.notify import guard
 from headway.notify.schemes import DEFAULT_SCHEMES, NEVER_SCHEMES, parse_schemes
 from headway.notify.urls import Target, apprise_module, check_channel_hosts, check_channel_url
-from headway.webhooks import RefusedAddress
 
 
 def test_every_default_scheme_is_an_apprise_scheme_and_none_is_refused() -> None:

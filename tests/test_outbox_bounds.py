@@ -12,12 +12,12 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 
-from headway import metrics
-from headway.delivery import CLAIM
+from headway.delivery.policy import CLAIM
+from headway.delivery.worker import Worker
 from headway.notify.deliver import channel_sender
+from headway.ops import metrics
 from headway.storage import deliveries
 from headway.storage.database import Database
-from headway.worker import Worker
 
 from .receiver import Receiver
 

@@ -22,9 +22,9 @@ import pytest
 from playwright.sync_api import Browser, Locator, Page, Response, expect, sync_playwright
 
 from headway.config import Settings
-from headway.durations import duration_words
-from headway.failure import failure_of
-from headway.schemas import CreateChannel
+from headway.domain.durations import duration_words
+from headway.domain.failure import failure_of
+from headway.domain.schemas import CreateChannel
 from headway.web.pages import CONTENT_SECURITY_POLICY, period_words
 
 from .browser import RECORD_NOTIFICATIONS, UUID, Watch, chromium_path, launch

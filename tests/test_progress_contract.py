@@ -12,10 +12,10 @@ import msgspec
 import pytest
 import redis.asyncio as redis
 
-from headway.clock import ManualClock
 from headway.coherence import FamilyVersions
-from headway.domain import Progress
-from headway.estimates import ANCHORS
+from headway.domain.clock import ManualClock
+from headway.domain.estimates import ANCHORS
+from headway.domain.tasks import Progress
 from headway.progress import ClientAllowanceFull, Measurement, ProgressBudgetFull, ProgressStore
 from headway.progress.memory import MemoryProgressStore
 from headway.progress.redis import RedisProgressStore
@@ -27,7 +27,7 @@ TTL_S = 60
 TTL_US = TTL_S * 1_000_000
 SPACE = "5a1e0000-0000-4000-8000-000000000000"
 OTHER_SPACE = "5a1e0000-0000-4000-8000-000000000001"
-# What a scrape shows of each store (see headway.metrics).
+# What a scrape shows of each store (see headway.ops.metrics).
 GAUGES = {
     "memory": {
         "headway_live_tasks",

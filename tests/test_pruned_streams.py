@@ -17,9 +17,9 @@ import pytest
 from httpx_sse import aconnect_sse
 
 from headway.coherence.feed import PRUNED, Change
-from headway.domain import TaskView
-from headway.live import Round, Stream
-from headway.live_events import StreamFilter
+from headway.domain.tasks import TaskView
+from headway.live.events import StreamFilter
+from headway.live.streams import Round, Stream
 
 from .live_server import serving
 from .test_events import WAIT_S, new_space, new_task, watching

@@ -13,9 +13,9 @@ import httpx
 import pytest
 from limits import parse_many
 
-from headway.clock import ManualClock
+from headway.api.limits import RateLimiter, TokenBuckets
 from headway.config import Settings
-from headway.limits import RateLimiter, TokenBuckets
+from headway.domain.clock import ManualClock
 
 from . import test_limits
 from .live_server import serving
@@ -338,7 +338,7 @@ async def test_mcp_reads_are_rated_as_rest_reads_are(limited, clients):
 def test_reads_are_taken_from_the_bucket_a_chunk_at_a_time(clock: ManualClock):
     """With a big read rate, reads are paid for 64 at a time (the hot path then costs a
     dict lookup); once the allowance is spent, the next chunk is refused."""
-    from headway.errors import TooManyRequests
+    from headway.domain.errors import TooManyRequests
 
     limiter = RateLimiter(Settings(rate_reads="64000/minute"), clock)
     key = ("reads", "192.0.2.1")

@@ -22,7 +22,7 @@ import pytest
 import headway
 from headway import Client
 from headway.client.reporter import exception_line
-from headway.failure import Failure, failure_of
+from headway.domain.failure import Failure, failure_of
 
 from .live_server import Gate, LiveServer, environment, exit_seconds, timing_its_exit
 

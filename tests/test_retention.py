@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from headway.sweeper import Sweeper
+from headway.background.sweeper import Sweeper
 
 from .conftest import pairs
 

@@ -43,7 +43,7 @@ def settings(settings, telegram_standin):
 async def watch(app):
     """The app's live watch, its loop stopped (the test looks when it wants), giving the
     slow host's sends all the time they ask for."""
-    from headway.loops import stop
+    from headway.background.loops import stop
 
     await stop(app.state.loops["live"])
     watch = app.state.live_watch

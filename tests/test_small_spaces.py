@@ -11,7 +11,7 @@ import pytest
 
 from headway.caches.families import row_bytes
 from headway.caches.spaces import BigSpace, ShownTasks, SmallSpace, SmallSpaces
-from headway.domain import Progress, TaskRow, TaskView, view_json
+from headway.domain.tasks import Progress, TaskRow, TaskView, view_json
 
 from .conftest import pairs
 

@@ -12,12 +12,12 @@ import uuid
 
 import pytest
 
-from headway import metrics
-from headway.domain import TaskRow
+from headway.background.sweeper import REMOVAL, Sweeper
+from headway.delivery.worker import Worker
+from headway.domain.tasks import TaskRow
 from headway.notify.deliver import ChannelSender
+from headway.ops import metrics
 from headway.storage import channel_queue, queries
-from headway.sweeper import REMOVAL, Sweeper
-from headway.worker import Worker
 
 from .conftest import pairs
 

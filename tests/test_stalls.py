@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 
-from headway.loops import stop
+from headway.background.loops import stop
 from headway.notify.deliver import DIGEST_S, ChannelSender
 from headway.notify.stalls import StallWatch
 from headway.progress.memory import MemoryProgressStore

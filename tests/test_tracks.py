@@ -12,8 +12,8 @@ import msgspec
 import pytest
 
 from bench.estimator import STREAMS
-from headway.domain import Progress
-from headway.estimates import Track, follow, pack, unpack
+from headway.domain.estimates import Track, follow, pack, unpack
+from headway.domain.tasks import Progress
 from headway.progress import ProgressStore
 from headway.progress.memory import ENTRY_BYTES, TRACK_BYTES, MemoryProgressStore
 from headway.progress.redis import RedisProgressStore

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from headway.caches.bounded import Bounded
-from headway.domain import Changed
+from headway.domain.tasks import Changed
 from headway.service import Writes
 
 # Objects of the service that hold entries but are no cache of spaces or tasks, and why.

@@ -1,14 +1,14 @@
-"""One client's budgets in one place (`headway.visitor`): a request's visitor is its
+"""One client's budgets in one place (`headway.api.visitor`): a request's visitor is its
 address, and each check a client's requests pass is the visitor's."""
 
 from __future__ import annotations
 
 import pytest
 
-from headway.clock import ManualClock
+from headway.api.visitor import FREE, Visitors
 from headway.config import Settings
-from headway.errors import BadRequest, TooManyRequests
-from headway.visitor import FREE, Visitors
+from headway.domain.clock import ManualClock
+from headway.domain.errors import BadRequest, TooManyRequests
 
 
 def scope(peer: str, *headers: tuple[bytes, bytes]) -> dict[str, object]:

@@ -12,8 +12,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import msgspec
 import pytest
 
-from headway.completion import MAX_EVENT_BYTES
-from headway.worker import Worker
+from headway.delivery.worker import Worker
+from headway.domain.completion import MAX_EVENT_BYTES
 
 from .receiver import Receiver
 

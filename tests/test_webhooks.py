@@ -13,12 +13,12 @@ import httpx
 import pytest
 from standardwebhooks import Webhook
 
-from headway import worker as worker_module
 from headway.app import create_app
 from headway.config import Settings
-from headway.delivery import CLAIM, GIVE_UP_S, MAX_ATTEMPTS, retry_delay_s
+from headway.delivery.policy import CLAIM, GIVE_UP_S, MAX_ATTEMPTS, retry_delay_s
+from headway.delivery.policy import worker as worker_module
+from headway.delivery.worker import Worker
 from headway.storage.database import Database
-from headway.worker import Worker
 
 from .receiver import Receiver
 
@@ -458,7 +458,7 @@ async def test_in_process_worker_delivers_under_serve(tmp_path, receiver):
 
 
 def test_signature_matches_standard_webhooks_example_vector():
-    from headway.webhooks import signed_headers
+    from headway.delivery.webhooks import signed_headers
 
     headers = signed_headers(
         "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw",
@@ -564,7 +564,7 @@ def test_delivery_connects_to_the_address_it_checked(url, address, sent_to, host
     sent to the checked address, with the original Host and TLS server name."""
     import ipaddress
 
-    from headway.webhooks import pinned
+    from headway.delivery.webhooks import pinned
 
     pinned_url, headers, sent_extensions = pinned(httpx.URL(url), ipaddress.ip_address(address))
     assert str(pinned_url) == sent_to
@@ -576,7 +576,7 @@ async def test_the_worker_survives_an_unexpected_error_in_a_step_and_delivers(
     app, clock, client, space, make_task, receiver, caplog
 ):
     """An error the worker does not know is logged and counted; the loop goes on."""
-    from headway import metrics
+    from headway.ops import metrics
 
     worker = Worker(app.state.service.db, clock, allow_private=True, poll_s=0.05)
     claim, failures = worker.claim, []

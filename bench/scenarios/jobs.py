@@ -12,7 +12,7 @@ import sqlite3
 import time
 import uuid
 
-from headway.jobs import job_key
+from headway.domain.jobs import job_key
 
 from ..load import Load
 from ..measure import Harness, _num

@@ -212,8 +212,8 @@ async def _writes(app: Any, client: Any, space: str, seconds: float) -> list[flo
     """Create and finish tasks in the backlog's space for `seconds` (each finish queues
     one more event for the dead webhook), while a worker on the app's database claims
     and retries (as `headway serve` runs it)."""
-    from headway.clock import SystemClock
-    from headway.worker import Worker
+    from headway.delivery.worker import Worker
+    from headway.domain.clock import SystemClock
 
     worker = Worker(
         app.state.service.db, SystemClock(), allow_private=True, woken=app.state.events_queued

@@ -11,14 +11,7 @@ import httpx
 
 from .. import seed
 from ..load import Load, LoadResult, finish, start_wrk
-from ..measure import (
-    Harness,
-    Skip,
-    backend_cpu_readers,
-    cpu_note,
-    machine_busy,
-    others_extra,
-)
+from ..measure import Harness, Skip, backend_cpu_readers, cpu_note, machine_busy, others_extra
 from ..processes import ServerProcess, StartError, machine_cpu
 from ..report import Row
 from . import NO_RATE_LIMITS

@@ -165,7 +165,7 @@ async def _serving(app: Any) -> AsyncIterator[Any]:
 async def _fill(app: Any, space: str, count: int) -> None:
     """`count` tasks into the space through the storage layer (as creates write them): a
     tenth of them steps, a hundred to a parent; 10,000 to a transaction."""
-    from headway.domain import TaskRow
+    from headway.domain.tasks import TaskRow
     from headway.storage import queries
 
     service = app.state.service

@@ -21,11 +21,11 @@ from starlette.responses import Response
 from ..badges import svg
 from ..badges.states import SPACE_TASKS, Badge, shields_json
 from ..badges.svg import STYLES, Style
-from ..decoding import query_params
-from ..errors import BadRequest, NotFound
-from ..schemas import MAX_TEXT
+from ..domain.errors import BadRequest, NotFound
+from ..domain.schemas import MAX_TEXT
 from ..service import Service
 from ..web import pages
+from .decoding import query_params
 from .endpoints import Request, Route
 from .openapi_parts import (
     SHARE,

@@ -1,5 +1,5 @@
 """`GET /client`: the address of this server's own client wheel, and `GET /client/<wheel>`,
-the wheel itself (see headway.wheel), for `pip install "$(curl -fsS http://HOST/client)"`.
+the wheel itself (see headway.api.wheel), for `pip install "$(curl -fsS http://HOST/client)"`.
 
 The address starts with HEADWAY_PUBLIC_URL. Without it, with the request's Host only when
 the server answers that host (as `/mcp` decides, `mcp_hosts.answered`), else with the
@@ -14,8 +14,8 @@ from typing import Any
 
 from starlette.responses import PlainTextResponse, Response
 
-from .. import wheel
-from ..errors import NotFound
+from ..domain.errors import NotFound
+from . import wheel
 from .endpoints import Request, Route
 from .mcp_hosts import answered
 from .openapi_parts import TOO_MANY_REQUESTS, error

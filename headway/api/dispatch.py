@@ -25,18 +25,12 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .. import logs, metrics
-from ..dependencies import unavailable
-from ..errors import UNAVAILABLE_MESSAGE, HeadwayError, Unavailable, error_body
+from ..domain.errors import UNAVAILABLE_MESSAGE, HeadwayError, Unavailable, error_body
+from ..ops import logs, metrics
+from ..ops.dependencies import unavailable
 from .endpoints import Request, Route
 from .events import EventStream
-from .responses import (
-    ANY_ORIGIN,
-    NOSNIFF,
-    JSONResponse,
-    error_response,
-    preflight_response,
-)
+from .responses import ANY_ORIGIN, NOSNIFF, JSONResponse, error_response, preflight_response
 from .streaming import JSONStream
 
 log = logging.getLogger("headway")
@@ -150,7 +144,7 @@ class HeadwayApp(Starlette):
 
     The endpoint is handed a `Request` carrying its client's `Visitor`. Its answer is a
     `Response`, whose headers are completed before it is sent and which is counted
-    (headway.metrics) under its route's template as it is returned; or any other ASGI
+    (headway.ops.metrics) under its route's template as it is returned; or any other ASGI
     callable (the MCP SDK's answer, the static files), completed and counted as its
     answer starts. Requests no route serves are counted as `unmatched`, and a 405 under
     the route whose path it is.
@@ -361,7 +355,7 @@ class _Sending:
 async def answer_error(request: Request, exc: Exception) -> Response:
     """The one answer to an error: a `HeadwayError` as itself (429 and 503 logged as
     refusals), an HTTPException's 404 and 405 in Headway's words, a dependency that is
-    unavailable 503 (see `headway.dependencies`), anything else 500, logged once."""
+    unavailable 503 (see `headway.ops.dependencies`), anything else 500, logged once."""
     if isinstance(exc, HeadwayError):
         _note_refusal(request, exc)
         return error_response(exc)

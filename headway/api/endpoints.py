@@ -9,11 +9,11 @@ from collections.abc import Awaitable, Callable, Iterable
 from starlette import requests
 from starlette.types import ASGIApp
 
-from ..visitor import Visitor
+from .visitor import Visitor
 
 
 class Request(requests.Request):
-    """Starlette's request, with the `visitor` of its client (see `headway.visitor`)."""
+    """Starlette's request, with the `visitor` of its client (see `headway.api.visitor`)."""
 
     _visitor: Visitor | None = None
 

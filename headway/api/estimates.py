@@ -1,5 +1,5 @@
 """Estimates: `GET /tasks/{t}/estimate`, and through a share link
-`GET /shared/{share}/tasks/{id}/estimate` (see `headway.estimates` and
+`GET /shared/{share}/tasks/{id}/estimate` (see `headway.domain.estimates` and
 `service.estimates`). Each is rated as a read of the task is: 1, and a parent's steps."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from ..schemas import EstimateOut
+from ..domain.schemas import EstimateOut
 from ..service import Service
 from .endpoints import Request, Route
 from .openapi_parts import (

@@ -1,7 +1,7 @@
 """`GET /spaces/{space_uuid}/events` and `GET /shared/{share_uuid}/events`: a space live,
 as Server-Sent Events. First `event: snapshot` (exactly what the space read answers with
 the same `limit` and `state`), then `event: task` after each create, report and finish
-(see `headway.live`), `event: estimates` after the snapshot and after each running
+(see `headway.live.streams`), `event: estimates` after the snapshot and after each running
 task's event, and a comment line at least every `KEEPALIVE_S` seconds. No
 history is kept: every connection, reconnections included, begins with a snapshot."""
 
@@ -16,16 +16,16 @@ import msgspec
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from ..decoding import query_params
-from ..domain import TaskView
-from ..errors import BadRequest
-from ..live import KEEPALIVE_S, Live, Stream
-from ..live_events import StreamFilter, estimates_event
-from ..scope import CONNECTION
+from ..domain.errors import BadRequest
+from ..domain.share_ids import ShareView
+from ..domain.tasks import TaskView
+from ..live.events import StreamFilter, estimates_event
+from ..live.streams import KEEPALIVE_S, Live, Stream
 from ..service import Service, parse_limit
-from ..shares import ShareView
+from .decoding import query_params
 from .endpoints import Request, Route
 from .openapi_parts import RETRY_AFTER, SPACE, error, query_param
+from .scope import CONNECTION
 from .streaming import PIECE_BYTES, space_pieces
 
 _HEADERS = [

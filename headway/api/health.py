@@ -13,8 +13,8 @@ from typing import Any
 
 from starlette.responses import Response
 
-from ..disk import DiskBudget
-from ..worker import worker_status
+from ..delivery.worker import worker_status
+from ..ops.disk import DiskBudget
 from .endpoints import Request, Route
 from .responses import JSONResponse
 
@@ -61,7 +61,7 @@ async def up(request: Request) -> Response:
 
 
 async def _disk(budget: DiskBudget) -> dict[str, Any]:
-    """The disk budget's verdict, measured again if it is a period old (see `headway.disk`);
+    """The disk budget's verdict, measured again if it is a period old (see `headway.ops.disk`);
     the last one if measuring takes too long."""
     with contextlib.suppress(Exception):  # a database that is down is the database check's
         return (await asyncio.wait_for(budget.current(), CHECK_TIMEOUT)).check()

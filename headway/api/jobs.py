@@ -1,5 +1,5 @@
 """Jobs: `GET /spaces/{s}/jobs`, and through a share link `GET /shared/{share}/jobs`
-(see `headway.jobs` and `service.jobs`). A read pays for each job it lists, as a space
+(see `headway.domain.jobs` and `service.jobs`). A read pays for each job it lists, as a space
 read pays for each task."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from typing import Any
 
 from starlette.responses import Response
 
-from ..decoding import query_params
-from ..schemas import JobsOut
+from ..domain.schemas import JobsOut
 from ..service import Service
 from ..service.jobs import MAX_LIMIT
+from .decoding import query_params
 from .endpoints import Request, Route
 from .openapi_parts import (
     SPACE,

@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING, Any
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .. import schemas
 from ..config import Settings
-from ..errors import BadRequest, error_body
+from ..domain import schemas
+from ..domain.errors import BadRequest, error_body
 from ..service import Service
-from ..visitor import Visitors
 from . import mcp_hosts
 from .endpoints import Request
 from .openapi_parts import TOO_MANY_REQUESTS, error, json_answer
 from .responses import NO_STORE, JSONResponse, error_response, receive_body
+from .visitor import Visitors
 
 if TYPE_CHECKING:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager

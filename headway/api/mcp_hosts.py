@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from starlette.datastructures import Headers
 
 from ..config import Settings
-from ..errors import Forbidden, HeadwayError, Misdirected
+from ..domain.errors import Forbidden, HeadwayError, Misdirected
 
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
 

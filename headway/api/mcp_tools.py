@@ -23,13 +23,14 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from msgspec import Meta
 from pydantic import ConfigDict
 
-from .. import __version__, schemas
-from ..decoding import decode_create, decode_report
-from ..dependencies import unavailable
-from ..errors import UNAVAILABLE_MESSAGE, BadRequest, HeadwayError
-from ..schemas import CreateSpace, CreateTask
+from .. import __version__
+from ..domain import schemas
+from ..domain.errors import UNAVAILABLE_MESSAGE, BadRequest, HeadwayError
+from ..domain.schemas import CreateSpace, CreateTask
+from ..ops.dependencies import unavailable
 from ..service import Service
-from ..visitor import Visitor, Visitors, tasks_in
+from .decoding import decode_create, decode_report
+from .visitor import Visitor, Visitors, tasks_in
 
 log = logging.getLogger("headway.mcp")
 
@@ -213,7 +214,7 @@ def _with_uuid(schema: dict[str, Any], name: str, description: str) -> dict[str,
 # --- Tools -------------------------------------------------------------------------------
 
 # A tool's body: the service, its arguments, and the visitor that called it (its client's
-# budgets: see `headway.visitor`).
+# budgets: see `headway.api.visitor`).
 Run = Callable[[Service, dict[str, Any], Visitor], Awaitable[Any]]
 
 
@@ -411,7 +412,7 @@ def build_server(
     Addresses it gives (create_space's dashboard_url) are on `public_url`
     (HEADWAY_PUBLIC_URL), else on the request's own base URL.
 
-    A dependency that is unavailable (see `headway.dependencies`) answers the same "retry
+    A dependency that is unavailable (see `headway.ops.dependencies`) answers the same "retry
     shortly" message as REST's 503. Anything else is logged by the SDK and answers a
     generic tool error.
     """

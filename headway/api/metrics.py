@@ -1,4 +1,4 @@
-"""`GET /metrics`: the Prometheus text an operator's scraper reads (see headway.metrics)."""
+"""`GET /metrics`: the Prometheus text an operator's scraper reads (see headway.ops.metrics)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from .. import metrics
+from ..ops import metrics
 from .endpoints import Request, Route
 from .responses import NO_STORE
 

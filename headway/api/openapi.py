@@ -7,8 +7,8 @@ from typing import Any
 import msgspec
 from starlette.responses import Response
 
-from .. import schemas
-from ..health_out import HealthOut
+from ..domain import schemas
+from ..ops.health import HealthOut
 from .endpoints import Request, Route
 from .openapi_parts import IDEMPOTENT, METHODS, PARAMETERS, RESPONSES, idempotent, response_ref
 from .openapi_paths import space_paths, task_paths

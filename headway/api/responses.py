@@ -12,8 +12,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive
 
-from ..errors import HeadwayError, PayloadTooLarge, error_body
-from ..schemas import MAX_BODY
+from ..domain.errors import HeadwayError, PayloadTooLarge, error_body
+from ..domain.schemas import MAX_BODY
 
 _encode = msgspec.json.Encoder().encode
 NO_STORE = {"cache-control": "no-store"}

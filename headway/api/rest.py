@@ -6,13 +6,13 @@ from typing import Any
 
 from starlette.responses import Response
 
-from ..decoding import decode_create, decode_report, query_params, report_from_query
-from ..domain import TaskView
-from ..errors import MethodNotAllowed, NotFound
-from ..schemas import CreateSpace, CreateTask
+from ..domain.errors import MethodNotAllowed, NotFound
+from ..domain.schemas import CreateSpace, CreateTask
+from ..domain.tasks import TaskView
 from ..service import Idempotency, Service
 from ..web import pages
 from ..web.pages import wants_html
+from .decoding import decode_create, decode_report, query_params, report_from_query
 from .endpoints import Request, Route
 from .responses import NO_STORE, JSONResponse, read_body
 from .streaming import JSONStream, space_pieces, task_pieces

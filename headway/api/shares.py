@@ -1,6 +1,6 @@
 """Share links: create, list and revoke them (`/spaces/{s}/shares`), and what a link
 opens (`/shared/{share_uuid}`: the space read-only, as JSON, a page, or a live stream),
-which never shows a uuid of the space or its tasks (see `headway.shares`)."""
+which never shows a uuid of the space or its tasks (see `headway.domain.share_ids`)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from typing import Any, cast
 
 from starlette.responses import Response
 
-from ..decoding import decode_create, query_params
-from ..domain import canonical_uuid
-from ..errors import NotFound
-from ..schemas import CreateShare
+from ..domain.errors import NotFound
+from ..domain.schemas import CreateShare
+from ..domain.tasks import canonical_uuid
 from ..service import Service
 from ..web import pages
+from .decoding import decode_create, query_params
 from .endpoints import Request, Route
 from .events import open_stream, stream_operation
 from .openapi_parts import (

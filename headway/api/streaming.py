@@ -17,7 +17,7 @@ import msgspec
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from ..domain import TaskView
+from ..domain.tasks import TaskView
 from .responses import JSONResponse
 
 _encode = msgspec.json.Encoder().encode

@@ -6,9 +6,9 @@ from typing import Any
 
 from starlette.responses import Response
 
-from ..decoding import decode_create
-from ..schemas import CreateWebhook
+from ..domain.schemas import CreateWebhook
 from ..service import Service
+from .decoding import decode_create
 from .endpoints import Request, Route
 from .openapi_parts import (
     CREATE_UNAVAILABLE,

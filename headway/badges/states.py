@@ -24,10 +24,10 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from .. import domain
-from ..durations import duration_words, left_words, run_seconds
-from ..estimates import Estimate
-from ..failure import Failure, failure_of
+from ..domain import tasks as domain
+from ..domain.durations import duration_words, left_words, run_seconds
+from ..domain.estimates import Estimate
+from ..domain.failure import Failure, failure_of
 from .colours import BACKGROUND, LABEL, State
 
 # The channels' default `stalled_after` (schemas.CreateChannel), so that a badge and a

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ..badges.states import Badge
-from ..domain import Changed
+from ..domain.tasks import Changed
 from .bounded import Bounded
 
 # Badges kept, over every link; and for how long at most, in µs: what a badge says can

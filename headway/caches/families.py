@@ -34,7 +34,7 @@ from typing import ClassVar, NamedTuple
 
 import msgspec
 
-from ..domain import Changed, FamilyVersion, Progress, TaskRow, view_json
+from ..domain.tasks import Changed, FamilyVersion, Progress, TaskRow, view_json
 from .bounded import Bounded
 
 Family = tuple[TaskRow, Sequence[TaskRow]]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..domain import Changed
+from ..domain.tasks import Changed
 from .bounded import Bounded
 
 # Spaces whose heads are kept.

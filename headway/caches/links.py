@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import ClassVar
 
-from ..domain import Changed
-from ..errors import NotFound
-from ..shares import ShareView
+from ..domain.errors import NotFound
+from ..domain.share_ids import ShareView
+from ..domain.tasks import Changed
 from ..storage import shares
 from ..storage.database import Database
 from .bounded import Bounded

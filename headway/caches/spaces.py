@@ -27,17 +27,11 @@ from typing import Any, ClassVar
 
 import msgspec
 
-from ..domain import Changed, FamilyVersion, Progress, TaskRow, TaskView, view, view_json
+from ..domain.tasks import Changed, FamilyVersion, Progress, TaskRow, TaskView, view, view_json
 from ..storage.database import Fetch
 from ..storage.pages import Window, families_of, space_has_children, space_rows
 from .bounded import Bounded
-from .families import (
-    KEPT_JSON_BYTES,
-    ROW_BYTES,
-    SHOWN_BYTES,
-    VERSIONED_MAX_AGE_US,
-    row_bytes,
-)
+from .families import KEPT_JSON_BYTES, ROW_BYTES, SHOWN_BYTES, VERSIONED_MAX_AGE_US, row_bytes
 
 # Spaces of at most this many tasks are held whole; bigger ones are read page by page.
 SMALL_SPACE = 1000

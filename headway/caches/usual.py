@@ -1,4 +1,4 @@
-"""Jobs' usual durations (see `headway.jobs`), kept until a task of their space finishes
+"""Jobs' usual durations (see `headway.domain.jobs`), kept until a task of their space finishes
 or goes: an estimate of every task a live stream shows reads its job's usual duration,
 which changes only with a finish."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..domain import Changed
-from ..jobs import Usual
+from ..domain.jobs import Usual
+from ..domain.tasks import Changed
 from .bounded import Bounded
 
 # Jobs whose usual durations are kept.

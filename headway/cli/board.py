@@ -19,8 +19,8 @@ from rich.text import Text
 
 from ..client.events import RECONNECTING, Event
 from ..client.models import Space, Task
-from ..durations import duration_words, left_words, run_seconds
-from ..failure import Failure, task_failure
+from ..domain.durations import duration_words, left_words, run_seconds
+from ..domain.failure import Failure, task_failure
 
 # A rate is measured over the counts of this many seconds (unless the task reports one).
 RATE_WINDOW = 30.0

@@ -86,7 +86,7 @@ def _test(args: argparse.Namespace) -> int:
 def _send(
     url: str, schemes: frozenset[str], allow_private: bool, timeout_s: float, title: str | None
 ) -> int:
-    from ..errors import Unprocessable
+    from ..domain.errors import Unprocessable
     from ..notify.send import send_test
     from ..notify.urls import check_channel_url
 

@@ -135,7 +135,7 @@ def _migrate_command(args: argparse.Namespace) -> int:
 def _migrate(settings: Settings) -> int:
     from sqlalchemy.exc import DBAPIError
 
-    from ..errors import DatabaseUnavailable
+    from ..domain.errors import DatabaseUnavailable
     from ..storage.database import Database
 
     async def run() -> None:
@@ -162,12 +162,12 @@ def _worker(settings: Settings) -> int:
     import logging.config
     import signal
 
-    from ..clock import SystemClock
-    from ..logs import server_log_config
-    from ..loops import stop
+    from ..background.loops import stop
+    from ..delivery.worker import Worker
+    from ..domain.clock import SystemClock
     from ..notify.deliver import channel_sender
+    from ..ops.logs import server_log_config
     from ..storage.database import Database
-    from ..worker import Worker
 
     logging.config.dictConfig(server_log_config())  # deliveries logged as under serve
 
@@ -205,7 +205,7 @@ def _worker(settings: Settings) -> int:
 def _serve(settings: Settings, workers: int) -> int:
     import subprocess
 
-    from ..server import serve
+    from ..api.server import serve
 
     # Migrate in a child process: the server then finds its schema current and never
     # loads the migration machinery. `-P`: `-m` would put the working directory first on
@@ -253,7 +253,7 @@ def _prepare_metrics(
         directory = tempfile.mkdtemp(prefix="headway-metrics-")
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
     if settings.metrics_port is not None:
-        from ..metrics import serve_port
+        from ..ops.metrics import serve_port
 
         if not serves_app or workers > 1:
             _measure_alone(settings)
@@ -274,8 +274,8 @@ def _measure_alone(settings: Settings) -> None:
     of its own, opened once on an event loop of their own for every scrape to measure."""
     import threading
 
-    from .. import metrics
-    from ..clock import SystemClock
+    from ..domain.clock import SystemClock
+    from ..ops import metrics
     from ..storage.database import Database
 
     opened = threading.Event()

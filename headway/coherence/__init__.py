@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from ..caches.families import FamilyCache
-from ..domain import Changed, FamilyVersion, Progress
+from ..domain.tasks import Changed, FamilyVersion, Progress
 from .feed import ChangeFeed
 
 

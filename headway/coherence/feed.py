@@ -15,8 +15,8 @@ import logging
 from collections.abc import Callable, Container, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from ..dependencies import unavailable
-from ..domain import Changed
+from ..domain.tasks import Changed
+from ..ops.dependencies import unavailable
 
 if TYPE_CHECKING:
     from . import Told
@@ -28,7 +28,7 @@ REVOKED = "revoked"  # a share link of the space was revoked: `task_uuid` names 
 RESYNC = "resync"  # changes may have been missed: read everything again
 # A top-level task (with its steps) was removed to make room for a new one (the cap on
 # tasks per space): `task_uuid` names it, `parent_uuid` the new task that took its place.
-# Only the streams left showing it once the new one is sent start over (`headway.live`).
+# Only the streams left showing it once the new one is sent start over (`headway.live.streams`).
 PRUNED = "pruned"
 DROPPED = "dropped"  # the space was deleted: its streams end
 

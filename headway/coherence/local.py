@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..caches.families import FamilyCache
-from ..domain import FamilyVersion, Progress
+from ..domain.tasks import FamilyVersion, Progress
 from ..progress import ProgressStore
 from . import Told
 from .feed import LocalFeed, tell

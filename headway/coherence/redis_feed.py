@@ -12,8 +12,8 @@ import secrets
 import redis.asyncio
 import redis.exceptions
 
-from .. import metrics
-from ..dependencies import unavailable
+from ..ops import metrics
+from ..ops.dependencies import unavailable
 from .feed import RESYNC, Change, LocalFeed
 
 log = logging.getLogger("headway")

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from ..caches.families import FamilyCache
 from ..caches.spaces import space_version_key
-from ..domain import Changed, FamilyVersion, Progress
+from ..domain.tasks import Changed, FamilyVersion, Progress
 from ..progress.redis import RedisProgressStore
 from . import Told
 from .feed import TASK, Change, tell

@@ -23,11 +23,12 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from .. import delivery, metrics
-from ..clock import Clock
 from ..config import Settings
-from ..dependencies import unavailable
-from ..logs import endpoint, masked
+from ..delivery import policy as delivery
+from ..domain.clock import Clock
+from ..ops import metrics
+from ..ops.dependencies import unavailable
+from ..ops.logs import endpoint, masked
 from ..storage import channel_queue, channels
 from ..storage.database import Database
 from . import guard

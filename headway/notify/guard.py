@@ -53,7 +53,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from ..webhooks import RefusedAddress, refuse_non_public
+from ..delivery.webhooks import RefusedAddress, refuse_non_public
 
 T = TypeVar("T")
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address

@@ -20,9 +20,10 @@ from functools import partial
 
 import msgspec
 
-from .. import domain, metrics
-from ..estimates import Estimate
-from ..loops import Parts
+from ..background.loops import Parts
+from ..domain import tasks as domain
+from ..domain.estimates import Estimate
+from ..ops import metrics
 from ..storage import channel_queue, channels
 from ..storage.database import Database
 from .stalls import count_given_up

@@ -41,11 +41,13 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from .. import delivery, domain, metrics
-from ..clock import Clock
-from ..errors import Unprocessable
-from ..estimates import Estimate
-from ..loops import give_lease_up, survive
+from ..background.loops import give_lease_up, survive
+from ..delivery import policy as delivery
+from ..domain import tasks as domain
+from ..domain.clock import Clock
+from ..domain.errors import Unprocessable
+from ..domain.estimates import Estimate
+from ..ops import metrics
 from ..progress import ProgressStore
 from ..storage import channels, leases, live
 from ..storage.database import Database
@@ -322,7 +324,7 @@ class LiveWatch:
             except guard.Dropped:
                 log.info("live messages: a send was dropped: its message is no longer kept")
             except Exception as exc:  # the database is down: its row says what to send
-                from ..dependencies import unavailable
+                from ..ops.dependencies import unavailable
 
                 if unavailable(exc):
                     log.warning("live messages: a send could not be recorded (%s)", exc)

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
-from ..durations import duration_words, left_words, run_seconds
+from ..domain.durations import duration_words, left_words, run_seconds
 
 Kind = Literal["completed", "failed", "stalled", "recovered", "late", "digest", "test"]
 Level = Literal["info", "success", "warning", "failure"]

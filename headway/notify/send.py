@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Literal
 
-from ..delivery import held_retry_after_s
-from ..errors import Unprocessable
-from ..webhooks import RefusedAddress
+from ..delivery.policy import held_retry_after_s
+from ..delivery.webhooks import RefusedAddress
+from ..domain.errors import Unprocessable
 from . import guard, messages
 from .schemes import DEFAULT_SCHEMES
 from .urls import Address, ChannelURL, check_channel_hosts, check_channel_url

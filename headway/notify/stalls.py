@@ -39,10 +39,11 @@ from typing import Any
 
 import msgspec
 
-from .. import domain, metrics
-from ..clock import Clock
-from ..domain import Progress, TaskView
-from ..loops import Parts, give_lease_up, survive
+from ..background.loops import Parts, give_lease_up, survive
+from ..domain import tasks as domain
+from ..domain.clock import Clock
+from ..domain.tasks import Progress, TaskView
+from ..ops import metrics
 from ..progress import ProgressStore
 from ..storage import channel_queue, channels, leases
 from ..storage.channels import Watcher

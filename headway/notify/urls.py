@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, NamedTuple
 
-from .. import webhooks
-from ..errors import Unprocessable
+from ..delivery import webhooks
+from ..domain.errors import Unprocessable
 from . import guard
 from .schemes import DEFAULT_SCHEMES, NEVER_SCHEMES
 

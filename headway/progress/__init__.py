@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
-from ..domain import Progress
-from ..errors import TooManyRequests, Unavailable
-from ..estimates import Track
+from ..domain.errors import TooManyRequests, Unavailable
+from ..domain.estimates import Track
+from ..domain.tasks import Progress
 
 # How long a client refused for a full budget, or for its full allowance, is told to wait.
 BUDGET_RETRY_AFTER_S = 30
@@ -53,7 +53,7 @@ class ClientAllowanceFull(TooManyRequests):
 
 
 class Measurement(NamedTuple):
-    """One gauge of a store as a scrape shows it (see `headway.metrics`)."""
+    """One gauge of a store as a scrape shows it (see `headway.ops.metrics`)."""
 
     name: str
     documentation: str

@@ -11,10 +11,10 @@ from operator import itemgetter
 
 import msgspec
 
-from .. import metrics
-from ..clock import Clock
-from ..domain import Progress
-from ..estimates import Track, followed, unpack
+from ..domain.clock import Clock
+from ..domain.estimates import Track, followed, unpack
+from ..domain.tasks import Progress
+from ..ops import metrics
 from . import (
     ADMIT_NEW_BELOW,
     NO_CLIENT,

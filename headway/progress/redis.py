@@ -11,11 +11,11 @@ import msgspec
 import redis.asyncio
 import redis.exceptions
 
-from .. import metrics
-from ..clock import Clock
-from ..domain import FamilyVersion, Progress
-from ..estimates import Track, unpack
-from ..redis_link import Coalesced, close_client, connection_pool
+from ..domain.clock import Clock
+from ..domain.estimates import Track, unpack
+from ..domain.tasks import FamilyVersion, Progress
+from ..ops import metrics
+from ..ops.redis_link import Coalesced, close_client, connection_pool
 from . import (
     ADMIT_NEW_BELOW,
     NO_CLIENT,

@@ -1,4 +1,4 @@
-"""Each live task's track of reports in Redis (see `headway.estimates`): the Lua that
+"""Each live task's track of reports in Redis (see `headway.domain.estimates`): the Lua that
 follows it as the report is written, in the same script, so that every instance extends
 the same track.
 
@@ -12,7 +12,7 @@ in the live entry's (`redis_allowances.REDIS_TRACK_BYTES`).
 
 from __future__ import annotations
 
-from ..estimates import ANCHORS, MIN_GAP_US, SILENCE_APART
+from ..domain.estimates import ANCHORS, MIN_GAP_US, SILENCE_APART
 
 TRACK_PREFIX = "headway:track:"
 # What a write passes for `current` when no track is kept (estimates off).

@@ -12,7 +12,7 @@ stream and `/mcp` call and nothing else.
 - `idempotency`: creates made once, however often they are retried with one key;
 - `unit`: the unit of work every write runs in, which publishes what it changed.
 
-Every create passes the disk budget first (`headway.disk`): when the database's storage
+Every create passes the disk budget first (`headway.ops.disk`): when the database's storage
 runs short, creates are refused before anything is written, and reports go on.
 """
 
@@ -22,13 +22,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..caches.spaces import ShownTasks, SmallSpaces
-from ..clock import Clock
 from ..coherence import Coherence
-from ..dependencies import unavailable
-from ..disk import DiskBudget
-from ..domain import Report, TaskRow, TaskView
+from ..domain.clock import Clock
+from ..domain.schemas import CreateChannel, CreateSpace, CreateTask, CreateWebhook
+from ..domain.tasks import Report, TaskRow, TaskView
+from ..ops.dependencies import unavailable
+from ..ops.disk import DiskBudget
 from ..progress import NO_CLIENT, ProgressStore
-from ..schemas import CreateChannel, CreateSpace, CreateTask, CreateWebhook
 from ..storage.database import Database
 from .activity import Activity
 from .badges import Badges

@@ -5,7 +5,7 @@ space active, and what was marked is written at most once per space per hour
 
 from __future__ import annotations
 
-from ..clock import Clock
+from ..domain.clock import Clock
 from ..storage import queries
 from ..storage.database import Database
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..badges.states import SPACE_TASKS, Badge, shown, space_badge, task_badge
 from ..caches.badges import KeptBadges
 from ..caches.links import NO_SHARED_TASK
-from ..errors import NotFound
+from ..domain.errors import NotFound
 from .context import Stores
 from .estimates import Estimates
 from .reads import SpaceReads

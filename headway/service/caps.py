@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from .. import metrics
-from ..domain import TaskRow
-from ..errors import Unprocessable
+from ..domain.errors import Unprocessable
+from ..domain.tasks import TaskRow
+from ..ops import metrics
 from ..storage import deletes, queries
 from .context import Stores
 from .unit import Unit

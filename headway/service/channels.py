@@ -7,11 +7,11 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from .. import domain
-from ..domain import canonical_uuid
-from ..errors import NotFound, Unprocessable
+from ..domain import tasks as domain
+from ..domain.errors import NotFound, Unprocessable
+from ..domain.schemas import CreateChannel
+from ..domain.tasks import canonical_uuid
 from ..notify.schemes import DEFAULT_SCHEMES
-from ..schemas import CreateChannel
 from ..storage import channels, shares
 from ..storage.channels import ChannelRow
 from ..storage.database import Statements
@@ -92,8 +92,8 @@ class Channels:
         return await added_to_space(self.keys.once(space_key, space_key, idempotency, write))
 
     async def _checked(self, url: str) -> Any:
+        from ..delivery.webhooks import RefusedAddress
         from ..notify import guard, urls
-        from ..webhooks import RefusedAddress
 
         # Apprise loads on first use (about 0.4 s): on the notify threads, not this loop.
         checked = await guard.run(urls.check_channel_url, url, self.schemes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..clock import Clock
+from ..domain.clock import Clock
 from ..progress import ProgressStore
 from ..storage.database import Database
 from .unit import Writes

@@ -4,9 +4,9 @@ space's rows are removed afterwards by the sweeper: see `storage.deletes`)."""
 
 from __future__ import annotations
 
-from .. import metrics
-from ..domain import Changed, canonical_uuid
-from ..errors import NotFound
+from ..domain.errors import NotFound
+from ..domain.tasks import Changed, canonical_uuid
+from ..ops import metrics
 from ..storage import deletes, queries
 from .context import NO_SPACE, NO_TASK, Stores
 from .families import Families

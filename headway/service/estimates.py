@@ -1,4 +1,4 @@
-"""When a task will end (see `headway.estimates`): from the track its reports left beside
+"""When a task will end (see `headway.domain.estimates`): from the track its reports left beside
 its progress, and from how long its job's succeeded runs usually take.
 
 A task with children (a parent) keeps no track: its count is derived from its steps. It is
@@ -14,15 +14,15 @@ import logging
 from collections.abc import Sequence
 from functools import partial
 
+from ..background.loops import Parts
 from ..caches.links import NO_SHARED_TASK
 from ..caches.usual import UsualDurations
-from ..dependencies import unavailable
-from ..domain import Progress, TaskRow
-from ..errors import NotFound
-from ..estimates import Basis, Estimate, Track, estimate
-from ..jobs import USUAL_FROM, USUAL_RUNS, Usual, job_key, usual
-from ..loops import Parts
-from ..schemas import EstimateOut
+from ..domain.errors import NotFound
+from ..domain.estimates import Basis, Estimate, Track, estimate
+from ..domain.jobs import USUAL_FROM, USUAL_RUNS, Usual, job_key, usual
+from ..domain.schemas import EstimateOut
+from ..domain.tasks import Progress, TaskRow
+from ..ops.dependencies import unavailable
 from ..storage import jobs
 from .context import Stores
 from .families import Families

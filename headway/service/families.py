@@ -8,13 +8,14 @@ from collections.abc import Sequence
 
 import msgspec
 
-from .. import domain, metrics
 from ..caches.families import FamilyCache
-from ..completion import completion_event
-from ..dependencies import unavailable
-from ..domain import Changed, FamilyVersion, Progress, TaskRow, canonical_uuid
-from ..errors import NotFound
-from ..jobs import USUAL_RUNS, usual
+from ..domain import tasks as domain
+from ..domain.completion import completion_event
+from ..domain.errors import NotFound
+from ..domain.jobs import USUAL_RUNS, usual
+from ..domain.tasks import Changed, FamilyVersion, Progress, TaskRow, canonical_uuid
+from ..ops import metrics
+from ..ops.dependencies import unavailable
 from ..storage import channel_queue, jobs, outbox, queries
 from ..storage.database import Statements
 from .context import NO_TASK, Stores

@@ -28,7 +28,7 @@ from typing import Any
 import msgspec
 from sqlalchemy.exc import IntegrityError
 
-from ..errors import BadRequest, Conflict, Unprocessable
+from ..domain.errors import BadRequest, Conflict, Unprocessable
 from ..storage import idempotency
 from ..storage.database import Statements
 from ..storage.idempotency import KeyRow

@@ -1,13 +1,13 @@
-"""Reading jobs (see `headway.jobs`): a space's jobs of newest activity, each with its
+"""Reading jobs (see `headway.domain.jobs`): a space's jobs of newest activity, each with its
 counts, its usual duration and its newest runs. Jobs are
 written by the creates and finishes of their tasks (`service.tasks`, `service.families`)
 and counted out by their deletes (`storage.deletes`)."""
 
 from __future__ import annotations
 
-from ..domain import canonical_uuid, format_ts
-from ..errors import NotFound
-from ..jobs import LAST_RUNS, USUAL_RUNS, Job, Run, usual
+from ..domain.errors import NotFound
+from ..domain.jobs import LAST_RUNS, USUAL_RUNS, Job, Run, usual
+from ..domain.tasks import canonical_uuid, format_ts
 from ..storage import jobs
 from .context import NO_SPACE, Stores
 from .reads import parse_limit

@@ -10,16 +10,10 @@ from typing import Any, TypedDict, Unpack, cast
 
 import msgspec
 
-from .. import domain
-from ..caches.spaces import (
-    BigSpace,
-    ShownTasks,
-    SmallSpace,
-    SmallSpaces,
-    space_version_key,
-)
-from ..domain import FamilyVersion, Progress, TaskRow, TaskView, canonical_uuid
-from ..errors import BadRequest, NotFound
+from ..caches.spaces import BigSpace, ShownTasks, SmallSpace, SmallSpaces, space_version_key
+from ..domain import tasks as domain
+from ..domain.errors import BadRequest, NotFound
+from ..domain.tasks import FamilyVersion, Progress, TaskRow, TaskView, canonical_uuid
 from ..storage import pages, queries
 from .activity import Activity
 from .context import NO_SPACE, Stores

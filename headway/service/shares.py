@@ -7,11 +7,11 @@ import uuid
 from collections.abc import Collection
 from typing import Any
 
-from .. import domain
 from ..caches.links import SharedSpaces, TaskIds
-from ..domain import Changed, canonical_uuid
-from ..errors import NotFound, Unprocessable
-from ..shares import ShareView
+from ..domain import tasks as domain
+from ..domain.errors import NotFound, Unprocessable
+from ..domain.share_ids import ShareView
+from ..domain.tasks import Changed, canonical_uuid
 from ..storage import shares
 from ..storage.database import Statements
 from .context import NO_SHARE, Stores

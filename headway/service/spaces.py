@@ -7,11 +7,11 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .. import domain
 from ..caches.heads import Head, SpaceHeads
-from ..domain import canonical_uuid
-from ..errors import Conflict, NotFound, Unprocessable
-from ..schemas import MAX_ICON, CreateSpace
+from ..domain import tasks as domain
+from ..domain.errors import Conflict, NotFound, Unprocessable
+from ..domain.schemas import MAX_ICON, CreateSpace
+from ..domain.tasks import canonical_uuid
 from ..storage import queries
 from ..storage.batch import GroupCommit
 from .context import NO_SPACE, Stores

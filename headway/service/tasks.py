@@ -10,14 +10,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from .. import domain
 from ..coherence import Told
-from ..dependencies import unavailable
-from ..domain import Changed, FamilyVersion, Progress, Report, TaskRow, canonical_uuid
-from ..errors import Conflict, HeadwayError, NotFound, Unprocessable
-from ..jobs import job_key
+from ..domain import tasks as domain
+from ..domain.errors import Conflict, HeadwayError, NotFound, Unprocessable
+from ..domain.jobs import job_key
+from ..domain.schemas import CreateTask
+from ..domain.tasks import Changed, FamilyVersion, Progress, Report, TaskRow, canonical_uuid
+from ..ops.dependencies import unavailable
 from ..progress import NO_CLIENT
-from ..schemas import CreateTask
 from ..storage import jobs, queries
 from ..storage.batch import GroupCommit
 from ..storage.database import Statements

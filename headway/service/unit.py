@@ -32,7 +32,7 @@ from types import TracebackType
 from typing import ClassVar, Protocol
 
 from ..coherence import Coherence, Told
-from ..domain import Changed
+from ..domain.tasks import Changed
 from ..progress import ProgressStore
 from ..storage.database import Database, Statements
 

@@ -6,10 +6,10 @@ import asyncio
 import uuid
 from typing import Any
 
-from .. import webhooks
-from ..domain import canonical_uuid, format_ts
-from ..errors import NotFound, Unprocessable
-from ..schemas import CreateWebhook
+from ..delivery import webhooks
+from ..domain.errors import NotFound, Unprocessable
+from ..domain.schemas import CreateWebhook
+from ..domain.tasks import canonical_uuid, format_ts
 from ..storage import outbox
 from ..storage.database import Statements
 from .context import Stores

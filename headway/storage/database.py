@@ -19,8 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.util import greenlet_spawn
 
 from ..config import sqlite_file
-from ..dependencies import lost_connection
-from ..errors import DatabaseUnavailable
+from ..domain.errors import DatabaseUnavailable
+from ..ops.dependencies import lost_connection
 from . import sqlite
 
 __all__ = ["Database", "DatabaseUnavailable", "Fetch", "Statements"]
@@ -287,7 +287,7 @@ class Database:
     async def size_bytes(self) -> int:
         """The database's size on disk: SQLite's file with its write-ahead log (pages
         freed inside them are reused before they grow), or PostgreSQL's
-        `pg_database_size` (a query: `headway.disk` says how seldom it is asked)."""
+        `pg_database_size` (a query: `headway.ops.disk` says how seldom it is asked)."""
         if self._path is not None:
             return sqlite.file_bytes(self._path)
         rows = await self.fetch("SELECT pg_database_size(current_database())", ())

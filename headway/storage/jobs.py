@@ -1,4 +1,4 @@
-"""SQL of jobs (see `headway.jobs`): each job's row kept up by the writes that change it,
+"""SQL of jobs (see `headway.domain.jobs`): each job's row kept up by the writes that change it,
 and a job's newest runs found by the index on tasks (`tasks_job_runs`: job, failed,
 finished_at_us, created_at_us: it holds what a run's answer needs), so that no read
 grows with the number of runs a space keeps.

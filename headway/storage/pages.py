@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..domain import TaskRow
+from ..domain.tasks import TaskRow
 from .database import Fetch
 from .queries import by_creation
 

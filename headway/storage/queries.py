@@ -9,7 +9,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..domain import TaskRow
+from ..domain.tasks import TaskRow
 from .database import Fetch, Statements
 
 
@@ -160,7 +160,7 @@ async def children_uuids(st: Statements, parents: Sequence[str]) -> list[str]:
 async def insert_tasks(
     st: Statements, rows: Sequence[TaskRow], jobs: Sequence[str | None] | None = None
 ) -> None:
-    """Insert new tasks in one statement (executemany), each in its job (see `headway.jobs`;
+    """Insert new tasks in one statement (executemany), each in its job (see `headway.domain.jobs`;
     `jobs` in the order of `rows`; none given: in none)."""
     await st.many(
         "INSERT INTO tasks (uuid, space_uuid, parent_uuid, title, source, created_at_us, job) "

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 from sqlalchemy.util import await_
 
-from ..errors import DatabaseUnavailable
+from ..domain.errors import DatabaseUnavailable
 
 
 class SqliteWriter:

@@ -54,7 +54,7 @@ tasks = Table(
     Column("duration", BigInteger),
     # A parent that reported itself: it finishes only by its own `done` (0011).
     Column("held", Boolean, nullable=False, server_default=false()),
-    # Its job (see `headway.jobs`; NULL: untitled), and whether it failed (NULL: active) (0013).
+    # Its job (see `headway.domain.jobs`; NULL: untitled), whether it failed (NULL: active) (0013).
     Column("job", String(32)),
     Column("failed", Boolean),
     # The error a failed task reported itself at its finish (NULL: none), kept so that it

@@ -12,8 +12,8 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from ...errors import Unprocessable
-from ...webhooks import RefusedAddress
+from ...delivery.webhooks import RefusedAddress
+from ...domain.errors import Unprocessable
 from .. import guard
 from ..urls import Address, ChannelURL, check_channel_hosts, plugin_for
 from . import discord, matrix, ntfy, slack, telegram

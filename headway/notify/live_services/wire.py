@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ...delivery import held_retry_after_s
+from ...delivery.policy import held_retry_after_s
 from .. import guard
 from ..send import parse_retry_after
 

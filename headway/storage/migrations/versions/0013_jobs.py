@@ -1,5 +1,5 @@
 """Jobs: the runs Headway keeps, by title. Each task with a title names its job (`job`: a
-digest of its space, title, source and parent's title, see `headway.jobs`), and a finished
+digest of its space, title, source and parent's title, see `headway.domain.jobs`), and a finished
 one whether it failed (`failed`: NULL while it runs). `jobs` holds each job's counts and
 when it was last active, so that reading a space's jobs never scans its history; the
 index on tasks finds a job's newest runs, succeeded or failed, and its active tasks, and

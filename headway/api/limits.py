@@ -44,10 +44,10 @@ from typing import TYPE_CHECKING, Literal
 
 from limits import RateLimitItem, parse_many
 
-from . import metrics
-from .clock import Clock, SystemClock
-from .config import RATED, Settings
-from .errors import TooManyRequests
+from ..config import RATED, Settings
+from ..domain.clock import Clock, SystemClock
+from ..domain.errors import TooManyRequests
+from ..ops import metrics
 
 if TYPE_CHECKING:
     from limits.aio.storage import Storage
@@ -334,7 +334,7 @@ class SharedCounters:
         from redis.asyncio import Redis
         from redis.exceptions import OutOfMemoryError
 
-        from .redis_link import connection_pool
+        from ..ops.redis_link import connection_pool
 
         url = "redis+" + redis_url if redis_url.startswith("unix://") else redis_url
         self._pool = connection_pool(redis_url)

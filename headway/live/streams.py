@@ -19,18 +19,18 @@ from collections.abc import Callable
 from time import perf_counter
 from typing import TYPE_CHECKING
 
-from . import metrics
-from .coherence.feed import DROPPED, PRUNED, RESYNC, REVOKED, TASK, Change, ChangeFeed
-from .dependencies import unavailable
-from .domain import TaskView
-from .errors import Unavailable
-from .live_events import Key, Round, StreamFilter
-from .schemas import EstimateOut
-from .shares import ShareView
+from ..coherence.feed import DROPPED, PRUNED, RESYNC, REVOKED, TASK, Change, ChangeFeed
+from ..domain.errors import Unavailable
+from ..domain.schemas import EstimateOut
+from ..domain.share_ids import ShareView
+from ..domain.tasks import TaskView
+from ..ops import metrics
+from ..ops.dependencies import unavailable
+from .events import Key, Round, StreamFilter
 
 if TYPE_CHECKING:
-    from .service import Service
-    from .visitor import Visitor
+    from ..api.visitor import Visitor
+    from ..service import Service
 
 log = logging.getLogger("headway")
 

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from .storage.database import Database
+    from ..storage.database import Database
 
 log = logging.getLogger("headway")
 
@@ -45,8 +45,8 @@ async def survive(name: str, look: Callable[[], Awaitable[object]]) -> bool:
     """Run one look of the loop `name`; an error is logged (a dependency that is down, as
     a warning; anything else with its traceback, and counted), never raised, so that the
     next look comes all the same. False when it failed."""
-    from . import metrics
-    from .dependencies import unavailable
+    from ..ops import metrics
+    from ..ops.dependencies import unavailable
 
     try:
         await look()
@@ -74,9 +74,9 @@ class Parts:
 
     async def run(self, part: str, look: Callable[[], Awaitable[T]], skipped: S) -> T | S:
         """`look()`, or `skipped` if it failed; `part` names it, by a uuid."""
-        from . import metrics
-        from .dependencies import unavailable
-        from .logs import masked
+        from ..ops import metrics
+        from ..ops.dependencies import unavailable
+        from ..ops.logs import masked
 
         try:
             found = await look()
@@ -98,7 +98,7 @@ class Parts:
 async def give_lease_up(db: Database, lease: str, holder: str) -> None:
     """Let the named lease go if `holder` has it (a shutdown), so that another instance
     takes it at once; bounded, and never raises: it lapses by itself anyway."""
-    from .storage import leases
+    from ..storage import leases
 
     try:
         async with asyncio.timeout(2):

@@ -35,8 +35,8 @@ from typing import Literal
 
 import msgspec
 
-from .domain import LAST_US
 from .jobs import Usual
+from .tasks import LAST_US
 
 ANCHORS = 8  # instants kept per task
 MIN_GAP_US = 200_000  # anchors at least this far apart (and `elapsed / 2 / ANCHORS`)

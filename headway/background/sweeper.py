@@ -21,13 +21,13 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from . import metrics
-from .clock import Clock
+from ..domain.clock import Clock
+from ..ops import metrics
+from ..service import Service
+from ..storage import deletes, leases
+from ..storage.database import Statements
+from ..storage.leases import Lease
 from .loops import survive
-from .service import Service
-from .storage import deletes, leases
-from .storage.database import Statements
-from .storage.leases import Lease
 
 log = logging.getLogger("headway")
 

@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from .config_parse import (
+from .parse import (
     ConfigError,
     FreeMin,
     _allow_private,
@@ -66,12 +66,12 @@ class Settings:
     # Host header patterns `/mcp` answers (DNS-rebinding protection). None: derived from
     # `host` (see `api.mcp_tools.transport_security`); ("*",): no check.
     mcp_allowed_hosts: tuple[str, ...] | None = None
-    # --- Abuse limits (see `headway.limits` and the README's "Limits and abuse") ---------------
+    # --- Abuse limits (see `headway.api.limits` and the README's "Limits and abuse") -----------
     # Addresses whose X-Forwarded-For, Forwarded, X-Real-IP are believed (10.0.0.0/8).
     trusted_proxies: tuple[str, ...] = ()
     # False turns every rate limit off; budgets and sizes stay on.
     rate_limits: bool = True
-    # One log line per request (headway.logs); off, the app has no access log to skip.
+    # One log line per request (headway.ops.logs); off, the app has no access log to skip.
     access_log: bool = False
     # Keep each live task's track of reports beside its progress, for estimates of its
     # time left (off: estimates from its job's usual duration only).
@@ -139,7 +139,7 @@ class Settings:
     # `GET /metrics`: on the service's port (True), off (False), or only on `metrics_port`.
     metrics: bool = True
     metrics_port: int | None = None
-    # --- Disk (see `headway.disk`) -------------------------------------------------------
+    # --- Disk (see `headway.ops.disk`) -------------------------------------------------------
     # The database's size on disk past which creates are refused (None: no limit).
     database_max_size: int | None = None
     # Free space the database's filesystem must keep for creates to pass.

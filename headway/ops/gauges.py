@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from .storage import channels, outbox, queries
+from ..storage import channels, outbox, queries
 
 if TYPE_CHECKING:
+    from ..progress import ProgressStore
+    from ..storage.database import Database
     from .disk import DiskBudget
-    from .progress import ProgressStore
-    from .storage.database import Database
 
 log = logging.getLogger("headway.metrics")
 SCRAPE_TIMEOUT_S = 2.0  # per dependency; a scraper's own timeout is usually 10 s
@@ -82,7 +82,7 @@ async def _measure_held(db: Database) -> list[Metric]:
 
 async def _measure_disk(disk: DiskBudget | None) -> list[Metric]:
     """The database's size and its disk's free space, as the disk budget last measured
-    them (again if that was a period ago: see `headway.disk`)."""
+    them (again if that was a period ago: see `headway.ops.disk`)."""
     if disk is None:
         return []
     try:

@@ -11,9 +11,9 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, Meta, UnsetType
 
-from .domain import format_ts
 from .estimates import Estimate
 from .jobs import Job, Usual
+from .tasks import format_ts
 
 MAX_BODY = 65_536
 MAX_TEXT = 200

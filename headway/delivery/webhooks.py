@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from .errors import Unprocessable
+from ..domain.errors import Unprocessable
 
 if TYPE_CHECKING:
     import httpx

@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .notify.schemes import parse_schemes
+from ..notify.schemes import parse_schemes
 
 
 class ConfigError(ValueError):

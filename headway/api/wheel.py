@@ -4,7 +4,7 @@
 
 What the wheel holds, and why:
 - every Python module of the package, the server's too: the client and the command
-  import shared modules (`headway.failure`, `headway.config`), and a hand-picked list
+  import shared modules (`headway.domain.failure`, `headway.config`), and a hand-picked list
   would break the client the day an import moves. The server's modules are inert
   without the server's dependencies, and the command says how to get them;
 - none of the files only the server reads (the pages' templates and static files, the
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
 
-from . import __version__
+from .. import __version__
 
 DISTRIBUTION = "headway"
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent
 # Extras a client may ask for; every other extra (`server`, `test`, `bench`) is left out.
 CLIENT_EXTRAS = ("tqdm",)
 # The earliest time a zip entry can hold: the same for every build.

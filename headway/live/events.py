@@ -1,4 +1,4 @@
-"""The events of live streams after their snapshot (see `headway.live`): a round of them,
+"""The events of live streams after their snapshot (see `headway.live.streams`): a round of them,
 encoded once for every stream, and what a stream with `limit` or `state` lets through and
 shows, so that a task pruned to make room (see `service.caps`) starts over only the
 streams it would leave wrong."""
@@ -10,9 +10,9 @@ from collections.abc import Mapping
 
 import msgspec
 
-from .domain import TaskView
-from .schemas import EstimateOut
-from .shares import ShareView
+from ..domain.schemas import EstimateOut
+from ..domain.share_ids import ShareView
+from ..domain.tasks import TaskView
 
 _encode = msgspec.json.Encoder().encode
 

@@ -34,18 +34,20 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
-from . import delivery, metrics, webhooks
-from .clock import Clock
-from .dependencies import unavailable
-from .logs import endpoint, masked
-from .storage import channel_queue, deliveries, outbox
-from .storage.database import Database, Statements
-from .storage.deliveries import Claim
+from ..domain.clock import Clock
+from ..ops import metrics
+from ..ops.dependencies import unavailable
+from ..ops.logs import endpoint, masked
+from ..storage import channel_queue, deliveries, outbox
+from ..storage.database import Database, Statements
+from ..storage.deliveries import Claim
+from . import policy as delivery
+from . import webhooks
 
 if TYPE_CHECKING:
     import httpx
 
-    from .notify.deliver import ChannelSender
+    from ..notify.deliver import ChannelSender
 
 log = logging.getLogger("headway.worker")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from .storage.leases import Lease
+from ..storage.leases import Lease
 
 ATTEMPT_TIMEOUT_S = 10.0  # a webhook's POST or a channel's send, all of it
 # Longer than one attempt can take, with room to record its outcome.

@@ -23,11 +23,11 @@ from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 from uvicorn.server import ServerState
 from uvicorn.supervisors import Multiprocess
 
-from . import metrics
-from .api.responses import NOSNIFF
-from .config import Settings
-from .errors import error_body
-from .logs import server_log_config
+from ..config import Settings
+from ..domain.errors import error_body
+from ..ops import metrics
+from ..ops.logs import server_log_config
+from .responses import NOSNIFF
 from .scope import CONNECTION
 
 log = logging.getLogger("headway")
@@ -64,7 +64,7 @@ def server_config(settings: Settings, *, workers: int = 1, app: Any = None) -> S
     elif app is not None:
         target = app
     else:
-        from .app import create_app
+        from ..app import create_app
 
         target = create_app(settings)
     return ServerConfig(
@@ -83,7 +83,7 @@ def server_config(settings: Settings, *, workers: int = 1, app: Any = None) -> S
         lifespan="on",
         log_level="warning",
         log_config=server_log_config(),
-        access_log=False,  # uvicorn's own; HEADWAY_ACCESS_LOG is the app's (headway.logs)
+        access_log=False,  # uvicorn's own; HEADWAY_ACCESS_LOG is the app's (headway.ops.logs)
     )
 
 

@@ -15,9 +15,9 @@ from urllib.parse import unquote_to_bytes
 
 import msgspec
 
-from .domain import Report
-from .errors import BadRequest, HeadwayError, Unprocessable
-from .schemas import ReportBody
+from ..domain.errors import BadRequest, HeadwayError, Unprocessable
+from ..domain.schemas import ReportBody
+from ..domain.tasks import Report
 
 _report_decoder = msgspec.json.Decoder(ReportBody)
 _decoders: dict[type, msgspec.json.Decoder[Any]] = {}

@@ -34,12 +34,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..config import Settings
+from ..config.parse import FreeMin, size_text
+from ..domain.errors import Unavailable
+from ..storage.database import Database
+from ..storage.sqlite import file_bytes
 from . import metrics
-from .config import Settings
-from .config_parse import FreeMin, size_text
-from .errors import Unavailable
-from .storage.database import Database
-from .storage.sqlite import file_bytes
 
 log = logging.getLogger("headway.disk")
 

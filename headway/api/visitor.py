@@ -2,7 +2,7 @@
 request (`Visitors.of`) from its address, holds every check a client's requests pass.
 
 - Its rates (`admit`): one of a kind counted against the client's rate (see
-  `headway.limits`), 429 beyond it.
+  `headway.api.limits`), 429 beyond it.
 - Its reads (`read_bill`): a read costs the tasks it renders, each child included, at
   least 1. It is let through while the client's allowance is not spent, and counts 1
   then; the rest is paid as the tasks are rendered (`ReadBill`): a task's children once
@@ -25,12 +25,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator, Iterable
 from typing import TYPE_CHECKING, Any
 
-from .clock import Clock
-from .config import Settings
-from .domain import TaskView
-from .errors import BadRequest
+from ..config import Settings
+from ..domain.clock import Clock
+from ..domain.errors import BadRequest
+from ..domain.tasks import TaskView
+from ..service import Idempotency
 from .limits import Holdings, Kind, RateLimiter, Room
-from .service import Idempotency
 
 if TYPE_CHECKING:
     from starlette.types import Scope

@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from .domain import EMPTY_VALUES, TaskView, format_ts
+from .tasks import EMPTY_VALUES, TaskView, format_ts
 
 # The most bytes one event's JSON may take. A task's own values are at most about as
 # much (a report body is at most 64 KiB), so a leaf task's event is almost never reduced;

@@ -60,10 +60,10 @@ from prometheus_client.utils import floatToGoString
 from .gauges import SCRAPE_TIMEOUT_S, ServiceState, measure
 
 if TYPE_CHECKING:
-    from .config import Settings
+    from ..config import Settings
+    from ..progress import ProgressStore
+    from ..storage.database import Database
     from .disk import DiskBudget
-    from .progress import ProgressStore
-    from .storage.database import Database
 
 log = logging.getLogger("headway.metrics")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from .domain import ProgressView, TaskView
+from .tasks import ProgressView, TaskView
 
 _decode_task = msgspec.json.Decoder(TaskView).decode
 

@@ -15,7 +15,7 @@ Unavailable, answered 503 with `Retry-After` (and retried by the loops):
   (`ENOSPC` among them).
 
 A full disk is a dependency's failure like the others: the write it interrupted rolled
-back whole, and the next one succeeds once there is room (see also `headway.disk`, which
+back whole, and the next one succeeds once there is room (see also `headway.ops.disk`, which
 refuses creates before the disk fills).
 
 Everything else is a fault: answered 500 and logged once with its traceback.
@@ -29,7 +29,7 @@ from collections.abc import Iterator
 
 import sqlalchemy.exc
 
-from .errors import DatabaseUnavailable
+from ..domain.errors import DatabaseUnavailable
 
 _ALWAYS: tuple[type[BaseException], ...] = (
     DatabaseUnavailable,
