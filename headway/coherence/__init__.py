@@ -19,11 +19,11 @@ with it, and learns whether the family changed meanwhile (never, in one process)
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from ..caches.families import FamilyCache
-from ..domain.tasks import Changed, FamilyVersion, Progress
-from .feed import ChangeFeed
+from ..domain.tasks import FamilyVersion, Progress
+from .feed import ChangeFeed, Told
 
 
 class FamilyVersions(Protocol):
@@ -59,19 +59,6 @@ class FamilyVersions(Protocol):
         that matches nothing, the space dropped), having written nothing.
         `announce`: a (channel, message) published once written, in the same call.
         Counted for `client` as `put` counts a write (raising as it does)."""
-
-
-class Told(NamedTuple):
-    """One change, as a unit of work collects it (see `service.unit`): `kind` of
-    `task_uuid` in the space. `other`: the task's parent (a create, a report, a finish, a
-    delete), or the new task that took its place (a prune). `announced`: the write told
-    the other instances' feeds already, in the same round trip (see `Coherence.put`)."""
-
-    kind: Changed
-    space_uuid: str
-    task_uuid: str
-    other: str | None = None
-    announced: bool = False
 
 
 class Coherence(Protocol):

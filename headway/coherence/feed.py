@@ -13,13 +13,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Container, Sequence
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from ..domain.tasks import Changed
 from ..ops.dependencies import unavailable
-
-if TYPE_CHECKING:
-    from . import Told
 
 log = logging.getLogger("headway")
 
@@ -31,6 +28,19 @@ RESYNC = "resync"  # changes may have been missed: read everything again
 # Only the streams left showing it once the new one is sent start over (`headway.live.streams`).
 PRUNED = "pruned"
 DROPPED = "dropped"  # the space was deleted: its streams end
+
+
+class Told(NamedTuple):
+    """One change, as a unit of work collects it (see `service.unit`): `kind` of
+    `task_uuid` in the space. `other`: the task's parent (a create, a report, a finish, a
+    delete), or the new task that took its place (a prune). `announced`: the write told
+    the other instances' feeds already, in the same round trip (see `Coherence.put`)."""
+
+    kind: Changed
+    space_uuid: str
+    task_uuid: str
+    other: str | None = None
+    announced: bool = False
 
 
 class Change(NamedTuple):

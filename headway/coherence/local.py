@@ -8,8 +8,7 @@ from collections.abc import Sequence
 from ..caches.families import FamilyCache
 from ..domain.tasks import FamilyVersion, Progress
 from ..progress import ProgressStore
-from . import Told
-from .feed import LocalFeed, tell
+from .feed import LocalFeed, Told, tell
 
 # The one version of everything: nothing another process does can make a cache stale.
 ALONE = FamilyVersion("alone")

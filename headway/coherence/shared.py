@@ -12,8 +12,7 @@ from ..caches.families import FamilyCache
 from ..caches.spaces import space_version_key
 from ..domain.tasks import Changed, FamilyVersion, Progress
 from ..progress.redis import RedisProgressStore
-from . import Told
-from .feed import TASK, Change, tell
+from .feed import TASK, Change, Told, tell
 from .redis_feed import RedisFeed
 
 log = logging.getLogger("headway")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
@@ -17,10 +17,17 @@ from ..storage import channels, outbox, queries
 if TYPE_CHECKING:
     from ..progress import ProgressStore
     from ..storage.database import Database
-    from .disk import DiskBudget
 
 log = logging.getLogger("headway.metrics")
 SCRAPE_TIMEOUT_S = 2.0  # per dependency; a scraper's own timeout is usually 10 s
+
+
+class DiskGauges(Protocol):
+    """What the gauges ask of the disk budget (`ops.disk.DiskBudget`)."""
+
+    async def current(self) -> Any: ...
+
+    def gauges(self) -> list[tuple[str, str, float]]: ...
 
 
 class ServiceState:
@@ -43,7 +50,7 @@ class ServiceState:
 
 
 async def measure(
-    db: Database, progress: ProgressStore | None, disk: DiskBudget | None = None
+    db: Database, progress: ProgressStore | None, disk: DiskGauges | None = None
 ) -> ServiceState:
     """The state gauges, now. Never raises for a dependency that is down or slow."""
     (
@@ -80,7 +87,7 @@ async def _measure_held(db: Database) -> list[Metric]:
     ]
 
 
-async def _measure_disk(disk: DiskBudget | None) -> list[Metric]:
+async def _measure_disk(disk: DiskGauges | None) -> list[Metric]:
     """The database's size and its disk's free space, as the disk budget last measured
     them (again if that was a period ago: see `headway.ops.disk`)."""
     if disk is None:

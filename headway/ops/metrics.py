@@ -57,13 +57,12 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from .gauges import SCRAPE_TIMEOUT_S, ServiceState, measure
+from .gauges import SCRAPE_TIMEOUT_S, DiskGauges, ServiceState, measure
 
 if TYPE_CHECKING:
     from ..config import Settings
     from ..progress import ProgressStore
     from ..storage.database import Database
-    from .disk import DiskBudget
 
 log = logging.getLogger("headway.metrics")
 
@@ -414,7 +413,7 @@ def _together(*collectors: Collector) -> CollectorRegistry:
     return registry
 
 
-async def scrape(db: Database, progress: ProgressStore, disk: DiskBudget | None = None) -> bytes:
+async def scrape(db: Database, progress: ProgressStore, disk: DiskGauges | None = None) -> bytes:
     """The text of `GET /metrics`: the counters and the state gauges."""
     state = await measure(db, progress, disk)
     return generate_latest(_together(_counted(), state))
@@ -435,14 +434,14 @@ class _Served(NamedTuple):
 
     db: weakref.ReferenceType[Database]
     progress: weakref.ReferenceType[ProgressStore] | None
-    disk: weakref.ReferenceType[DiskBudget] | None
+    disk: weakref.ReferenceType[DiskGauges] | None
     loop: asyncio.AbstractEventLoop
 
 
 _served: _Served | None = None
 
 
-def serving(db: Database, progress: ProgressStore | None, disk: DiskBudget | None = None) -> None:
+def serving(db: Database, progress: ProgressStore | None, disk: DiskGauges | None = None) -> None:
     """Name the database, the progress store and the disk budget (None: none to measure)
     this process serves from, for the metrics port's scrape, which measures them on the
     event loop this is called from: call it from theirs. Weak references: what an app
