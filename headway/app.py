@@ -8,6 +8,7 @@ import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 from starlette.applications import Starlette
@@ -145,14 +146,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 endpoints=dict(settings.live_endpoints),
             )
             if settings.run_worker:
-                worker = Worker(
-                    db,
-                    clock,
-                    allow_private=settings.webhook_allow_private,
-                    channels=channel_sender(settings, db, clock, on_end=events_queued.set),
-                    give_up_s=settings.delivery_give_up,
-                    woken=events_queued,
-                )
+                worker = make_worker(settings, db, clock, events_queued)
                 worker_task = asyncio.create_task(worker.run(), name="headway-worker")
                 app.state.loops["worker"] = worker_task
             stalls_task = asyncio.create_task(stalls.run(), name="headway-stalls")
@@ -188,23 +182,13 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     app_class = logs.logged(HeadwayApp) if settings.access_log else HeadwayApp
     app = app_class(
         instruments=metrics.instruments() if settings.metrics else None,
-        # The most used first: REST's (task reads and reports, creates, space reads), and
-        # the share links' badges, asked for by every view of every page that shows one.
         routes=[
-            *rest.routes,
-            *badge_routes.routes,
-            *events.routes,
-            *share_routes.routes,
-            *job_routes.routes,
-            *estimate_routes.routes,
-            *webhook_routes.routes,
-            *channel_routes.routes,
-            *health.routes,
-            *client_wheel.routes,
-            *openapi.routes,
-            *web_routes.routes,
+            *(
+                route
+                for surface in surfaces(with_metrics=scraped_here)
+                for route in getattr(surface, "routes", ())
+            ),
             Route("/mcp", mcp_endpoint.answer),
-            *(metrics_routes.routes if scraped_here else []),
         ],
         lifespan=lifespan,
     )
@@ -215,24 +199,57 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
     return app
 
 
+# Every way in but /mcp (whose endpoint each app makes), each a module with its `routes`
+# and the OpenAPI `openapi_paths` it adds (the core's are `api.openapi_paths`). The most
+# used first: REST's (task reads and reports, creates, space reads), and the share links'
+# badges, asked for by every view of every page that shows one.
+SURFACES: tuple[ModuleType, ...] = (
+    rest,
+    badge_routes,
+    events,
+    share_routes,
+    job_routes,
+    estimate_routes,
+    webhook_routes,
+    channel_routes,
+    health,
+    client_wheel,
+    openapi,
+    web_routes,
+    mcp_routes,
+)
+
+
+def surfaces(*, with_metrics: bool) -> tuple[ModuleType, ...]:
+    """The route modules an app serves: `SURFACES`, and `/metrics` when it is scraped on
+    the service's own port."""
+    return (*SURFACES, metrics_routes) if with_metrics else SURFACES
+
+
 @functools.cache
 def openapi_document(*, with_metrics: bool) -> dict[str, Any]:
     """The OpenAPI document, built once per process (a tenth of an app's start): it
     depends on nothing but whether `/metrics` is served on the service's port."""
-    return openapi.build_document(
-        {
-            **web_routes.openapi_paths,
-            **events.openapi_paths,
-            **share_routes.openapi_paths,
-            **job_routes.openapi_paths,
-            **estimate_routes.openapi_paths,
-            **badge_routes.openapi_paths,
-            **webhook_routes.openapi_paths,
-            **channel_routes.openapi_paths,
-            **client_wheel.openapi_paths,
-            **mcp_routes.openapi_paths,
-            **(metrics_routes.openapi_paths if with_metrics else {}),
-        }
+    paths: dict[str, Any] = {}
+    for surface in surfaces(with_metrics=with_metrics):
+        paths.update(getattr(surface, "openapi_paths", {}))
+    return openapi.build_document(paths)
+
+
+def make_worker(
+    settings: Settings, db: Database, clock: Clock, woken: asyncio.Event | None = None
+) -> Worker:
+    """The worker that sends the outbox's webhooks and runs the channels' sends: the one
+    in `headway serve`'s process, or `headway worker`'s. `woken` is set by a write that
+    queued an event, and by the end of a channel's send."""
+    woken = woken or asyncio.Event()
+    return Worker(
+        db,
+        clock,
+        allow_private=settings.webhook_allow_private,
+        channels=channel_sender(settings, db, clock, on_end=woken.set),
+        give_up_s=settings.delivery_give_up,
+        woken=woken,
     )
 
 

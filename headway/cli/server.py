@@ -162,10 +162,9 @@ def _worker(settings: Settings) -> int:
     import logging.config
     import signal
 
+    from ..app import make_worker
     from ..background.loops import stop
-    from ..delivery.worker import Worker
     from ..domain.clock import SystemClock
-    from ..notify.deliver import channel_sender
     from ..ops.logs import server_log_config
     from ..storage.database import Database
 
@@ -174,14 +173,7 @@ def _worker(settings: Settings) -> int:
     async def run() -> int:
         db = Database(settings.database_url)
         await db.migrate()
-        clock = SystemClock()
-        worker = Worker(
-            db,
-            clock,
-            allow_private=settings.webhook_allow_private,
-            channels=channel_sender(settings, db, clock),
-            give_up_s=settings.delivery_give_up,
-        )
+        worker = make_worker(settings, db, SystemClock())
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -274,6 +266,7 @@ def _measure_alone(settings: Settings) -> None:
     of its own, opened once on an event loop of their own for every scrape to measure."""
     import threading
 
+    from ..app import make_progress_store
     from ..domain.clock import SystemClock
     from ..ops import metrics
     from ..storage.database import Database
@@ -285,11 +278,7 @@ def _measure_alone(settings: Settings) -> None:
             db = Database(settings.database_url)
             progress = None
             if settings.redis_url is not None:
-                from ..progress.redis import RedisProgressStore
-
-                progress = RedisProgressStore(
-                    settings.redis_url, settings.progress_ttl, SystemClock()
-                )
+                progress = make_progress_store(settings, SystemClock())
             metrics.serving(db, progress)
         finally:
             opened.set()
