@@ -18,8 +18,8 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from headway.config import Settings
+from headway.service.group_commit import GroupCommit
 from headway.storage import queries
-from headway.storage.batch import GroupCommit
 from headway.storage.database import Database, DatabaseUnavailable
 from tests.support import stored_counts
 

@@ -115,3 +115,31 @@ def test_the_readme_names_every_module_in_its_layout():
             continue
         missing.append(relative)
     assert missing == []
+
+
+# What a folder must not import (the README's "How the code is laid out"): the rules know
+# nothing of anything, storage nothing of what uses it, the use cases nothing of the edge.
+NEVER = {
+    "domain": {"*"},
+    "storage": {"service", "caches", "coherence", "api", "live", "web", "cli", "app"},
+    "service": {"api", "live", "web", "cli", "app"},
+    "caches": {"service", "api", "live", "web", "cli", "app"},
+    "progress": {"service", "caches", "coherence", "api", "live", "web", "cli", "app"},
+}
+
+
+def test_the_layers_point_one_way():
+    trees = modules()
+    known = set(trees)
+
+    def folder(name: str) -> str:
+        return name.split(".")[1] if "." in name else name
+
+    wrong = []
+    for name, tree in trees.items():
+        never = NEVER.get(folder(name), set())
+        for imported in _imports(name, tree, known):
+            other = folder(imported)
+            if other != folder(name) and ("*" in never or other in never):
+                wrong.append(f"{name} -> {imported}")
+    assert wrong == []

@@ -13,8 +13,8 @@ from ..domain.errors import Conflict, NotFound, Unprocessable
 from ..domain.schemas import MAX_ICON, CreateSpace
 from ..domain.tasks import canonical_uuid
 from ..storage import queries
-from ..storage.batch import GroupCommit
 from .context import NO_SPACE, Stores
+from .group_commit import GroupCommit
 from .idempotency import IN_PROGRESS, KEY_TAKEN, TRIES, Idempotency, Keys, Settled, client_scope
 from .unit import Unit
 

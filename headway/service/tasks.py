@@ -19,13 +19,13 @@ from ..domain.tasks import Changed, FamilyVersion, Progress, Report, TaskRow, ca
 from ..ops.dependencies import unavailable
 from ..progress import NO_CLIENT
 from ..storage import jobs, queries
-from ..storage.batch import GroupCommit
 from ..storage.database import Statements
 from ..storage.idempotency import KeyRow
 from .activity import Activity
 from .caps import Caps
 from .context import NO_SPACE, NO_TASK, NOT_A_PARENT, Stores
 from .families import Families, StepsProgress
+from .group_commit import GroupCommit
 from .idempotency import IN_PROGRESS, KEY_TAKEN, TRIES, Again, Idempotency, Keys, Settled
 from .unit import Unit
 

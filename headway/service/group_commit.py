@@ -17,7 +17,7 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy.exc import DataError, IntegrityError
 
-from .database import DatabaseUnavailable
+from ..storage.database import DatabaseUnavailable
 
 Item = TypeVar("Item")
 Outcome = TypeVar("Outcome")
