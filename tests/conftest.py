@@ -29,6 +29,14 @@ from headway.storage.database import Database
 
 from .live_server import LiveServer
 from .receiver import Receiver
+from .receivers import (  # noqa: F401 (fixtures: channels' receivers)
+    form_receiver,
+    gotify_receiver,
+    json_receiver,
+    ntfy_receiver,
+    smtp_receiver,
+    xml_receiver,
+)
 from .servers import Pooler, PostgresServer, RedisServer, postgres_and_redis
 
 # A shell without job control starts a background command (`scripts/test &`) with SIGINT

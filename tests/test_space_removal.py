@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from headway.background.sweeper import REMOVAL, Sweeper
+from headway.background.sweeper import REMOVAL_S, Sweeper
 from headway.delivery.worker import Worker
 from headway.domain.tasks import TaskRow
 from headway.notify.deliver import ChannelSender
@@ -253,7 +253,7 @@ async def test_a_removal_cut_short_is_finished_after_a_restart_and_spares_what_c
     assert await restarted.remove() == 0  # the stopped one's lease has not lapsed yet
     assert (await left_of(sql, doomed))["tasks"] == 950
     assert "headway_spaces_deleted 2.0" in (await client.get("/metrics")).text
-    clock.advance(REMOVAL.seconds + 1)
+    clock.advance(REMOVAL_S + 1)
     assert await restarted.step() == 0  # its periodic step finishes both spaces
     assert await left_of(sql, doomed) == {}
     assert await left_of(sql, made.json()["uuid"]) == {}

@@ -86,7 +86,7 @@ async def test_two_instances_looking_at_once_send_one_message_per_episode(
     await quiet(app)
     async with instance(settings, clock) as other:
         one, two = app.state.stalls, other.state.stalls
-        assert one.holder != two.holder
+        assert one.lease.holder != two.lease.holder
         await make_task(title="Crawl")
         await make_task(title="Index")
         clock.advance(AFTER - 30)
@@ -114,7 +114,7 @@ async def test_a_lapsed_lease_is_taken_over_and_no_episode_is_told_twice(
         first = first_app.state.stalls
         assert await first.step() == 0  # nothing due yet; the lease is the first's
         assert await second.step() == 0
-        assert await holder(sql) == first.holder
+        assert await holder(sql) == first.lease.holder
         clock.advance(10)
         await make_task(title="Late")  # due 10 s after Early
         clock.advance(AFTER - 9)
@@ -125,10 +125,10 @@ async def test_a_lapsed_lease_is_taken_over_and_no_episode_is_told_twice(
     # until three of its looks' time has passed; Late falls due meanwhile.
     clock.advance(SCAN)
     assert await second.step() == 0
-    assert await holder(sql) == first.holder
+    assert await holder(sql) == first.lease.holder
     clock.advance(2 * SCAN + 1)
     assert await second.step() == 1  # taken over: Late told, Early not again
-    assert await holder(sql) == second.holder
+    assert await holder(sql) == second.lease.holder
     await sent(sender, clock)
     clock.advance(300)
     assert await second.step() == 0

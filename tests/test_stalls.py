@@ -170,7 +170,7 @@ async def test_two_instances_looking_send_one_message_per_episode(
     await make_task(title="Crawl")
     clock.advance(AFTER + 1)
     await one.step()
-    two.holder = one.holder  # as if the lease were theirs too: the episode row decides
+    two.lease.holder = one.lease.holder  # as if the lease were theirs too: the episode row decides
     await two.step()
     clock.advance(DIGEST_S + 1)
     await sender.run_once()
@@ -200,7 +200,7 @@ async def test_another_instance_takes_over_within_two_looks_of_a_dead_one(
     assert two.wait_s == 15  # it holds the lease now
     clock.advance(5)
     await one.step()  # back: the lease is another's, lapsing in 25 s
-    assert not one._held and one.wait_s == 15
+    assert not one.lease.held and one.wait_s == 15
 
 
 async def test_an_instance_shutting_down_lets_the_lease_go(app, make_task, channel, clock):
@@ -211,11 +211,11 @@ async def test_an_instance_shutting_down_lets_the_lease_go(app, make_task, chann
     await make_task(title="Crawl")
     looking = asyncio.create_task(one.run())
     async with asyncio.timeout(10):
-        while not one._held:
+        while not one.lease.held:
             await asyncio.sleep(0.01)
     await stop(looking)
     await two.step()  # no time has passed: the lease was given up, not lapsed
-    assert two._held and two.wait_s == 15
+    assert two.lease.held and two.wait_s == 15
 
 
 async def test_a_space_whose_look_fails_stops_no_other_spaces_stall(

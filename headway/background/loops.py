@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
-    from ..storage.database import Database
+    pass
 
 log = logging.getLogger("headway")
 
@@ -93,16 +93,3 @@ class Parts:
             return skipped
         self._failing.discard(part)
         return found
-
-
-async def give_lease_up(db: Database, lease: str, holder: str) -> None:
-    """Let the named lease go if `holder` has it (a shutdown), so that another instance
-    takes it at once; bounded, and never raises: it lapses by itself anyway."""
-    from ..storage import leases
-
-    try:
-        async with asyncio.timeout(2):
-            async with db.write() as st:
-                await leases.give_up(st, lease, holder)
-    except Exception as exc:
-        log.warning("the lease %s could not be given up (%s)", lease, exc)

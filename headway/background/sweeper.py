@@ -24,9 +24,9 @@ from typing import TypeVar
 from ..domain.clock import Clock
 from ..ops import metrics
 from ..service import Service
-from ..storage import deletes, leases
+from ..storage import deletes
 from ..storage.database import Statements
-from ..storage.leases import Lease
+from .lease import NamedLease
 from .loops import survive
 
 log = logging.getLogger("headway")
@@ -36,7 +36,7 @@ LEASE_NAME = "sweeper"
 # Deleted spaces' rows are removed on one instance at a time, under this lease: renewed
 # as batches go, given back once nothing is left.
 REMOVAL_LEASE = "space-removal"
-REMOVAL = Lease(30.0)
+REMOVAL_S = 30.0
 # Idle spaces deleted per step.
 SPACES_PER_STEP = 10
 # Each removal transaction aims to take about this long: on SQLite it holds the write lock
@@ -99,13 +99,14 @@ class Sweeper:
         if hold_s is None:
             hold_s = HOLD_S if service.db.is_sqlite else HOLD_S_POSTGRES
         self.sizes = BatchSize(batch, hold_s)
-        self.holder = f"sweeper-{uuid.uuid4().hex[:12]}"
+        holder = f"sweeper-{uuid.uuid4().hex[:12]}"
         # Idle spaces are deleted by one instance at a time: the one that took this lease
         # at its last step (it lasts three steps).
-        self.lease = Lease(step_s * 3)
+        self.lease = NamedLease(service.db, LEASE_NAME, holder, step_s * 3)
+        # Deleted spaces' rows are removed by one instance at a time.
+        self.removal = NamedLease(service.db, REMOVAL_LEASE, holder, REMOVAL_S)
         self._woken = woken or asyncio.Event()
         self._removing = asyncio.Lock()  # one removal at a time in this process
-        self._lease_until_us = 0
 
     def wake(self) -> None:
         """A space was deleted: remove its rows now rather than at the next step."""
@@ -155,9 +156,7 @@ class Sweeper:
         idle = await deletes.idle_spaces(db.fetch, cutoff, SPACES_PER_STEP)
         if not idle:
             return 0  # nothing to do: no lease taken, nothing written
-        async with db.write() as st:
-            held = await leases.take(st, LEASE_NAME, self.holder, now, self.lease.until_us(now))
-        if not held:
+        if not await self.lease.take(now):
             return 0
         deleted = 0
         for space_uuid in idle:
@@ -175,13 +174,13 @@ class Sweeper:
             run = _Removal(batches)
             tried: set[str] = set()
             while (space_uuid := await self._next_space(tried)) is not None:
-                if not tried and not await self._hold():
+                if not tried and not await self.removal.take(self.clock.now_us()):
                     return 0
                 tried.add(space_uuid)
                 if not await self._remove_space(space_uuid, run):
                     return run.done
             if tried:
-                await self._give_back()
+                await self.removal.give_back()
             return run.done
 
     async def _next_space(self, tried: set[str]) -> str | None:
@@ -238,9 +237,7 @@ class Sweeper:
         lease still held (renewed once a third of it has passed)."""
         if run.batches is not None and run.done >= run.batches:
             return False
-        if not REMOVAL.renew(self._lease_until_us, self.clock.now_us()):
-            return True
-        return await self._hold()  # False: another instance took it (this one stalled)
+        return await self.removal.keep(self.clock.now_us())  # False: another took it
 
     async def _batch(
         self,
@@ -270,21 +267,6 @@ class Sweeper:
             if len(page) < PROGRESS_PAGE:
                 return
             await asyncio.sleep(0)  # reads run on the event loop's thread with SQLite
-
-    async def _hold(self) -> bool:
-        """Take the removal's lease (free, lapsed, or ours already)."""
-        now = self.clock.now_us()
-        until = REMOVAL.until_us(now)
-        async with self.service.db.write() as st:
-            held = await leases.take(st, REMOVAL_LEASE, self.holder, now, until)
-        self._lease_until_us = until if held else 0
-        return held
-
-    async def _give_back(self) -> None:
-        """Nothing is left to remove: the lease is free for any instance at once."""
-        self._lease_until_us = 0
-        async with self.service.db.write() as st:
-            await leases.give_up(st, REMOVAL_LEASE, self.holder)
 
 
 class _Removal:

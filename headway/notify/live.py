@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..background.loops import give_lease_up, survive
+from ..background.lease import NamedLease
+from ..background.loops import survive
 from ..delivery import policy as delivery
 from ..domain import tasks as domain
 from ..domain.clock import Clock
@@ -49,9 +50,8 @@ from ..domain.errors import Unprocessable
 from ..domain.estimates import Estimate
 from ..ops import metrics
 from ..progress import ProgressStore
-from ..storage import channels, leases, live
+from ..storage import channels, live
 from ..storage.database import Database
-from ..storage.leases import Lease
 from ..storage.live import LiveChannel, LiveRow
 from . import guard, messages
 
@@ -115,10 +115,7 @@ class LiveWatch:
         self.endpoints = dict(endpoints or {})
         self.look_s = look_s
         self.timeout_s = timeout_s
-        self.holder = f"live-{uuid.uuid4().hex[:12]}"
-        self.lease = Lease(LEASE_S)
-        self._held = False
-        self._until_us = 0  # when the lease this process holds lapses
+        self.lease = NamedLease(db, LEASE_NAME, f"live-{uuid.uuid4().hex[:12]}", LEASE_S)
         self._sending: dict[str, asyncio.Task[None]] = {}
         self._checked: dict[str, Any] = {}  # channel uuid: its checked URL
         self._turns: dict[str, int] = {}  # channel uuid: when it last started sending
@@ -147,9 +144,7 @@ class LiveWatch:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        if self._held:
-            self._held, self._until_us = False, 0
-            await give_lease_up(self.db, LEASE_NAME, self.holder)
+        await self.lease.let_go()
 
     async def run_once(self) -> int:
         """One look, and the sends it started awaited: how many it started."""
@@ -166,15 +161,8 @@ class LiveWatch:
             return []
         self._checked = {c.uuid: self._checked[c.uuid] for c in found if c.uuid in self._checked}
         self._turns = {c.uuid: self._turns[c.uuid] for c in found if c.uuid in self._turns}
-        if not self._held and await leases.held_until(self.db.fetch, LEASE_NAME) > now:
-            return []  # another instance holds the lease (a read: no write each look)
-        if not self._held or self.lease.renew(self._until_us, now):
-            # Taken afresh once a third of it has passed: a write every 10 s, not each look.
-            until = self.lease.until_us(now)
-            async with self.db.write() as st:
-                self._held = await leases.take(st, LEASE_NAME, self.holder, now, until)
-            self._until_us = until if self._held else 0
-        if not self._held:
+        # Another instance's lease costs a read; this one's, a write every 10 s.
+        if not await self.lease.keep(now):
             return []
         busy = set(self._sending)
         wanted = [c for c in found if c.uuid not in busy]

@@ -39,16 +39,16 @@ from typing import Any
 
 import msgspec
 
-from ..background.loops import Parts, give_lease_up, survive
+from ..background.lease import NamedLease
+from ..background.loops import Parts, survive
 from ..domain import tasks as domain
 from ..domain.clock import Clock
 from ..domain.tasks import Progress, TaskView
 from ..ops import metrics
 from ..progress import ProgressStore
-from ..storage import channel_queue, channels, leases
+from ..storage import channel_queue, channels
 from ..storage.channels import Watcher
 from ..storage.database import Database
-from ..storage.leases import Lease
 
 log = logging.getLogger("headway")
 
@@ -85,13 +85,12 @@ class StallWatch:
         self.on_queued = on_queued
         # Messages one channel holds queued (HEADWAY_OUTBOX_PER_ENDPOINT).
         self.cap = outbox_per_endpoint
-        self.holder = f"stalls-{uuid.uuid4().hex[:12]}"
-        self.lease = Lease(scan_s * LEASE_LOOKS)
+        holder = f"stalls-{uuid.uuid4().hex[:12]}"
+        self.lease = NamedLease(db, LEASE_NAME, holder, scan_s * LEASE_LOOKS)
         # Per task: (what its `current` was, when this process first saw it so), µs.
         self._moved: dict[str, tuple[str, int]] = {}
         # Seconds until the next look: `scan_s`, or less when another's lease lapses sooner.
         self.wait_s = scan_s
-        self._held = False
         # Another look made under the same lease, at each look (`notify.late`).
         self.also = also
         self.parts = Parts("stalls")
@@ -110,9 +109,7 @@ class StallWatch:
     async def let_go(self) -> None:
         """Give the lease up if this process holds it, so that another instance looks at
         once (a shutdown); bounded, and never raises: the lease lapses by itself anyway."""
-        if self._held:
-            self._held = False
-            await give_lease_up(self.db, LEASE_NAME, self.holder)
+        await self.lease.let_go()
 
     async def step(self) -> int:
         """One look; returns how many messages it queued. Does nothing unless this
@@ -123,13 +120,10 @@ class StallWatch:
         if not await channels.stalls_watched(self.db.fetch):
             self._moved.clear()
             return 0  # no channel wants stalls: nothing written, no lease taken
-        until = self.lease.until_us(now)
-        async with self.db.write() as st:
-            self._held = await leases.take(st, LEASE_NAME, self.holder, now, until)
-        if not self._held:
+        if not await self.lease.take(now):
             self._moved.clear()  # another instance looks: its clocks are the ones kept
             # Look again as soon as the holder's lease lapses.
-            lapses_s = (await leases.held_until(self.db.fetch, LEASE_NAME) - now) / 1e6
+            lapses_s = (await self.lease.lapses_at() - now) / 1e6
             self.wait_s = min(self.scan_s, max(0.01, lapses_s + 0.01))
             return 0
         async with self.db.read() as fetch:
