@@ -43,7 +43,9 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-STARTUP_SECONDS = 30
+# A hang guard, not a speed bound: a server that exits fails at once; several worker
+# processes starting beside a busy suite on two cores took more than 30 s.
+STARTUP_SECONDS = 120
 STOP_SECONDS = 15
 # How `headway serve` exits once shut down by SIGTERM: uvicorn raises the signal again
 # after its shutdown, so that the process ends as one ended by it.
