@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from headway.delivery.policy import policy as delivery
+from headway.delivery import policy as delivery
 from headway.storage import leases
 from headway.storage.leases import Lease
 

@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from headway.domain import tasks as domain
 from headway.domain.failure import (
     FailedStep,
     Failure,
@@ -17,7 +18,6 @@ from headway.domain.failure import (
     failure_of,
     task_failure,
 )
-from headway.domain.tasks import tasks as domain
 
 
 @pytest.mark.parametrize(

@@ -10,9 +10,9 @@ import httpx
 import msgspec
 import pytest
 
-from headway.delivery.policy import webhooks
+from headway.delivery import webhooks
+from headway.domain import tasks as domain
 from headway.domain.tasks import Progress, TaskRow
-from headway.domain.tasks import tasks as domain
 from tests.support import stored_counts
 
 HUGE = "1" + "0" * 400  # a whole number far beyond a 64-bit float

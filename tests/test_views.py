@@ -10,8 +10,8 @@ import pytest
 
 from headway.api.streaming import PIECE_BYTES, space_pieces, task_pieces
 from headway.caches.families import KEPT_JOINED_BYTES, FamilyCache, family_bytes, row_bytes
+from headway.domain import tasks as domain
 from headway.domain.tasks import Progress, TaskRow, format_ts, view
-from headway.domain.tasks import tasks as domain
 
 from .reference import task_view
 

@@ -15,8 +15,8 @@ from standardwebhooks import Webhook
 
 from headway.app import create_app
 from headway.config import Settings
+from headway.delivery import worker as worker_module
 from headway.delivery.policy import CLAIM, GIVE_UP_S, MAX_ATTEMPTS, retry_delay_s
-from headway.delivery.policy import worker as worker_module
 from headway.delivery.worker import Worker
 from headway.storage.database import Database
 
