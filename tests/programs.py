@@ -23,6 +23,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import docs
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -1026,17 +1028,14 @@ def python_programs(paths: list[Path]) -> Found:
     return PythonScan(paths).scan()
 
 
-def readme_shell_blocks() -> list[tuple[str, int]]:
-    """The README's ```sh blocks of "Report from your code", which tests run with bash
-    (tests/test_client.py's readme_blocks), and the line each starts on."""
-    text = (ROOT / "README.md").read_text()
-    start = text.index("## Report from your code")
-    end = text.index("\n## ", start + 1)
-    blocks = []
-    for found in re.finditer(r"```sh\n(.*?)```", text[start:end], flags=re.DOTALL):
-        line = text[: start + found.start(1)].count("\n") + 1
-        blocks.append((found.group(1), line))
-    return blocks
+# The page whose ```sh blocks tests run with bash (tests/test_client.py's client_blocks).
+CLIENT_PAGE = "docs/client.md"
+
+
+def client_page_shell_blocks() -> list[tuple[str, int]]:
+    """The ```sh blocks of "Report from your code" (docs/client.md), which tests run with
+    bash, and the line each starts on."""
+    return docs.blocks_with_lines(docs.page("client"), "sh")
 
 
 def sources() -> tuple[list[Path], list[Path]]:
@@ -1065,8 +1064,8 @@ def scan() -> Found:
             found.extend(_python_script(path))
     for path in shell:
         found.extend(shell_programs(path.read_text(), str(path.relative_to(ROOT))))
-    for text, line in readme_shell_blocks():
-        found.extend(shell_programs(text, "README.md", line))
+    for text, line in client_page_shell_blocks():
+        found.extend(shell_programs(text, CLIENT_PAGE, line))
     return found
 
 

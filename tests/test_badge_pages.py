@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from . import test_pages
+from . import docs, test_pages
 from .browser import Watch
 from .live_server import LiveServer
 from .servers import free_port
@@ -129,7 +129,9 @@ def test_chromium_draws_every_badge_with_the_widths_of_the_table(
     if os.environ.get("HEADWAY_UPDATE_DOCS") == "1":
         README_BADGE.write_bytes(drawn)
     assert README_BADGE.read_bytes() == drawn, "HEADWAY_UPDATE_DOCS=1 redraws docs/badge.svg"
-    assert "docs/badge.svg" in (ROOT / "README.md").read_text()
+    # Shown in the README and in docs/watching.md, each by its own relative path.
+    assert "](docs/badge.svg)" in docs.page("README")
+    assert "](badge.svg)" in docs.page("watching")
 
 
 class _Host(http.server.BaseHTTPRequestHandler):

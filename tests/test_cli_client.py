@@ -19,7 +19,7 @@ from headway.cli import main, parser
 
 from .live_server import LiveServer, environment
 from .servers import free_port
-from .test_client import readme_blocks
+from .test_client import client_blocks
 
 
 def headway(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -290,7 +290,7 @@ def test_client_commands_work_without_the_server(server: LiveServer) -> None:
 
 
 def test_readme_report_examples_run_as_written(server: LiveServer, served_space: str) -> None:
-    [example] = [block for block in readme_blocks("sh") if "headway report" in block]
+    [example] = [block for block in client_blocks("sh") if "headway report" in block]
     result = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", example],
         env=environment(HEADWAY_URL=server.url, HEADWAY_SPACE=served_space),

@@ -21,7 +21,7 @@ from headway.cli.output import OutputReader, find_count
 
 from .live_server import LiveServer, environment, wait_for
 from .servers import free_port
-from .test_client import readme_blocks
+from .test_client import client_blocks
 
 PYTHON = sys.executable
 
@@ -327,7 +327,7 @@ def test_readme_run_examples_run_as_written(
     backup = tmp_path / "backup.sh"
     backup.write_text('#!/bin/sh\nfor i in 1 2 3; do echo "copied $i of 3"; done\n')
     backup.chmod(0o755)
-    [example] = [block for block in readme_blocks("sh") if "headway run" in block]
+    [example] = [block for block in client_blocks("sh") if "headway run" in block]
     result = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", example],
         cwd=tmp_path,

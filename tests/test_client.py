@@ -1,6 +1,6 @@
 """The Python client against a real `headway serve`: typed results, errors that carry the
 server's status and message, defaults from the environment, the asyncio client, what
-importing it loads, and the README's Python example run as written."""
+importing it loads, and the Python example of docs/client.md run as written."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 
 import httpx
 import pytest
@@ -22,11 +21,10 @@ import pytest
 import headway
 from headway import APIError, AsyncClient, Client, Estimate, NetworkError, NoSpaceError, Space, Task
 
+from . import docs
 from .live_server import LiveServer, environment, wait_for
 from .receiver import Receiver
 from .servers import free_port
-
-README = Path(__file__).resolve().parent.parent / "README.md"
 
 
 @pytest.fixture
@@ -237,16 +235,9 @@ def test_importing_the_client_loads_no_server_package() -> None:
     assert result.stdout.strip() == "[]"
 
 
-def readme_section() -> str:
-    text = README.read_text()
-    start = text.index("## Report from your code")
-    end = text.index("\n## ", start + 1)
-    return text[start:end]
-
-
-def readme_blocks(language: str) -> list[str]:
-    """The code blocks in a language of the README's "Report from your code" section."""
-    return re.findall(rf"```{language}\n(.*?)```", readme_section(), flags=re.DOTALL)
+def client_blocks(language: str) -> list[str]:
+    """The code blocks in a language of "Report from your code" (docs/client.md)."""
+    return docs.blocks(docs.page("client"), language)
 
 
 @contextlib.contextmanager
@@ -291,7 +282,7 @@ def assert_one_notification_each(events: dict[str, list[dict]], parent: str, ste
 
 
 def test_readme_python_example_runs_as_written(server: LiveServer, served_space: str) -> None:
-    example = readme_blocks("python")[0]
+    example = client_blocks("python")[0]
     env = environment(HEADWAY_URL=server.url, HEADWAY_SPACE=served_space)
     with completions(server, served_space) as receiver:
         result = subprocess.run(
@@ -314,7 +305,7 @@ def test_readme_python_example_runs_as_written(server: LiveServer, served_space:
 
 
 def test_readme_space_example_prints_the_uuid_then_the_dashboard(server: LiveServer) -> None:
-    [setup] = [block for block in readme_blocks("sh") if "space create" in block]
+    [setup] = [block for block in client_blocks("sh") if "space create" in block]
     result = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", setup + 'echo "$HEADWAY_SPACE"'],
         env=environment(HEADWAY_URL=server.url),
@@ -343,5 +334,5 @@ def test_values_given_as_keywords_raise_a_type_error_naming_values(client: Clien
         client.report(plain, 1, 10, docs=5)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match=re.escape("values={'docs': 5, 'pages': 2}")):
         client.reporter(plain).finish(docs=5, pages=2)  # type: ignore[call-arg]
-    client.report(plain, 2, 10, values={"docs": 5})  # as the README shows it
+    client.report(plain, 2, 10, values={"docs": 5})  # as docs/client.md shows it
     assert client.get_task(plain).progress.values == {"docs": 5}  # type: ignore[union-attr]

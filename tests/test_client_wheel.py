@@ -1,6 +1,7 @@
 """The client served by the server itself: `GET /client` and its wheel over HTTP, then the
-README's line `pip install "$(curl -fsS http://HOST:PORT/client)"` run against a real
-`headway serve` into a fresh virtualenv, and the `headway` command it installs."""
+line of docs/client.md (and the README) `pip install "$(curl -fsS http://HOST:PORT/client)"`
+run against a real `headway serve` into a fresh virtualenv, and the `headway` command it
+installs."""
 
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from headway.config import Settings
 from .conftest import running
 from .live_server import LiveServer, serving
 from .support import from_wheelhouse
-from .test_client import readme_blocks
+from .test_client import client_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 WHEEL = f"headway-{__version__}-py3-none-any.whl"
@@ -193,16 +194,16 @@ async def test_the_wheel_requires_the_clients_dependencies_only():
     assert [value for key, value in fields if key == "Provides-Extra"] == ["tqdm"]
 
 
-# The README's line, and the command it installs, in a fresh virtualenv.
+# docs/client.md's line, and the command it installs, in a fresh virtualenv.
 
 
 @pytest.fixture(scope="module")
 def venv(server: LiveServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A fresh virtualenv where the README's line, as written, installed the client from
+    """A fresh virtualenv where docs/client.md's line, as written, installed the client from
     `server`."""
     root = tmp_path_factory.mktemp("client-venv")
     subprocess.run([sys.executable, "-m", "venv", str(root)], check=True, timeout=INSTALL_SECONDS)
-    [line] = [block for block in readme_blocks("sh") if "/client)" in block]
+    [line] = [block for block in client_blocks("sh") if "/client)" in block]
     assert line.startswith("pip install ")
     line = line.replace("http://HOST:PORT", server.url).replace(
         "pip install ",

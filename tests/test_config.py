@@ -6,12 +6,13 @@ import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from headway import cli
 from headway.config import ConfigError, FreeMin, Settings
+
+from . import docs
 
 
 @pytest.fixture
@@ -289,8 +290,7 @@ def test_either_name_of_the_private_targets_setting_allows_and_both_must_agree()
 def test_every_setting_is_in_the_readme_configuration_table():
     env = _Recorded()
     Settings.from_env(env)
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    table = readme.split("\n## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    table = docs.section(docs.page("configuration"), "Configuration")
     assert "HEADWAY_CHANNEL_SCHEMES" in env.asked
     for name in env.asked:
         # The rates share one row: `HEADWAY_RATE_SPACES`, `…_TASKS`, ...

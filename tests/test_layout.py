@@ -8,6 +8,8 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+from . import docs
+
 PACKAGE = Path(__file__).resolve().parent.parent / "headway"
 
 
@@ -79,13 +81,12 @@ def test_no_module_imports_itself_back():
 
 
 def _readme_tree() -> set[str]:
-    """The modules the README's "How the code is laid out" names, as paths under
+    """The modules "How the code is laid out" (docs/layout.md) names, as paths under
     `headway/` (a folder named with `/` stands for all its files)."""
-    text = (PACKAGE.parent / "README.md").read_text()
-    block = text.split("## How the code is laid out", 1)[1].split("```text\n", 1)[1]
+    block = docs.blocks(docs.page("layout"), "text")[0]
     named: set[str] = set()
     folders: list[str] = []
-    for line in block.split("```", 1)[0].splitlines()[1:]:  # below `headway/`
+    for line in block.splitlines()[1:]:  # below `headway/`
         depth = (len(line) - len(line.lstrip(" "))) // 2 - 1
         names = line.strip().split("  ", 1)[0]
         if not names:
@@ -117,7 +118,7 @@ def test_the_readme_names_every_module_in_its_layout():
     assert missing == []
 
 
-# What a folder must not import (the README's "How the code is laid out"): the rules know
+# What a folder must not import ("How the code is laid out", docs/layout.md): the rules know
 # nothing of anything, storage nothing of what uses it, the use cases nothing of the edge.
 NEVER = {
     "domain": {"*"},

@@ -30,6 +30,7 @@ from headway.api.mcp_hosts import allowed_hosts, refusal
 from headway.app import create_app
 from headway.config import ConfigError, Settings
 
+from . import docs
 from .live_server import serving
 
 TOOLS = {
@@ -446,11 +447,9 @@ async def test_a_request_without_content_type_is_taken_as_json_like_rest(mcp_url
 
 
 def test_the_readmes_python_snippet_runs_as_written(base_url: str) -> None:
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## MCP: AI agents", 1)[1].split("\n## ", 1)[0]
     [snippet] = [
         block
-        for block in re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
+        for block in docs.blocks(docs.page("mcp"), "python")
         if "from mcp import Client" in block
     ]
     assert "http://127.0.0.1:8000" in snippet

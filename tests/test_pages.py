@@ -242,7 +242,7 @@ def test_past_runs_show_each_jobs_history_with_its_failures(new_page, api, shots
         if path.startswith("/shared/"):
             assert space not in page.content() and running not in page.content()
             page.screenshot(path=shots / "jobs-shared.png", full_page=True)
-        elif os.environ.get("HEADWAY_UPDATE_DOCS") == "1":  # the README's picture
+        elif os.environ.get("HEADWAY_UPDATE_DOCS") == "1":  # docs/walkthrough.md's picture
             page.screenshot(path=ROOT / "docs" / "past-runs.png", full_page=True)
 
 
@@ -414,7 +414,8 @@ def test_the_dashboard_of_a_busy_space_as_the_readme_shows_it(new_page, api, sho
     page.get_by_role("button", name="Create a read-only link").click()
     expect(page.get_by_role("textbox", name="Read-only link")).to_be_visible()
     expect(page).to_have_title("(43%) Nightly builds")  # the mean of 62% and 1 step in 4
-    # Saved with the others; `HEADWAY_UPDATE_DOCS=1` also refreshes the README's picture.
+    # Saved with the others; `HEADWAY_UPDATE_DOCS=1` also refreshes the README's picture
+    # (docs/watching.md shows it too).
     page.screenshot(path=shots / "dashboard.png", full_page=True, animations="disabled")
     if os.environ.get("HEADWAY_UPDATE_DOCS") == "1":
         page.screenshot(path=ROOT / "docs" / "dashboard.png", full_page=True, animations="disabled")

@@ -1,29 +1,28 @@
-"""The README's walk-through against real answers, where it can drift from them: the 405's
-headers and body, `/up`'s shape, the error examples, steps given to a parent still
-running, and idempotency keys that are random because a replay hands out a space's uuid."""
+"""The walk-through (docs/walkthrough.md) against real answers, where it can drift from
+them: the 405's headers and body, `/up`'s shape, the error examples, steps given to a parent
+still running, and idempotency keys that are random because a replay hands out a space's
+uuid."""
 
 from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+from . import docs
 
 
 def walk_through() -> str:
-    text = README.read_text()
-    return text.split("## Walk-through with curl", 1)[1].split("\n## ", 1)[0]
+    return docs.page("walkthrough")
 
 
 def console_lines() -> list[str]:
-    blocks = re.findall(r"```console\n(.*?)```", walk_through(), flags=re.DOTALL)
+    blocks = docs.blocks(walk_through(), "console")
     return [line for block in blocks for line in block.splitlines()]
 
 
 def answer_after(command: str) -> list[str]:
-    """The lines the README shows after the command line `command`, up to the next one."""
+    """The lines the walk-through shows after the command line `command`, up to the next one."""
     lines = console_lines()
     start = lines.index(command) + 1
     end = next((n for n in range(start, len(lines)) if lines[n].startswith("$ ")), len(lines))

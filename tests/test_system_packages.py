@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from .programs import ROOT, Found, Use, scan
+from .programs import CLIENT_PAGE, ROOT, Found, Use, scan
 
 if shutil.which("dpkg-query") is None:
     pytest.skip("needs Debian's dpkg", allow_module_level=True)
@@ -48,14 +48,14 @@ INDIRECT: dict[str, list[tuple[str, str]]] = {
 }
 
 # Commands whose first word the scan cannot tell, by file and expression, and what they
-# run. "README" means the README's sh blocks of "Report from your code" (which the scan
-# reads, as README.md).
+# run. CLIENT_PAGE means the sh blocks of "Report from your code", docs/client.md (which
+# the scan reads, as that file).
 UNRESOLVED: dict[tuple[str, str], list[str]] = {
-    ("tests/test_cli_client.py", "bash -c example"): ["README"],
-    ("tests/test_cli_run.py", "bash -c example"): ["README"],
-    ("tests/test_client.py", "bash -c setup + 'echo \"$HEADWAY_SPACE\"'"): ["README"],
-    ("tests/test_client_wheel.py", "{line}"): ["README"],  # its pip install "$(curl …)"
-    ("tests/test_watch.py", "bash -c command"): ["README"],  # its `headway watch` lines
+    ("tests/test_cli_client.py", "bash -c example"): [CLIENT_PAGE],
+    ("tests/test_cli_run.py", "bash -c example"): [CLIENT_PAGE],
+    ("tests/test_client.py", "bash -c setup + 'echo \"$HEADWAY_SPACE\"'"): [CLIENT_PAGE],
+    ("tests/test_client_wheel.py", "{line}"): [CLIENT_PAGE],  # its pip install "$(curl …)"
+    ("tests/test_watch.py", "bash -c command"): [CLIENT_PAGE],  # its `headway watch` lines
     # `headway run` of recorder_args: this Python and a script.
     ("tests/test_cli_run.py", "{line}"): ["python3"],
     # The space page's snippets (headway/web/static/owner.js), run as pasted.
@@ -67,8 +67,8 @@ UNRESOLVED: dict[tuple[str, str], list[str]] = {
 OPTIONAL = {
     "valkey-server": "tests/servers.py and scripts/system-packages take Redis's fork when there",
     "py-spy": "bench/profile.py profiles with it when installed, and says so when not",
-    "sudo": "only without root, which then has to have it to install anything (README)",
-    "pip": "the README's `pip install`, which the tests run with a virtualenv's pip",
+    "sudo": "only without root, which then has to have it to install anything (Quickstart)",
+    "pip": "docs/client.md's `pip install`, which the tests run with a virtualenv's pip",
 }
 
 SEARCHED = [
@@ -198,7 +198,7 @@ def uses() -> list[Use]:
     every = list(found().uses)
     for unresolved in found().unresolved:
         for program in UNRESOLVED.get((unresolved.file, unresolved.text), []):
-            if program != "README":
+            if program != CLIENT_PAGE:
                 every.append(Use(program, f"{unresolved.file}:{unresolved.line}"))
     names = {use.program for use in every}
     for runner, indirect in INDIRECT.items():
@@ -242,7 +242,7 @@ def test_the_scan_finds_the_programs_known_to_be_run() -> None:
         "apt-get",  # scripts/system-packages, past `$SUDO`
         "npm",  # scripts/test's `command -v npm`
         "chrt",  # scripts/test
-        "curl",  # the README's sh blocks the tests run
+        "curl",  # docs/client.md's sh blocks the tests run
         "grep",  # a `bash -c` script of tests/test_cli_run.py
     }
     assert expected <= names, f"the scan missed {sorted(expected - names)}"

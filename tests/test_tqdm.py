@@ -1,5 +1,5 @@
 """The tqdm drop-in against a real server: what a bar reports, when its task finishes,
-nested bars as steps, bars attached after the fact, and the README's example."""
+nested bars as steps, bars attached after the fact, and the example of docs/client.md."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from .live_server import LiveServer, environment
 from .test_client import (
     assert_finished_after_its_steps,
     assert_one_notification_each,
+    client_blocks,
     completed,
     completions,
-    readme_blocks,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -207,7 +207,7 @@ def test_a_disabled_bar_reports_nothing(
 
 
 def test_readme_tqdm_example_runs_as_written(server: LiveServer, served_space: str) -> None:
-    [example] = [block for block in readme_blocks("python") if "headway.tqdm" in block]
+    [example] = [block for block in client_blocks("python") if "headway.tqdm" in block]
     env = environment(HEADWAY_URL=server.url, HEADWAY_SPACE=served_space)
     with completions(server, served_space) as receiver:
         result = subprocess.run(

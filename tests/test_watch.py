@@ -1,6 +1,6 @@
 """`headway watch`: the live stream read and followed across drops, the board drawn from
 it (rich's recording console), and the command itself on a real server's stream, for a
-space and for a share link, as the README shows it."""
+space and for a share link, as docs/client.md shows it."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from headway.client.events import RECONNECTING, Event, follow, parse_events
 
 from .live_server import LiveServer, environment
 from .servers import free_port
-from .test_client import readme_blocks
+from .test_client import client_blocks
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
 
@@ -525,7 +525,7 @@ def test_readme_watch_examples_show_a_space_and_a_share_link_live(
     env = environment(
         HEADWAY_URL=server.url, HEADWAY_SPACE=space, SHARE_LINK=f"{server.url}{share['url']}"
     )
-    [example] = [block for block in readme_blocks("sh") if "headway watch" in block]
+    [example] = [block for block in client_blocks("sh") if "headway watch" in block]
     lines = example.strip().splitlines()
     assert len(lines) == 2
     with Client(server.url, space=space) as client:
