@@ -19,7 +19,7 @@ from .models import Estimate, Space, Task, Value
 
 T = TypeVar("T")
 
-# The server's limits (README, "Limits and rules worth knowing"), applied to text the
+# The server's limits (docs/walkthrough.md, "Limits and rules worth knowing"), applied to text the
 # client writes on the caller's behalf so that a long line never costs a whole report.
 MAX_TEXT = 1024
 MAX_TITLE = 200

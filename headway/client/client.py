@@ -243,7 +243,8 @@ class Client(BaseClient):
         after: datetime | str | None = None,
         state: str | None = None,
     ) -> Space:
-        """A space with its tasks (see the README for `limit`, `before`, `after`, `state`)."""
+        """A space with its tasks (docs/walkthrough.md says what `limit`, `before`,
+        `after` and `state` do)."""
         call = calls.read_space(
             self._space(space), limit=limit, before=before, after=after, state=state
         )

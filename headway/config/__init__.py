@@ -66,7 +66,7 @@ class Settings:
     # Host header patterns `/mcp` answers (DNS-rebinding protection). None: derived from
     # `host` (see `api.mcp_tools.transport_security`); ("*",): no check.
     mcp_allowed_hosts: tuple[str, ...] | None = None
-    # --- Abuse limits (see `headway.api.limits` and the README's "Limits and abuse") -----------
+    # --- Abuse limits (see `headway.api.limits` and docs/limits.md) -----------------------------
     # Addresses whose X-Forwarded-For, Forwarded, X-Real-IP are believed (10.0.0.0/8).
     trusted_proxies: tuple[str, ...] = ()
     # False turns every rate limit off; budgets and sizes stay on.
@@ -83,7 +83,7 @@ class Settings:
     rate_shares: str = "30/second;300/minute"
     rate_channels: str = "10/second;60/minute"
     rate_reports: str = "20000/second"
-    # Tasks rendered by reads (see the README's limits table for why this default).
+    # Tasks rendered by reads (see docs/limits.md for why this default).
     rate_reads: str = "300000/minute"
     # Creates of every kind (spaces, tasks, webhooks, shares, channels) per client address.
     rate_creates: str = "100000/day"
@@ -100,7 +100,7 @@ class Settings:
     # given up. And seconds after its creation an undelivered event is given up.
     outbox_per_endpoint: int = 10_000
     delivery_give_up: int = 86_400
-    # --- What is kept (see the README's "Data and retention") ------------------------------
+    # --- What is kept (see docs/retention.md) -------------------------------------------------
     # Seconds a space may go without a create, report or read before it is deleted (None:
     # never).
     space_retention: int | None = 90 * 86_400

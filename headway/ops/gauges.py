@@ -68,7 +68,7 @@ async def measure(
 
 
 async def _measure_held(db: Database) -> list[Metric]:
-    """How many spaces and tasks the database holds (see the README's "Data and
+    """How many spaces and tasks the database holds (see docs/retention.md, "Data and
     retention")."""
     try:
         async with asyncio.timeout(SCRAPE_TIMEOUT_S):

@@ -1,5 +1,5 @@
-// A space's jobs (its tasks grouped by title, source and parent's title: see the
-// README's "Jobs"), read when their panel is opened: each job's runs, failures and usual
+// A space's jobs (its tasks grouped by title, source and parent's title: see
+// docs/walkthrough.md, "Jobs"), read when their panel is opened: each job's runs, failures and usual
 // duration, and its newest runs as a chart drawn here, with no script from elsewhere:
 // one bar per run (oldest left), its height the run's length (its scale below it, each
 // bar's length on hover and focus), failed runs marked, and the band of its usual
