@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 
+from headway.background.lease import NamedLease
 from headway.delivery import policy as delivery
 from headway.storage import leases
 from headway.storage.leases import Lease
@@ -77,3 +78,21 @@ async def test_a_named_lease_has_one_holder_until_it_lapses_or_is_given_up(app, 
     async with db.write() as st:
         await leases.give_up(st, "job", "two")
         assert await leases.take(st, "job", "one", now + 21, now + 40)
+
+
+@pytest.mark.parametrize("backend", pairs(progress="memory"), indirect=True)
+async def test_a_named_lease_its_holder_lost_count_of_is_still_its_own(app, clock):
+    """A take cancelled after its write (a loop stopped in the middle of a look) or a
+    give-back that timed out leaves the table naming this holder while the process thinks
+    it holds nothing: it takes the lease again at once instead of waiting on itself until
+    it lapses; another holder still waits."""
+    db = app.state.service.db
+    now = clock.now_us()
+    async with db.write() as st:
+        assert await leases.take(st, "job", "one", now, now + 30_000_000)
+    mine, other = NamedLease(db, "job", "one", 30.0), NamedLease(db, "job", "two", 30.0)
+    assert not mine.held
+    assert not await other.keep(now + 1)
+    assert await mine.keep(now + 1) and mine.held
+    assert await leases.held_by(db.fetch, "job") == ("one", mine.until_us)
+    assert not await other.keep(now + 2)

@@ -45,9 +45,13 @@ class NamedLease:
 
     async def keep(self, now_us: int) -> bool:
         """Hold it, writing only when needed: a read while another instance holds it, a
-        take when this one does not yet, or once a third of its lease has passed."""
-        if not self.held and await self.lapses_at() > now_us:
-            return False
+        take when this one does not yet, or once a third of its lease has passed. A lease
+        the table says is this holder's is taken again even where this process lost count
+        of it (a take cancelled after it was written, a give-back that timed out)."""
+        if not self.held:
+            holder, until = await leases.held_by(self.db.fetch, self.name)
+            if holder != self.holder and until > now_us:
+                return False
         if not self.held or self.lease.renew(self.until_us, now_us):
             return await self.take(now_us)
         return True

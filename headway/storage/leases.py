@@ -59,8 +59,13 @@ async def take(st: Statements, name: str, holder: str, now_us: int, until_us: in
 
 async def held_until(fetch: Fetch, name: str) -> int:
     """Until when (µs) the named lease is held; 0 if it is free or was never taken."""
-    found = await fetch("SELECT until_us FROM leases WHERE name = ?", (name,))
-    return int(found[0][0]) if found else 0
+    return (await held_by(fetch, name))[1]
+
+
+async def held_by(fetch: Fetch, name: str) -> tuple[str, int]:
+    """Who holds the named lease, and until when (µs); ("", 0) if it was never taken."""
+    found = await fetch("SELECT holder, until_us FROM leases WHERE name = ?", (name,))
+    return (str(found[0][0]), int(found[0][1])) if found else ("", 0)
 
 
 async def give_up(st: Statements, name: str, holder: str) -> None:
