@@ -164,7 +164,9 @@ async def test_a_service_down_is_a_failure_without_address(standin: StandIn) -> 
 async def test_no_answer_within_the_timeout(standin: StandIn) -> None:
     standin.hang()
     hung = await post_to(standin, text(1), timeout_s=0.5)
-    assert not hung.ok and hung.detail.endswith("no answer within 0.5 s")
+    # Whichever fires first on a busy machine, the request's read timeout (the budget's
+    # rest) or the budget itself: "no answer in time" or "no answer within 0.5 s".
+    assert not hung.ok and not hung.refused and "no answer" in hung.detail
 
 
 async def test_an_unreadable_reference_is_given_up(standin: StandIn) -> None:
