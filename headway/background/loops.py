@@ -14,10 +14,7 @@ import asyncio
 import logging
 import traceback
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
-
-if TYPE_CHECKING:
-    pass
+from typing import TypeVar
 
 log = logging.getLogger("headway")
 
