@@ -1,17 +1,10 @@
-"""${message}
-
-Revision ID: ${up_revision}
-Revises: ${down_revision | comma,n}
-"""
+"""${message}"""
 
 from alembic import op
 import sqlalchemy as sa
 ${imports if imports else ""}
 
-revision = ${repr(up_revision)}
-down_revision = ${repr(down_revision)}
-branch_labels = None
-depends_on = None
+revision, down_revision = ${repr(up_revision)}, ${repr(down_revision)}
 
 
 def upgrade() -> None:

@@ -1,16 +1,9 @@
-"""Spaces, tasks and the completion outbox.
-
-Revision ID: 0001
-Revises:
-"""
+"""Spaces, tasks and the completion outbox."""
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0001"
-down_revision = None
-branch_labels = None
-depends_on = None
+revision, down_revision = "0001", None
 
 
 def upgrade() -> None:

@@ -1,16 +1,9 @@
-"""Webhooks, their pending deliveries, and worker heartbeats.
-
-Revision ID: 0002
-Revises: 0001
-"""
+"""Webhooks, their pending deliveries, and worker heartbeats."""
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002"
-down_revision = "0001"
-branch_labels = None
-depends_on = None
+revision, down_revision = "0002", "0001"
 
 
 def upgrade() -> None:

@@ -1,16 +1,10 @@
 """Index top-level tasks by space and creation, so that a page of a large space costs the
 same as a page of a small one.
-
-Revision ID: 0003
-Revises: 0002
 """
 
 from alembic import op
 
-revision = "0003"
-down_revision = "0002"
-branch_labels = None
-depends_on = None
+revision, down_revision = "0003", "0002"
 
 
 def upgrade() -> None:

@@ -1,8 +1,5 @@
 """Each webhook's receiver (`scheme://host:port` of its URL), by which the worker spreads
 its attempts fairly.
-
-Revision ID: 0004
-Revises: 0003
 """
 
 from urllib.parse import urlsplit
@@ -10,10 +7,7 @@ from urllib.parse import urlsplit
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004"
-down_revision = "0003"
-branch_labels = None
-depends_on = None
+revision, down_revision = "0004", "0003"
 
 
 def upgrade() -> None:

@@ -1,16 +1,9 @@
-"""Share links: read-only links to a space.
-
-Revision ID: 0005
-Revises: 0004
-"""
+"""Share links: read-only links to a space."""
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0005"
-down_revision = "0004"
-branch_labels = None
-depends_on = None
+revision, down_revision = "0005", "0004"
 
 
 def upgrade() -> None:

@@ -1,17 +1,11 @@
 """Notification channels: a space's Apprise URLs, what each still has to send, its last
 deliveries, and the stall episodes it was told of.
-
-Revision ID: 0006
-Revises: 0005
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0006"
-down_revision = "0005"
-branch_labels = None
-depends_on = None
+revision, down_revision = "0006", "0005"
 
 
 def upgrade() -> None:

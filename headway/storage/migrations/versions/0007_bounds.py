@@ -1,18 +1,12 @@
 """Bounded storage: each space's last activity (retention), counts for the caps (a
 parent's children, a space's top-level tasks), and the task of each channel message (so
 that deleting a task drops them).
-
-Revision ID: 0007
-Revises: 0006
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0007"
-down_revision = "0006"
-branch_labels = None
-depends_on = None
+revision, down_revision = "0007", "0006"
 
 
 def upgrade() -> None:

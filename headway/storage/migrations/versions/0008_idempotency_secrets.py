@@ -1,18 +1,12 @@
 """Safe retries and server secrets: the answers of creates made with an
 `Idempotency-Key` (kept a day), and the secrets every instance shares (the key of share
 links' task ids).
-
-Revision ID: 0008
-Revises: 0007
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0008"
-down_revision = "0007"
-branch_labels = None
-depends_on = None
+revision, down_revision = "0008", "0007"
 
 
 def upgrade() -> None:

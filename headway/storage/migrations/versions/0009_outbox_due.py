@@ -2,18 +2,12 @@
 is due (claims read webhooks by due time, a bounded batch), each delivery's creation (it
 is given up by age, by index), each channel's count of queued messages, the events no
 webhook was waiting for (swept by index), and each webhook's last deliveries.
-
-Revision ID: 0009
-Revises: 0008
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0009"
-down_revision = "0008"
-branch_labels = None
-depends_on = None
+revision, down_revision = "0009", "0008"
 
 
 def upgrade() -> None:

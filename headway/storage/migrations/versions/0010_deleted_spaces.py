@@ -2,18 +2,12 @@
 gone for every reader in the delete's one short transaction, and the sweeper removes its
 rows afterwards (see `storage.deletes`). Spaces an older sweeper had begun deleting for
 their idleness (`active_at_us` -1) are marked so too, and finished the same way.
-
-Revision ID: 0010
-Revises: 0009
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0010"
-down_revision = "0009"
-branch_labels = None
-depends_on = None
+revision, down_revision = "0010", "0009"
 
 
 def upgrade() -> None:

@@ -1,18 +1,12 @@
 """Parents held open by their own reporter: `held` is set on a parent that received a
 report of its own, kept so past the expiry of that report's progress; such a parent
 finishes only by its own `done`, never with its last step (see `service.families`).
-
-Revision ID: 0011
-Revises: 0010
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0011"
-down_revision = "0010"
-branch_labels = None
-depends_on = None
+revision, down_revision = "0011", "0010"
 
 
 def upgrade() -> None:

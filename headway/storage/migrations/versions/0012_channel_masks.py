@@ -2,9 +2,6 @@
 value was masked (a username-only token, a short path token, Apprise's own defaults
 added) are made again from each channel's URL (see `notify.urls.redact`). A channel whose
 stored form hid its host keeps it hidden.
-
-Revision ID: 0012
-Revises: 0011
 """
 
 import sqlalchemy as sa
@@ -12,10 +9,7 @@ from alembic import op
 
 from headway.notify.urls import redact
 
-revision = "0012"
-down_revision = "0011"
-branch_labels = None
-depends_on = None
+revision, down_revision = "0012", "0011"
 
 
 def _host(url: str) -> str:

@@ -6,18 +6,12 @@ index on tasks finds a job's newest runs, succeeded or failed, and its active ta
 holds what a run's answer needs (no lookup of the task's row).
 
 Tasks created before this revision are in no job: their failures were never stored.
-
-Revision ID: 0013
-Revises: 0012
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0013"
-down_revision = "0012"
-branch_labels = None
-depends_on = None
+revision, down_revision = "0013", "0012"
 
 
 def upgrade() -> None:

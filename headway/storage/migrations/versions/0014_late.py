@@ -1,17 +1,11 @@
 """Late runs: channels may ask to hear of a run that is late (`on_late`), and each run
 told late to a channel is noted once (`late_runs`), so that every instance tells it once.
-
-Revision ID: 0014
-Revises: 0013
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0014"
-down_revision = "0013"
-branch_labels = None
-depends_on = None
+revision, down_revision = "0014", "0013"
 
 
 def upgrade() -> None:

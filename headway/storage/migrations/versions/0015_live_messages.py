@@ -2,18 +2,12 @@
 message it keeps is a row (`live_messages`): the service's reference to it, what it
 last showed, and when it may be edited next, so that a restart or another instance
 edits the same message.
-
-Revision ID: 0015
-Revises: 0014
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0015"
-down_revision = "0014"
-branch_labels = None
-depends_on = None
+revision, down_revision = "0015", "0014"
 
 
 def upgrade() -> None:

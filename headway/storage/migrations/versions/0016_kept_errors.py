@@ -5,18 +5,12 @@ succeeded, or failed only through its steps.
 
 Tasks that finished before this revision keep `failed` (their jobs count them) but not
 their error's words: they read as their progress says, as before.
-
-Revision ID: 0016
-Revises: 0015
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0016"
-down_revision = "0015"
-branch_labels = None
-depends_on = None
+revision, down_revision = "0016", "0015"
 
 
 def upgrade() -> None:
