@@ -185,27 +185,7 @@ class Client(BaseClient):
     must: see `BaseClient`) and raises `APIError` (the server's status and message) or
     `NetworkError`; reporters never raise."""
 
-    def __init__(
-        self,
-        url: str | None = None,
-        *,
-        space: str | None = None,
-        timeout: float = 10.0,
-        min_interval: float = 0.5,
-        backoff: tuple[float, float] = (0.5, 30.0),
-        exit_timeout: float | None = None,
-        retries: int = 3,
-    ) -> None:
-        super().__init__(
-            url,
-            space=space,
-            timeout=timeout,
-            min_interval=min_interval,
-            backoff=backoff,
-            exit_timeout=exit_timeout,
-            retries=retries,
-        )
-        self._http: httpx.Client | None = None  # made on first use: reporters need none
+    _http: httpx.Client | None = None  # made on first use: reporters need none
 
     def _send(self, call: calls.Call[T]) -> T:
         attempt = 0
@@ -313,27 +293,7 @@ class AsyncClient(BaseClient):
     """The API over asyncio HTTP, with the same methods as `Client`, awaited. Reporters
     are the same as `Client`'s: `report()` never awaits, a thread delivers."""
 
-    def __init__(
-        self,
-        url: str | None = None,
-        *,
-        space: str | None = None,
-        timeout: float = 10.0,
-        min_interval: float = 0.5,
-        backoff: tuple[float, float] = (0.5, 30.0),
-        exit_timeout: float | None = None,
-        retries: int = 3,
-    ) -> None:
-        super().__init__(
-            url,
-            space=space,
-            timeout=timeout,
-            min_interval=min_interval,
-            backoff=backoff,
-            exit_timeout=exit_timeout,
-            retries=retries,
-        )
-        self._http: httpx.AsyncClient | None = None  # made on first use: reporters need none
+    _http: httpx.AsyncClient | None = None  # made on first use: reporters need none
 
     async def _send(self, call: calls.Call[T]) -> T:
         attempt = 0
