@@ -6,7 +6,7 @@ serve` does (`create_app`, the embedded default: a SQLite file in DIR, progress 
 memory, HEADWAY_PROGRESS_MEMORY as PARAMS' `budget`, one client allowed the whole
 budget), writes the largest count's tasks straight into the file (100,000 to a space, in
 transactions of 10,000 rows, before the first measure), then reports to every task once
-through `Service.report` (the path of `PUT /tasks/{uuid}` behind its HTTP layer: the
+through `Service.tasks.report` (the path of `PUT /tasks/{uuid}` behind its HTTP layer: the
 family cache, the store), a body like the PUT scenarios' (`{"current":5,"end":10,
 "values":{"log":"x"}}`). At each count of PARAMS' `counts` it reads its RSS (`VmRSS`),
 the bytes the budget counts (`headway_progress_bytes`), and the bytes its task caches
@@ -39,7 +39,7 @@ def rss_bytes() -> int:
 
 
 def insert_tasks(database: Path, spaces: list[str], count: int, now_us: int) -> None:
-    """`count` top-level tasks, PER_SPACE to a space, as `Service.create_task` writes
+    """`count` top-level tasks, PER_SPACE to a space, as `Service.tasks.create` writes
     them (see `seed.insert_tasks_directly`), a few rows alive at once."""
     with sqlite3.connect(database) as connection:
         for start in range(0, count, ROWS_AT_ONCE):
@@ -84,7 +84,7 @@ async def fill(workdir: Path, counts: list[int], budget: int, deadline_s: float)
         store = service.progress
         most = max(counts)
         spaces = [
-            (await service.create_space(CreateSpace(title=f"budget {n}")))["uuid"]
+            (await service.spaces.create(CreateSpace(title=f"budget {n}")))["uuid"]
             for n in range(-(-most // PER_SPACE))
         ]
         insert_tasks(database, spaces, most, time.time_ns() // 1000 - 10**9)
@@ -106,7 +106,7 @@ async def fill(workdir: Path, counts: list[int], budget: int, deadline_s: float)
                         )
                     ]
                     for task in uuids:
-                        await service.report(task, report, "192.0.2.1")
+                        await service.tasks.report(task, report, "192.0.2.1")
                     done += len(uuids)
                 rss = rss_bytes()
                 steps.append(

@@ -2,7 +2,7 @@
 
 Small amounts go over HTTP, concurrently. The 100,000-task space is written straight into
 the SQLite file with Headway's own table definitions and row type, exactly as
-`Service.create_task` would write each task (a uuid4, a distinct increasing `created_at`,
+`Service.tasks.create` would write each task (a uuid4, a distinct increasing `created_at`,
 and the space's `last_task_at_us` moved past the newest), because 100,000 HTTP creates
 would take minutes: each is a durable SQLite transaction.
 """
@@ -127,7 +127,7 @@ async def parent_with_children(client: httpx.AsyncClient, count: int) -> str:
 def insert_tasks_directly(database_path: str, space: str, count: int, now_us: int) -> Space:
     """`count` top-level tasks written into the SQLite file in a few transactions.
 
-    Rows are what `Service.create_task` writes: a random uuid4, title and source, and a
+    Rows are what `Service.tasks.create` writes: a random uuid4, title and source, and a
     `created_at` that increases by 1 ms per task and ends just before `now_us`; the
     space's `last_task_at_us` then holds the newest, as `claim_created_at` leaves it.
     """

@@ -64,6 +64,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         disk = DiskBudget.from_settings(settings, db)
         # For HEADWAY_METRICS_PORT's scrape, in another thread.
         metrics.serving(db, progress, disk)
+        app.state.dependencies = health.Dependencies(db, progress, disk, clock)
         # Rates run on real time even where a test moves the service's clock.
         # With Redis, rate counters share its memory with progress (see `limits.Room`).
         room = None
@@ -120,14 +121,14 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 db,
                 progress,
                 clock,
-                service.event_views,
+                service.tasks.event_views,
                 scan_s=settings.stall_scan,
                 outbox_per_endpoint=settings.outbox_per_endpoint,
                 on_queued=events_queued.set,
                 also=LateWatch(
                     db,
                     service.estimates.of_tasks,
-                    service.event_views,
+                    service.tasks.event_views,
                     cap=settings.outbox_per_endpoint,
                 ).step,
             )
@@ -136,7 +137,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 db,
                 progress,
                 clock,
-                service.event_views,
+                service.tasks.event_views,
                 service.estimates.of_tasks,
                 interval_s=settings.live_edit_interval,
                 cap=settings.live_messages,
@@ -157,7 +158,7 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
                 None if settings.space_retention is None else settings.space_retention * 1_000_000
             )
             app.state.sweeper = sweeper = Sweeper(
-                service, clock, retention_us, step_s=settings.sweep_every, woken=spaces_dropped
+                service, db, clock, retention_us, step_s=settings.sweep_every, woken=spaces_dropped
             )
             sweeper_task = asyncio.create_task(sweeper.run(), name="headway-sweeper")
             app.state.loops["sweeper"] = sweeper_task

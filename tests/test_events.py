@@ -470,7 +470,7 @@ async def test_a_round_that_fails_unexpectedly_starts_its_streams_over_and_rende
             space = await new_space(http)
             task = await new_task(http, space)
             service = app.state.service
-            views = service.event_views
+            views = service.tasks.event_views
             failures = []
 
             async def failing_once(uuids):
@@ -479,7 +479,7 @@ async def test_a_round_that_fails_unexpectedly_starts_its_streams_over_and_rende
                     raise ValueError("an unexpected error in a round")
                 return await views(uuids)
 
-            service.event_views = failing_once
+            service.tasks.event_views = failing_once
             async with watching(http, f"/spaces/{space}/events") as first:
                 await first.snapshot()
                 await http.put(f"/tasks/{task}", json={"current": 1, "end": 4})

@@ -128,7 +128,7 @@ async def test_refused_creates_in_a_batch_fail_alone(app, client, sql, space, ma
             # The first batch holds only the blocker and waits; everything else queues
             # behind it and goes in the next batch, all together.
             blocker = asyncio.create_task(client.post(f"/spaces/{blocker_space}/tasks", json={}))
-            creates = service._task_creates
+            creates = service.tasks.creates
             await until(lambda: creates._writer is not None and not creates.waiting, "a batch")
             sent = [
                 asyncio.create_task(client.post(f"/spaces/{s}/tasks", json=body))

@@ -117,7 +117,7 @@ async def test_a_held_parent_whose_done_was_forgotten_is_told_as_a_stall(
     assert (await client.post(f"/spaces/{space}/channels", json=body)).status_code == 201
     await stop(app.state.loops["stalls"])
     service = app.state.service
-    watch = StallWatch(service.db, service.progress, clock, service.event_views)
+    watch = StallWatch(service.db, service.progress, clock, service.tasks.event_views)
     sender = ChannelSender(
         service.db, clock, allow_private=True, messages_per_hour=60, link=lambda _: None
     )

@@ -178,7 +178,7 @@ async def test_a_key_is_forgotten_a_day_later_and_swept(app, client, space, sql,
 
 
 async def test_a_refused_create_records_no_key(app, client, space, sql):
-    app.state.service.shares_per_space = 1
+    app.state.service.shares.per_space = 1
     path = f"/spaces/{space}/shares"
     kept = (await client.post(path, json={})).json()
     refused = await client.post(path, json={}, headers=keyed("k"))

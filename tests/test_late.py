@@ -23,8 +23,10 @@ def settings(settings):
 
 def late_watch(app, clock) -> StallWatch:
     service = app.state.service
-    late = LateWatch(service.db, service.estimates.of_tasks, service.event_views, cap=100)
-    return StallWatch(service.db, service.progress, clock, service.event_views, also=late.step)
+    late = LateWatch(service.db, service.estimates.of_tasks, service.tasks.event_views, cap=100)
+    return StallWatch(
+        service.db, service.progress, clock, service.tasks.event_views, also=late.step
+    )
 
 
 @pytest.fixture
@@ -218,8 +220,10 @@ async def test_a_space_whose_look_fails_is_skipped_and_logged_once(
             raise RuntimeError(f"no estimate for {doomed} of {broken}")
         return await service.estimates.of_tasks(task_uuids)
 
-    late = LateWatch(service.db, estimates, service.event_views, cap=100)
-    watch = StallWatch(service.db, service.progress, clock, service.event_views, also=late.step)
+    late = LateWatch(service.db, estimates, service.tasks.event_views, cap=100)
+    watch = StallWatch(
+        service.db, service.progress, clock, service.tasks.event_views, also=late.step
+    )
     assert await look(watch, sender, clock, 136) == 1
     assert await look(watch, sender, clock, 15) == 0
     assert titles(json_receiver) == [

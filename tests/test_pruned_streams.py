@@ -268,7 +268,7 @@ async def test_a_task_pruned_while_its_event_is_read_is_not_sent(settings, empty
                 assert [t["uuid"] for t in await watcher.task_events(1)] == [newer]
                 # `older` is still sent events (it was in the snapshot), but not shown.
                 service = app.state.service
-                views = service.event_views
+                views = service.tasks.event_views
 
                 async def pruned_as_read(uuids):
                     found = await views(uuids)
@@ -276,7 +276,7 @@ async def test_a_task_pruned_while_its_event_is_read_is_not_sent(settings, empty
                         app.state.live.feed.publish(Change(PRUNED, space, older))
                     return found
 
-                service.event_views = pruned_as_read
+                service.tasks.event_views = pruned_as_read
                 await http.put(f"/tasks/{older}", json={"current": 1})
                 await http.put(f"/tasks/{newer}", json={"current": 2})
                 [event] = await watcher.task_events(1)

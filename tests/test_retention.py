@@ -19,7 +19,7 @@ RETENTION = 90 * DAY
 
 @pytest.fixture
 def sweeper(app, clock) -> Sweeper:
-    return Sweeper(app.state.service, clock, RETENTION * 1_000_000, batch=7)
+    return Sweeper(app.state.service, app.state.service.db, clock, RETENTION * 1_000_000, batch=7)
 
 
 async def exists(client, space) -> bool:
@@ -53,13 +53,13 @@ async def test_reads_cost_at_most_one_write_per_space_per_hour(app, client, cloc
     clock.advance(3600)
     for _ in range(50):
         assert await exists(client, space)
-    assert await activity.flush(app.state.service.db) == 1
+    assert await activity.flush() == 1
     for _ in range(50):
         assert await exists(client, space)
-    assert await activity.flush(app.state.service.db) == 0  # the same hour: nothing to write
+    assert await activity.flush() == 0  # the same hour: nothing to write
     clock.advance(3600)
     assert await exists(client, space)
-    assert await activity.flush(app.state.service.db) == 1
+    assert await activity.flush() == 1
     (noted,) = (await sql("SELECT active_at_us FROM spaces WHERE uuid = ?", space))[0]
     assert noted == clock.now_us()
 
@@ -67,11 +67,11 @@ async def test_reads_cost_at_most_one_write_per_space_per_hour(app, client, cloc
 async def test_unknown_spaces_note_no_activity(app, client):
     for n in range(20):
         await client.get(f"/spaces/00000000-0000-4000-8000-{n:012d}")
-    assert await app.state.service.activity.flush(app.state.service.db) == 0
+    assert await app.state.service.activity.flush() == 0
 
 
 async def test_never_keeps_everything(app, client, clock):
-    sweeper = Sweeper(app.state.service, clock, None)
+    sweeper = Sweeper(app.state.service, app.state.service.db, clock, None)
     space = (await client.post("/spaces", json={})).json()["uuid"]
     clock.advance(10 * RETENTION)
     assert await sweeper.step() == 0

@@ -64,7 +64,7 @@ async def test_share_refusals_are_json_errors(client, space):
 
 
 async def test_a_space_holds_at_most_its_cap_of_share_links(app, client, space):
-    app.state.service.shares_per_space = 2
+    app.state.service.shares.per_space = 2
     for _ in range(2):
         assert (await client.post(f"/spaces/{space}/shares", json={})).status_code == 201
     refused = await client.post(f"/spaces/{space}/shares", json={})

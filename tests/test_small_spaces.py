@@ -159,7 +159,7 @@ async def test_pages_of_a_big_space_reuse_answers_only_while_their_task_is_uncha
         return {t["uuid"]: t for t in body["tasks"]}
 
     first = await page()
-    assert len(service._shown) >= 5
+    assert len(service.reads.shown) >= 5
     assert await page() == first
     await client.put(f"/tasks/{tasks[1]}", json={"current": 3, "end": 4})
     await client.put(f"/tasks/{tasks[2]}", json={"done": True})

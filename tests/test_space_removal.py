@@ -234,7 +234,7 @@ async def test_a_removal_cut_short_is_finished_after_a_restart_and_spares_what_c
     clock.advance(1)  # deleted after it: removed after it
     assert (await client.delete(f"/spaces/{made.json()['uuid']}")).status_code == 204
 
-    first = Sweeper(service, clock, None, batch=50)
+    first = Sweeper(service, service.db, clock, None, batch=50)
     assert await first.remove(batches=1) == 1  # then the process stops
     assert (await left_of(sql, doomed))["tasks"] == 950
 
@@ -249,7 +249,7 @@ async def test_a_removal_cut_short_is_finished_after_a_restart_and_spares_what_c
     await client.put(f"/tasks/{fresh_tasks[0]}", json={"done": True})
     await client.post(f"/spaces/{fresh}/shares", json={})
 
-    restarted = Sweeper(service, clock, None, batch=50)
+    restarted = Sweeper(service, service.db, clock, None, batch=50)
     assert await restarted.remove() == 0  # the stopped one's lease has not lapsed yet
     assert (await left_of(sql, doomed))["tasks"] == 950
     assert "headway_spaces_deleted 2.0" in (await client.get("/metrics")).text

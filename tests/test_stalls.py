@@ -32,7 +32,7 @@ async def watch(app, clock):
     """The test's own look; the app's own is stopped, lest it hold the lease."""
     await stop(app.state.loops["stalls"])
     service = app.state.service
-    return StallWatch(service.db, service.progress, clock, service.event_views)
+    return StallWatch(service.db, service.progress, clock, service.tasks.event_views)
 
 
 @pytest.fixture
@@ -121,7 +121,7 @@ async def test_after_a_restart_a_task_silent_since_says_the_server_restarted(
     clock.advance(3600)  # an hour on, the server restarts: its memory starts empty
     service = app.state.service
     restarted = MemoryProgressStore(86_400, clock)
-    watch = StallWatch(service.db, restarted, clock, service.event_views)
+    watch = StallWatch(service.db, restarted, clock, service.tasks.event_views)
     await look(watch, sender, clock, AFTER - 30)
     assert titles(json_receiver) == []  # silent since the restart, not for an hour
     await look(watch, sender, clock, 120)
@@ -165,8 +165,8 @@ async def test_two_instances_looking_send_one_message_per_episode(
 ):
     service = app.state.service
     await stop(app.state.loops["stalls"])  # the app's own look, which may hold the lease
-    one = StallWatch(service.db, service.progress, clock, service.event_views)
-    two = StallWatch(service.db, service.progress, clock, service.event_views)
+    one = StallWatch(service.db, service.progress, clock, service.tasks.event_views)
+    two = StallWatch(service.db, service.progress, clock, service.tasks.event_views)
     await make_task(title="Crawl")
     clock.advance(AFTER + 1)
     await one.step()
@@ -176,7 +176,7 @@ async def test_two_instances_looking_send_one_message_per_episode(
     await sender.run_once()
     assert len(json_receiver.arrivals) == 1
     # With the lease as it is, the second does not look at all.
-    other = StallWatch(service.db, service.progress, clock, service.event_views)
+    other = StallWatch(service.db, service.progress, clock, service.tasks.event_views)
     assert await other.step() == 0
 
 
@@ -186,8 +186,8 @@ async def test_another_instance_takes_over_within_two_looks_of_a_dead_one(
     """The lease lasts two looks; an instance without it looks again when it lapses."""
     service = app.state.service
     await stop(app.state.loops["stalls"])  # the app's own look, which lets the lease go
-    one = StallWatch(service.db, service.progress, clock, service.event_views, scan_s=15)
-    two = StallWatch(service.db, service.progress, clock, service.event_views, scan_s=15)
+    one = StallWatch(service.db, service.progress, clock, service.tasks.event_views, scan_s=15)
+    two = StallWatch(service.db, service.progress, clock, service.tasks.event_views, scan_s=15)
     await make_task(title="Crawl")
     await one.step()
     await two.step()
@@ -206,8 +206,8 @@ async def test_another_instance_takes_over_within_two_looks_of_a_dead_one(
 async def test_an_instance_shutting_down_lets_the_lease_go(app, make_task, channel, clock):
     service = app.state.service
     await stop(app.state.loops["stalls"])
-    one = StallWatch(service.db, service.progress, clock, service.event_views, scan_s=15)
-    two = StallWatch(service.db, service.progress, clock, service.event_views, scan_s=15)
+    one = StallWatch(service.db, service.progress, clock, service.tasks.event_views, scan_s=15)
+    two = StallWatch(service.db, service.progress, clock, service.tasks.event_views, scan_s=15)
     await make_task(title="Crawl")
     looking = asyncio.create_task(one.run())
     async with asyncio.timeout(10):
@@ -235,7 +235,7 @@ async def test_a_space_whose_look_fails_stops_no_other_spaces_stall(
     async def views(task_uuids):
         if doomed in task_uuids:
             raise RuntimeError(f"no view of {doomed}")
-        return await service.event_views(task_uuids)
+        return await service.tasks.event_views(task_uuids)
 
     watch = StallWatch(service.db, service.progress, clock, views)
     await look(watch, sender, clock, AFTER + 1)

@@ -298,7 +298,7 @@ async def test_reads_over_http_are_the_reference(app, client, space, make_task, 
     service = app.state.service
     answers = []
     for task in (parent, leaf, waiting, expired):
-        row_, children = await service._family(task)
+        row_, children = await service.families.get(task)
         found = await service.progress.get_many([row_.uuid, *(c.uuid for c in children)])
         family_ = list(zip(children, found[1:], strict=True))
         expected = msgspec.json.encode(task_view(row_, found[0], family_))

@@ -23,7 +23,6 @@ from ..badges.states import SPACE_TASKS, Badge, shields_json
 from ..badges.svg import STYLES, Style
 from ..domain.errors import BadRequest, NotFound
 from ..domain.schemas import MAX_TEXT
-from ..service import Service
 from ..web import pages
 from .decoding import query_params
 from .endpoints import Request, Route
@@ -64,10 +63,6 @@ _SHIELDS_HEADERS = (
 _FLAGS = {"1": True, "true": True, "0": False, "false": False}
 
 
-def _service(request: Request) -> Service:
-    return request.app.state.service
-
-
 class _Options(NamedTuple):
     label: str | None
     style: Style
@@ -104,9 +99,7 @@ async def space_badge(request: Request) -> Response:
     options = _options(request)
     await (await request.visitor.read_bill()).pay(SPACE_TASKS)  # a read of its newest tasks
     try:
-        badge = await _service(request).badges.space(
-            request.path_params["share_uuid"], options.label
-        )
+        badge = await request.service.badges.space(request.path_params["share_uuid"], options.label)
     except NotFound as exc:
         return _not_found(request, exc)
     return _svg(request, badge, options)
@@ -117,7 +110,7 @@ async def task_badge(request: Request) -> Response:
     await request.visitor.read_bill()  # a read of one task
     params = request.path_params
     try:
-        badge = await _service(request).badges.task(
+        badge = await request.service.badges.task(
             params["share_uuid"], params["task_id"], options.label
         )
     except NotFound as exc:
@@ -172,7 +165,7 @@ def _not_found(request: Request, exc: NotFound) -> Response:
 async def space_shields(request: Request) -> Response:
     options = _options(request, bar=False)
     await (await request.visitor.read_bill()).pay(SPACE_TASKS)
-    badge = await _service(request).badges.space(request.path_params["share_uuid"], options.label)
+    badge = await request.service.badges.space(request.path_params["share_uuid"], options.label)
     return _shields(badge, options)
 
 
@@ -180,7 +173,7 @@ async def task_shields(request: Request) -> Response:
     options = _options(request, bar=False)
     await request.visitor.read_bill()
     params = request.path_params
-    badge = await _service(request).badges.task(
+    badge = await request.service.badges.task(
         params["share_uuid"], params["task_id"], options.label
     )
     return _shields(badge, options)
@@ -201,13 +194,13 @@ async def embed(request: Request) -> Response:
     limit = _embed_limit(params.get("limit"))
     # The page costs 1, as a share page does; its stream pays for its snapshot.
     await request.visitor.read_bill()
-    service = _service(request)
+    service = request.service
     share_uuid = request.path_params["share_uuid"]
     looks: dict[str, Any] = {"theme": theme, "transparent": transparent, "limit": limit}
     try:
-        space_uuid = await service.space_of_share(share_uuid)
+        space_uuid = await service.shares.space_of(share_uuid)
         # The space may go in between: the link then no longer works either.
-        head = await service.space_head(space_uuid)
+        head = await service.spaces.head(space_uuid)
     except NotFound:
         if pages.wants_html(request):
             return pages.embed_page(None, {}, status=404, **looks)

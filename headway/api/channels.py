@@ -7,7 +7,6 @@ from typing import Any
 from starlette.responses import Response
 
 from ..domain.schemas import CreateChannel, TestChannel
-from ..service import Service
 from .decoding import decode_create
 from .endpoints import Request, Route
 from .openapi_parts import (
@@ -22,29 +21,22 @@ from .openapi_parts import (
     ref,
 )
 from .responses import NO_STORE, JSONResponse, read_body
-from .rest import created
-
-
-def _service(request: Request) -> Service:
-    return request.app.state.service
+from .rest import created, read_create
 
 
 async def channels(request: Request) -> Response:
     """POST registers a channel; GET lists the space's channels with their deliveries."""
     space_uuid = request.path_params["space_uuid"]
     if request.method == "POST":
-        await request.visitor.admit("channels")
-        raw = await read_body(request)
-        idempotency = request.visitor.idempotency(request.scope["headers"], "channels", raw)
-        body = decode_create(raw, CreateChannel)
-        answer = await _service(request).create_channel(space_uuid, body, idempotency)
+        body, idempotency = await read_create(request, "channels", CreateChannel)
+        answer = await request.service.channels.create(space_uuid, body, idempotency)
         return created(answer, idempotency)
-    return JSONResponse(await _service(request).channels.list(space_uuid))
+    return JSONResponse(await request.service.channels.list(space_uuid))
 
 
 async def delete_channel(request: Request) -> Response:
     params = request.path_params
-    await _service(request).channels.delete(params["space_uuid"], params["channel_uuid"])
+    await request.service.channels.delete(params["space_uuid"], params["channel_uuid"])
     return Response(status_code=204, headers=NO_STORE)
 
 
@@ -55,7 +47,7 @@ async def test_channel(request: Request) -> Response:
     if body.strip() not in (b"", b"{}"):
         decode_create(body, TestChannel)
     params = request.path_params
-    outcome = await _service(request).channels.test(params["space_uuid"], params["channel_uuid"])
+    outcome = await request.service.channels.test(params["space_uuid"], params["channel_uuid"])
     return JSONResponse(outcome)
 
 

@@ -5,11 +5,15 @@ the one route table (`api.dispatch`)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING
 
 from starlette import requests
 from starlette.types import ASGIApp
 
 from .visitor import Visitor
+
+if TYPE_CHECKING:
+    from ..service import Service
 
 
 class Request(requests.Request):
@@ -27,6 +31,11 @@ class Request(requests.Request):
             scope = self.scope
             visitor = self._visitor = Visitor(scope["app"].state.visitors, scope)
         return visitor
+
+    @property
+    def service(self) -> Service:
+        """The use cases this app serves (see `headway.service`)."""
+        return self.scope["app"].state.service
 
 
 # An endpoint's answer: a Starlette `Response`, or any ASGI callable that writes its own

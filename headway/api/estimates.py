@@ -9,7 +9,6 @@ from typing import Any
 from starlette.responses import Response
 
 from ..domain.schemas import EstimateOut
-from ..service import Service
 from .endpoints import Request, Route
 from .openapi_parts import (
     SHARE,
@@ -24,13 +23,9 @@ from .openapi_parts import (
 from .responses import JSONResponse
 
 
-def _service(request: Request) -> Service:
-    return request.app.state.service
-
-
 async def task_estimate(request: Request) -> Response:
     bill = await request.visitor.read_bill()
-    found, read = await _service(request).estimates.read(request.path_params["task_uuid"])
+    found, read = await request.service.estimates.read(request.path_params["task_uuid"])
     await bill.pay(read)
     return JSONResponse(EstimateOut.of(found))
 
@@ -38,7 +33,7 @@ async def task_estimate(request: Request) -> Response:
 async def shared_task_estimate(request: Request) -> Response:
     bill = await request.visitor.read_bill()
     params = request.path_params
-    found, read = await _service(request).estimates.read_shared(
+    found, read = await request.service.estimates.read_shared(
         params["share_uuid"], params["task_id"]
     )
     await bill.pay(read)

@@ -65,11 +65,11 @@ async def open_stream(request: Request, space_uuid: str, share: ShareView | None
     limit, state = params.get("limit"), params.get("state")
     visitor = request.visitor
     bill = await visitor.read_bill()  # the snapshot is paid for as it is rendered
-    await service.space_head(space_uuid)  # 404 before anything is held
+    await service.spaces.head(space_uuid)  # 404 before anything is held
     stream = live.open(space_uuid, share, visitor)
     try:
         await live.feed.ready(space_uuid)  # across instances: subscribed before the snapshot
-        head, pages = await service.read_space(space_uuid, limit=limit, state=state)
+        head, pages = await service.reads.read(space_uuid, limit=limit, state=state)
     except BaseException:
         stream.close()
         raise

@@ -9,16 +9,31 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.responses import Response
 
 from ..delivery.worker import worker_status
+from ..domain.clock import Clock
 from ..ops.disk import DiskBudget
+from ..progress import ProgressStore
+from ..storage.database import Database
 from .endpoints import Request, Route
 from .responses import JSONResponse
 
 CHECK_TIMEOUT = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class Dependencies:
+    """What the app runs on, as `create_app` made it, for `/up` and `/metrics` to look
+    at (the use cases reach them only through `headway.service`)."""
+
+    db: Database
+    progress: ProgressStore
+    disk: DiskBudget
+    clock: Clock
 
 
 async def _check(*probes: Callable[[], Awaitable[None]]) -> dict[str, Any]:
@@ -32,20 +47,20 @@ async def _check(*probes: Callable[[], Awaitable[None]]) -> dict[str, Any]:
 
 
 async def up(request: Request) -> Response:
-    service = request.app.state.service
+    on: Dependencies = request.app.state.dependencies
     database, progress, disk = await asyncio.gather(
-        _check(service.db.ping, service.db.check_writable),
-        _check(service.progress.ping),
-        _disk(service.disk),
+        _check(on.db.ping, on.db.check_writable),
+        _check(on.progress.ping),
+        _disk(on.disk),
     )
-    database["backend"] = "sqlite" if service.db.is_sqlite else "postgresql"
-    progress["backend"] = service.progress.name
+    database["backend"] = "sqlite" if on.db.is_sqlite else "postgresql"
+    progress["backend"] = on.progress.name
     healthy = database["status"] == "up" and progress["status"] == "up"
     worker: dict[str, Any] = {"status": "unknown", "heartbeat_age_s": None}
     if database["status"] == "up":
         # The worker is reported, but a dead worker does not fail the check.
         with contextlib.suppress(Exception):
-            worker = await asyncio.wait_for(worker_status(service.db, service.clock), CHECK_TIMEOUT)
+            worker = await asyncio.wait_for(worker_status(on.db, on.clock), CHECK_TIMEOUT)
     status = "ok" if disk["status"] == "ok" else "degraded"
     body = {
         "status": status if healthy else "unavailable",

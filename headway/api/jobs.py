@@ -9,7 +9,6 @@ from typing import Any
 from starlette.responses import Response
 
 from ..domain.schemas import JobsOut
-from ..service import Service
 from ..service.jobs import MAX_LIMIT
 from .decoding import query_params
 from .endpoints import Request, Route
@@ -26,14 +25,10 @@ from .openapi_parts import (
 from .responses import JSONResponse
 
 
-def _service(request: Request) -> Service:
-    return request.app.state.service
-
-
 async def _answer(request: Request, space_uuid: str) -> Response:
     bill = await request.visitor.read_bill()
     limit = query_params(request.scope["query_string"]).get("limit")
-    found = await _service(request).jobs.list(space_uuid, limit)
+    found = await request.service.jobs.list(space_uuid, limit)
     await bill.pay(len(found))
     return JSONResponse(JobsOut(found))
 
@@ -43,7 +38,7 @@ async def space_jobs(request: Request) -> Response:
 
 
 async def shared_jobs(request: Request) -> Response:
-    space_uuid = await _service(request).space_of_share(request.path_params["share_uuid"])
+    space_uuid = await request.service.shares.space_of(request.path_params["share_uuid"])
     return await _answer(request, space_uuid)
 
 

@@ -219,7 +219,7 @@ Run = Callable[[Service, dict[str, Any], Visitor], Awaitable[Any]]
 
 
 async def _create_space(service: Service, arguments: dict[str, Any], visitor: Visitor) -> Any:
-    return await service.create_space(decode_create(_body(arguments), CreateSpace))
+    return await service.spaces.create(decode_create(_body(arguments), CreateSpace))
 
 
 def dashboard_url(answer: Any, base_url: str) -> dict[str, Any]:
@@ -231,7 +231,7 @@ def dashboard_url(answer: Any, base_url: str) -> dict[str, Any]:
 async def _get_space(service: Service, arguments: dict[str, Any], visitor: Visitor) -> Any:
     query: SpaceQuery = _convert(arguments, SpaceQuery)
     bill = await visitor.read_bill()  # rated as REST's reads are
-    answer = await service.get_space(
+    answer = await service.reads.get(
         query.space_uuid,
         before=query.before,
         after=query.after,
@@ -245,13 +245,13 @@ async def _get_space(service: Service, arguments: dict[str, Any], visitor: Visit
 async def _create_task(service: Service, arguments: dict[str, Any], visitor: Visitor) -> Any:
     space_uuid = _take_uuid(arguments, "space_uuid", "create_space")
     body = decode_create(_body(arguments), CreateTask)
-    return await service.create_task(space_uuid, body, client=visitor.address)
+    return await service.tasks.create(space_uuid, body, client=visitor.address)
 
 
 async def _get_task(service: Service, arguments: dict[str, Any], visitor: Visitor) -> Any:
     ref: TaskRef = _convert(arguments, TaskRef)
     bill = await visitor.read_bill()
-    task = await service.get_task(ref.task_uuid)
+    task = await service.tasks.get(ref.task_uuid)
     await bill.pay(1 + len(task.children))
     return task
 
@@ -266,18 +266,18 @@ async def _get_estimate(service: Service, arguments: dict[str, Any], visitor: Vi
 
 async def _report_progress(service: Service, arguments: dict[str, Any], visitor: Visitor) -> Any:
     task_uuid = _take_uuid(arguments, "task_uuid", "create_task")
-    return await service.report(task_uuid, decode_report(_body(arguments)), visitor.address)
+    return await service.tasks.report(task_uuid, decode_report(_body(arguments)), visitor.address)
 
 
 async def _delete_task(service: Service, arguments: dict[str, Any], visitor: Visitor) -> Any:
     ref: TaskRef = _convert(arguments, TaskRef)
-    await service.delete_task(ref.task_uuid)
+    await service.deletes.task(ref.task_uuid)
     return {"deleted": True}
 
 
 async def _delete_space(service: Service, arguments: dict[str, Any], visitor: Visitor) -> Any:
     ref: SpaceRef = _convert(arguments, SpaceRef)
-    await service.delete_space(ref.space_uuid)
+    await service.deletes.space(ref.space_uuid)
     return {"deleted": True}
 
 

@@ -8,12 +8,13 @@ from starlette.responses import Response
 
 from ..ops import metrics
 from .endpoints import Request, Route
+from .health import Dependencies
 from .responses import NO_STORE
 
 
 async def scrape(request: Request) -> Response:
-    service = request.app.state.service
-    body = await metrics.scrape(service.db, service.progress, service.disk)
+    on: Dependencies = request.app.state.dependencies
+    body = await metrics.scrape(on.db, on.progress, on.disk)
     return Response(body, media_type=metrics.CONTENT_TYPE, headers=NO_STORE)
 
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 from starlette.responses import Response
 
 from ..domain.errors import MethodNotAllowed, NotFound
 from ..domain.schemas import CreateSpace, CreateTask
 from ..domain.tasks import TaskView
-from ..service import Idempotency, Service
+from ..service import Idempotency
 from ..web import pages
 from ..web.pages import wants_html
 from .decoding import decode_create, decode_report, query_params, report_from_query
@@ -19,9 +20,17 @@ from .streaming import JSONStream, space_pieces, task_pieces
 
 REPLAYED = {"idempotent-replayed": "true"}
 
+T = TypeVar("T", bound=msgspec.Struct)
 
-def _service(request: Request) -> Service:
-    return request.app.state.service
+
+async def read_create(request: Request, kind: str, schema: type[T]) -> tuple[T, Idempotency | None]:
+    """A create of `kind` (`spaces`, `tasks`, `webhooks`...): admitted by its client's
+    budget, its body read and decoded as `schema`, with its `Idempotency-Key` if any."""
+    visitor = request.visitor
+    await visitor.admit(kind)
+    raw = await read_body(request)
+    idempotency = visitor.idempotency(request.scope["headers"], kind, raw)
+    return decode_create(raw, schema), idempotency
 
 
 def created(answer: Any, idempotency: Idempotency | None) -> Response:
@@ -31,12 +40,8 @@ def created(answer: Any, idempotency: Idempotency | None) -> Response:
 
 
 async def create_space(request: Request) -> Response:
-    visitor = request.visitor
-    await visitor.admit("spaces")
-    raw = await read_body(request)
-    idempotency = visitor.idempotency(request.scope["headers"], "spaces", raw)
-    body = decode_create(raw, CreateSpace)
-    return created(await _service(request).create_space(body, idempotency), idempotency)
+    body, idempotency = await read_create(request, "spaces", CreateSpace)
+    return created(await request.service.spaces.create(body, idempotency), idempotency)
 
 
 async def get_space(request: Request) -> Response:
@@ -44,18 +49,18 @@ async def get_space(request: Request) -> Response:
     DELETE removes it and everything it holds."""
     space_uuid = request.path_params["space_uuid"]
     if request.method == "DELETE":
-        await _service(request).delete_space(space_uuid)
+        await request.service.deletes.space(space_uuid)
         return Response(status_code=204, headers=NO_STORE)
     bill = await request.visitor.read_bill()  # the page costs 1; its stream pays its snapshot
     if wants_html(request):
         try:
-            head = await _service(request).space_head(space_uuid)
+            head = await request.service.spaces.head(space_uuid)
         except NotFound as exc:
             return pages.not_found_page(exc.message)
         retention = request.app.state.settings.space_retention
         return pages.space_page(space_uuid, head, retention)
     params = query_params(request.scope["query_string"])
-    head, pages_ = await _service(request).read_space(
+    head, pages_ = await request.service.reads.read(
         space_uuid,
         before=params.get("before"),
         after=params.get("after"),
@@ -66,13 +71,10 @@ async def get_space(request: Request) -> Response:
 
 
 async def create_task(request: Request) -> Response:
-    visitor = request.visitor
-    await visitor.admit("tasks")
-    raw = await read_body(request)
-    idempotency = visitor.idempotency(request.scope["headers"], "tasks", raw)
-    body = decode_create(raw, CreateTask)
+    body, idempotency = await read_create(request, "tasks", CreateTask)
     space_uuid = request.path_params["space_uuid"]
-    answer = await _service(request).create_task(space_uuid, body, idempotency, visitor.address)
+    address = request.visitor.address
+    answer = await request.service.tasks.create(space_uuid, body, idempotency, address)
     return created(answer, idempotency)
 
 
@@ -81,15 +83,15 @@ async def task(request: Request) -> Response:
     steps)."""
     task_uuid = request.path_params["task_uuid"]
     if request.method == "DELETE":
-        await _service(request).delete_task(task_uuid)
+        await request.service.deletes.task(task_uuid)
         return Response(status_code=204, headers=NO_STORE)
     visitor = request.visitor
     if request.method == "PUT":
         await visitor.admit("reports")
         report = decode_report(await read_body(request))
-        return task_response(await _service(request).report(task_uuid, report, visitor.address))
+        return task_response(await request.service.tasks.report(task_uuid, report, visitor.address))
     bill = await visitor.read_bill()
-    found = await _service(request).get_task(task_uuid)
+    found = await request.service.tasks.get(task_uuid)
     if found.children:  # the task paid 1: now its children
         await bill.pay(1 + len(found.children))
     return task_response(found)
@@ -115,7 +117,7 @@ async def report_by_url(request: Request) -> Response:
     await visitor.admit("reports")
     report = report_from_query(request.scope["query_string"])
     task_uuid = request.path_params["task_uuid"]
-    return task_response(await _service(request).report(task_uuid, report, visitor.address))
+    return task_response(await request.service.tasks.report(task_uuid, report, visitor.address))
 
 
 # The most used first: task reads and reports, creates of tasks, space reads.

@@ -11,9 +11,8 @@ from starlette.responses import Response
 from ..domain.errors import NotFound
 from ..domain.schemas import CreateShare
 from ..domain.tasks import canonical_uuid
-from ..service import Service
 from ..web import pages
-from .decoding import decode_create, query_params
+from .decoding import query_params
 from .endpoints import Request, Route
 from .events import open_stream, stream_operation
 from .openapi_parts import (
@@ -29,50 +28,43 @@ from .openapi_parts import (
     ref,
     uuid_param,
 )
-from .responses import NO_STORE, JSONResponse, read_body
-from .rest import created
+from .responses import NO_STORE, JSONResponse
+from .rest import created, read_create
 from .streaming import JSONStream, space_pieces
-
-
-def _service(request: Request) -> Service:
-    return request.app.state.service
 
 
 async def shares(request: Request) -> Response:
     """POST creates a share link; GET lists the space's links."""
     space_uuid = request.path_params["space_uuid"]
     if request.method == "POST":
-        await request.visitor.admit("shares")
-        raw = await read_body(request)
-        idempotency = request.visitor.idempotency(request.scope["headers"], "shares", raw)
-        decode_create(raw, CreateShare)
-        return created(await _service(request).create_share(space_uuid, idempotency), idempotency)
-    return JSONResponse(await _service(request).list_shares(space_uuid))
+        _, idempotency = await read_create(request, "shares", CreateShare)
+        return created(await request.service.shares.create(space_uuid, idempotency), idempotency)
+    return JSONResponse(await request.service.shares.list(space_uuid))
 
 
 async def delete_share(request: Request) -> Response:
     params = request.path_params
-    await _service(request).delete_share(params["space_uuid"], params["share_uuid"])
+    await request.service.shares.delete(params["space_uuid"], params["share_uuid"])
     return Response(status_code=204, headers=NO_STORE)
 
 
 async def shared(request: Request) -> Response:
     """The space a link shows: a page for a browser, else JSON like the space read's."""
     share_uuid = request.path_params["share_uuid"]
-    service = _service(request)
+    service = request.service
     bill = await request.visitor.read_bill()  # the page costs 1; its stream pays its snapshot
     html = pages.wants_html(request)
     try:
-        space_uuid = await service.space_of_share(share_uuid)
+        space_uuid = await service.shares.space_of(share_uuid)
         if html:  # the space may go in between: the link then no longer works either
-            return pages.shared_page(share_uuid, await service.space_head(space_uuid))
+            return pages.shared_page(share_uuid, await service.spaces.head(space_uuid))
     except NotFound:
         if html:
             return pages.link_gone_page()
         raise
     view = await service.shares.view(cast(str, canonical_uuid(share_uuid)))  # it was found
     params = query_params(request.scope["query_string"])
-    head, found = await service.read_space(
+    head, found = await service.reads.read(
         space_uuid,
         before=params.get("before"),
         after=params.get("after"),
@@ -84,8 +76,8 @@ async def shared(request: Request) -> Response:
 
 async def shared_events(request: Request) -> Response:
     share_uuid = request.path_params["share_uuid"]
-    service = _service(request)
-    space_uuid = await service.space_of_share(share_uuid)
+    service = request.service
+    space_uuid = await service.shares.space_of(share_uuid)
     # Keyed by the link's canonical uuid, which its revocation names, however it was spelled.
     share = await service.shares.view(cast(str, canonical_uuid(share_uuid)))
     return await open_stream(request, space_uuid, share)

@@ -7,8 +7,6 @@ from typing import Any
 from starlette.responses import Response
 
 from ..domain.schemas import CreateWebhook
-from ..service import Service
-from .decoding import decode_create
 from .endpoints import Request, Route
 from .openapi_parts import (
     CREATE_UNAVAILABLE,
@@ -21,30 +19,23 @@ from .openapi_parts import (
     link,
     ref,
 )
-from .responses import NO_STORE, JSONResponse, read_body
-from .rest import created
-
-
-def _service(request: Request) -> Service:
-    return request.app.state.service
+from .responses import NO_STORE, JSONResponse
+from .rest import created, read_create
 
 
 async def webhooks(request: Request) -> Response:
     """POST registers a webhook; GET lists the space's webhooks."""
     space_uuid = request.path_params["space_uuid"]
     if request.method == "POST":
-        await request.visitor.admit("webhooks")
-        raw = await read_body(request)
-        idempotency = request.visitor.idempotency(request.scope["headers"], "webhooks", raw)
-        body = decode_create(raw, CreateWebhook)
-        answer = await _service(request).create_webhook(space_uuid, body, idempotency)
+        body, idempotency = await read_create(request, "webhooks", CreateWebhook)
+        answer = await request.service.webhooks.create(space_uuid, body, idempotency)
         return created(answer, idempotency)
-    return JSONResponse(await _service(request).list_webhooks(space_uuid))
+    return JSONResponse(await request.service.webhooks.list(space_uuid))
 
 
 async def delete_webhook(request: Request) -> Response:
     params = request.path_params
-    await _service(request).delete_webhook(params["space_uuid"], params["webhook_uuid"])
+    await request.service.webhooks.delete(params["space_uuid"], params["webhook_uuid"])
     return Response(status_code=204, headers=NO_STORE)
 
 

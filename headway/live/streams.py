@@ -311,7 +311,7 @@ class SpaceWatch:
         self.begun += 1
         self._pruning = set()
         try:
-            rendered = await self.live.service.event_views(dirty) if dirty else []
+            rendered = await self.live.service.tasks.event_views(dirty) if dirty else []
         finally:
             pruned, self._pruning = self._pruning, None
         if pruned:

@@ -256,7 +256,7 @@ class RedisProgressStore:
 
     async def admit_client(self, client: str) -> None:
         """Raises as Redis does when it cannot tell (down, or full): the service lets the
-        create pass then (see `Service.create_task`)."""
+        create pass then (see `Service.tasks.create`)."""
         full = await self._admit_client(keys=[], args=self._client_args(client))
         if full:
             metrics.refused("client_budget")

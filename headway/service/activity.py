@@ -20,8 +20,9 @@ AT_ONCE = 500
 class Activity:
     """Spaces used since the last `flush`, each noted once per hour."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: Clock, db: Database) -> None:
         self._clock = clock
+        self._db = db
         self._noted: dict[str, int] = {}  # space -> the hour it was last noted in
         self._pending: dict[str, int] = {}  # space -> when it was used, to write
 
@@ -38,7 +39,7 @@ class Activity:
         noted[space_uuid] = hour
         self._pending[space_uuid] = now_us
 
-    async def flush(self, db: Database) -> int:
+    async def flush(self) -> int:
         """Write what was noted; how many spaces. (A space deleted meanwhile has its
         activity written all the same, harmlessly: it stays deleted.)"""
         pending, self._pending = self._pending, {}
@@ -46,7 +47,7 @@ class Activity:
             return 0
         items = sorted(pending.items())
         try:
-            async with db.write() as st:
+            async with self._db.write() as st:
                 for start in range(0, len(items), AT_ONCE):
                     await queries.note_active(st, items[start : start + AT_ONCE])
         except BaseException:

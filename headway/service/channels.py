@@ -51,6 +51,7 @@ class Channels:
         """Register a channel: its URL checked (scheme allowed, Apprise can read it, each
         host it names public), shown back only redacted. With an `idempotency` key, the
         first answer under it again, if there is one."""
+        self._stores.disk.admit()
         space_key = await self._spaces.existing(space_uuid)
         if idempotency is not None:
             first = await self.keys.first_answer(space_key, idempotency)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..domain.clock import Clock
+from ..ops.disk import DiskBudget
 from ..progress import ProgressStore
 from ..storage.database import Database
 from .unit import Writes
@@ -19,9 +20,11 @@ NOT_A_PARENT = "parent_uuid is not a task of this space."
 @dataclass(frozen=True, slots=True)
 class Stores:
     """The database (spaces, tasks, the outbox), the progress store (live state), the
-    clock, and `writes`, where every write opens its unit of work (see `service.unit`)."""
+    clock, `writes`, where every write opens its unit of work (see `service.unit`), and
+    `disk`, the budget every create passes first (see `headway.ops.disk`)."""
 
     db: Database
     progress: ProgressStore
     clock: Clock
     writes: Writes
+    disk: DiskBudget

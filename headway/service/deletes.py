@@ -64,6 +64,10 @@ class Deletes:
         if key is None or not await self._delete_space(key, "owner"):
             raise NotFound(NO_SPACE)
 
+    async def idle_spaces(self, idle_before_us: int, limit: int) -> list[str]:
+        """Up to `limit` spaces with no activity noted since before `idle_before_us`."""
+        return await deletes.idle_spaces(self._stores.db.fetch, idle_before_us, limit)
+
     async def idle_space(self, space_uuid: str, idle_before_us: int) -> bool:
         """Delete the space as `space` does if it has been idle since before
         `idle_before_us` still (retention); whether it was. The sweeper calling this

@@ -39,6 +39,7 @@ class Shares:
     ) -> dict[str, Any]:
         """A new read-only link to the space. With an `idempotency` key, the first answer
         under it again, if there is one."""
+        self._stores.disk.admit()
         space_key = await self._spaces.existing(space_uuid)
         share_uuid = str(uuid.uuid4())
         cap = self.per_space

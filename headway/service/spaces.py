@@ -36,6 +36,7 @@ class Spaces:
     ) -> dict[str, Any]:
         """Create a space. With an `idempotency` key (scoped to its client's address), the
         first answer under it again, if there is one (see `service.idempotency`)."""
+        self._stores.disk.admit()
         if body.icon is not None and (
             len(body.icon) > MAX_ICON or domain.grapheme_count(body.icon) != 1
         ):

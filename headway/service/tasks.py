@@ -49,7 +49,7 @@ class Tasks:
         self._stores = stores
         self._families = families
         self.caps = caps or Caps(stores)
-        self._activity = activity or Activity(stores.clock)
+        self._activity = activity or Activity(stores.clock, stores.db)
         self.keys = Keys(stores)
         # Each batch is one unit of work: what it made (and removed to make room) is told
         # as its commit ends, before anyone is answered; a create whose caller was
@@ -57,11 +57,24 @@ class Tasks:
         self.creates = GroupCommit(stores.writes.transaction, self._insert)
 
     async def create(
-        self, space_uuid: str, body: CreateTask, idempotency: Idempotency | None = None
+        self,
+        space_uuid: str,
+        body: CreateTask,
+        idempotency: Idempotency | None = None,
+        client: str = NO_CLIENT,
     ) -> dict[str, Any]:
         """Create a task; answered once the commit holding it is durable. With an
         `idempotency` key, the first answer under it again, if there is one (see
-        `service.idempotency`)."""
+        `service.idempotency`). Refused before anything is written when the disk runs
+        short, or when `client` holds its whole share of the progress budget."""
+        self._stores.disk.admit()
+        try:
+            await self._stores.progress.admit_client(client)
+        except Exception as exc:
+            # A create needs only the database: with the progress store away, the share
+            # cannot be counted, and the task's reports wait for the store anyway.
+            if not unavailable(exc):
+                raise
         space_key = canonical_uuid(space_uuid)
         if space_key is None:
             raise NotFound(NO_SPACE)

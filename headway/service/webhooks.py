@@ -36,6 +36,7 @@ class Webhooks:
     ) -> dict[str, Any]:
         """Register a webhook; the answer holds its signing secret, shown only here. With
         an `idempotency` key, the first answer under it again, if there is one."""
+        self._stores.disk.admit()
         space_key = await self._spaces.existing(space_uuid)
         if idempotency is not None:
             first = await self.keys.first_answer(space_key, idempotency)
