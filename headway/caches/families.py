@@ -129,15 +129,15 @@ class FamilyCache:
     hears: ClassVar[frozenset[Changed]] = frozenset(
         {Changed.CREATE, Changed.FINISH, Changed.DELETE, Changed.PRUNE, Changed.DROP}
     )
+    # A finish may be decided on a family held here: this process sees every change, so
+    # what it holds is current (a versioned cache's entry may not be: see below).
+    decides_finish: ClassVar[bool] = True
 
-    def __init__(self, max_bytes: int = FAMILY_BYTES, *, versioned: bool = False) -> None:
+    def __init__(self, max_bytes: int = FAMILY_BYTES) -> None:
         # Past `max_bytes`, the families held longest go until an eighth is free.
         self._entries: Bounded[str, TaskRow | _Parent] = Bounded(
             max_bytes=max_bytes, size=_size, keep=7 / 8, on_drop=self._dropped
         )
-        # Versioned only: each entry's (family version, when it was read, in µs).
-        self.versioned = versioned
-        self._stamps: dict[str, tuple[FamilyVersion, int]] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -160,42 +160,30 @@ class FamilyCache:
         self, task_uuid: str, now_us: Callable[[], int]
     ) -> tuple[TaskRow, Sequence[TaskRow], FamilyVersion] | None:
         """The family with the version it was read at, unless absent or too old as of
-        `now_us()` (an entry of a cache that is not versioned: at ALONE, never too old,
-        and the clock is not read)."""
-        if not self.versioned:
-            entry = self._entries.get(task_uuid)
-            if entry is None:
-                return None
-            if isinstance(entry, TaskRow):
-                return entry, (), ALONE
-            return entry.row, entry.children, ALONE
-        stamp = self._stamps.get(task_uuid)
-        if stamp is None or now_us() - stamp[1] >= VERSIONED_MAX_AGE_US:
+        `now_us()`: here, where this process sees every change, at ALONE, never too old,
+        and the clock is not read."""
+        entry = self._entries.get(task_uuid)
+        if entry is None:
             return None
-        row, children = self.get(task_uuid)  # type: ignore[misc]  # stamped means held
-        return row, children, stamp[0]
+        if isinstance(entry, TaskRow):
+            return entry, (), ALONE
+        return entry.row, entry.children, ALONE
 
     def put_versioned(
         self, family: Family, version: FamilyVersion, now_us: int, generation: int
     ) -> None:
         """Hold `family`, read from the database after its version was read as `version`
         and the cache's generation was `generation` (see `put`)."""
-        if generation != self.generation:
-            return
-        self.put(family, generation)
-        if self.versioned:
-            self._stamps[family[0].uuid] = (version, now_us)
+        if generation == self.generation:
+            self.put(family, generation)
 
     def held_for_read(self, task_uuid: str) -> Family | None:
-        """The family as a read may show it without checking a version: held, in a cache
-        that is not versioned (a read checks no version)."""
-        return None if self.versioned else self.get(task_uuid)
+        """The family as a read may show it without checking a version: here, as held."""
+        return self.get(task_uuid)
 
     def keep_read(self, family: Family, generation: int) -> None:
-        """Hold a family a read found in the database (a versioned cache holds only those
-        read at a known version: see `put_versioned`)."""
-        if not self.versioned:
-            self.put(family, generation)
+        """Hold a family a read found in the database."""
+        self.put(family, generation)
 
     def uuids(self, row: TaskRow, children: Sequence[TaskRow]) -> list[str]:
         """The family's uuids, the parent's first (kept with a cached family: not to be
@@ -266,7 +254,7 @@ class FamilyCache:
         self._entries.grew(size)
 
     def _dropped(self, task_uuid: str, _entry: TaskRow | _Parent) -> None:
-        self._stamps.pop(task_uuid, None)
+        """An entry went to make room (see `VersionedFamilyCache`)."""
 
     def on_change(
         self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
@@ -285,9 +273,6 @@ class FamilyCache:
     def forget(self, *task_uuids: str | None) -> None:
         """Drop these families after a change to them was committed."""
         self._entries.forget(*task_uuids)
-        for uuid in task_uuids:
-            if uuid is not None:
-                self._stamps.pop(uuid, None)
 
     def forget_space(self, space_uuid: str) -> None:
         """Drop every family of the space (deleted): one pass over what is held, which
@@ -295,6 +280,50 @@ class FamilyCache:
         self.forget(
             *[uuid for uuid, entry in self._entries.items() if _space_of(entry) == space_uuid]
         )
+
+
+class VersionedFamilyCache(FamilyCache):
+    """The family cache of an instance among several (see the module docstring): each
+    entry is held with the family version it was read at, trusted for at most
+    VERSIONED_MAX_AGE_US; a read, which checks no version, is never answered from it."""
+
+    # A finish is decided on the database's rows, read afresh.
+    decides_finish: ClassVar[bool] = False
+
+    def __init__(self, max_bytes: int = FAMILY_BYTES) -> None:
+        super().__init__(max_bytes)
+        self._stamps: dict[str, tuple[FamilyVersion, int]] = {}  # (version, read at µs)
+
+    def get_versioned(
+        self, task_uuid: str, now_us: Callable[[], int]
+    ) -> tuple[TaskRow, Sequence[TaskRow], FamilyVersion] | None:
+        stamp = self._stamps.get(task_uuid)
+        if stamp is None or now_us() - stamp[1] >= VERSIONED_MAX_AGE_US:
+            return None
+        row, children = self.get(task_uuid)  # type: ignore[misc]  # stamped means held
+        return row, children, stamp[0]
+
+    def put_versioned(
+        self, family: Family, version: FamilyVersion, now_us: int, generation: int
+    ) -> None:
+        if generation == self.generation:
+            self.put(family, generation)
+            self._stamps[family[0].uuid] = (version, now_us)
+
+    def held_for_read(self, task_uuid: str) -> Family | None:
+        return None
+
+    def keep_read(self, family: Family, generation: int) -> None:
+        """Held only when read at a known version (see `put_versioned`)."""
+
+    def _dropped(self, task_uuid: str, _entry: TaskRow | _Parent) -> None:
+        self._stamps.pop(task_uuid, None)
+
+    def forget(self, *task_uuids: str | None) -> None:
+        super().forget(*task_uuids)
+        for uuid in task_uuids:
+            if uuid is not None:
+                self._stamps.pop(uuid, None)
 
 
 def _space_of(entry: TaskRow | _Parent) -> str:

@@ -66,7 +66,8 @@ class Coherence(Protocol):
 
     feed: ChangeFeed
     # What this instance caches is current by construction (it sees every write): a
-    # finish may be decided on a cached family. Else only on one read afresh.
+    # space's head held here shows the space exists. Else the database is asked. (A
+    # finish is decided as the family cache says: `FamilyCache.decides_finish`.)
     current_by_construction: bool
 
     def family_cache(self) -> FamilyCache:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from ..caches.families import FamilyCache
+from ..caches.families import FamilyCache, VersionedFamilyCache
 from ..caches.spaces import space_version_key
 from ..domain.tasks import Changed, FamilyVersion, Progress
 from ..progress.redis import RedisProgressStore
@@ -33,7 +33,7 @@ class SeveralInstances:
         self.feed = RedisFeed(store.client)
 
     def family_cache(self) -> FamilyCache:
-        return FamilyCache(versioned=True)
+        return VersionedFamilyCache()
 
     async def version(self, key: str) -> FamilyVersion:
         return await self._store.family_version(key)

@@ -252,7 +252,7 @@ class Tasks:
         key = canonical_uuid(task_uuid)
         if key is None:
             raise NotFound(NO_TASK)
-        families, coherence = self._families, self._stores.writes.coherence
+        families = self._families
         cached = families.cache.get_versioned(key, self._stores.clock.now_us)
         seen: FamilyVersion | None = None  # a version the failed write saw, before any SQL
         for _ in range(FAMILY_RELOADS):
@@ -261,7 +261,7 @@ class Tasks:
                 fresh = True
             else:
                 row, children, version = cached
-                fresh = coherence.current_by_construction
+                fresh = families.cache.decides_finish
             try:
                 return await self._report(row, children, report, client, version, fresh=fresh)
             except _FamilyChanged as changed:
