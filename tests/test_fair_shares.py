@@ -12,7 +12,8 @@ import httpx
 import pytest
 import redis.asyncio as redis
 
-from headway.api.limits import Holdings, network_of
+from headway.api.addresses import network_of
+from headway.api.holdings import Holdings
 from headway.progress import ClientAllowanceFull
 
 from .conftest import pairs

@@ -13,7 +13,8 @@ import redis.asyncio as redis
 from limits import parse_many
 from starlette.applications import Starlette
 
-from headway.api.limits import RateLimiter
+from headway.api.addresses import ClientAddresses
+from headway.api.limits import rate_limiter
 from headway.config import Settings
 from headway.domain.clock import ManualClock
 
@@ -103,7 +104,7 @@ async def test_ipv4_mapped_clients_are_each_their_own_ipv4_address(limited, clie
     assert_refused(await first.post("/spaces", json={}), 429)
     assert_refused(await same.post("/spaces", json={}), 429)  # the same client
     await new_space(second)  # another client is not affected
-    limiter = RateLimiter(app.state.settings.with_(trusted_proxies=("10.0.0.0/8",)))
+    limiter = ClientAddresses(("10.0.0.0/8",))
     proxied = [(b"x-forwarded-for", b"::ffff:198.51.100.7")]
     assert limiter.client_address("::ffff:10.1.2.3", proxied) == "198.51.100.7"
     assert limiter.client_address("::ffff:c000:201") == "192.0.2.1"
@@ -229,8 +230,8 @@ def test_buckets_of_addresses_all_active_at_once_are_bounded_too(clock, monkeypa
     assert buckets._state[("creates", "2001:db8:9999::/64")][0] < 100_000 - 1
 
 
-def test_ipv6_clients_are_counted_per_slash_64(settings):
-    limiter = RateLimiter(settings.with_(rate_limits=True))
+def test_ipv6_clients_are_counted_per_slash_64():
+    limiter = ClientAddresses()
     first = limiter.client_address("2001:db8:1:2::1")
     assert first == limiter.client_address("2001:db8:1:2:ffff::9") == "2001:db8:1:2::/64"
     assert limiter.client_address("2001:db8:1:3::1") != first
@@ -251,7 +252,7 @@ async def test_forwarded_for_is_believed_only_from_trusted_proxies(limited, clie
 
 
 def test_forwarding_headers_name_the_nearest_untrusted_hop():
-    limiter = RateLimiter(Settings(trusted_proxies=("10.0.0.0/8",)))
+    limiter = ClientAddresses(("10.0.0.0/8",))
 
     def client(peer: str, **headers: str) -> str:
         encoded = [(name.replace("_", "-").encode(), v.encode()) for name, v in headers.items()]
@@ -457,7 +458,7 @@ def test_default_rates_never_refuse_a_busy_well_behaved_client(clock):
     once, and 1,000 tasks reporting ten times a second, pass untouched."""
     from headway.api.limits import TokenBuckets
 
-    limiter = RateLimiter(Settings())
+    limiter = rate_limiter(Settings())
     buckets = TokenBuckets(clock, longest_s=60)
     creates = {kind: limiter._limits[kind] for kind in ("spaces", "tasks")}
     for _ in range(3):  # three minutes of it

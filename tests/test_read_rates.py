@@ -13,7 +13,7 @@ import httpx
 import pytest
 from limits import parse_many
 
-from headway.api.limits import RateLimiter, TokenBuckets
+from headway.api.limits import TokenBuckets, rate_limiter
 from headway.config import Settings
 from headway.domain.clock import ManualClock
 
@@ -236,7 +236,7 @@ def test_the_default_read_rate_lets_a_dashboard_and_a_watch_of_100000_tasks_thro
     """Against the default (token buckets, on the test's clock), a client's dashboard and
     `headway watch` on a 100,000-task space, for ten minutes, never refused; a client
     reading that space whole in a loop is refused after a few reads."""
-    items = RateLimiter(Settings())._limits["reads"]
+    items = rate_limiter(Settings())._limits["reads"]
     buckets = TokenBuckets(clock, longest_s=60)
     watcher = ("reads", "192.0.2.1")
 
@@ -340,7 +340,7 @@ def test_reads_are_taken_from_the_bucket_a_chunk_at_a_time(clock: ManualClock):
     dict lookup); once the allowance is spent, the next chunk is refused."""
     from headway.domain.errors import TooManyRequests
 
-    limiter = RateLimiter(Settings(rate_reads="64000/minute"), clock)
+    limiter = rate_limiter(Settings(rate_reads="64000/minute"), clock)
     key = ("reads", "192.0.2.1")
     assert limiter._buckets is not None
     for _ in range(64):
@@ -350,4 +350,4 @@ def test_reads_are_taken_from_the_bucket_a_chunk_at_a_time(clock: ManualClock):
     with pytest.raises(TooManyRequests):
         limiter.counted_here("reads", key[1])
     # Small rates are counted a read at a time, exactly (the other tests rely on it).
-    assert RateLimiter(Settings(rate_reads="300/hour"), clock)._chunk == 1
+    assert rate_limiter(Settings(rate_reads="300/hour"), clock)._chunk == 1

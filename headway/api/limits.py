@@ -26,20 +26,14 @@ Where the counts live:
   and refuses once the count is over the limit, until the window ends. A read's pages
   are paid for with a round trip each.
 
-Rates are counted per client address: the peer's, or, from the proxies named in
-HEADWAY_TRUSTED_PROXIES (and from no one else), the nearest untrusted address in
-`X-Forwarded-For`, `Forwarded` or `X-Real-IP`. IPv6 addresses count per /64, the block
-one subscriber usually holds. What a client holds at once (live streams: `Holdings`) is
-also capped per network, an IPv6 /48 (a site's usual block: its 65,536 /64s count as one
-there); an IPv4 address is its own network.
+Rates are counted per client address (see `api.addresses`).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal
 
 from limits import RateLimitItem, parse_many
@@ -52,7 +46,6 @@ from ..ops import metrics
 if TYPE_CHECKING:
     from limits.aio.storage import Storage
     from limits.aio.strategies import RateLimiter as RateLimiterStrategy
-    from starlette.types import Scope
 
 Kind = Literal[
     "spaces", "tasks", "webhooks", "shares", "channels", "reports", "creates", "reads", "wheels"
@@ -73,7 +66,6 @@ _WHAT = {
     "wheels": "client wheels downloaded",
 }
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 # How a count that a full Redis refused is tried again once finished progress gave way
 # there (see `RedisProgressStore.retry_with_room`): the counters share the progress
 # store's Redis, and its memory.
@@ -81,49 +73,76 @@ Room = Callable[[Callable[[], Awaitable[float]]], Awaitable[float]]
 
 
 class RateLimiter:
-    """Decides whether a client address may do one more thing of a kind, now."""
+    """Decides whether a client address may do one more thing of a kind, now: the
+    limits and the refusal, with the counts where `rate_limiter` put them (this
+    process's `MemoryRates`, or Redis's `SharedRates`)."""
 
-    def __init__(
-        self, settings: Settings, clock: Clock | None = None, room: Room | None = None
-    ) -> None:
-        """`room`: see `Room` (None: a full Redis refuses the count)."""
+    def __init__(self, settings: Settings) -> None:
         self.enabled = settings.rate_limits
         self._limits: dict[str, list[RateLimitItem]] = {
             kind: parse_many(getattr(settings, f"rate_{kind}")) for kind in KINDS
         }
-        self._proxies: tuple[Network, ...] = tuple(
-            ipaddress.ip_network(proxy, strict=False) for proxy in settings.trusted_proxies
+
+    def counted_here(self, kind: Kind, address: str) -> bool:
+        """`check` without an await, where the counts are in this process (rates on):
+        True once counted (TooManyRequests if over a limit); False where they are not,
+        for `check` to count. The hottest paths (task reads, reports) call it first: a
+        coroutine would cost about as much again as the count."""
+        return False
+
+    async def check(self, kind: Kind, address: str) -> None:
+        """Count one `kind` for `address` (a create also against the daily cap on creates);
+        raise TooManyRequests if it is over a limit."""
+        raise NotImplementedError
+
+    async def charge(self, kind: Kind, address: str, cost: int) -> None:
+        """Count `cost` more `kind` for `address`, refusing nothing: what a request let
+        through by `check` turned out to cost beyond the 1 it counted there (a read: the
+        tasks it rendered). An overdrawn client's next requests are refused until the
+        debt is paid back (at most one bucket's worth in memory, the rest of the window's
+        in Redis)."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """Let go of what the counts hold (a connection pool)."""
+
+    def _refusal(self, kind: Kind, wait_s: float) -> TooManyRequests:
+        metrics.refused(f"rate_{kind}")
+        retry = max(1, math.ceil(wait_s))
+        return TooManyRequests(
+            f"Too many {_WHAT[kind]} from your address (limits: "
+            f"{'; '.join(str(item) for item in self._limits[kind])}); retry in {retry} s.",
+            headers={"retry-after": str(retry)},
         )
-        self._buckets: TokenBuckets | None = None
-        self._shared: SharedCounters | None = None
-        if settings.redis_url is not None and self.enabled:
-            self._shared = SharedCounters(settings.redis_url, room)
-        else:
-            longest_s = max(item.get_expiry() for items in self._limits.values() for item in items)
-            self._buckets = TokenBuckets(clock or SystemClock(), longest_s)
+
+
+def rate_limiter(
+    settings: Settings, clock: Clock | None = None, room: Room | None = None
+) -> RateLimiter:
+    """The rates the settings ask for: counted in Redis, shared by every instance, when
+    HEADWAY_REDIS_URL is set and rates are on; else in this process, on `clock` (the
+    system's unless given). `room`: see `Room` (None: a full Redis refuses the count)."""
+    if settings.redis_url is not None and settings.rate_limits:
+        return SharedRates(settings, settings.redis_url, room)
+    return MemoryRates(settings, clock or SystemClock())
+
+
+class MemoryRates(RateLimiter):
+    """Rates counted in this process's memory: token buckets (`TokenBuckets`) on the
+    service's clock."""
+
+    def __init__(self, settings: Settings, clock: Clock) -> None:
+        super().__init__(settings)
+        longest_s = max(item.get_expiry() for items in self._limits.values() for item in items)
+        self._buckets = TokenBuckets(clock, longest_s)
         # Reads are taken from their buckets a chunk at a time (a thousandth of the
         # smallest limit, at most 64; 1 for small limits: exact): the reads a client has
         # paid for ahead then pass with a dict lookup (see `counted_here`).
         self._chunk = max(1, min(64, min(item.amount for item in self._limits["reads"]) // 1000))
         self._paid_reads: dict[str, int] = {}
 
-    async def check(self, kind: Kind, address: str) -> None:
-        """Count one `kind` for `address` (a create also against the daily cap on creates);
-        raise TooManyRequests if it is over a limit."""
-        if not self.enabled or self.counted_here(kind, address):
-            return
-        if kind in CREATES:
-            await self._shared_check("creates", address)
-        await self._shared_check(kind, address)
-
     def counted_here(self, kind: Kind, address: str) -> bool:
-        """`check` without an await, where the counts are in this process (rates on):
-        True once counted (TooManyRequests if over a limit); False where they are in
-        Redis, for `check` to count. The hottest paths (task reads, reports) call it
-        first: a coroutine would cost about as much again as the count."""
         buckets = self._buckets
-        if buckets is None:
-            return False
         if kind == "reads":
             paid = self._paid_reads.get(address)
             if paid:
@@ -139,6 +158,14 @@ class RateLimiter:
             raise self._refusal(kind, wait_s)
         return True
 
+    async def check(self, kind: Kind, address: str) -> None:
+        if self.enabled:
+            self.counted_here(kind, address)
+
+    async def charge(self, kind: Kind, address: str, cost: int) -> None:
+        if self.enabled and cost > 0:
+            self._buckets.charge((kind, address), self._limits[kind], cost)
+
     def _read_chunk(self, buckets: TokenBuckets, address: str) -> bool:
         """Take a chunk of reads from the client's buckets (while it is not in debt), one
         for this read and the rest paid ahead; 429 once the client's allowance is spent."""
@@ -152,76 +179,6 @@ class RateLimiter:
                 self._paid_reads.clear()  # what was paid ahead is forfeit, no more
             self._paid_reads[address] = self._chunk - 1
         return True
-
-    async def _shared_check(self, kind: Kind, address: str) -> None:
-        assert self._shared is not None
-        wait_s = await self._shared.hit(kind, address, self._limits[kind])
-        if wait_s > 0:
-            raise self._refusal(kind, wait_s)
-
-    def _refusal(self, kind: Kind, wait_s: float) -> TooManyRequests:
-        metrics.refused(f"rate_{kind}")
-        retry = max(1, math.ceil(wait_s))
-        return TooManyRequests(
-            f"Too many {_WHAT[kind]} from your address (limits: "
-            f"{'; '.join(str(item) for item in self._limits[kind])}); retry in {retry} s.",
-            headers={"retry-after": str(retry)},
-        )
-
-    def address_of(self, scope: Scope) -> str:
-        """The client address of a request (see `client_address`)."""
-        client = scope.get("client")
-        peer = client[0] if client else None
-        if not self._proxies and peer is not None and ":" not in peer:
-            return peer  # the usual case, on the path of every read and report
-        return self.client_address(peer, scope["headers"] if self._proxies else ())
-
-    def client_address(self, peer: str | None, headers: Iterable[tuple[bytes, bytes]] = ()) -> str:
-        """The address rates are counted for: the peer's, or, when the peer is a trusted
-        proxy, the nearest address its forwarding header names (`forwarded_hops`) that is
-        not a trusted proxy. A hop that is not an address ends the walk: nothing further
-        along is believed, and the nearest address believed so far counts. An IPv6
-        address stands for its /64; an IPv4-mapped one (`::ffff:192.0.2.1`, as a
-        dual-stack listener writes IPv4 clients) is its IPv4 address."""
-        address = _unmapped(peer) if peer else "unknown"
-        if self._proxies and self._trusted(address):
-            for hop in reversed(forwarded_hops(headers)):
-                if not hop:
-                    continue
-                if not _is_address(hop):
-                    break  # not an address: believe nothing further along
-                address = _unmapped(hop)
-                if not self._trusted(address):
-                    break
-        if ":" in address and _is_address(address):
-            return str(ipaddress.ip_network(f"{address}/64", strict=False))
-        return address
-
-    async def charge(self, kind: Kind, address: str, cost: int) -> None:
-        """Count `cost` more `kind` for `address`, refusing nothing: what a request let
-        through by `check` turned out to cost beyond the 1 it counted there (a read: the
-        tasks it rendered). An overdrawn client's next requests are refused until the
-        debt is paid back (at most one bucket's worth in memory, the rest of the window's
-        in Redis)."""
-        if not self.enabled or cost <= 0:
-            return
-        items = self._limits[kind]
-        if self._buckets is not None:
-            self._buckets.charge((kind, address), items, cost)
-        else:
-            assert self._shared is not None
-            await self._shared.charge(kind, address, items, cost)
-
-    def _trusted(self, address: str) -> bool:
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
-            return False
-        return any(ip in network for network in self._proxies)
-
-    async def close(self) -> None:
-        if self._shared is not None:
-            await self._shared.close()
 
 
 class TokenBuckets:
@@ -319,23 +276,23 @@ class TokenBuckets:
         return len(self._state)
 
 
-class SharedCounters:
-    """The `limits` library's counters in Redis, shared by instances: sliding windows,
-    and fixed windows for the kinds that are charged after they pass (`OWING`)."""
+class SharedRates(RateLimiter):
+    """Rates counted in Redis, shared by instances: the `limits` library's sliding
+    windows, and fixed windows for the kinds that are charged after they pass (`OWING`)."""
 
     # Kinds whose requests pass while the window is not spent, then pay what they cost.
     # A Redis at its maxmemory cannot count them: they pass (the request itself writes
     # nothing, and would be served), rather than answer 503 for want of a counter.
     OWING: frozenset[str] = frozenset({"reads"})
 
-    def __init__(self, redis_url: str, room: Room | None = None) -> None:
+    def __init__(self, settings: Settings, redis_url: str, room: Room | None = None) -> None:
         from limits.aio.storage import RedisStorage
         from limits.aio.strategies import FixedWindowRateLimiter, SlidingWindowCounterRateLimiter
-        from redis.asyncio import Redis
         from redis.exceptions import OutOfMemoryError
 
         from ..ops.redis_link import connection_pool
 
+        super().__init__(settings)
         url = "redis+" + redis_url if redis_url.startswith("unix://") else redis_url
         self._pool = connection_pool(redis_url)
         self._storage: Storage = RedisStorage(
@@ -349,8 +306,15 @@ class SharedCounters:
         # whether the count is still within the limit (`limits.aio.strategies`).
         self._owing = FixedWindowRateLimiter(self._storage)
         self._full = OutOfMemoryError
-        self._redis = Redis(connection_pool=self._pool)
         self._room = room
+
+    async def check(self, kind: Kind, address: str) -> None:
+        if not self.enabled:
+            return
+        for counted in ("creates", kind) if kind in CREATES else (kind,):
+            wait_s = await self.hit(counted, address, self._limits[counted])
+            if wait_s > 0:
+                raise self._refusal(counted, wait_s)
 
     async def hit(self, kind: str, address: str, items: list[RateLimitItem]) -> float:
         """Count one hit against each limit; 0 if within all, else seconds to wait. A
@@ -379,119 +343,16 @@ class SharedCounters:
                 return max(stats.reset_time - time.time(), 1.0)
         return 0.0
 
-    async def charge(self, kind: str, address: str, items: list[RateLimitItem], cost: int) -> None:
+    async def charge(self, kind: Kind, address: str, cost: int) -> None:
         """Add `cost` to each of the kind's fixed windows, over its limit if need be."""
+        if not self.enabled or cost <= 0:
+            return
         assert kind in self.OWING, kind
         try:
-            for item in items:
+            for item in self._limits[kind]:
                 await self._owing.hit(item, kind, address, cost=cost)
         except self._full:
             pass
 
     async def close(self) -> None:
         await self._pool.disconnect()
-
-
-def _unmapped(address: str) -> str:
-    """An IPv4-mapped IPv6 address as its IPv4 address; any other text as it is."""
-    if ":" not in address:
-        return address
-    try:
-        mapped = ipaddress.IPv6Address(address).ipv4_mapped
-    except ValueError:
-        return address
-    return address if mapped is None else str(mapped)
-
-
-def _is_address(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
-
-
-FORWARDING_HEADERS = (b"x-forwarded-for", b"forwarded", b"x-real-ip")
-"""The headers a proxy names the client in, in the order they are believed: the first
-of them a request carries is read, the others ignored (they may be the client's own)."""
-
-
-def forwarded_hops(headers: Iterable[tuple[bytes, bytes]]) -> list[str]:
-    """The addresses a request passed through by its forwarding header (the first of
-    FORWARDING_HEADERS it carries, every line of it), nearest last: `X-Forwarded-For`'s
-    hops, `Forwarded`'s `for=` nodes (RFC 7239: quotes, brackets and ports taken off; an
-    element without one, or `unknown`, is a hop that is not an address), `X-Real-IP`."""
-    found: dict[bytes, list[str]] = {}
-    for name, value in headers:
-        if name in FORWARDING_HEADERS:
-            found.setdefault(name, []).append(value.decode("latin-1"))
-    for name in FORWARDING_HEADERS:
-        if name in found:
-            hops = [hop.strip() for value in found[name] for hop in value.split(",")]
-            return [_forwarded_node(hop) for hop in hops] if name == b"forwarded" else hops
-    return []
-
-
-def _forwarded_node(element: str) -> str:
-    """The address in one `Forwarded` element's `for=` (`unknown` when it has none)."""
-    for pair in element.split(";"):
-        name, _, node = pair.partition("=")
-        if name.strip().lower() == "for":
-            node = node.strip().strip('"')
-            if node.startswith("["):
-                inside, closed, _ = node[1:].partition("]")
-                return inside if closed else "unknown"
-            return node.partition(":")[0] if node.count(":") == 1 else node
-    return "unknown" if element else ""
-
-
-def network_of(client: str) -> str:
-    """The network a client address belongs to: an IPv6 /64's /48, else the address."""
-    if client.endswith("/64"):
-        try:
-            return str(ipaddress.ip_network(client).supernet(new_prefix=48))
-        except ValueError:
-            return client
-    return client
-
-
-class Holdings:
-    """What clients hold at once (live streams), per client address and per network
-    (`network_of`), each capped (None: no cap). `take` refuses with 429 beyond a cap."""
-
-    def __init__(self, per_client: int | None, per_network: int | None, what: str) -> None:
-        self.per_client = per_client
-        self.per_network = per_network
-        self._what = what
-        self._by_client: dict[str, int] = {}
-        self._by_network: dict[str, int] = {}
-
-    def take(self, client: str) -> None:
-        """Count one more held by `client`; TooManyRequests (nothing counted) beyond a cap."""
-        held = self._by_client.get(client, 0)
-        if self.per_client is not None and held >= self.per_client:
-            metrics.refused("rate_streams")
-            raise TooManyRequests(
-                f"Your address holds {held} {self._what}, the most one may; close some first.",
-                headers={"retry-after": "5"},
-            )
-        network = network_of(client)
-        in_network = self._by_network.get(network, 0)
-        if self.per_network is not None and in_network >= self.per_network:
-            metrics.refused("network_streams")
-            raise TooManyRequests(
-                f"Your network ({network}) holds {in_network} {self._what}, the most one "
-                "may; close some first.",
-                headers={"retry-after": "5"},
-            )
-        self._by_client[client] = held + 1
-        self._by_network[network] = in_network + 1
-
-    def give_back(self, client: str) -> None:
-        """One held by `client` is let go."""
-        for counts, key in ((self._by_client, client), (self._by_network, network_of(client))):
-            left = counts[key] - 1
-            if left:
-                counts[key] = left
-            else:
-                del counts[key]

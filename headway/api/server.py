@@ -77,7 +77,7 @@ def server_config(settings: Settings, *, workers: int = 1, app: Any = None) -> S
         http=HeadwayProtocol,
         # uvicorn would believe X-Forwarded-For from 127.0.0.1 and rewrite the client
         # address before Headway sees it; Headway believes forwarding headers from
-        # HEADWAY_TRUSTED_PROXIES only (`limits.RateLimiter.client_address`).
+        # HEADWAY_TRUSTED_PROXIES only (`api.addresses.ClientAddresses`).
         proxy_headers=False,
         ws="none",
         lifespan="on",

@@ -11,7 +11,7 @@ request (`Visitors.of`) from its address, holds every check a client's requests 
   while it is still sent. A read's cost is not known before: a space's size is not held
   anywhere cheap to read, and its children are counted nowhere.
 - Its live streams (`hold_stream`, `let_go_stream`): at most so many per client address
-  and per network (`limits.Holdings`).
+  and per network (`api.holdings`).
 - Its idempotency keys (`idempotency`): a create's key is the client's own.
 - Its allowance of live progress: the address the service hands the progress store
   (`address`), which refuses a client holding its whole allowance.
@@ -30,7 +30,9 @@ from ..domain.clock import Clock
 from ..domain.errors import BadRequest
 from ..domain.tasks import TaskView
 from ..service import Idempotency
-from .limits import Holdings, Kind, RateLimiter, Room
+from .addresses import ClientAddresses
+from .holdings import Holdings
+from .limits import Kind, RateLimiter, Room, rate_limiter
 
 if TYPE_CHECKING:
     from starlette.types import Scope
@@ -47,7 +49,8 @@ class Visitors:
     ) -> None:
         # Rates run on real time even where a test moves the service's clock (`clock`:
         # the one they count on instead). `room`: see `limits.Room`.
-        self.rates = RateLimiter(settings, clock, room)
+        self.rates = rate_limiter(settings, clock, room)
+        self.addresses = ClientAddresses(settings.trusted_proxies)
         capped = settings.rate_limits
         self.streams = Holdings(
             settings.streams_per_client if capped else None,
@@ -76,10 +79,10 @@ class Visitor:
 
     @property
     def address(self) -> str:
-        """The client's address, as rates count it (see `limits.RateLimiter.address_of`)."""
+        """The client's address, as rates count it (see `addresses.ClientAddresses`)."""
         address = self._address
         if address is None:
-            address = self._address = self._visitors.rates.address_of(self._scope)
+            address = self._address = self._visitors.addresses.address_of(self._scope)
         return address
 
     async def admit(self, kind: Kind) -> None:

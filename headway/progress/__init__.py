@@ -67,7 +67,7 @@ class ProgressStore(Protocol):
     never extend the expiry. An expired entry reads as None.
 
     Each write is counted for the client address that wrote it (see
-    `limits.RateLimiter.client_address`): no client may hold more than its allowance of the
+    `api.addresses.ClientAddresses`): no client may hold more than its allowance of the
     budget in progress of unfinished tasks, however many spaces it writes to. A finished
     task's progress is kept for reading until it expires, but no longer counts against
     its space's or its client's allowance: it gives way (reads as expired) when room is
