@@ -9,7 +9,7 @@ import functools
 import logging
 from collections.abc import AsyncIterator
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from starlette.applications import Starlette
 
@@ -46,9 +46,6 @@ from .service import ChannelRules, Service, Wake
 from .storage.database import Database
 from .web import routes as web_routes
 
-if TYPE_CHECKING:
-    from .progress.redis import RedisProgressStore
-
 log = logging.getLogger("headway")
 
 
@@ -65,12 +62,9 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         # For HEADWAY_METRICS_PORT's scrape, in another thread.
         metrics.serving(db, progress, disk)
         app.state.dependencies = health.Dependencies(db, progress, disk, clock)
-        # Rates run on real time even where a test moves the service's clock.
-        # With Redis, rate counters share its memory with progress (see `limits.Room`).
-        room = None
-        if settings.several_instances:
-            room = cast("RedisProgressStore", progress).retry_with_room
-        app.state.visitors = visitors = Visitors(settings, room=room)
+        # Rates run on real time even where a test moves the service's clock. With Redis,
+        # rate counters share its memory with progress (see `limits.Room`).
+        app.state.visitors = visitors = Visitors(settings, room=progress.retry_with_room)
         app.state.loops = {}  # the app's own long-lived tasks, by name (see api.health)
         coherence = make_coherence(progress)
         feed = coherence.feed

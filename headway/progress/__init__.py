@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import NamedTuple, Protocol
+from collections.abc import Awaitable, Callable, Sequence
+from typing import NamedTuple, Protocol, TypeVar
 
 from ..domain.errors import TooManyRequests, Unavailable
 from ..domain.estimates import Track
 from ..domain.tasks import Progress
+
+T = TypeVar("T")
 
 # How long a client refused for a full budget, or for its full allowance, is told to wait.
 BUDGET_RETRY_AFTER_S = 30
@@ -141,5 +143,10 @@ class ProgressStore(Protocol):
 
     async def ping(self) -> None:
         """Raise if the store does not answer."""
+
+    async def retry_with_room(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """`attempt()` again, a write of another user of the store's memory (the rate
+        counters, in Redis) that the store's full memory just refused, once finished
+        progress gave way; a store whose memory no one else uses just tries again."""
 
     async def close(self) -> None: ...

@@ -6,7 +6,7 @@ from __future__ import annotations
 import heapq
 import sys
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from operator import itemgetter
 
 import msgspec
@@ -22,6 +22,7 @@ from . import (
     ClientAllowanceFull,
     Measurement,
     ProgressBudgetFull,
+    T,
 )
 
 # What one entry costs beyond its values' JSON text, as the process's memory holds it:
@@ -386,6 +387,9 @@ class MemoryProgressStore:
 
     async def ping(self) -> None:
         return None
+
+    async def retry_with_room(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        return await attempt()
 
     async def close(self) -> None:
         self._entries.clear()
