@@ -25,7 +25,8 @@ import pytest
 from headway.api.server import MAX_HEAD, MAX_REQUEST_TARGET
 from headway.app import create_app
 from headway.config import Settings
-from headway.service import Service
+from headway.service.spaces import Spaces
+from headway.service.tasks import Tasks
 
 from .live_server import serving
 
@@ -347,8 +348,8 @@ def test_a_keep_alive_connection_outlives_an_unexpected_error(limited, monkeypat
     async def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(Service, "create_space", broken)  # POST /spaces: the router
-    monkeypatch.setattr(Service, "get_task", broken)  # GET /tasks/{uuid}: the fast path
+    monkeypatch.setattr(Spaces, "create", broken)  # POST /spaces: the router
+    monkeypatch.setattr(Tasks, "get", broken)  # GET /tasks/{uuid}: the fast path
     caplog.set_level(logging.ERROR, logger="headway")
     requests = [("POST", "/spaces", b'{"title": "t"}'), ("GET", f"/tasks/{uuid.uuid4()}", b"")]
     with serving(limited, app=create_app(limited)) as address, connection(address) as conn:
