@@ -56,7 +56,8 @@ async def admitted(limiter: RateLimiter, kind: str, address: str) -> bool:
 async def test_a_rate_lets_its_limit_through_then_refuses_with_a_retry_after(rates):
     limiter = rates(rate_spaces="3/minute")
     address = an_address()
-    assert [await admitted(limiter, "spaces", address) for _ in range(4)] == [True, True, True, False]
+    passed = [await admitted(limiter, "spaces", address) for _ in range(4)]
+    assert passed == [True, True, True, False]
     with pytest.raises(TooManyRequests) as refused:
         await limiter.check("spaces", address)
     assert "Too many spaces created from your address" in refused.value.message
