@@ -31,6 +31,7 @@ Rates are counted per client address (see `api.addresses`).
 
 from __future__ import annotations
 
+import abc
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -72,7 +73,7 @@ _WHAT = {
 Room = Callable[[Callable[[], Awaitable[float]]], Awaitable[float]]
 
 
-class RateLimiter:
+class RateLimiter(abc.ABC):
     """Decides whether a client address may do one more thing of a kind, now: the
     limits and the refusal, with the counts where `rate_limiter` put them (this
     process's `MemoryRates`, or Redis's `SharedRates`)."""
@@ -90,19 +91,20 @@ class RateLimiter:
         coroutine would cost about as much again as the count."""
         return False
 
+    @abc.abstractmethod
     async def check(self, kind: Kind, address: str) -> None:
         """Count one `kind` for `address` (a create also against the daily cap on creates);
         raise TooManyRequests if it is over a limit."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def charge(self, kind: Kind, address: str, cost: int) -> None:
         """Count `cost` more `kind` for `address`, refusing nothing: what a request let
         through by `check` turned out to cost beyond the 1 it counted there (a read: the
         tasks it rendered). An overdrawn client's next requests are refused until the
         debt is paid back (at most one bucket's worth in memory, the rest of the window's
         in Redis)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     async def close(self) -> None:
         """Let go of what the counts hold (a connection pool)."""
 
@@ -165,6 +167,9 @@ class MemoryRates(RateLimiter):
     async def charge(self, kind: Kind, address: str, cost: int) -> None:
         if self.enabled and cost > 0:
             self._buckets.charge((kind, address), self._limits[kind], cost)
+
+    async def close(self) -> None:
+        """Nothing to let go: the buckets are this process's memory."""
 
     def _read_chunk(self, buckets: TokenBuckets, address: str) -> bool:
         """Take a chunk of reads from the client's buckets (while it is not in debt), one
