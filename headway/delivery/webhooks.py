@@ -199,8 +199,10 @@ def is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     no encoding reaches a refused IPv4 address:
 
     - IPv4-mapped `::ffff:0:0/96` and NAT64 `64:ff9b::/96` reach the IPv4 address itself
-      (a DNS64 resolver answers the latter for every IPv4-only name): judged as it alone.
-    - 6to4 `2002::/16` reaches the IPv4 address of its relay: refused if that is.
+      (a DNS64 resolver answers the latter for every IPv4-only name), and 6to4
+      `2002::/16` the IPv4 address of its relay: each judged as that IPv4 address alone
+      (Python's own tables call 6to4 private in early 3.11 releases, global in later ones:
+      they are not asked).
     - IPv4-compatible `::a.b.c.d` (deprecated), Teredo `2001::/32` (tunnelled through a
       server and a NAT whose IPv4 addresses it carries, obfuscated) and local-use NAT64
       `64:ff9b:1::/48` (its prefix length, and so where the IPv4 address sits, is a local
@@ -213,8 +215,8 @@ def is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
             address = address.ipv4_mapped
         elif address in _NAT64:
             address = ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
-        elif address.sixtofour is not None and not is_public(address.sixtofour):
-            return False
+        elif address.sixtofour is not None:
+            address = address.sixtofour
     return address.is_global and not (
         address.is_multicast
         or address.is_private
