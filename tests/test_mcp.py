@@ -657,6 +657,13 @@ def inspector_command() -> list[str]:
     return [npx, "-y", "@modelcontextprotocol/inspector"]
 
 
+def node_path() -> str:
+    """PATH with the Node.js `scripts/test` installed beside the Inspector first (a
+    machine's own may be too old for it), so that every `node` it starts is that one."""
+    tools = ROOT / ".test-tools" / "node_modules" / ".bin"
+    return os.pathsep.join([str(tools), os.environ.get("PATH", os.defpath)])
+
+
 def inspect(url: str, *arguments: str, failing: bool = False) -> dict[str, Any]:
     """Run the Inspector CLI; its JSON output. Inspector 2.x exits non-zero after printing a
     tool result with `isError: true`, 0.x exits 0: `failing` accepts both."""
@@ -667,7 +674,7 @@ def inspect(url: str, *arguments: str, failing: bool = False) -> dict[str, Any]:
             capture_output=True,
             text=True,
             timeout=300,
-            env={**os.environ, "NO_COLOR": "1"},
+            env={**os.environ, "NO_COLOR": "1", "PATH": node_path()},
             check=False,
         )
     except subprocess.TimeoutExpired:
