@@ -468,7 +468,14 @@ class Terminal:
     text it drew."""
 
     def __init__(self, command: str, env: dict[str, str]) -> None:
-        terminal = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "COLUMNS": "150"}
+        # A terminal that can redraw: rich draws a live display only at its end on a
+        # "dumb" one, and the machine's own TERM may say so (a chroot's, CI's).
+        terminal = {
+            "TTY_COMPATIBLE": "1",
+            "TTY_INTERACTIVE": "1",
+            "COLUMNS": "150",
+            "TERM": "xterm-256color",
+        }
         self.process = subprocess.Popen(
             ["bash", "-c", command],
             env={**env, **terminal},

@@ -206,7 +206,11 @@ class Cutter:
                 incoming, _ = self._listener.accept()
             except OSError:  # closed
                 return
-            outgoing = socket.create_connection(self.upstream)
+            try:
+                outgoing = socket.create_connection(self.upstream)
+            except OSError:  # the upstream is gone: the connection drops, as it would
+                incoming.close()
+                continue
             with self._lock:
                 self._open += [incoming, outgoing]
             for source, target in ((incoming, outgoing), (outgoing, incoming)):
