@@ -40,13 +40,19 @@ def connection_pool(url: str) -> redis.asyncio.BlockingConnectionPool:
     tried again on a new connection (twice, backing off up to a quarter second), so that
     once Redis answers again no request fails because of a connection it left behind.
     Every command Headway sends may run twice (a write of the same state, a counter one
-    higher, a change announced twice): none does harm."""
+    higher, a change announced twice): none does harm.
+
+    A command has 2 s to be answered; opening a connection has 5: a Redis that is up
+    answers a connect in a millisecond, and the time-out is counted by this process's
+    event loop, which a machine short of CPU can hold up for a second or two (a healthy
+    Redis is not turned into 503s for it); a host that drops the packets is still a 503
+    within the pool's own 5 s wait."""
     return redis.asyncio.BlockingConnectionPool.from_url(
         url,
         max_connections=64,
         timeout=5.0,
         socket_timeout=2.0,
-        socket_connect_timeout=2.0,
+        socket_connect_timeout=5.0,
         # Not after a time-out: a Redis that hangs answers 503 within a few seconds.
         retry=Retry(
             ExponentialBackoff(cap=0.25, base=0.02),
