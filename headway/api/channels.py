@@ -10,34 +10,27 @@ from ..domain.schemas import CreateChannel, TestChannel
 from .decoding import decode_create
 from .endpoints import Request, Route
 from .openapi_parts import (
-    CREATE_UNAVAILABLE,
     SPACE,
     TOO_LARGE,
     TOO_MANY_REQUESTS,
     UNAVAILABLE,
+    create_operation,
     error,
     json_answer,
     link,
     ref,
 )
-from .responses import NO_STORE, JSONResponse, read_body
-from .rest import created, read_create
+from .responses import JSONResponse, read_body
+from .rest import create_or_list, delete_held
 
 
 async def channels(request: Request) -> Response:
     """POST registers a channel; GET lists the space's channels with their deliveries."""
-    space_uuid = request.path_params["space_uuid"]
-    if request.method == "POST":
-        body, idempotency = await read_create(request, "channels", CreateChannel)
-        answer = await request.service.channels.create(space_uuid, body, idempotency)
-        return created(answer, idempotency)
-    return JSONResponse(await request.service.channels.list(space_uuid))
+    return await create_or_list(request, "channels", CreateChannel, request.service.channels)
 
 
 async def delete_channel(request: Request) -> Response:
-    params = request.path_params
-    await request.service.channels.delete(params["space_uuid"], params["channel_uuid"])
-    return Response(status_code=204, headers=NO_STORE)
+    return await delete_held(request, request.service.channels, "channel_uuid")
 
 
 async def test_channel(request: Request) -> Response:
@@ -68,48 +61,34 @@ CHANNEL = {
 
 openapi_paths: dict[str, Any] = {
     "/spaces/{space_uuid}/channels": {
-        "post": {
-            "operationId": "createChannel",
-            "summary": "Add a notification channel",
-            "description": "Finishes (`completed`), failed finishes (`failed`) and stalls "
-            "(`stalled`, with `recovered` when the task moves again) of the space's "
-            "top-level tasks (and steps, with `steps`) are sent to the Apprise URL: Slack, "
-            "Discord, Telegram, ntfy, Gotify, email and many more. The URL holds your "
-            "tokens: it is shown back only redacted. Messages never hold a space or task "
-            "uuid; finishes arriving together go as one digest.",
-            "parameters": [SPACE],
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": ref("CreateChannel")}},
-            },
-            "responses": {
-                "201": {
-                    **json_answer(ref("ChannelOut"), "The channel, its URL redacted."),
-                    "links": {
-                        "TestChannel": link(
-                            "testChannel",
-                            space_uuid="$request.path.space_uuid",
-                            channel_uuid="$response.body#/uuid",
-                        ),
-                        "DeleteChannel": link(
-                            "deleteChannel",
-                            space_uuid="$request.path.space_uuid",
-                            channel_uuid="$response.body#/uuid",
-                        ),
-                    },
-                },
-                "404": NO_SPACE,
-                "413": TOO_LARGE,
-                "422": error(
-                    "A URL Apprise cannot read; a scheme the operator does not allow; a "
-                    "host that is not public; an unknown event; `stalled_after` outside "
-                    "60-604800; a `share_uuid` that is not a share link of the space; the "
-                    "space's channel cap reached."
+        "post": create_operation(
+            "createChannel",
+            "Add a notification channel",
+            "Finishes (`completed`), failed finishes (`failed`) and stalls (`stalled`, with "
+            "`recovered` when the task moves again) of the space's top-level tasks (and "
+            "steps, with `steps`) are sent to the Apprise URL: Slack, Discord, Telegram, ntfy, "
+            "Gotify, email and many more. The URL holds your tokens: it is shown back only "
+            "redacted. Messages never hold a space or task uuid; finishes arriving together "
+            "go as one digest.",
+            body="CreateChannel",
+            created=("ChannelOut", "The channel, its URL redacted."),
+            links={
+                "TestChannel": link(
+                    "testChannel",
+                    space_uuid="$request.path.space_uuid",
+                    channel_uuid="$response.body#/uuid",
                 ),
-                "429": TOO_MANY_REQUESTS,
-                "503": CREATE_UNAVAILABLE,
+                "DeleteChannel": link(
+                    "deleteChannel",
+                    space_uuid="$request.path.space_uuid",
+                    channel_uuid="$response.body#/uuid",
+                ),
             },
-        },
+            refused="A URL Apprise cannot read; a scheme the operator does not allow; a host "
+            "that is not public; an unknown event; `stalled_after` outside 60-604800; a "
+            "`share_uuid` that is not a share link of the space; the space's channel cap "
+            "reached.",
+        ),
         "get": {
             "operationId": "listChannels",
             "summary": "List notification channels",

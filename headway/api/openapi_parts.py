@@ -141,6 +141,48 @@ KEY_IN_PROGRESS = error(
 )
 
 
+def create_operation(
+    operation_id: str,
+    summary: str,
+    description: str,
+    *,
+    body: str,
+    created: tuple[str, str],
+    links: dict[str, Any],
+    refused: str,
+    no_space: str | None = "No such space.",
+) -> dict[str, Any]:
+    """A create's operation: a `body` schema in; 201 with the `created` schema (name,
+    description) and its `links` out; the 422 `refused` describes; and the answers every
+    create shares. `no_space`: the 404 of a create in the space its path names (None: a
+    create in no space)."""
+    operation: dict[str, Any] = {
+        "operationId": operation_id,
+        "summary": summary,
+        "description": description,
+    }
+    if no_space is not None:
+        operation["parameters"] = [SPACE]
+    operation["requestBody"] = {
+        "required": True,
+        "content": {"application/json": {"schema": ref(body)}},
+    }
+    answer, what = created
+    responses = {"201": {**json_answer(ref(answer), what), "links": links}}
+    if no_space is not None:
+        responses["404"] = error(no_space)
+    responses.update(
+        {
+            "413": TOO_LARGE,
+            "422": error(refused),
+            "429": TOO_MANY_REQUESTS,
+            "503": CREATE_UNAVAILABLE,
+        }
+    )
+    operation["responses"] = responses
+    return operation
+
+
 def idempotent(operation: dict[str, Any]) -> dict[str, Any]:
     """A create's operation with the Idempotency-Key parameter and its answers."""
     responses = dict(operation["responses"])

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from .openapi_parts import (
-    CREATE_UNAVAILABLE,
     NOT_FOUND_TASK,
     SPACE,
     TASK,
@@ -14,6 +13,7 @@ from .openapi_parts import (
     TOO_MANY_REQUESTS,
     UNAVAILABLE,
     UNAVAILABLE_OR_FULL,
+    create_operation,
     error,
     json_answer,
     link,
@@ -35,37 +35,24 @@ def space_paths() -> dict[str, Any]:
     """`/spaces`, `/spaces/{space_uuid}` and its tasks."""
     return {
         "/spaces": {
-            "post": {
-                "operationId": "createSpace",
-                "summary": "Create a space",
-                "description": "Creates an anonymous space. The uuid in the answer is the only "
-                "credential and is shown only here." + BAD_CREATE_BODY,
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": ref("CreateSpace")}},
+            "post": create_operation(
+                "createSpace",
+                "Create a space",
+                "Creates an anonymous space. The uuid in the answer is the only credential and "
+                "is shown only here." + BAD_CREATE_BODY,
+                body="CreateSpace",
+                created=("SpaceCreated", "The new space."),
+                links={
+                    "GetSpace": link("getSpace", space_uuid="$response.body#/uuid"),
+                    "CreateTask": link("createTask", space_uuid="$response.body#/uuid"),
+                    "CreateWebhook": link("createWebhook", space_uuid="$response.body#/uuid"),
+                    "ListWebhooks": link("listWebhooks", space_uuid="$response.body#/uuid"),
                 },
-                "responses": {
-                    "201": {
-                        **json_answer(ref("SpaceCreated"), "The new space."),
-                        "links": {
-                            "GetSpace": link("getSpace", space_uuid="$response.body#/uuid"),
-                            "CreateTask": link("createTask", space_uuid="$response.body#/uuid"),
-                            "CreateWebhook": link(
-                                "createWebhook", space_uuid="$response.body#/uuid"
-                            ),
-                            "ListWebhooks": link("listWebhooks", space_uuid="$response.body#/uuid"),
-                        },
-                    },
-                    "413": TOO_LARGE,
-                    "422": error(
-                        "icon more than one character, an unknown member, a wrong type, "
-                        "a title over 200 characters, text that is not UTF-8 or holds a lone "
-                        "surrogate, or malformed JSON."
-                    ),
-                    "429": TOO_MANY_REQUESTS,
-                    "503": CREATE_UNAVAILABLE,
-                },
-            }
+                refused="icon more than one character, an unknown member, a wrong type, a title "
+                "over 200 characters, text that is not UTF-8 or holds a lone surrogate, or "
+                "malformed JSON.",
+                no_space=None,
+            )
         },
         "/spaces/{space_uuid}": {
             "get": {
@@ -135,41 +122,25 @@ def space_paths() -> dict[str, Any]:
             },
         },
         "/spaces/{space_uuid}/tasks": {
-            "post": {
-                "operationId": "createTask",
-                "summary": "Create a task",
-                "description": "Report to the task as soon as work starts: an unreported task "
-                "looks like a dead reporter." + BAD_CREATE_BODY,
-                "parameters": [SPACE],
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": ref("CreateTask")}},
-                },
-                "responses": {
-                    "201": {
-                        **json_answer(ref("TaskCreated"), "The new task's uuid."),
-                        "links": {
-                            "GetTask": link("getTask", task_uuid="$response.body#/uuid"),
-                            "ReportProgress": link(
-                                "reportProgress", task_uuid="$response.body#/uuid"
-                            ),
-                            "ReportProgressByUrl": link(
-                                "reportProgressByUrl", task_uuid="$response.body#/uuid"
-                            ),
-                            "GetSpace": link("getSpace", space_uuid="$request.path.space_uuid"),
-                        },
-                    },
-                    "404": error("No such space."),
-                    "413": TOO_LARGE,
-                    "422": error(
-                        "parent_uuid unknown, already a child, or in another space; an "
-                        "unknown member, a wrong type, a text over 200 characters, text "
-                        "that is not UTF-8 or holds a lone surrogate, or malformed JSON."
+            "post": create_operation(
+                "createTask",
+                "Create a task",
+                "Report to the task as soon as work starts: an unreported task looks like a "
+                "dead reporter." + BAD_CREATE_BODY,
+                body="CreateTask",
+                created=("TaskCreated", "The new task's uuid."),
+                links={
+                    "GetTask": link("getTask", task_uuid="$response.body#/uuid"),
+                    "ReportProgress": link("reportProgress", task_uuid="$response.body#/uuid"),
+                    "ReportProgressByUrl": link(
+                        "reportProgressByUrl", task_uuid="$response.body#/uuid"
                     ),
-                    "429": TOO_MANY_REQUESTS,
-                    "503": CREATE_UNAVAILABLE,
+                    "GetSpace": link("getSpace", space_uuid="$request.path.space_uuid"),
                 },
-            }
+                refused="parent_uuid unknown, already a child, or in another space; an unknown "
+                "member, a wrong type, a text over 200 characters, text that is not UTF-8 or "
+                "holds a lone surrogate, or malformed JSON.",
+            )
         },
     }
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 from starlette.responses import Response
@@ -21,6 +22,20 @@ from .streaming import JSONStream, space_pieces, task_pieces
 REPLAYED = {"idempotent-replayed": "true"}
 
 T = TypeVar("T", bound=msgspec.Struct)
+B = TypeVar("B", bound=msgspec.Struct, contravariant=True)
+
+
+class HeldBySpace(Protocol[B]):
+    """What a space holds several of (webhooks, channels, share links): made from a
+    create's body, listed, and removed by uuid."""
+
+    async def create(
+        self, space_uuid: str, body: B, idempotency: Idempotency | None = None, /
+    ) -> dict[str, Any]: ...
+
+    async def list(self, space_uuid: str, /) -> Sequence[dict[str, Any]]: ...
+
+    async def delete(self, space_uuid: str, uuid: str, /) -> None: ...
 
 
 async def read_create(request: Request, kind: str, schema: type[T]) -> tuple[T, Idempotency | None]:
@@ -37,6 +52,24 @@ def created(answer: Any, idempotency: Idempotency | None) -> Response:
     """A create's 201; marked `Idempotent-Replayed` when it is the first answer again."""
     replayed = idempotency is not None and idempotency.replayed
     return JSONResponse(answer, 201, REPLAYED if replayed else None)
+
+
+async def create_or_list(
+    request: Request, kind: str, schema: type[T], held: HeldBySpace[T]
+) -> Response:
+    """POST creates one of the space's `kind` from a `schema` body; GET lists them."""
+    space_uuid = request.path_params["space_uuid"]
+    if request.method == "POST":
+        body, idempotency = await read_create(request, kind, schema)
+        return created(await held.create(space_uuid, body, idempotency), idempotency)
+    return JSONResponse(await held.list(space_uuid))
+
+
+async def delete_held(request: Request, held: HeldBySpace[Any], param: str) -> Response:
+    """DELETE of one thing the space holds, its uuid the path's `param`: 204."""
+    params = request.path_params
+    await held.delete(params["space_uuid"], params[param])
+    return Response(status_code=204, headers=NO_STORE)
 
 
 async def create_space(request: Request) -> Response:

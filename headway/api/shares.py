@@ -16,11 +16,10 @@ from .decoding import query_params
 from .endpoints import Request, Route
 from .events import open_stream, stream_operation
 from .openapi_parts import (
-    CREATE_UNAVAILABLE,
     SPACE,
-    TOO_LARGE,
     TOO_MANY_REQUESTS,
     UNAVAILABLE,
+    create_operation,
     error,
     json_answer,
     link,
@@ -28,24 +27,17 @@ from .openapi_parts import (
     ref,
     uuid_param,
 )
-from .responses import NO_STORE, JSONResponse
-from .rest import created, read_create
+from .rest import create_or_list, delete_held
 from .streaming import JSONStream, space_pieces
 
 
 async def shares(request: Request) -> Response:
     """POST creates a share link; GET lists the space's links."""
-    space_uuid = request.path_params["space_uuid"]
-    if request.method == "POST":
-        _, idempotency = await read_create(request, "shares", CreateShare)
-        return created(await request.service.shares.create(space_uuid, idempotency), idempotency)
-    return JSONResponse(await request.service.shares.list(space_uuid))
+    return await create_or_list(request, "shares", CreateShare, request.service.shares)
 
 
 async def delete_share(request: Request) -> Response:
-    params = request.path_params
-    await request.service.shares.delete(params["space_uuid"], params["share_uuid"])
-    return Response(status_code=204, headers=NO_STORE)
+    return await delete_held(request, request.service.shares, "share_uuid")
 
 
 async def shared(request: Request) -> Response:
@@ -110,38 +102,25 @@ _SPACE_PARAMETERS = [
 
 openapi_paths: dict[str, Any] = {
     "/spaces/{space_uuid}/shares": {
-        "post": {
-            "operationId": "createShare",
-            "summary": "Create a share link",
-            "description": "A read-only link to the space: it opens the space's live page, "
-            "its JSON and its stream, and shows no uuid of the space or its tasks. Body: `{}`.",
-            "parameters": [SPACE],
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": ref("CreateShare")}},
-            },
-            "responses": {
-                "201": {
-                    **json_answer(ref("ShareCreated"), "The new link."),
-                    "links": {
-                        "ReadShared": link("readShared", share_uuid="$response.body#/uuid"),
-                        "RevokeShare": link(
-                            "revokeShare",
-                            space_uuid="$request.path.space_uuid",
-                            share_uuid="$response.body#/uuid",
-                        ),
-                    },
-                },
-                "404": NO_SPACE,
-                "413": TOO_LARGE,
-                "422": error(
-                    "A body other than {}, malformed JSON, or a space already holding its "
-                    "most share links (100 by default)."
+        "post": create_operation(
+            "createShare",
+            "Create a share link",
+            "A read-only link to the space: it opens the space's live page, its JSON and its "
+            "stream, and shows no uuid of the space or its tasks. Body: `{}`.",
+            body="CreateShare",
+            created=("ShareCreated", "The new link."),
+            links={
+                "ReadShared": link("readShared", share_uuid="$response.body#/uuid"),
+                "RevokeShare": link(
+                    "revokeShare",
+                    space_uuid="$request.path.space_uuid",
+                    share_uuid="$response.body#/uuid",
                 ),
-                "429": TOO_MANY_REQUESTS,
-                "503": CREATE_UNAVAILABLE,
             },
-        },
+            refused="A body other than {}, malformed JSON, or a space already holding its most "
+            "share links (100 by default).",
+            no_space=NO_SPACE["description"],
+        ),
         "get": {
             "operationId": "listShares",
             "summary": "List share links",

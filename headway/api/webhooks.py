@@ -9,34 +9,24 @@ from starlette.responses import Response
 from ..domain.schemas import CreateWebhook
 from .endpoints import Request, Route
 from .openapi_parts import (
-    CREATE_UNAVAILABLE,
     SPACE,
-    TOO_LARGE,
-    TOO_MANY_REQUESTS,
     UNAVAILABLE,
+    create_operation,
     error,
     json_answer,
     link,
     ref,
 )
-from .responses import NO_STORE, JSONResponse
-from .rest import created, read_create
+from .rest import create_or_list, delete_held
 
 
 async def webhooks(request: Request) -> Response:
     """POST registers a webhook; GET lists the space's webhooks."""
-    space_uuid = request.path_params["space_uuid"]
-    if request.method == "POST":
-        body, idempotency = await read_create(request, "webhooks", CreateWebhook)
-        answer = await request.service.webhooks.create(space_uuid, body, idempotency)
-        return created(answer, idempotency)
-    return JSONResponse(await request.service.webhooks.list(space_uuid))
+    return await create_or_list(request, "webhooks", CreateWebhook, request.service.webhooks)
 
 
 async def delete_webhook(request: Request) -> Response:
-    params = request.path_params
-    await request.service.webhooks.delete(params["space_uuid"], params["webhook_uuid"])
-    return Response(status_code=204, headers=NO_STORE)
+    return await delete_held(request, request.service.webhooks, "webhook_uuid")
 
 
 routes = [
@@ -48,40 +38,26 @@ NO_SPACE = error("No such space.")
 
 openapi_paths: dict[str, Any] = {
     "/spaces/{space_uuid}/webhooks": {
-        "post": {
-            "operationId": "createWebhook",
-            "summary": "Register a webhook",
-            "description": "Completion events of the space's tasks are POSTed to the URL, "
-            "signed per the Standard Webhooks specification with the returned secret, which "
-            "is shown only here. The URL must resolve to a public address.",
-            "parameters": [SPACE],
-            "requestBody": {
-                "required": True,
-                "content": {"application/json": {"schema": ref("CreateWebhook")}},
-            },
-            "responses": {
-                "201": {
-                    **json_answer(ref("WebhookCreated"), "The webhook and its signing secret."),
-                    "links": {
-                        "DeleteWebhook": link(
-                            "deleteWebhook",
-                            space_uuid="$request.path.space_uuid",
-                            webhook_uuid="$response.body#/uuid",
-                        ),
-                        "ListWebhooks": link("listWebhooks", space_uuid="$request.path.space_uuid"),
-                    },
-                },
-                "404": NO_SPACE,
-                "413": TOO_LARGE,
-                "422": error(
-                    "Not an http(s) URL; a host that is not a valid name; an address, or a "
-                    "name resolving to one, that is not public (also when an IPv6 address "
-                    "embeds a refused IPv4 address); text that is not UTF-8; malformed JSON."
+        "post": create_operation(
+            "createWebhook",
+            "Register a webhook",
+            "Completion events of the space's tasks are POSTed to the URL, signed per the "
+            "Standard Webhooks specification with the returned secret, which is shown only "
+            "here. The URL must resolve to a public address.",
+            body="CreateWebhook",
+            created=("WebhookCreated", "The webhook and its signing secret."),
+            links={
+                "DeleteWebhook": link(
+                    "deleteWebhook",
+                    space_uuid="$request.path.space_uuid",
+                    webhook_uuid="$response.body#/uuid",
                 ),
-                "429": TOO_MANY_REQUESTS,
-                "503": CREATE_UNAVAILABLE,
+                "ListWebhooks": link("listWebhooks", space_uuid="$request.path.space_uuid"),
             },
-        },
+            refused="Not an http(s) URL; a host that is not a valid name; an address, or a name "
+            "resolving to one, that is not public (also when an IPv6 address embeds a refused "
+            "IPv4 address); text that is not UTF-8; malformed JSON.",
+        ),
         "get": {
             "operationId": "listWebhooks",
             "summary": "List webhooks",

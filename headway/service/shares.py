@@ -10,6 +10,7 @@ from typing import Any
 from ..caches.links import SharedSpaces, TaskIds
 from ..domain import tasks as domain
 from ..domain.errors import NotFound, Unprocessable
+from ..domain.schemas import CreateShare
 from ..domain.share_ids import ShareView
 from ..domain.tasks import Changed, canonical_uuid
 from ..storage import shares
@@ -35,10 +36,10 @@ class Shares:
         stores.writes.register(self.ids)
 
     async def create(
-        self, space_uuid: str, idempotency: Idempotency | None = None
+        self, space_uuid: str, body: CreateShare, idempotency: Idempotency | None = None
     ) -> dict[str, Any]:
-        """A new read-only link to the space. With an `idempotency` key, the first answer
-        under it again, if there is one."""
+        """A new read-only link to the space (`body`: `{}`, a link has nothing to set).
+        With an `idempotency` key, the first answer under it again, if there is one."""
         self._stores.disk.admit()
         space_key = await self._spaces.existing(space_uuid)
         share_uuid = str(uuid.uuid4())
