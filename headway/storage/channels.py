@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .database import Fetch, Statements
+from .outbox import Logs, delivery_logs
 from .queries import space_holds_fewer
 
 EVENTS = ("completed", "failed", "stalled", "late")
@@ -86,24 +87,9 @@ async def list_channels(fetch: Fetch, space_uuid: str) -> list[ChannelRow]:
     return [_channel(row) for row in found]
 
 
-async def channel_logs(
-    fetch: Fetch, channel_uuids: Sequence[str]
-) -> dict[str, list[tuple[int, str, str, str | None]]]:
+async def channel_logs(fetch: Fetch, channel_uuids: Sequence[str]) -> Logs:
     """Each channel's last deliveries, newest first: (at, event, outcome, detail)."""
-    logs: dict[str, list[tuple[int, str, str, str | None]]] = {uuid: [] for uuid in channel_uuids}
-    if not channel_uuids:
-        return logs
-    marks = ", ".join("?" * len(channel_uuids))
-    found = await fetch(
-        "SELECT channel_uuid, at_us, event, outcome, detail FROM channel_log "
-        f"WHERE channel_uuid IN ({marks}) ORDER BY id DESC",
-        tuple(channel_uuids),
-    )
-    for channel_uuid, at_us, event, outcome, detail in found:
-        kept = logs[channel_uuid]
-        if len(kept) < LOG_KEPT:
-            kept.append((int(at_us), event, outcome, detail))
-    return logs
+    return await delivery_logs(fetch, "channel_log", "channel_uuid", channel_uuids, LOG_KEPT)
 
 
 async def lock_channels(st: Statements, uuids: Sequence[str]) -> None:

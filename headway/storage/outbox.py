@@ -117,21 +117,30 @@ def marks(values: Sequence[object]) -> str:
 # --- Each webhook's last deliveries -------------------------------------------------------
 
 
-async def webhook_logs(
-    fetch: Fetch, webhook_uuids: Sequence[str]
-) -> dict[str, list[tuple[int, str, str, str | None]]]:
+Logs = dict[str, list[tuple[int, str, str, str | None]]]
+
+
+async def webhook_logs(fetch: Fetch, webhook_uuids: Sequence[str]) -> Logs:
     """Each webhook's last deliveries, newest first: (at, event, outcome, detail)."""
-    logs: dict[str, list[tuple[int, str, str, str | None]]] = {u: [] for u in webhook_uuids}
-    if not webhook_uuids:
+    return await delivery_logs(fetch, "webhook_log", "webhook_uuid", webhook_uuids, LOG_KEPT)
+
+
+async def delivery_logs(
+    fetch: Fetch, table: str, column: str, uuids: Sequence[str], most: int
+) -> Logs:
+    """The last `most` deliveries of each of `uuids` in the log `table` (keyed by `column`),
+    newest first: (at, event, outcome, detail)."""
+    logs: Logs = {uuid: [] for uuid in uuids}
+    if not uuids:
         return logs
     found = await fetch(
-        "SELECT webhook_uuid, at_us, event, outcome, detail FROM webhook_log "
-        f"WHERE webhook_uuid IN ({marks(webhook_uuids)}) ORDER BY id DESC",
-        tuple(webhook_uuids),
+        f"SELECT {column}, at_us, event, outcome, detail FROM {table} "
+        f"WHERE {column} IN ({marks(uuids)}) ORDER BY id DESC",
+        tuple(uuids),
     )
-    for webhook_uuid, at_us, event, outcome, detail in found:
-        kept = logs[webhook_uuid]
-        if len(kept) < LOG_KEPT:
+    for uuid, at_us, event, outcome, detail in found:
+        kept = logs[uuid]
+        if len(kept) < most:
             kept.append((int(at_us), event, outcome, detail))
     return logs
 
