@@ -148,6 +148,7 @@ class CreateShare(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 
 
 Uuid = Annotated[str, Meta(extra_json_schema={"format": "uuid"})]
+Timestamp = Annotated[str, Meta(extra_json_schema={"format": "date-time"})]
 
 
 class ProgressOut(msgspec.Struct):
@@ -164,7 +165,7 @@ class ProgressOut(msgspec.Struct):
             "progress expired or the server restarted), a succeeded one none."
         ),
     ]
-    updated_at: Annotated[str, Meta(extra_json_schema={"format": "date-time"})] | None
+    updated_at: Timestamp | None
     aggregated: bool
 
 
@@ -174,8 +175,8 @@ class TaskOut(msgspec.Struct):
     parent_uuid: Uuid | None
     title: str | None
     source: str | None
-    created_at: Annotated[str, Meta(extra_json_schema={"format": "date-time"})]
-    finished_at: Annotated[str, Meta(extra_json_schema={"format": "date-time"})] | None
+    created_at: Timestamp
+    finished_at: Timestamp | None
     duration: Annotated[int, Meta(description="Whole seconds, set once at completion.")] | None
     progress: ProgressOut | None
     children: list[TaskOut]
@@ -209,8 +210,8 @@ class SharedTaskOut(msgspec.Struct):
     parent_id: Annotated[str, Meta(description="The parent's id; null at top level.")] | None
     title: str | None
     source: str | None
-    created_at: Annotated[str, Meta(extra_json_schema={"format": "date-time"})]
-    finished_at: Annotated[str, Meta(extra_json_schema={"format": "date-time"})] | None
+    created_at: Timestamp
+    finished_at: Timestamp | None
     duration: int | None
     progress: ProgressOut | None
     children: list[SharedTaskOut]
@@ -231,7 +232,7 @@ class ShareCreated(msgspec.Struct):
         ),
     ]
     url: Annotated[str, Meta(description="The link's path: /shared/{uuid}.")]
-    created_at: Annotated[str, Meta(extra_json_schema={"format": "date-time"})]
+    created_at: Timestamp
 
 
 class JobsOut(msgspec.Struct):
@@ -291,7 +292,7 @@ class EstimateOut(msgspec.Struct):
 class ShareOut(msgspec.Struct):
     uuid: Uuid
     url: str
-    created_at: Annotated[str, Meta(extra_json_schema={"format": "date-time"})]
+    created_at: Timestamp
 
 
 class ShieldsOut(msgspec.Struct, rename="camel"):
@@ -315,9 +316,6 @@ class WebhookCreated(msgspec.Struct):
     uuid: Uuid
     url: str
     secret: Annotated[str, Meta(description="`whsec_` + base64; shown only here.")]
-
-
-Timestamp = Annotated[str, Meta(extra_json_schema={"format": "date-time"})]
 
 
 class WebhookDelivery(msgspec.Struct):
