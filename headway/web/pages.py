@@ -127,27 +127,27 @@ def space_page(space_uuid: str, head: dict[str, Any], retention: int | None) -> 
     """A space's dashboard for whoever holds its uuid: live tasks, snippets, share links,
     channels, deleting it, and how long it may stay idle (`retention`, seconds; None:
     forever, and the page says nothing of it)."""
-    return render(
-        "space.html",
-        mode="owner",
-        base=f"/spaces/{space_uuid}",
-        space_uuid=space_uuid,
-        title=head["title"],
-        icon=head["icon"],
-        retention=None if retention is None else period_words(retention),
-    )
+    words = None if retention is None else period_words(retention)
+    return _space_html("owner", f"/spaces/{space_uuid}", head, space_uuid, words)
 
 
 def shared_page(share_uuid: str, head: dict[str, Any]) -> Response:
     """A share link's read-only view; it names no uuid of the space or its tasks."""
+    return _space_html("shared", f"/shared/{share_uuid}", head, None, None)
+
+
+def _space_html(
+    mode: str, base: str, head: dict[str, Any], space_uuid: str | None, retention: str | None
+) -> Response:
+    """`space.html` as its owner (`mode` "owner") or a share link ("shared") sees it."""
     return render(
         "space.html",
-        mode="shared",
-        base=f"/shared/{share_uuid}",
-        space_uuid=None,
+        mode=mode,
+        base=base,
+        space_uuid=space_uuid,
         title=head["title"],
         icon=head["icon"],
-        retention=None,
+        retention=retention,
     )
 
 
