@@ -321,6 +321,13 @@ HELPERS = HELPERS.replace("$ADMIT", str(ADMIT_NEW_BELOW))
 GROWS = "#!lua\n"
 FREES = "#!lua flags=allow-oom\n"
 
+
+def freeing(body: str) -> str:
+    """A script that only frees or moves what is held: the helpers, then `body`, run
+    by a Redis at its maxmemory too (FREES)."""
+    return FREES + HELPERS + body
+
+
 # The arguments of a write, in `write_at`'s order, after any of the script's own.
 WRITE_ARGS = 10
 
@@ -329,10 +336,8 @@ PUT = GROWS + HELPERS + "return write_at(KEYS[1], 0)"
 
 # KEYS: the progress keys to delete. Each value's bytes are uncounted for its writer and,
 # if live, for its space.
-DELETE = (
-    FREES
-    + HELPERS
-    + """
+DELETE = freeing(
+    """
 for _, key in ipairs(KEYS) do
   local kind, size, _, client, space = held(key)
   local uuid = string.sub(key, #PREFIX + 1)
@@ -346,10 +351,8 @@ return 0
 # KEYS: progress keys of tasks that finished without a write (a parent finished by its
 # last step). Each live value becomes finished, counted as its writer's kept progress (as of its
 # last write), and no longer counted for its space.
-RELEASE = (
-    FREES
-    + HELPERS
-    + """
+RELEASE = freeing(
+    """
 for _, key in ipairs(KEYS) do
   local kind, size, at, client, space = held(key)
   if kind == 'L' then
@@ -376,10 +379,8 @@ return 0
 
 # ARGV: the client, the expiry cutoff (µs), the most it may hold for a new task to be
 # admitted. 1 if it holds that much or more (after uncounting what expired), else 0.
-ADMIT_CLIENT = (
-    FREES
-    + HELPERS
-    + """
+ADMIT_CLIENT = freeing(
+    """
 local client, cutoff, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local h, z = 'headway:client:' .. client, 'headway:live:' .. client
 trim(h, 'live', z, nil, cutoff, 100, 'L', client)
@@ -396,10 +397,8 @@ return 1
 # level, as the memory store does. Returns the bytes freed (as counted: 0 if there was no
 # finished progress to give), or -1 if Redis had that much room already (or no
 # maxmemory).
-GIVE_WAY = (
-    FREES
-    + HELPERS
-    + """
+GIVE_WAY = freeing(
+    """
 local info = redis.call('INFO', 'memory')
 local used = tonumber(string.match(info, 'used_memory:(%d+)'))
 local most = tonumber(string.match(info, 'maxmemory:(%d+)') or '0')
