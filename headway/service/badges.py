@@ -4,6 +4,8 @@ for again and again costs less than a task read."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from ..badges.states import SPACE_TASKS, Badge, shown, space_badge, task_badge
 from ..caches.badges import KeptBadges
 from ..caches.links import NO_SHARED_TASK
@@ -36,35 +38,40 @@ class Badges:
 
     async def space(self, share_uuid: str, label: str | None = None) -> Badge:
         """The badge of the link's space; NotFound if the link is unknown or revoked."""
-        key = (share_uuid, "", label)
-        now_us = self._clock.now_us()
-        badge = self.kept.get(key, now_us)
-        if badge is not None:
-            return badge
-        _, space_uuid = await self._shares.kept_space_of(share_uuid)
-        generation = self.kept.generation(space_uuid)
-        head, pages = await self._reads.read(space_uuid, limit=SPACE_TASKS)
-        tasks = shown([task async for page in pages for task in page])
-        badge = space_badge(head["title"], tasks, now_us, label)
-        self.kept.keep(key, space_uuid, badge, now_us, generation)
-        return badge
+
+        async def read(link: str, space_uuid: str, now_us: int) -> Badge:
+            head, pages = await self._reads.read(space_uuid, limit=SPACE_TASKS)
+            tasks = shown([task async for page in pages for task in page])
+            return space_badge(head["title"], tasks, now_us, label)
+
+        return await self._kept((share_uuid, "", label), read)
 
     async def task(self, share_uuid: str, task_id: str, label: str | None = None) -> Badge:
         """The badge of the task `task_id` names under the link; NotFound if the link or
         the task is unknown (a deleted task included)."""
-        key = (share_uuid, task_id, label)
+
+        async def read(link: str, space_uuid: str, now_us: int) -> Badge:
+            task_uuid = await self._shares.ids.task_of(link, space_uuid, task_id)
+            try:
+                task = await self._tasks.get(task_uuid)
+                estimate = None if task.finished_at else await self._estimates.of_task(task_uuid)
+            except NotFound:
+                raise NotFound(NO_SHARED_TASK) from None
+            return task_badge(shown(task), now_us, label, estimate)
+
+        return await self._kept((share_uuid, task_id, label), read)
+
+    async def _kept(
+        self, key: tuple[str, str, str | None], read: Callable[[str, str, int], Awaitable[Badge]]
+    ) -> Badge:
+        """The badge kept under `key` (link, task id, label), else the one `read(link,
+        space_uuid, now_us)` makes, then kept."""
         now_us = self._clock.now_us()
         badge = self.kept.get(key, now_us)
         if badge is not None:
             return badge
-        link, space_uuid = await self._shares.kept_space_of(share_uuid)
+        link, space_uuid = await self._shares.kept_space_of(key[0])
         generation = self.kept.generation(space_uuid)
-        task_uuid = await self._shares.ids.task_of(link, space_uuid, task_id)
-        try:
-            task = await self._tasks.get(task_uuid)
-            estimate = None if task.finished_at else await self._estimates.of_task(task_uuid)
-        except NotFound:
-            raise NotFound(NO_SHARED_TASK) from None
-        badge = task_badge(shown(task), now_us, label, estimate)
+        badge = await read(link, space_uuid, now_us)
         self.kept.keep(key, space_uuid, badge, now_us, generation)
         return badge
