@@ -120,11 +120,9 @@ class Channels:
         return [_shown(row, logs[row.uuid]) for row in found]
 
     async def delete(self, space_uuid: str, channel_uuid: str) -> None:
-        space_key = await self._spaces.existing(space_uuid)
-        key = canonical_uuid(channel_uuid)
-        async with self._stores.writes.transaction() as unit:
-            if key is None or not await channels.delete_channel(unit.st, space_key, key):
-                raise NotFound(NO_CHANNEL)
+        await self._spaces.remove_held(
+            space_uuid, channel_uuid, channels.delete_channel, NO_CHANNEL
+        )
 
     async def test(self, space_uuid: str, channel_uuid: str) -> dict[str, Any]:
         """Send a test message now; the outcome, as the channel's deliveries show it. Not

@@ -67,12 +67,10 @@ class Shares:
 
     async def delete(self, space_uuid: str, share_uuid: str) -> None:
         """Revoke a share link; its open streams end (see coherence.feed `REVOKED`)."""
-        space_key = await self._spaces.existing(space_uuid)
-        share_key = canonical_uuid(share_uuid)
-        async with self._stores.writes.transaction() as unit:
-            if share_key is None or not await shares.delete_share(unit.st, space_key, share_key):
-                raise NotFound("No such share link in this space.")
-            unit.changed(Changed.REVOKE, space_key, share_key)
+        missing = "No such share link in this space."
+        await self._spaces.remove_held(
+            space_uuid, share_uuid, shares.delete_share, missing, Changed.REVOKE
+        )
 
     async def load_secret(self) -> bytes:
         """The server secret share links' task ids are keyed by, made at the first start

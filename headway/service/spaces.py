@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -11,8 +11,9 @@ from ..caches.heads import Head, SpaceHeads
 from ..domain import tasks as domain
 from ..domain.errors import Conflict, NotFound, Unprocessable
 from ..domain.schemas import MAX_ICON, CreateSpace
-from ..domain.tasks import canonical_uuid
+from ..domain.tasks import Changed, canonical_uuid
 from ..storage import queries
+from ..storage.database import Statements
 from .context import NO_SPACE, Stores
 from .group_commit import GroupCommit
 from .idempotency import IN_PROGRESS, KEY_TAKEN, TRIES, Idempotency, Keys, Settled, client_scope
@@ -101,6 +102,25 @@ class Spaces:
         if key is not None and await queries.space_head(self._stores.db.fetch, key) is not None:
             return key
         raise NotFound(NO_SPACE)
+
+    async def remove_held(
+        self,
+        space_uuid: str,
+        held_uuid: str,
+        delete: Callable[[Statements, str, str], Awaitable[bool]],
+        missing: str,
+        change: Changed | None = None,
+    ) -> None:
+        """Delete what the space holds by `held_uuid` (a webhook, a channel, a share link):
+        `delete(st, space_key, key)`, False if the space holds no such thing, which is
+        then NotFound(`missing`). `change`, if any, is told of it once committed."""
+        space_key = await self.existing(space_uuid)
+        key = canonical_uuid(held_uuid)
+        async with self._stores.writes.transaction() as unit:
+            if key is None or not await delete(unit.st, space_key, key):
+                raise NotFound(missing)
+            if change is not None:
+                unit.changed(change, space_key, key)
 
 
 async def added_to_space(write: Awaitable[T]) -> T:

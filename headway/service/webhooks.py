@@ -7,9 +7,9 @@ import uuid
 from typing import Any
 
 from ..delivery import webhooks
-from ..domain.errors import NotFound, Unprocessable
+from ..domain.errors import Unprocessable
 from ..domain.schemas import CreateWebhook
-from ..domain.tasks import canonical_uuid, format_ts
+from ..domain.tasks import format_ts
 from ..storage import outbox
 from ..storage.database import Statements
 from .context import Stores
@@ -80,11 +80,8 @@ class Webhooks:
         ]
 
     async def delete(self, space_uuid: str, webhook_uuid: str) -> None:
-        space_key = await self._spaces.existing(space_uuid)
-        hook = canonical_uuid(webhook_uuid)
-        async with self._stores.writes.transaction() as unit:
-            if hook is None or not await outbox.delete_webhook(unit.st, space_key, hook):
-                raise NotFound("No such webhook in this space.")
+        missing = "No such webhook in this space."
+        await self._spaces.remove_held(space_uuid, webhook_uuid, outbox.delete_webhook, missing)
 
 
 def _delivery(entry: tuple[int, str, str, str | None]) -> dict[str, Any]:
