@@ -156,31 +156,26 @@ def create_operation(
     description) and its `links` out; the 422 `refused` describes; and the answers every
     create shares. `no_space`: the 404 of a create in the space its path names (None: a
     create in no space)."""
-    operation: dict[str, Any] = {
+    answer, what = created
+    responses = {
+        "201": {**json_answer(ref(answer), what), "links": links},
+        "413": TOO_LARGE,
+        "422": error(refused),
+        "429": TOO_MANY_REQUESTS,
+        "503": CREATE_UNAVAILABLE,
+    }
+    in_space: dict[str, Any] = {}
+    if no_space is not None:
+        in_space["parameters"] = [SPACE]
+        responses["404"] = error(no_space)
+    return {
         "operationId": operation_id,
         "summary": summary,
         "description": description,
+        **in_space,
+        "requestBody": {"required": True, "content": {"application/json": {"schema": ref(body)}}},
+        "responses": responses,
     }
-    if no_space is not None:
-        operation["parameters"] = [SPACE]
-    operation["requestBody"] = {
-        "required": True,
-        "content": {"application/json": {"schema": ref(body)}},
-    }
-    answer, what = created
-    responses = {"201": {**json_answer(ref(answer), what), "links": links}}
-    if no_space is not None:
-        responses["404"] = error(no_space)
-    responses.update(
-        {
-            "413": TOO_LARGE,
-            "422": error(refused),
-            "429": TOO_MANY_REQUESTS,
-            "503": CREATE_UNAVAILABLE,
-        }
-    )
-    operation["responses"] = responses
-    return operation
 
 
 def idempotent(operation: dict[str, Any]) -> dict[str, Any]:
