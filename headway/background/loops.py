@@ -1,5 +1,6 @@
-"""How a long-lived background task (the worker, the stall watch, the sweeper, the disk
-watch) is stopped: cancelled, and waited for until it has ended.
+"""How a long-lived background task (the worker, the stall watch, the live messages, the
+sweeper, the disk watch) runs its looks (`repeat`, `survive`, `Parts`) and is stopped:
+cancelled, and waited for until it has ended.
 
 A cancellation can be lost on Python 3.11: `asyncio.wait_for`, which redis-py uses to
 send a command, returns the result of a call that completed as it was cancelled, and the
@@ -55,6 +56,22 @@ async def survive(name: str, look: Callable[[], Awaitable[object]]) -> bool:
             metrics.loop_failed(name)
         return False
     return True
+
+
+async def repeat(
+    name: str,
+    look: Callable[[], Awaitable[object]],
+    wait_s: Callable[[bool], float],
+    at_stop: Callable[[], Awaitable[None]],
+) -> None:
+    """The loop `name` until cancelled: a `look` (as `survive` runs it), then `wait_s(it
+    went well)` seconds of sleep; once cancelled, `at_stop()` (give a lease back, cut
+    sends short)."""
+    try:
+        while True:
+            await asyncio.sleep(wait_s(await survive(name, look)))
+    finally:
+        await at_stop()
 
 
 class Parts:

@@ -42,7 +42,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..background.lease import NamedLease
-from ..background.loops import survive
+from ..background.loops import repeat
 from ..delivery import policy as delivery
 from ..domain import tasks as domain
 from ..domain.clock import Clock
@@ -130,12 +130,7 @@ class LiveWatch:
     async def run(self) -> None:
         """Look every `look_s` until cancelled; a failed look is logged (and counted),
         and the next one comes all the same."""
-        try:
-            while True:
-                await survive("live", self.step)
-                await asyncio.sleep(self.look_s)
-        finally:
-            await self.close()
+        await repeat("live", self.step, lambda _: self.look_s, self.close)
 
     async def close(self) -> None:
         """Cut the sends under way short (their rows say what to send again) and give the

@@ -28,7 +28,6 @@ are looked at all the same, and its open episodes stay open.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import uuid
@@ -40,7 +39,7 @@ from typing import Any
 import msgspec
 
 from ..background.lease import NamedLease
-from ..background.loops import Parts, survive
+from ..background.loops import Parts, repeat
 from ..domain import tasks as domain
 from ..domain.clock import Clock
 from ..domain.tasks import Progress, TaskView
@@ -98,13 +97,10 @@ class StallWatch:
     async def run(self) -> None:
         """Look every `scan_s` seconds until cancelled; a failed look is logged (and
         counted) and the next one comes all the same."""
-        try:
-            while True:
-                if not await survive("stalls", self.step):
-                    self.wait_s = self.scan_s
-                await asyncio.sleep(self.wait_s)
-        finally:
-            await self.let_go()
+        await repeat("stalls", self.step, self._next_look_s, self.let_go)
+
+    def _next_look_s(self, looked: bool) -> float:
+        return self.wait_s if looked else self.scan_s
 
     async def let_go(self) -> None:
         """Give the lease up if this process holds it, so that another instance looks at
