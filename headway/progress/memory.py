@@ -355,11 +355,6 @@ class MemoryProgressStore:
             del entries[uuid]
             self._uncount(uuid, first)
 
-    def holds(self, client: str) -> tuple[int, int]:
-        """The bytes of live and of finished progress the client holds (for tests and
-        the operator's questions)."""
-        return self._client_live.get(client, 0), self._kept_bytes.get(client, 0)
-
     def space_holds(self, space_uuid: str) -> int:
         """The bytes of live progress the space holds (for tests and the operator's
         questions)."""
