@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from ..caches.families import FamilyCache
+from ..caches.spaces import ShownTasks
 from ..domain.tasks import FamilyVersion, Progress
 from .feed import ChangeFeed, Told
 
@@ -65,13 +66,21 @@ class Coherence(Protocol):
     """How this instance's caches and streams stay true to every instance's writes."""
 
     feed: ChangeFeed
-    # What this instance caches is current by construction (it sees every write): a
-    # space's head held here shows the space exists. Else the database is asked. (A
-    # finish is decided as the family cache says: `FamilyCache.decides_finish`.)
-    current_by_construction: bool
 
     def family_cache(self) -> FamilyCache:
-        """A new cache of families, trusted as this coherence allows."""
+        """A new cache of families, trusted as this coherence allows (a finish is decided
+        as it says: `FamilyCache.decides_finish`)."""
+
+    def shown_tasks(self) -> ShownTasks | None:
+        """A new cache of tasks' answers, reused while a task's progress reads back as
+        the very object last written: only where progress is in this process's memory
+        (read from Redis, it is a new object each time: None)."""
+
+    def head_shows_space(self, rows_held: bool) -> bool:
+        """Whether a space's head cached here shows the space still exists (else the
+        database is asked): always for a process alone, which sees every delete; among
+        several instances, only while its rows are held here at their version now
+        (`rows_held`)."""
 
     async def version(self, key: str) -> FamilyVersion:
         """The version now of a family (by its task's uuid) or of a space's rows

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..caches.families import FamilyCache
+from ..caches.spaces import ShownTasks
 from ..domain.tasks import FamilyVersion, Progress
 from ..progress import ProgressStore
 from .feed import LocalFeed, Told, tell
@@ -17,14 +18,18 @@ ALONE = FamilyVersion("alone")
 class OneProcess:
     """`Coherence` for a process that serves alone."""
 
-    current_by_construction = True
-
     def __init__(self, progress: ProgressStore) -> None:
         self._progress = progress
         self.feed = LocalFeed()
 
     def family_cache(self) -> FamilyCache:
         return FamilyCache()
+
+    def shown_tasks(self) -> ShownTasks | None:
+        return ShownTasks()
+
+    def head_shows_space(self, rows_held: bool) -> bool:
+        return True
 
     async def version(self, key: str) -> FamilyVersion:
         return ALONE

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Sequence
 
 from ..caches.families import FamilyCache, VersionedFamilyCache
-from ..caches.spaces import space_version_key
+from ..caches.spaces import ShownTasks, space_version_key
 from ..domain.tasks import Changed, FamilyVersion, Progress
 from ..progress.redis import RedisProgressStore
 from .feed import TASK, Change, Told, tell
@@ -26,14 +26,18 @@ _NO_BUMP = frozenset({Changed.REPORT, Changed.REVOKE})
 class SeveralInstances:
     """`Coherence` for instances sharing a Redis progress store."""
 
-    current_by_construction = False
-
     def __init__(self, store: RedisProgressStore) -> None:
         self._store = store
         self.feed = RedisFeed(store.client)
 
     def family_cache(self) -> FamilyCache:
         return VersionedFamilyCache()
+
+    def shown_tasks(self) -> ShownTasks | None:
+        return None
+
+    def head_shows_space(self, rows_held: bool) -> bool:
+        return rows_held
 
     async def version(self, key: str) -> FamilyVersion:
         return await self._store.family_version(key)

@@ -81,9 +81,6 @@ class ProgressStore(Protocol):
     """
 
     name: str
-    # Whether a read hands out the very object the last write stored (until the next
-    # write replaces it): caches of answers may then reuse one while it is the same.
-    keeps_objects: bool
     remembers_since_us: int | None
     """When this store's memory began: progress reported before then is lost (a store in
     the process's memory starts empty at each restart). None for a store whose progress

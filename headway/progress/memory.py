@@ -81,7 +81,6 @@ class MemoryProgressStore:
     """
 
     name = "memory"
-    keeps_objects = True
 
     def __init__(
         self,

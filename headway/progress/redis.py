@@ -162,7 +162,6 @@ class RedisProgressStore:
     """
 
     name = "redis"
-    keeps_objects = False
     remembers_since_us: int | None = None
     PREFIX = "headway:progress:"
     FAMILY_PREFIX = "headway:family:"

@@ -60,9 +60,9 @@ class SpaceReads:
         self._activity = activity
         self._spaces = spaces
         self._coherence = stores.writes.coherence
-        self._reuses = stores.progress.keeps_objects
         self.small: SmallSpaces | None = SmallSpaces()
-        self.shown: ShownTasks | None = ShownTasks() if self._reuses else None
+        self.shown = self._coherence.shown_tasks()
+        self._reuses = self.shown is not None
         for cache in (self.small, self.shown):
             if cache is not None:
                 stores.writes.register(cache)
@@ -105,7 +105,7 @@ class SpaceReads:
             version = await self._coherence.version(space_version_key(key))
             now_us = self._stores.clock.now_us()
         held = None if self.small is None else self.small.get(key, version, now_us)
-        if held is None and not self._coherence.current_by_construction:
+        if not self._coherence.head_shows_space(held is not None):
             head = None  # another instance may have deleted the space: ask the database
         if head is not None and self._activity is not None:
             self._activity.note(key)  # an existing space was read
@@ -146,8 +146,8 @@ class SpaceReads:
         return head, self._pages(pager, await self.render(first, *self._reuse(first)))
 
     def _held_shown(self, held: SmallSpace) -> tuple[ShownTasks | None, ShownTasks | None]:
-        """Where a held small space's read reuses answers: its own `ShownTasks`, unless
-        progress comes from Redis (a new object on every read: nothing to reuse)."""
+        """Where a held small space's read reuses answers: its own `ShownTasks`, where
+        answers are reused at all (`Coherence.shown_tasks`)."""
         shown = held.shown if self._reuses else None
         return shown, shown
 
