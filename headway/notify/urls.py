@@ -69,6 +69,11 @@ class ChannelURL:
     redacted: str
     hosts: tuple[Target, ...]
 
+    @property
+    def hosted(self) -> bool:
+        """True when the URL names no host of its owner's choosing."""
+        return not self.hosts
+
 
 def check_channel_url(url: str, allowed_schemes: Collection[str] = DEFAULT_SCHEMES) -> ChannelURL:
     """The checked URL, or Unprocessable (422) saying why it cannot be a channel's: Apprise
