@@ -327,7 +327,7 @@ async def test_worker_stopped_mid_delivery_is_redelivered_with_same_id(
     attempt.cancel()  # the worker dies while the receiver is still answering
     with pytest.raises(asyncio.CancelledError):
         await attempt
-    first._cut.clear()  # it died: nothing is handed back, as a stop would
+    first.attempts._cut.clear()  # it died: nothing is handed back, as a stop would
     await first.close()
 
     restarted = Worker(app.state.service.db, clock, allow_private=True)
@@ -609,5 +609,5 @@ async def test_the_worker_survives_an_unexpected_error_in_a_step_and_delivers(
         with contextlib.suppress(asyncio.CancelledError):
             await running
         await worker.close()
-    assert failures and "worker step failed" in caplog.text
+    assert failures and "worker: a look failed" in caplog.text
     assert failed() == before + 1

@@ -12,6 +12,7 @@ task's own cleanup (giving a lease up, handing attempts back) has that long.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import traceback
 from collections.abc import Awaitable, Callable
@@ -49,6 +50,8 @@ async def survive(name: str, look: Callable[[], Awaitable[object]]) -> bool:
     try:
         await look()
     except Exception as exc:
+        if being_cancelled():
+            raise  # a library turned the cancellation into an error
         if unavailable(exc):
             log.warning("%s: a dependency is unavailable (%s)", name, exc)
         else:
@@ -63,15 +66,31 @@ async def repeat(
     look: Callable[[], Awaitable[object]],
     wait_s: Callable[[bool], float],
     at_stop: Callable[[], Awaitable[None]],
+    *,
+    woken: asyncio.Event | None = None,
 ) -> None:
     """The loop `name` until cancelled: a `look` (as `survive` runs it), then `wait_s(it
-    went well)` seconds of sleep; once cancelled, `at_stop()` (give a lease back, cut
-    sends short)."""
+    went well)` seconds of sleep, cut short when `woken` is set (it is cleared before each
+    look, so that a wake-up during a look is not lost); once cancelled, `at_stop()` (give
+    a lease back, hand sends back)."""
+    woken = woken or asyncio.Event()
     try:
         while True:
-            await asyncio.sleep(wait_s(await survive(name, look)))
+            woken.clear()
+            wait = wait_s(await survive(name, look))
+            # asyncio.timeout, not wait_for: in 3.11, wait_for loses a cancellation that
+            # arrives as the wake-up does, and the loop would never stop.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(wait):
+                    await woken.wait()
     finally:
         await at_stop()
+
+
+def being_cancelled() -> bool:
+    """Whether the running task is being cancelled."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 class Parts:

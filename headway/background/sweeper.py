@@ -8,13 +8,12 @@ transaction (see `storage.deletes`); its rows are removed here afterwards, in sh
 transactions that other writers, readers and reporters do not notice (see
 `service.removal`). The delete wakes the sweeper of its process, which removes them at
 once; a space whose removal was cut short (the process stopped) is finished by whichever
-instance's sweeper holds the removal's lease next, once the lease of the one that stopped
-has lapsed."""
+instance's sweeper holds the removal's lease next: at once where the one that stopped
+gave it back, else once it has lapsed."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 
@@ -23,7 +22,7 @@ from ..service import Service
 from ..service.removal import MOST_AT_ONCE, Run
 from ..storage.database import Database
 from .lease import NamedLease
-from .loops import survive
+from .loops import repeat
 
 log = logging.getLogger("headway")
 
@@ -69,6 +68,7 @@ class Sweeper:
         self.removal = NamedLease(db, REMOVAL_LEASE, holder, REMOVAL_S)
         self._woken = woken or asyncio.Event()
         self._removing = asyncio.Lock()  # one removal at a time in this process
+        self._next_step = 0.0  # when the next step is due (the event loop's time)
 
     def wake(self) -> None:
         """A space was deleted: remove its rows now rather than at the next step."""
@@ -76,19 +76,27 @@ class Sweeper:
 
     async def run(self) -> None:
         """Step every `step_s` seconds, and remove deleted spaces' rows whenever woken,
-        until cancelled; a failed step is logged and counted, and the next comes all
-        the same."""
+        until cancelled; a failed look is logged and counted, and the next comes all the
+        same. Stopped, it gives its leases back: another instance's sweeper goes on at
+        once (one that was killed leaves them to lapse)."""
         loop = asyncio.get_running_loop()
-        next_step = loop.time() + self.step_s
-        while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout_at(next_step):
-                    await self._woken.wait()
-            self._woken.clear()
-            stepping = loop.time() >= next_step
-            if stepping:
-                next_step = loop.time() + self.step_s
-            await survive("sweeper", self.step if stepping else self.remove)
+        self._next_step = loop.time() + self.step_s
+        await repeat("sweeper", self._look, self._until_step_s, self._let_go, woken=self._woken)
+
+    async def _look(self) -> None:
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._next_step:
+            await self.remove()  # woken: a space was deleted
+            return
+        self._next_step = loop.time() + self.step_s
+        await self.step()
+
+    def _until_step_s(self, _looked: bool) -> float:
+        return max(self._next_step - asyncio.get_running_loop().time(), 0.0)
+
+    async def _let_go(self) -> None:
+        await self.lease.let_go()
+        await self.removal.let_go()
 
     async def step(self) -> int:
         """Write the activity noted here and forget idempotency keys older than a day (a

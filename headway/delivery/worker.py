@@ -12,7 +12,7 @@ follow `delivery`, as those of channels do.
 The backlog is bounded: a claim costs the same whatever it holds (see
 `deliveries.claim_due`), and an event still undelivered `give_up_s` after its creation is
 given up (`sweep`), as the oldest are beyond a webhook's cap when new ones come
-(`outbox.fan_out`).
+(`storage.webhooks.fan_out`).
 
 Delivery is fair: each attempt runs as a task of its own, up to CONCURRENCY at once;
 new deliveries are claimed whenever one ends, taking turns across spaces and receivers
@@ -25,24 +25,25 @@ per worker process.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
+from ..background.loops import repeat
 from ..domain.clock import Clock
 from ..ops import metrics
-from ..ops.dependencies import unavailable
 from ..ops.logs import endpoint, masked
-from ..storage import channel_queue, deliveries, outbox
-from ..storage.database import Database, Statements
+from ..storage import deliveries, outbox
+from ..storage import webhooks as webhook_rows
+from ..storage.database import Database
 from ..storage.deliveries import Claim
 from . import policy as delivery
 from . import webhooks
+from .outbox import Flights
 
 if TYPE_CHECKING:
     import httpx
@@ -51,9 +52,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("headway.worker")
 
-T = TypeVar("T")
 
-HAND_BACK_S = 2.0  # at a stop, for handing back what was cut short
 HEARTBEAT_S = 5.0
 STALE_AFTER_S = 30.0
 CONCURRENCY = 64  # attempts in flight at once, in all
@@ -114,10 +113,11 @@ class Worker:
         self._give_up_us = round(give_up_s * 1_000_000)
         self._resolve = resolve or webhooks.lookup
         self._wake = woken or asyncio.Event()
-        self._attempts: dict[asyncio.Task[None], Claim] = {}
-        self._cut: list[Claim] = []  # claims whose attempts a stop cut short
+        self.attempts = Flights[Claim]("deliveries", deliveries.give_back)
         self._space_load: Counter[str] = Counter()
         self._receiver_load: Counter[str] = Counter()
+        self._last_beat = -HEARTBEAT_S  # the event loop's time of the last heartbeat
+        self._started = 0  # attempts the last look started
 
     def wake(self) -> None:
         """Look for due deliveries now rather than at the next poll."""
@@ -137,11 +137,11 @@ class Worker:
         `deliveries.claim_due`). The caller `start`s each claim at once: its lease runs."""
         claims: list[Claim] = []
         for _ in range(CLAIM_ROUNDS):
-            room = min(self._batch, self._concurrency - len(self._attempts)) - len(claims)
+            room = min(self._batch, self._concurrency - len(self.attempts)) - len(claims)
             if room <= 0:
                 break
             now = self.clock.now_us()
-            due = await outbox.next_due_at(self.db.fetch)
+            due = await webhook_rows.next_due_at(self.db.fetch)
             if due is None or due > now:
                 break  # nothing due: no write transaction (and on SQLite, no write lock)
             space_load, receiver_load = Counter(self._space_load), Counter(self._receiver_load)
@@ -169,15 +169,15 @@ class Worker:
         to claim more."""
         self._space_load[claim.space_uuid] += 1
         self._receiver_load[claim.receiver] += 1
-        attempt = asyncio.create_task(self._deliver(claim), name=f"deliver-{claim.event_id}")
-        self._attempts[attempt] = claim
-        attempt.add_done_callback(partial(self._ended, claim))
-        return attempt
+        return self.attempts.start(
+            f"{claim.event_id}/{claim.webhook_uuid}",
+            self._deliver(claim),
+            name=f"deliver-{claim.event_id}",
+            held=claim,
+            ended=partial(self._ended, claim),
+        )
 
-    def _ended(self, claim: Claim, attempt: asyncio.Task[None]) -> None:
-        self._attempts.pop(attempt, None)
-        if attempt.cancelled():
-            self._cut.append(claim)
+    def _ended(self, claim: Claim) -> None:
         for load, key in (
             (self._space_load, claim.space_uuid),
             (self._receiver_load, claim.receiver),
@@ -309,7 +309,7 @@ class Worker:
             now = self.clock.now_us()
             async with self.db.write() as st:
                 before = delivery.give_up_before_us(now, self._give_up_us)
-                found = await outbox.give_up_old(st, before, now, SWEEP_BATCH)
+                found = await webhook_rows.give_up_old(st, before, now, SWEEP_BATCH)
             given_up += found
             if found < SWEEP_BATCH:
                 break
@@ -319,7 +319,7 @@ class Worker:
             metrics.given_up("webhook", "age", given_up)
         for _ in range(SWEEP_ROUNDS):
             async with self.db.write() as st:
-                if await outbox.sweep_unwatched(st, SWEEP_BATCH) < SWEEP_BATCH:
+                if await webhook_rows.sweep_unwatched(st, SWEEP_BATCH) < SWEEP_BATCH:
                     break
         return given_up
 
@@ -328,86 +328,44 @@ class Worker:
         until woken (a new event, or an attempt ended) or the next poll. Cancelled, it
         cancels its attempts in flight, which `close` hands back (a worker that is killed
         leaves their leases to lapse; they are tried again then)."""
-        loop = asyncio.get_running_loop()
-        last_beat = -HEARTBEAT_S
-        try:
-            while True:
-                try:
-                    if loop.time() - last_beat >= HEARTBEAT_S:
-                        await self.heartbeat()
-                        await self.sweep()
-                        last_beat = loop.time()
-                    # Cleared before looking, so a wake-up during the look is not lost.
-                    self._wake.clear()
-                    claims = await self.claim()
-                    for claim in claims:
-                        self.start(claim)
-                    if self.channels is not None:
-                        await self.channels.start_due()
-                    if claims:
-                        continue
-                except Exception as exc:  # a dependency may be down: keep trying, never die
-                    if _being_cancelled():
-                        raise  # a library turned the cancellation into an error
-                    if unavailable(exc):
-                        log.warning("worker: a dependency is unavailable (%s); retrying", exc)
-                    else:
-                        log.exception("worker step failed; retrying")
-                        metrics.loop_failed("worker")
-                # asyncio.timeout, not wait_for: in 3.11, wait_for loses a cancellation
-                # that arrives as the wake-up does, and the worker would never stop.
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self._poll_s):
-                        await self._wake.wait()
-        finally:
-            await self._cancel_attempts()
-            try:
-                async with self.db.write() as st:
-                    await outbox.forget_worker(st, self.id)
-            except Exception:
-                log.warning("could not remove the heartbeat of %s", self.id)
+        await repeat("worker", self.step, self._poll_wait_s, self._stop, woken=self._wake)
 
-    async def _cancel_attempts(self) -> None:
-        attempts = list(self._attempts)
-        for attempt in attempts:
-            attempt.cancel()
-        await asyncio.gather(*attempts, return_exceptions=True)
+    async def step(self) -> int:
+        """One look: heartbeat and sweep when due, start the attempts due and the
+        channels' sends; how many attempts it started."""
+        now = asyncio.get_running_loop().time()
+        if now - self._last_beat >= HEARTBEAT_S:
+            await self.heartbeat()
+            await self.sweep()
+            self._last_beat = now
+        claims = await self.claim()
+        for claim in claims:
+            self.start(claim)
+        if self.channels is not None:
+            await self.channels.start_due()
+        self._started = len(claims)
+        return len(claims)
+
+    def _poll_wait_s(self, looked: bool) -> float:
+        # More may be due at once where attempts were just started.
+        return 0.0 if looked and self._started else self._poll_s
+
+    async def _stop(self) -> None:
+        await self.attempts.cancel()
+        try:
+            async with self.db.write() as st:
+                await outbox.forget_worker(st, self.id)
+        except Exception:
+            log.warning("could not remove the heartbeat of %s", self.id)
 
     async def close(self) -> None:
         """Stop: attempts and channel sends in flight are cut short and handed back, so
         that another worker takes them at once rather than once their leases lapse."""
-        await self._cancel_attempts()
-        sends = [] if self.channels is None else await self.channels.close()
-        cut, self._cut = self._cut, []
-        if cut:
-            await hand_back(self.db, "deliveries", deliveries.give_back, cut, self.clock)
-        if sends:
-            await hand_back(self.db, "channel sends", channel_queue.give_back, sends, self.clock)
+        await self.attempts.stop(self.db, self.clock)
+        if self.channels is not None:
+            await self.channels.close()
         if self._owns_http and self._http is not None:
             await self._http.aclose()
-
-
-async def hand_back(
-    db: Database,
-    what: str,
-    give_back: Callable[[Statements, Sequence[T], int], Awaitable[None]],
-    cut: Sequence[T],
-    clock: Clock,
-) -> None:
-    """Hand back what a stop cut short, in one short transaction; bounded, and never
-    raises: what could not be handed back waits for its lease to lapse."""
-    try:
-        async with asyncio.timeout(HAND_BACK_S):
-            async with db.write() as st:
-                await give_back(st, cut, clock.now_us())
-        log.info("handed back %d %s cut short by the stop", len(cut), what)
-    except Exception as exc:
-        log.warning("%d %s cut short wait for their leases to lapse (%s)", len(cut), what, exc)
-
-
-def _being_cancelled() -> bool:
-    task = asyncio.current_task()
-    return task is not None and task.cancelling() > 0
 
 
 async def worker_status(db: Database, clock: Clock) -> dict[str, object]:

@@ -25,11 +25,12 @@ from typing import Any
 
 from ..config import Settings
 from ..delivery import policy as delivery
+from ..delivery.outbox import Flights
 from ..domain.clock import Clock
 from ..ops import metrics
 from ..ops.dependencies import unavailable
 from ..ops.logs import endpoint, masked
-from ..storage import channel_queue, channels
+from ..storage import channel_queue
 from ..storage.database import Database
 from . import guard
 
@@ -87,9 +88,7 @@ class ChannelSender:
         self._schemes = schemes
         self.timeout_s = timeout_s
         self.give_up_us = give_up_us
-        self._sending: dict[str, asyncio.Task[None]] = {}
-        self._taken: dict[str, channel_queue.Taken] = {}  # by the sends under way
-        self._cut: list[channel_queue.Taken] = []  # taken by sends a stop cut short
+        self.flights = Flights[channel_queue.Taken]("channel sends", channel_queue.give_back)
         self.on_end = on_end
 
     @property
@@ -106,25 +105,26 @@ class ChannelSender:
         looked at; returns the sends started."""
         started: list[asyncio.Task[None]] = []
         for _ in range(LOOKS):
-            room = CONCURRENCY - len(self._sending)
+            room = CONCURRENCY - len(self.flights)
             if room <= 0:
                 break
             now = self.clock.now_us()
             async with self.db.read() as fetch:
-                due = await channel_queue.due_channels(fetch, now, room + len(self._sending))
+                due = await channel_queue.due_channels(fetch, now, room + len(self.flights))
             deferred = []
             for one in due:
-                if one.channel_uuid in self._sending or len(self._sending) >= CONCURRENCY:
+                if one.channel_uuid in self.flights or len(self.flights) >= CONCURRENCY:
                     continue
                 place = guard.admit(one.space_uuid, guard.receiver_host(one.url))
                 if place is None:
                     deferred.append(one.channel_uuid)
                     continue
-                task = asyncio.create_task(
-                    self._send(one.channel_uuid), name="headway-channel-send"
+                task = self.flights.start(
+                    one.channel_uuid,
+                    self._send(one.channel_uuid),
+                    name="headway-channel-send",
+                    ended=partial(self._ended, place),
                 )
-                self._sending[one.channel_uuid] = task
-                task.add_done_callback(partial(self._ended, one.channel_uuid, place))
                 started.append(task)
             if not deferred:
                 break
@@ -138,12 +138,8 @@ class ChannelSender:
         await asyncio.gather(*started)
         return len(started)
 
-    def _ended(self, channel_uuid: str, place: guard.Place, task: asyncio.Task[None]) -> None:
+    def _ended(self, place: guard.Place) -> None:
         place.release()
-        self._sending.pop(channel_uuid, None)
-        taken = self._taken.pop(channel_uuid, None)
-        if taken is not None and task.cancelled():
-            self._cut.append(taken)
         self.on_end()
 
     async def _send(self, channel_uuid: str) -> None:
@@ -168,7 +164,7 @@ class ChannelSender:
             )
         if taken is None:
             return
-        self._taken[channel_uuid] = taken
+        self.flights.hold(channel_uuid, taken)
         too_old = delivery.give_up_before_us(now, self.give_up_us)
         stale = [p for p in taken.pending if p.created_at_us <= too_old]
         live = [p for p in taken.pending if p not in stale]
@@ -215,11 +211,11 @@ class ChannelSender:
             if not await channel_queue.retry(st, taken, [p.id for p in again], due, outcome.detail):
                 return
             await channel_queue.remove(st, channel_uuid, [p.id for p in (*give_up, *stale)])
-            await channels.log_delivery(
+            await channel_queue.log(
                 st, channel_uuid, now, _event(live), "failed", outcome.detail or None
             )
             for p in (*give_up, *stale):
-                await channels.log_delivery(st, channel_uuid, now, p.kind, "given_up", None)
+                await channel_queue.log(st, channel_uuid, now, p.kind, "given_up", None)
         detail = masked(outcome.detail or "no detail")
         if again:
             log.info("retrying %s to %s in %.0f s (%s)", _told(again), to, delay, detail)
@@ -251,24 +247,19 @@ class ChannelSender:
             ):
                 return
             if delivered:
-                await channels.log_delivery(
+                await channel_queue.log(
                     st, taken.channel_uuid, now, _event(delivered), "delivered", _count(delivered)
                 )
             for p in stale:
-                await channels.log_delivery(st, taken.channel_uuid, now, p.kind, "given_up", None)
+                await channel_queue.log(st, taken.channel_uuid, now, p.kind, "given_up", None)
         if stale:
             metrics.channel_delivery("given_up", len(stale))
             metrics.given_up("channel", "age", len(stale))
 
-    async def close(self) -> list[channel_queue.Taken]:
-        """Cut the sends under way short; the channels they had taken, for the caller to
-        hand back (`channel_queue.give_back`) rather than let their leases lapse."""
-        tasks = list(self._sending.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        cut, self._cut = self._cut, []
-        return cut
+    async def close(self) -> None:
+        """Cut the sends under way short and hand back the channels they had taken, so
+        that another worker takes them at once rather than once their leases lapse."""
+        await self.flights.stop(self.db, self.clock)
 
 
 def _message(pending: channel_queue.Pending, space_title: str | None, link: str | None) -> Any:

@@ -44,13 +44,14 @@ from typing import TYPE_CHECKING, Any
 from ..background.lease import NamedLease
 from ..background.loops import repeat
 from ..delivery import policy as delivery
+from ..delivery.outbox import Flights
 from ..domain import tasks as domain
 from ..domain.clock import Clock
 from ..domain.errors import Unprocessable
 from ..domain.estimates import Estimate
 from ..ops import metrics
 from ..progress import ProgressStore
-from ..storage import channels, live
+from ..storage import channel_queue, channels, live
 from ..storage.database import Database
 from ..storage.live import LiveChannel, LiveRow
 from . import guard, messages
@@ -116,7 +117,7 @@ class LiveWatch:
         self.look_s = look_s
         self.timeout_s = timeout_s
         self.lease = NamedLease(db, LEASE_NAME, f"live-{uuid.uuid4().hex[:12]}", LEASE_S)
-        self._sending: dict[str, asyncio.Task[None]] = {}
+        self.flights = Flights[None]("live sends")  # their rows say what to send again
         self._checked: dict[str, Any] = {}  # channel uuid: its checked URL
         self._turns: dict[str, int] = {}  # channel uuid: when it last started sending
         self._turn = 0
@@ -135,10 +136,7 @@ class LiveWatch:
     async def close(self) -> None:
         """Cut the sends under way short (their rows say what to send again) and give the
         lease up, so that another instance looks at once."""
-        tasks = list(self._sending.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.flights.cancel()
         await self.lease.let_go()
 
     async def run_once(self) -> int:
@@ -159,7 +157,7 @@ class LiveWatch:
         # Another instance's lease costs a read; this one's, a write every 10 s.
         if not await self.lease.keep(now):
             return []
-        busy = set(self._sending)
+        busy = self.flights.keys()
         wanted = [c for c in found if c.uuid not in busy]
         async with self.db.read() as fetch:
             rows = await live.messages(fetch, [c.uuid for c in wanted])
@@ -184,15 +182,11 @@ class LiveWatch:
                 continue  # its host or its space has enough in flight: at a later look
             self._turn += 1
             self._turns[channel_uuid] = self._turn
-            task = asyncio.create_task(self._send_all(sends), name="headway-live-send")
-            self._sending[channel_uuid] = task
-            task.add_done_callback(partial(self._ended, channel_uuid, place))
+            task = self.flights.start(
+                channel_uuid, self._send_all(sends), name="headway-live-send", ended=place.release
+            )
             started.append(task)
         return started
-
-    def _ended(self, channel_uuid: str, place: guard.Place, _: asyncio.Task[None]) -> None:
-        self._sending.pop(channel_uuid, None)
-        place.release()
 
     def _host(self, channel: LiveChannel) -> str:
         """The receiver host of a channel's sends: its service's endpoint, if set."""
@@ -355,7 +349,7 @@ class LiveWatch:
                     await live.shown(st, row, outcome.ref, one.text.state, one.digest, now)
                 if row.ref is None or one.text.final:
                     what = "message created" if row.ref is None else "message shows its end"
-                    await channels.log_delivery(st, channel.uuid, now, "live", "delivered", what)
+                    await channel_queue.log(st, channel.uuid, now, "live", "delivered", what)
             return
         await self._failed(row, outcome)
 
@@ -374,7 +368,7 @@ class LiveWatch:
             )
             outcome_word = "given_up" if give_up else "failed"
             detail = f"live message: {outcome.detail}"
-            await channels.log_delivery(st, row.channel_uuid, now, "live", outcome_word, detail)
+            await channel_queue.log(st, row.channel_uuid, now, "live", outcome_word, detail)
         metrics.live_message("given_up" if give_up else "failed")
 
     async def _kept(self, channel_uuid: str, task_uuid: str) -> bool:

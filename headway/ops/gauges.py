@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from ..storage import channels, outbox, queries
+from ..storage import channels, queries, webhooks
 
 if TYPE_CHECKING:
     from ..progress import ProgressStore
@@ -105,7 +105,7 @@ async def _measure_outbox(db: Database) -> tuple[list[Metric], bool]:
     database's gauges, all or none."""
     try:
         async with asyncio.timeout(SCRAPE_TIMEOUT_S):
-            pending, events = await outbox.backlog(db.fetch)
+            pending, events = await webhooks.backlog(db.fetch)
             channel_pending, stalls_open = await channels.backlog(db.fetch)
     except Exception as exc:  # whatever the failure, the scrape still answers
         log.warning("metrics: the outbox could not be measured: %s", type(exc).__name__)

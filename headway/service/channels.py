@@ -12,7 +12,7 @@ from ..domain.errors import NotFound, Unprocessable
 from ..domain.schemas import CreateChannel
 from ..domain.tasks import canonical_uuid
 from ..notify.schemes import DEFAULT_SCHEMES
-from ..storage import channels, shares
+from ..storage import channel_queue, channels, shares
 from ..storage.channels import ChannelRow
 from ..storage.database import Statements
 from .context import Stores
@@ -156,9 +156,7 @@ class Channels:
         now_us = self._stores.clock.now_us()
         result = "delivered" if outcome.delivered else "failed"
         async with self._stores.writes.transaction() as unit:
-            await channels.log_delivery(
-                unit.st, key, now_us, "test", result, outcome.detail or None
-            )
+            await channel_queue.log(unit.st, key, now_us, "test", result, outcome.detail or None)
         return _delivery((now_us, "test", result, outcome.detail or None))
 
     def link(self, share_uuid: str | None) -> str | None:

@@ -16,7 +16,7 @@ from ..domain.jobs import USUAL_RUNS, usual
 from ..domain.tasks import Changed, FamilyVersion, Progress, TaskRow, canonical_uuid
 from ..ops import metrics
 from ..ops.dependencies import unavailable
-from ..storage import channel_queue, jobs, outbox, queries
+from ..storage import channel_queue, jobs, queries, webhooks
 from ..storage.database import Statements
 from .context import NO_TASK, Stores
 from .unit import Unit
@@ -222,10 +222,10 @@ class Families:
         if st.is_sqlite:
             # One write transaction at a time, and this one holds the lock: the event
             # loop's reader sees what it sees, without a trip to the writer's thread.
-            watched = await outbox.space_endpoints(self._stores.db.fetch, space_uuid)
-        queued = outbox.FanOut(0)
+            watched = await webhooks.space_endpoints(self._stores.db.fetch, space_uuid)
+        queued = webhooks.FanOut(0)
         if watched[0]:
-            queued = await outbox.fan_out(st, event_id, space_uuid, now_us, cap=cap)
+            queued = await webhooks.fan_out(st, event_id, space_uuid, now_us, cap=cap)
         await queries.insert_event(
             st, event_id, space_uuid, task.uuid, payload, now_us, webhooks=queued.webhooks
         )

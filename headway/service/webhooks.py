@@ -10,7 +10,7 @@ from ..delivery import webhooks
 from ..domain.errors import Unprocessable
 from ..domain.schemas import CreateWebhook
 from ..domain.tasks import format_ts
-from ..storage import outbox
+from ..storage import webhooks as webhook_rows
 from ..storage.database import Statements
 from .context import Stores
 from .idempotency import Idempotency, Keys
@@ -60,7 +60,7 @@ class Webhooks:
         cap, now_us = self.per_space, self._stores.clock.now_us()
 
         async def write(st: Statements) -> dict[str, Any]:
-            if not await outbox.insert_webhook(
+            if not await webhook_rows.insert_webhook(
                 st, webhook_uuid, space_key, body.url, secret, now_us, cap=cap
             ):
                 raise Unprocessable(f"A space holds at most {cap} webhooks; delete one first.")
@@ -72,8 +72,8 @@ class Webhooks:
         """The space's webhooks, oldest first, each with its last deliveries."""
         space_key = await self._spaces.existing(space_uuid)
         async with self._stores.db.read() as fetch:
-            found = await outbox.list_webhooks(fetch, space_key)
-            logs = await outbox.webhook_logs(fetch, [hook for hook, _ in found])
+            found = await webhook_rows.list_webhooks(fetch, space_key)
+            logs = await webhook_rows.webhook_logs(fetch, [hook for hook, _ in found])
         return [
             {"uuid": hook, "url": url, "deliveries": [_delivery(e) for e in logs[hook]]}
             for hook, url in found
@@ -81,7 +81,9 @@ class Webhooks:
 
     async def delete(self, space_uuid: str, webhook_uuid: str) -> None:
         missing = "No such webhook in this space."
-        await self._spaces.remove_held(space_uuid, webhook_uuid, outbox.delete_webhook, missing)
+        await self._spaces.remove_held(
+            space_uuid, webhook_uuid, webhook_rows.delete_webhook, missing
+        )
 
 
 def _delivery(entry: tuple[int, str, str, str | None]) -> dict[str, Any]:

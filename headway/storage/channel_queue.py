@@ -7,9 +7,9 @@ update (exactly one worker wins), sends one message for everything the channel h
 when the hour's cap reopens. So a burst of finishes becomes one message, and one broken
 channel holds only its own queue.
 
-A channel holds at most a cap of queued messages (`channels.queued` counts them): a new
-one beyond pushes out the oldest, given up. On PostgreSQL a transaction takes a channel's
-row before its messages' rows, as webhooks do (see `storage.outbox`).
+The queue is the outbox's (`storage.outbox`): a channel holds at most a cap of queued
+messages (`channels.queued` counts them), a new one beyond pushes out the oldest, given
+up; each outcome is a line of the channel's log.
 """
 
 from __future__ import annotations
@@ -17,18 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .channels import log_delivery
 from .database import Fetch, Statements
+from .outbox import CHANNELS, count_in, count_out, log_outcomes, marks, push_out
 
 # The most deliveries one message carries (a digest lists at most a few of them).
 BATCH = 200
-
-
-async def count_out(st: Statements, per_channel: dict[str, int]) -> None:
-    """Count messages removed from their channels' queues, by channel."""
-    counts = [(count, uuid) for uuid, count in sorted(per_channel.items()) if count]
-    if counts:
-        await st.many("UPDATE channels SET queued = queued - ? WHERE uuid = ?", counts)
 
 
 # --- Queuing -----------------------------------------------------------------------------
@@ -52,12 +45,7 @@ async def fan_out(
     oldest messages. How many messages were given up."""
     wants = "(on_completed OR on_failed)" if failed else "on_completed"
     which = f"space_uuid = ? AND {wants}" + (" AND steps" if step else "")
-    if not st.is_sqlite:  # the rows in uuid order, as every transaction that takes several
-        which = f"uuid IN (SELECT uuid FROM channels WHERE {which} ORDER BY uuid FOR UPDATE)"
-    counted = await st.rows(
-        f"UPDATE channels SET queued = queued + 1 WHERE {which} RETURNING uuid, queued",
-        (space_uuid,),
-    )
+    counted = await count_in(st, CHANNELS, which, (space_uuid,))
     if not counted:
         return 0
     kind = "failed" if failed else "completed"
@@ -72,7 +60,9 @@ async def fan_out(
     given_up = 0
     for uuid, queued in sorted(counted):
         if queued > cap:
-            given_up += await _push_out(st, uuid, queued - cap, f"{event_id}:{uuid}", now_us, cap)
+            given_up += len(
+                await push_out(st, CHANNELS, uuid, queued - cap, f"{event_id}:{uuid}", now_us, cap)
+            )
     return given_up
 
 
@@ -89,9 +79,7 @@ async def queue(
 ) -> int:
     """Queue one message about a task for one channel (a stall, a recovery); beyond `cap`,
     the channel's oldest are given up (how many)."""
-    counted = await st.rows(
-        "UPDATE channels SET queued = queued + 1 WHERE uuid = ? RETURNING queued", (channel_uuid,)
-    )
+    counted = await count_in(st, CHANNELS, "uuid = ?", (channel_uuid,))
     if not counted:
         return 0  # the channel is gone
     await st.many(
@@ -99,33 +87,18 @@ async def queue(
         "created_at_us, next_attempt_at_us) VALUES (?, ?, ?, ?, ?, ?, ?)",
         [(delivery_id, channel_uuid, task_uuid, kind, payload, now_us, now_us)],
     )
-    if counted[0][0] <= cap:
+    if counted[0][1] <= cap:
         return 0
-    return await _push_out(st, channel_uuid, counted[0][0] - cap, delivery_id, now_us, cap)
-
-
-async def _push_out(
-    st: Statements, channel_uuid: str, count: int, newest: str, now_us: int, cap: int
-) -> int:
-    """Give up the `count` oldest messages of a full channel (not `newest`), by the index
-    on its messages' creation; rows another transaction holds are skipped (chosen once:
-    see `outbox._push_out`)."""
-    skip = "" if st.is_sqlite else " FOR UPDATE SKIP LOCKED"
-    gone = await st.rows(
-        "WITH doomed AS MATERIALIZED (SELECT id FROM channel_deliveries WHERE channel_uuid = ? "
-        f"AND id <> ? ORDER BY created_at_us LIMIT ?{skip}) DELETE FROM channel_deliveries "
-        "WHERE id IN (SELECT id FROM doomed) RETURNING kind",
-        (channel_uuid, newest, count),
+    return len(
+        await push_out(st, CHANNELS, channel_uuid, counted[0][1] - cap, delivery_id, now_us, cap)
     )
-    if not gone:
-        return 0
-    await count_out(st, {channel_uuid: len(gone)})
-    detail = f"more than {cap:,} messages queued: the oldest given up"
-    if len(gone) > 1:
-        detail = f"more than {cap:,} messages queued: the {len(gone)} oldest given up"
-    event = gone[0][0] if len(gone) == 1 else "digest"
-    await log_delivery(st, channel_uuid, now_us, event, "given_up", detail)
-    return len(gone)
+
+
+async def log(
+    st: Statements, channel_uuid: str, at_us: int, event: str, outcome: str, detail: str | None
+) -> None:
+    """Keep one outcome in the channel's log (see `outbox.log_outcomes`)."""
+    await log_outcomes(st, CHANNELS, [(channel_uuid, at_us, event, outcome, detail)])
 
 
 # --- Sending -----------------------------------------------------------------------------
@@ -284,10 +257,9 @@ async def remove(st: Statements, channel_uuid: str, ids: Sequence[str]) -> None:
     if not ids:
         return
     gone = await st.rows(
-        f"DELETE FROM channel_deliveries WHERE id IN ({', '.join('?' * len(ids))}) RETURNING id",
-        tuple(ids),
+        f"DELETE FROM channel_deliveries WHERE id IN ({marks(ids)}) RETURNING id", tuple(ids)
     )
-    await count_out(st, {channel_uuid: len(gone)})
+    await count_out(st, CHANNELS, {channel_uuid: len(gone)})
 
 
 async def retry(st: Statements, taken: Taken, ids: Sequence[str], due_us: int, error: str) -> bool:

@@ -11,12 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .database import Fetch, Statements
-from .outbox import Logs, delivery_logs
+from .outbox import CHANNELS, Logs, logs
 from .queries import space_holds_fewer
 
 EVENTS = ("completed", "failed", "stalled", "late")
-# Deliveries kept for each channel's `deliveries`.
-LOG_KEPT = 20
 
 _COLUMNS = (
     "uuid, redacted, on_completed, on_failed, on_stalled, on_late, steps, stalled_after_s, "
@@ -89,18 +87,7 @@ async def list_channels(fetch: Fetch, space_uuid: str) -> list[ChannelRow]:
 
 async def channel_logs(fetch: Fetch, channel_uuids: Sequence[str]) -> Logs:
     """Each channel's last deliveries, newest first: (at, event, outcome, detail)."""
-    return await delivery_logs(fetch, "channel_log", "channel_uuid", channel_uuids, LOG_KEPT)
-
-
-async def lock_channels(st: Statements, uuids: Sequence[str]) -> None:
-    """On PostgreSQL, take these channels' rows, in uuid order, before their messages'."""
-    if st.is_sqlite or not uuids:
-        return
-    ordered = sorted(set(uuids))
-    marks = ", ".join("?" * len(ordered))
-    await st.rows(
-        f"SELECT uuid FROM channels WHERE uuid IN ({marks}) ORDER BY uuid FOR UPDATE", ordered
-    )
+    return await logs(fetch, CHANNELS, channel_uuids)
 
 
 async def delete_channel(st: Statements, space_uuid: str, channel_uuid: str) -> bool:
@@ -134,22 +121,6 @@ async def target(fetch: Fetch, space_uuid: str, channel_uuid: str) -> Target | N
         (channel_uuid, space_uuid),
     )
     return Target(*found[0]) if found else None
-
-
-async def log_delivery(
-    st: Statements, channel_uuid: str, at_us: int, event: str, outcome: str, detail: str | None
-) -> None:
-    """Keep one delivery in the channel's log (at most `LOG_KEPT`, older ones go)."""
-    await st.many(
-        "INSERT INTO channel_log (channel_uuid, at_us, event, outcome, detail) "
-        "VALUES (?, ?, ?, ?, ?)",
-        [(channel_uuid, at_us, event, outcome, None if detail is None else detail[:500])],
-    )
-    await st.many(
-        "DELETE FROM channel_log WHERE channel_uuid = ? AND id NOT IN (SELECT id FROM "
-        "channel_log WHERE channel_uuid = ? ORDER BY id DESC LIMIT ?)",
-        [(channel_uuid, channel_uuid, LOG_KEPT)],
-    )
 
 
 # The channels' counts of queued messages (no scan of the queue), and the open episodes.

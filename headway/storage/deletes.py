@@ -22,9 +22,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import jobs
-from .channels import lock_channels
 from .database import Fetch, Statements
-from .outbox import lock_webhooks
+from .outbox import CHANNELS, WEBHOOKS, lock
 from .queries import LIVE
 
 # Uuids named in one statement: bounds its parameters (SQLite allows 32,766).
@@ -50,8 +49,8 @@ async def delete_tasks(st: Statements, task_uuids: Sequence[str]) -> None:
         hooks = f"SELECT webhook_uuid FROM deliveries WHERE event_id IN ({events})"
         channel_rows = f"SELECT channel_uuid FROM channel_deliveries WHERE task_uuid IN ({marks})"
         if not st.is_sqlite:  # their rows before their queues' rows (see `storage.outbox`)
-            await lock_webhooks(st, [row[0] for row in await st.rows(hooks, params)])
-            await lock_channels(st, [row[0] for row in await st.rows(channel_rows, params)])
+            await lock(st, WEBHOOKS, [row[0] for row in await st.rows(hooks, params)])
+            await lock(st, CHANNELS, [row[0] for row in await st.rows(channel_rows, params)])
         await st.many(
             "UPDATE webhooks SET undelivered = undelivered - (SELECT count(*) FROM deliveries "
             f"WHERE deliveries.webhook_uuid = webhooks.uuid AND event_id IN ({events})) "

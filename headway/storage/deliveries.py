@@ -1,6 +1,7 @@
-"""SQL of delivering the outbox: claims that take turns across spaces and receivers at a
-cost that does not grow with the backlog, and each attempt's outcome (delivered, retried,
-given up after its last attempt), recorded only while its claim holds the row.
+"""SQL of delivering webhooks' queue (see `storage.outbox`): claims that take turns
+across spaces and receivers at a cost that does not grow with the backlog, and each
+attempt's outcome (delivered, retried, given up after its last attempt), recorded only
+while its claim holds the row.
 
 A claim reads a window of webhooks by due time (`webhooks.next_due_at_us`, indexed) and
 claims a few deliveries of each by index; on PostgreSQL it waits for no lock, and an
@@ -16,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .database import Statements
-from .outbox import EVENT, OWNED, lock_webhooks, log_deliveries, marks, recompute_due
+from .outbox import WEBHOOKS, lock, log_outcomes, marks
+from .webhooks import EVENT, OWNED, recompute_due
 
 if TYPE_CHECKING:
     from .database import Database
@@ -245,7 +247,7 @@ async def _claim(
         params: list[object] = []
         for webhook_uuid, quota in turns.quotas.items():
             params.extend((webhook_uuid, now_us, quota))
-        # The turns are chosen once (MATERIALIZED; see `outbox._push_out`).
+        # The turns are chosen once (MATERIALIZED; see `outbox.push_out`).
         found = await st.rows(
             f"WITH turns AS MATERIALIZED ({ranges}) UPDATE deliveries SET next_attempt_at_us = ?, "
             "attempts = attempts + 1 WHERE next_attempt_at_us <= ? AND (event_id, webhook_uuid) "
@@ -296,10 +298,13 @@ async def finish_delivery(
 
     Every statement is conditional on the claim, so SQLite sends them all with the commit.
     """
-    await lock_webhooks(st, [claim.webhook_uuid])
+    await lock(st, WEBHOOKS, [claim.webhook_uuid])
     owned = _owned(claim)
-    await log_deliveries(
-        st, [(claim.webhook_uuid, now_us, claim.event, outcome, detail)], if_owned=owned
+    await log_outcomes(
+        st,
+        WEBHOOKS,
+        [(claim.webhook_uuid, now_us, claim.event, outcome, detail)],
+        if_held=(OWNED, owned),
     )
     await st.many(
         "UPDATE webhooks SET undelivered = undelivered - 1 WHERE uuid = ? "
@@ -322,7 +327,7 @@ async def give_back(st: Statements, claims: Sequence[Claim], now_us: int) -> Non
     if not claims:
         return
     hooks = sorted({claim.webhook_uuid for claim in claims})
-    await lock_webhooks(st, hooks)
+    await lock(st, WEBHOOKS, hooks)
     await st.many(
         f"UPDATE deliveries SET next_attempt_at_us = ?, attempts = attempts - 1 WHERE {OWNED}",
         [(now_us, *_owned(claim)) for claim in claims],
@@ -335,10 +340,13 @@ async def retry_delivery(
 ) -> None:
     """Schedule the next attempt, and note the failed one in the log. Nothing happens if
     the claim had lapsed."""
-    await lock_webhooks(st, [claim.webhook_uuid])
+    await lock(st, WEBHOOKS, [claim.webhook_uuid])
     owned = _owned(claim)
-    await log_deliveries(
-        st, [(claim.webhook_uuid, now_us, claim.event, "failed", error)], if_owned=owned
+    await log_outcomes(
+        st,
+        WEBHOOKS,
+        [(claim.webhook_uuid, now_us, claim.event, "failed", error)],
+        if_held=(OWNED, owned),
     )
     await st.many(
         f"UPDATE deliveries SET next_attempt_at_us = ?, last_error = ? WHERE {OWNED}",

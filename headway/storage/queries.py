@@ -1,6 +1,7 @@
 """SQL of spaces and tasks: reads take a `Fetch` (a reader, `Database.fetch`, or
 `Statements.rows` within a write), writes take `Statements` (webhooks and the outbox are in
-`storage.outbox`, share links in `storage.shares`, the schema's own in `storage.database`).
+`storage.webhooks` and `storage.outbox`, share links in `storage.shares`, the schema's own
+in `storage.database`).
 The service decides which run together in one transaction."""
 
 from __future__ import annotations
@@ -337,8 +338,8 @@ async def insert_event(
     *,
     webhooks: int = 0,
 ) -> None:
-    """Store a completion event, queued for `webhooks` webhooks (see `outbox.fan_out`):
-    one queued for none is swept soon after (`outbox.sweep_unwatched`)."""
+    """Store a completion event, queued for `webhooks` webhooks (see `webhooks.fan_out`):
+    one queued for none is swept soon after (`webhooks.sweep_unwatched`)."""
     await st.many(
         "INSERT INTO outbox (id, space_uuid, task_uuid, type, payload, created_at_us, webhooks) "
         "VALUES (?, ?, ?, ?, ?, ?, ?)",
