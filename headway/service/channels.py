@@ -159,7 +159,7 @@ class Channels:
             await channels.log_delivery(
                 unit.st, key, now_us, "test", result, outcome.detail or None
             )
-        return _delivery((now_us, "test", result, outcome.detail or None))
+        return shown_delivery((now_us, "test", result, outcome.detail or None))
 
     def link(self, share_uuid: str | None) -> str | None:
         return read_only_link(self.rules.public_url, share_uuid)
@@ -173,7 +173,9 @@ def read_only_link(public_url: str | None, share_uuid: str | None) -> str | None
     return f"{public_url.rstrip('/')}/shared/{share_uuid}"
 
 
-def _delivery(entry: tuple[int, str, str, str | None]) -> dict[str, Any]:
+def shown_delivery(entry: tuple[int, str, str, str | None]) -> dict[str, Any]:
+    """One delivery of a channel or webhook as its list shows it, from its
+    (at, event, outcome, detail) log entry."""
     at_us, event, outcome, detail = entry
     return {"at": domain.format_ts(at_us), "event": event, "outcome": outcome, "detail": detail}
 
@@ -188,5 +190,5 @@ def _shown(row: ChannelRow, log: list[tuple[int, str, str, str | None]]) -> dict
         "share_uuid": row.share_uuid,
         "created_at": domain.format_ts(row.created_at_us),
         "live": row.live,
-        "deliveries": [_delivery(entry) for entry in log],
+        "deliveries": [shown_delivery(entry) for entry in log],
     }
