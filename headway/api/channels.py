@@ -15,9 +15,12 @@ from .openapi_parts import (
     TOO_MANY_REQUESTS,
     UNAVAILABLE,
     create_operation,
+    delete_operation,
     error,
     json_answer,
     link,
+    list_operation,
+    path_param,
     ref,
 )
 from .responses import JSONResponse, read_body
@@ -50,14 +53,7 @@ routes = [
     Route("/spaces/{space_uuid}/channels/{channel_uuid}/test", test_channel, methods=["POST"]),
 ]
 
-NO_SPACE = error("No such space.")
-CHANNEL = {
-    "name": "channel_uuid",
-    "in": "path",
-    "required": True,
-    "description": "The channel's uuid, as its registration answered it.",
-    "schema": {"type": "string", "format": "uuid"},
-}
+CHANNEL = path_param("channel_uuid", "The channel's uuid, as its registration answered it.")
 
 openapi_paths: dict[str, Any] = {
     "/spaces/{space_uuid}/channels": {
@@ -89,32 +85,23 @@ openapi_paths: dict[str, Any] = {
             "`share_uuid` that is not a share link of the space; the space's channel cap "
             "reached.",
         ),
-        "get": {
-            "operationId": "listChannels",
-            "summary": "List notification channels",
-            "description": "Each with its last 20 deliveries, newest first.",
-            "parameters": [SPACE],
-            "responses": {
-                "200": json_answer(
-                    {"type": "array", "items": ref("ChannelWithDeliveries")}, "The channels."
-                ),
-                "404": NO_SPACE,
-                "503": UNAVAILABLE,
-            },
-        },
+        "get": list_operation(
+            "listChannels",
+            "List notification channels",
+            "Each with its last 20 deliveries, newest first.",
+            items="ChannelWithDeliveries",
+            listed="The channels.",
+        ),
     },
     "/spaces/{space_uuid}/channels/{channel_uuid}": {
-        "delete": {
-            "operationId": "deleteChannel",
-            "summary": "Remove a notification channel",
-            "description": "What it still had to send is dropped.",
-            "parameters": [SPACE, CHANNEL],
-            "responses": {
-                "204": {"description": "Removed."},
-                "404": error("No such space or channel."),
-                "503": UNAVAILABLE,
-            },
-        }
+        "delete": delete_operation(
+            "deleteChannel",
+            "Remove a notification channel",
+            "What it still had to send is dropped.",
+            [SPACE, CHANNEL],
+            done="Removed.",
+            not_found="No such space or channel.",
+        )
     },
     "/spaces/{space_uuid}/channels/{channel_uuid}/test": {
         "post": {

@@ -30,14 +30,20 @@ def link(operation_id: str, **parameters: str) -> dict[str, Any]:
     return {"operationId": operation_id, "parameters": parameters}
 
 
-def uuid_param(name: str, description: str) -> dict[str, Any]:
+def path_param(name: str, description: str, kind: str | None = "uuid") -> dict[str, Any]:
+    """A path parameter: a string in the `kind` format (None: any string)."""
+    schema = {"type": "string"} if kind is None else {"type": "string", "format": kind}
     return {
         "name": name,
         "in": "path",
         "required": True,
-        "description": description + " A value that is not a UUID answers 404.",
-        "schema": {"type": "string", "format": "uuid"},
+        "description": description,
+        "schema": schema,
     }
+
+
+def uuid_param(name: str, description: str) -> dict[str, Any]:
+    return path_param(name, description + " A value that is not a UUID answers 404.")
 
 
 def query_param(
@@ -56,13 +62,9 @@ def query_param(
 SPACE = uuid_param("space_uuid", "The space's uuid, its credential.")
 TASK = uuid_param("task_uuid", "The task's uuid.")
 SHARE = uuid_param("share_uuid", "The share link's uuid.")
-SHARED_TASK_ID = {
-    "name": "task_id",
-    "in": "path",
-    "required": True,
-    "description": "The task's opaque id under this link (its `id` in the link's JSON).",
-    "schema": {"type": "string"},
-}
+SHARED_TASK_ID = path_param(
+    "task_id", "The task's opaque id under this link (its `id` in the link's JSON).", None
+)
 RETRY_AFTER = {"Retry-After": {"description": "Seconds to wait before trying again.",
                                "schema": {"type": "integer", "minimum": 0}}}  # fmt: skip
 TOO_LARGE = error("The body is larger than 65,536 bytes.")
@@ -175,6 +177,50 @@ def create_operation(
         **in_space,
         "requestBody": {"required": True, "content": {"application/json": {"schema": ref(body)}}},
         "responses": responses,
+    }
+
+
+def list_operation(
+    operation_id: str,
+    summary: str,
+    description: str | None,
+    *,
+    items: str,
+    listed: str,
+    no_space: str = "No such space.",
+) -> dict[str, Any]:
+    """A list of what a space holds: 200 with an array of the `items` schema (`listed`
+    describes it), 404 `no_space`, 503. No `description` with None."""
+    described = {} if description is None else {"description": description}
+    return {
+        "operationId": operation_id,
+        "summary": summary,
+        **described,
+        "parameters": [SPACE],
+        "responses": {
+            "200": json_answer({"type": "array", "items": ref(items)}, listed),
+            "404": error(no_space),
+            "503": UNAVAILABLE,
+        },
+    }
+
+
+def delete_operation(
+    operation_id: str,
+    summary: str,
+    description: str,
+    parameters: list[dict[str, Any]],
+    *,
+    done: str,
+    not_found: str,
+) -> dict[str, Any]:
+    """A delete: 204 with no body (`done` describes it), 404 `not_found`, 503."""
+    return {
+        "operationId": operation_id,
+        "summary": summary,
+        "description": description,
+        "parameters": parameters,
+        "responses": {"204": {"description": done}, "404": error(not_found), "503": UNAVAILABLE},
     }
 
 

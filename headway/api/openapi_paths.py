@@ -14,6 +14,7 @@ from .openapi_parts import (
     UNAVAILABLE,
     UNAVAILABLE_OR_FULL,
     create_operation,
+    delete_operation,
     error,
     json_answer,
     link,
@@ -106,20 +107,17 @@ def space_paths() -> dict[str, Any]:
                     "503": UNAVAILABLE,
                 },
             },
-            "delete": {
-                "operationId": "deleteSpace",
-                "summary": "Delete a space and everything in it",
-                "description": "Its tasks and their progress, share links, webhooks, channels "
-                "and undelivered events go for good; its live streams end on every instance. "
-                "From the answer on, every read is 404 and nothing of it is delivered; its rows "
-                "are removed in the background, in transactions of a few milliseconds.",
-                "parameters": [SPACE],
-                "responses": {
-                    "204": {"description": "Deleted."},
-                    "404": error("No such space (or not a UUID)."),
-                    "503": UNAVAILABLE,
-                },
-            },
+            "delete": delete_operation(
+                "deleteSpace",
+                "Delete a space and everything in it",
+                "Its tasks and their progress, share links, webhooks, channels and undelivered "
+                "events go for good; its live streams end on every instance. From the answer "
+                "on, every read is 404 and nothing of it is delivered; its rows are removed in "
+                "the background, in transactions of a few milliseconds.",
+                [SPACE],
+                done="Deleted.",
+                not_found="No such space (or not a UUID).",
+            ),
         },
         "/spaces/{space_uuid}/tasks": {
             "post": create_operation(
@@ -188,21 +186,17 @@ def task_paths() -> dict[str, Any]:
                     "503": UNAVAILABLE_OR_FULL,
                 },
             },
-            "delete": {
-                "operationId": "deleteTask",
-                "summary": "Delete a task and its steps",
-                "description": "The task, its children and their progress go for good, with "
-                "undelivered events about them. A deleted step's parent shows its steps "
-                "without it, and finishes (with its one event) if every step left has "
-                "finished, unless its own reports hold it open. The space's open streams "
-                "start over from a snapshot.",
-                "parameters": [TASK],
-                "responses": {
-                    "204": {"description": "Deleted."},
-                    "404": NOT_FOUND_TASK,
-                    "503": UNAVAILABLE,
-                },
-            },
+            "delete": delete_operation(
+                "deleteTask",
+                "Delete a task and its steps",
+                "The task, its children and their progress go for good, with undelivered "
+                "events about them. A deleted step's parent shows its steps without it, and "
+                "finishes (with its one event) if every step left has finished, unless its own "
+                "reports hold it open. The space's open streams start over from a snapshot.",
+                [TASK],
+                done="Deleted.",
+                not_found=NOT_FOUND_TASK["description"],
+            ),
             "patch": {
                 "operationId": "patchTask",
                 "summary": "Refused: use PUT",

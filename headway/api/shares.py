@@ -16,16 +16,17 @@ from .decoding import query_params
 from .endpoints import Request, Route
 from .events import open_stream, stream_operation
 from .openapi_parts import (
+    SHARE,
     SPACE,
     TOO_MANY_REQUESTS,
     UNAVAILABLE,
     create_operation,
+    delete_operation,
     error,
-    json_answer,
     link,
+    list_operation,
     query_param,
     ref,
-    uuid_param,
 )
 from .rest import create_or_list, delete_held
 from .streaming import JSONStream, space_pieces
@@ -82,8 +83,7 @@ routes = [
     Route("/shared/{share_uuid}/events", shared_events, methods=["GET"]),
 ]
 
-SHARE = uuid_param("share_uuid", "The share link's uuid.")
-NO_SPACE = error("No such space (or not a UUID).")
+NO_SPACE = "No such space (or not a UUID)."
 NO_SHARE = error("No such share link: revoked, or never created (or not a UUID).")
 _SPACE_PARAMETERS = [
     query_param("limit", {"type": "integer", "minimum": 1}, "How many top-level tasks to return."),
@@ -119,32 +119,26 @@ openapi_paths: dict[str, Any] = {
             },
             refused="A body other than {}, malformed JSON, or a space already holding its most "
             "share links (100 by default).",
-            no_space=NO_SPACE["description"],
+            no_space=NO_SPACE,
         ),
-        "get": {
-            "operationId": "listShares",
-            "summary": "List share links",
-            "parameters": [SPACE],
-            "responses": {
-                "200": json_answer({"type": "array", "items": ref("ShareOut")}, "Oldest first."),
-                "404": NO_SPACE,
-                "503": UNAVAILABLE,
-            },
-        },
+        "get": list_operation(
+            "listShares",
+            "List share links",
+            None,
+            items="ShareOut",
+            listed="Oldest first.",
+            no_space=NO_SPACE,
+        ),
     },
     "/spaces/{space_uuid}/shares/{share_uuid}": {
-        "delete": {
-            "operationId": "revokeShare",
-            "summary": "Revoke a share link",
-            "description": "The link reads nothing from now on; its open streams end within a "
-            "second.",
-            "parameters": [SPACE, SHARE],
-            "responses": {
-                "204": {"description": "Revoked."},
-                "404": error("No such space, or no such link in it."),
-                "503": UNAVAILABLE,
-            },
-        }
+        "delete": delete_operation(
+            "revokeShare",
+            "Revoke a share link",
+            "The link reads nothing from now on; its open streams end within a second.",
+            [SPACE, SHARE],
+            done="Revoked.",
+            not_found="No such space, or no such link in it.",
+        )
     },
     "/shared/{share_uuid}": {
         "get": {

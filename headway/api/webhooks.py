@@ -10,12 +10,11 @@ from ..domain.schemas import CreateWebhook
 from .endpoints import Request, Route
 from .openapi_parts import (
     SPACE,
-    UNAVAILABLE,
     create_operation,
-    error,
-    json_answer,
+    delete_operation,
     link,
-    ref,
+    list_operation,
+    path_param,
 )
 from .rest import create_or_list, delete_held
 
@@ -33,8 +32,6 @@ routes = [
     Route("/spaces/{space_uuid}/webhooks", webhooks, methods=["GET", "POST"]),
     Route("/spaces/{space_uuid}/webhooks/{webhook_uuid}", delete_webhook, methods=["DELETE"]),
 ]
-
-NO_SPACE = error("No such space.")
 
 openapi_paths: dict[str, Any] = {
     "/spaces/{space_uuid}/webhooks": {
@@ -58,40 +55,27 @@ openapi_paths: dict[str, Any] = {
             "resolving to one, that is not public (also when an IPv6 address embeds a refused "
             "IPv4 address); text that is not UTF-8; malformed JSON.",
         ),
-        "get": {
-            "operationId": "listWebhooks",
-            "summary": "List webhooks",
-            "description": "Each with its last 20 deliveries, newest first: an event given "
-            "up (after its last attempt, by age, or beyond the webhook's cap of undelivered "
-            "events) shows there.",
-            "parameters": [SPACE],
-            "responses": {
-                "200": json_answer({"type": "array", "items": ref("WebhookOut")}, "The webhooks."),
-                "404": NO_SPACE,
-                "503": UNAVAILABLE,
-            },
-        },
+        "get": list_operation(
+            "listWebhooks",
+            "List webhooks",
+            "Each with its last 20 deliveries, newest first: an event given up (after its "
+            "last attempt, by age, or beyond the webhook's cap of undelivered events) shows "
+            "there.",
+            items="WebhookOut",
+            listed="The webhooks.",
+        ),
     },
     "/spaces/{space_uuid}/webhooks/{webhook_uuid}": {
-        "delete": {
-            "operationId": "deleteWebhook",
-            "summary": "Delete a webhook",
-            "description": "Deliveries it still had pending are dropped.",
-            "parameters": [
+        "delete": delete_operation(
+            "deleteWebhook",
+            "Delete a webhook",
+            "Deliveries it still had pending are dropped.",
+            [
                 SPACE,
-                {
-                    "name": "webhook_uuid",
-                    "in": "path",
-                    "required": True,
-                    "description": "The webhook's uuid, as its registration answered it.",
-                    "schema": {"type": "string", "format": "uuid"},
-                },
+                path_param("webhook_uuid", "The webhook's uuid, as its registration answered it."),
             ],
-            "responses": {
-                "204": {"description": "Deleted."},
-                "404": error("No such space or webhook."),
-                "503": UNAVAILABLE,
-            },
-        }
+            done="Deleted.",
+            not_found="No such space or webhook.",
+        )
     },
 }

@@ -44,7 +44,7 @@ SHOWN_TASKS_BYTES = 8 * 1024**2
 
 def space_version_key(space_uuid: str) -> str:
     """The name under which a space's rows are versioned among the families' versions
-    (see `caches.families.FamilyVersions`): no task uuid has this form."""
+    (see `coherence.FamilyVersions`): no task uuid has this form."""
     return "space:" + space_uuid
 
 

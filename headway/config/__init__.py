@@ -168,15 +168,12 @@ class Settings:
             rate_limits=_bool(env, "RATE_LIMITS", defaults.rate_limits),
             access_log=_bool(env, "ACCESS_LOG", defaults.access_log),
             estimates=_bool(env, "ESTIMATES", defaults.estimates),
-            rate_spaces=_rate(env, "RATE_SPACES", defaults.rate_spaces),
-            rate_tasks=_rate(env, "RATE_TASKS", defaults.rate_tasks),
-            rate_webhooks=_rate(env, "RATE_WEBHOOKS", defaults.rate_webhooks),
-            rate_shares=_rate(env, "RATE_SHARES", defaults.rate_shares),
-            rate_channels=_rate(env, "RATE_CHANNELS", defaults.rate_channels),
-            rate_reports=_rate(env, "RATE_REPORTS", defaults.rate_reports),
-            rate_reads=_rate(env, "RATE_READS", defaults.rate_reads),
-            rate_creates=_rate(env, "RATE_CREATES", defaults.rate_creates),
-            rate_wheels=_rate(env, "RATE_WHEELS", defaults.rate_wheels),
+            **{
+                f"rate_{kind}": _rate(
+                    env, f"RATE_{kind.upper()}", getattr(defaults, f"rate_{kind}")
+                )
+                for kind in RATED
+            },
             space_retention=_retention(env, "SPACE_RETENTION", defaults.space_retention),
             sweep_every=_float(
                 env,

@@ -147,7 +147,8 @@ class CreateShare(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
 # --- Responses (for the OpenAPI description; the service returns plain dicts) -------------
 
 
-Uuid = Annotated[str, Meta(extra_json_schema={"format": "uuid"})]
+UUID_FORMAT = Meta(extra_json_schema={"format": "uuid"})
+Uuid = Annotated[str, UUID_FORMAT]
 Timestamp = Annotated[str, Meta(extra_json_schema={"format": "date-time"})]
 
 
@@ -184,11 +185,7 @@ class TaskOut(msgspec.Struct):
 
 class SpaceCreated(msgspec.Struct):
     uuid: Annotated[
-        str,
-        Meta(
-            description="The space's credential: keep it like an API token.",
-            extra_json_schema={"format": "uuid"},
-        ),
+        str, Meta(description="The space's credential: keep it like an API token."), UUID_FORMAT
     ]
     title: str | None
     icon: str | None
@@ -226,10 +223,8 @@ class SharedSpaceOut(msgspec.Struct):
 class ShareCreated(msgspec.Struct):
     uuid: Annotated[
         str,
-        Meta(
-            description="The link's own uuid: it reads the space, and nothing else.",
-            extra_json_schema={"format": "uuid"},
-        ),
+        Meta(description="The link's own uuid: it reads the space, and nothing else."),
+        UUID_FORMAT,
     ]
     url: Annotated[str, Meta(description="The link's path: /shared/{uuid}.")]
     created_at: Timestamp

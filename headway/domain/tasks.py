@@ -46,7 +46,7 @@ class Changed(StrEnum):
 
 
 # A family's version, as the progress store that keeps versions gives it (see
-# `caches.families.FamilyVersions`): only ever compared for equality.
+# `coherence.FamilyVersions`): only ever compared for equality.
 FamilyVersion = NewType("FamilyVersion", str)
 
 

@@ -76,7 +76,7 @@ class ProgressStore(Protocol):
     needed, and each client's finished progress is bounded by its allowance as well.
 
     A store shared by several instances also keeps the versions of families that their
-    caches check (`caches.families.FamilyVersions`); a store of one process has no use
+    caches check (`coherence.FamilyVersions`); a store of one process has no use
     for them and does not.
     """
 
@@ -107,7 +107,8 @@ class ProgressStore(Protocol):
     ) -> None:
         """Raise ProgressBudgetFull or ClientAllowanceFull if the write of `progress` by
         `client` would go over a budget or an allowance. A store that decides only as it
-        writes (Redis, atomically for every instance) raises from `put` instead."""
+        writes (Redis, atomically for every instance) raises from `put` instead, and keeps
+        this check, which passes everything."""
 
     async def admit_client(self, client: str) -> None:
         """Raise ClientAllowanceFull if the client holds so much progress that no new task
@@ -145,5 +146,6 @@ class ProgressStore(Protocol):
         """`attempt()` again, a write of another user of the store's memory (the rate
         counters, in Redis) that the store's full memory just refused, once finished
         progress gave way; a store whose memory no one else uses just tries again."""
+        return await attempt()
 
     async def close(self) -> None: ...

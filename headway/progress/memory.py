@@ -6,7 +6,7 @@ from __future__ import annotations
 import heapq
 import sys
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from operator import itemgetter
 
 import msgspec
@@ -22,7 +22,7 @@ from . import (
     ClientAllowanceFull,
     Measurement,
     ProgressBudgetFull,
-    T,
+    ProgressStore,
 )
 
 # What one entry costs beyond its values' JSON text, as the process's memory holds it:
@@ -58,7 +58,7 @@ class Held(Progress, frozen=True, gc=False, array_like=True):
     track: bytes | None = None
 
 
-class MemoryProgressStore:
+class MemoryProgressStore(ProgressStore):
     """Progress in an ordered dict, oldest write first, within a byte budget.
 
     Every entry lives for the same `ttl`, so the oldest write is always the first to
@@ -108,17 +108,18 @@ class MemoryProgressStore:
         self._kept: dict[str, OrderedDict[str, None]] = {}
         self._kept_bytes: dict[str, int] = {}
 
-    async def get(self, task_uuid: str) -> Progress | None:
+    def _live(self, task_uuid: str) -> Held | None:
         entry = self._entries.get(task_uuid)
         if entry is None or entry.updated_at_us + self._ttl_us <= self._clock.now_us():
             return None
         return entry
 
+    async def get(self, task_uuid: str) -> Progress | None:
+        return self._live(task_uuid)
+
     async def track(self, task_uuid: str) -> Track | None:
-        entry = self._entries.get(task_uuid)
-        if entry is None or entry.updated_at_us + self._ttl_us <= self._clock.now_us():
-            return None
-        return unpack(entry.track)
+        entry = self._live(task_uuid)
+        return None if entry is None else unpack(entry.track)
 
     def _followed(self, old: Held | None, progress: Progress) -> bytes | None:
         """The track after `progress` replaced `old` (None: estimates are off). What
@@ -381,9 +382,6 @@ class MemoryProgressStore:
 
     async def ping(self) -> None:
         return None
-
-    async def retry_with_room(self, attempt: Callable[[], Awaitable[T]]) -> T:
-        return await attempt()
 
     async def close(self) -> None:
         self._entries.clear()

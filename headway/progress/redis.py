@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 import redis.asyncio
@@ -23,11 +23,11 @@ from . import (
     ClientAllowanceFull,
     Measurement,
     ProgressBudgetFull,
+    ProgressStore,
+    T,
     redis_tracks,
 )
 from . import redis_allowances as allowances
-
-T = TypeVar("T")
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(Progress).decode
@@ -146,7 +146,7 @@ def _refuse(refused: bytes) -> None:
     raise ClientAllowanceFull()
 
 
-class RedisProgressStore:
+class RedisProgressStore(ProgressStore):
     """One key per task, `headway:progress:<uuid>`, holding the progress as compact JSON
     (after a header naming whose allowance it counts against: see `progress.redis_allowances`)
     with a key TTL of `ttl` seconds set on every write, so Redis drops it after that
@@ -240,18 +240,6 @@ class RedisProgressStore:
             keys = [self.PREFIX + uuid for uuid in task_uuids]
             less = allowances.REDIS_ENTRY_BYTES - allowances.REDIS_KEPT_ENTRY_BYTES
             await self._release(keys=keys, args=[less])
-
-    def admit(
-        self,
-        task_uuid: str,
-        space_uuid: str,
-        progress: Progress,
-        *,
-        client: str = NO_CLIENT,
-        finished: bool = False,
-    ) -> None:
-        """Decided as each write is made, atomically for every instance (see `put`);
-        Redis bounds its own memory (`maxmemory` with `noeviction`)."""
 
     async def admit_client(self, client: str) -> None:
         """Raises as Redis does when it cannot tell (down, or full): the service lets the

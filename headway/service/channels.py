@@ -157,7 +157,7 @@ class Channels:
         result = "delivered" if outcome.delivered else "failed"
         async with self._stores.writes.transaction() as unit:
             await channel_queue.log(unit.st, key, now_us, "test", result, outcome.detail or None)
-        return _delivery((now_us, "test", result, outcome.detail or None))
+        return shown_delivery((now_us, "test", result, outcome.detail or None))
 
     def link(self, share_uuid: str | None) -> str | None:
         return read_only_link(self.rules.public_url, share_uuid)
@@ -171,7 +171,9 @@ def read_only_link(public_url: str | None, share_uuid: str | None) -> str | None
     return f"{public_url.rstrip('/')}/shared/{share_uuid}"
 
 
-def _delivery(entry: tuple[int, str, str, str | None]) -> dict[str, Any]:
+def shown_delivery(entry: tuple[int, str, str, str | None]) -> dict[str, Any]:
+    """One delivery of a channel or webhook as its list shows it, from its
+    (at, event, outcome, detail) log entry."""
     at_us, event, outcome, detail = entry
     return {"at": domain.format_ts(at_us), "event": event, "outcome": outcome, "detail": detail}
 
@@ -186,5 +188,5 @@ def _shown(row: ChannelRow, log: list[tuple[int, str, str, str | None]]) -> dict
         "share_uuid": row.share_uuid,
         "created_at": domain.format_ts(row.created_at_us),
         "live": row.live,
-        "deliveries": [_delivery(entry) for entry in log],
+        "deliveries": [shown_delivery(entry) for entry in log],
     }

@@ -9,9 +9,9 @@ from typing import Any
 from ..delivery import webhooks
 from ..domain.errors import Unprocessable
 from ..domain.schemas import CreateWebhook
-from ..domain.tasks import format_ts
 from ..storage import webhooks as webhook_rows
 from ..storage.database import Statements
+from .channels import shown_delivery
 from .context import Stores
 from .idempotency import Idempotency, Keys
 from .spaces import Spaces, added_to_space
@@ -75,7 +75,7 @@ class Webhooks:
             found = await webhook_rows.list_webhooks(fetch, space_key)
             logs = await webhook_rows.webhook_logs(fetch, [hook for hook, _ in found])
         return [
-            {"uuid": hook, "url": url, "deliveries": [_delivery(e) for e in logs[hook]]}
+            {"uuid": hook, "url": url, "deliveries": [shown_delivery(e) for e in logs[hook]]}
             for hook, url in found
         ]
 
@@ -84,8 +84,3 @@ class Webhooks:
         await self._spaces.remove_held(
             space_uuid, webhook_uuid, webhook_rows.delete_webhook, missing
         )
-
-
-def _delivery(entry: tuple[int, str, str, str | None]) -> dict[str, Any]:
-    at_us, event, outcome, detail = entry
-    return {"at": format_ts(at_us), "event": event, "outcome": outcome, "detail": detail}
