@@ -65,25 +65,24 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
         # Rates run on real time even where a test moves the service's clock. With Redis,
         # rate counters share its memory with progress (see `limits.Room`).
         app.state.visitors = visitors = Visitors(settings, room=progress.retry_with_room)
-        app.state.loops = {}  # the app's own long-lived tasks, by name (see api.health)
+        loops: dict[str, asyncio.Task[Any]] = {}  # the app's long-lived tasks (api.health)
+        app.state.loops = loops
+
+        def start(name: str, run: Any) -> None:
+            loops[name] = asyncio.create_task(run, name=f"headway-{name}")
+
         coherence = make_coherence(progress)
         feed = coherence.feed
         # Set by a write that queued an event (the worker's), or deleted a space (the
         # sweeper's): each wakes at once rather than at its next poll.
         app.state.events_queued = events_queued = asyncio.Event()
         app.state.spaces_dropped = spaces_dropped = asyncio.Event()
-        worker_task = None
-        stalls_task = None
-        live_task = None
-        sweeper_task = None
-        disk_task = None
-        live = None
+        worker = live = None
         try:
             await db.migrate()
             await disk.refresh()
             if disk.watched:
-                disk_task = asyncio.create_task(disk.run(), name="headway-disk")
-                app.state.loops["disk"] = disk_task
+                start("disk", disk.run())
             service = Service(
                 db,
                 progress,
@@ -142,28 +141,24 @@ def create_app(settings: Settings | None = None, clock: Clock | None = None) -> 
             )
             if settings.run_worker:
                 worker = make_worker(settings, db, clock, events_queued)
-                worker_task = asyncio.create_task(worker.run(), name="headway-worker")
-                app.state.loops["worker"] = worker_task
-            stalls_task = asyncio.create_task(stalls.run(), name="headway-stalls")
-            app.state.loops["stalls"] = stalls_task
-            live_task = asyncio.create_task(live_watch.run(), name="headway-live")
-            app.state.loops["live"] = live_task
+                start("worker", worker.run())
+            start("stalls", stalls.run())
+            start("live", live_watch.run())
             retention_us = (
                 None if settings.space_retention is None else settings.space_retention * 1_000_000
             )
             app.state.sweeper = sweeper = Sweeper(
                 service, db, clock, retention_us, step_s=settings.sweep_every, woken=spaces_dropped
             )
-            sweeper_task = asyncio.create_task(sweeper.run(), name="headway-sweeper")
-            app.state.loops["sweeper"] = sweeper_task
+            start("sweeper", sweeper.run())
             async with mcp_endpoint.running():
                 yield
             log.info("Headway shutting down: streams end, background work stops")
         finally:
             if live is not None:
                 live.end_all()
-            await stop(stalls_task, live_task, sweeper_task, disk_task, worker_task)
-            if worker_task is not None:
+            await stop(*loops.values())
+            if worker is not None:
                 await worker.close()
             await visitors.close()
             await coherence.close()
