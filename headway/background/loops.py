@@ -65,7 +65,7 @@ async def repeat(
     name: str,
     look: Callable[[], Awaitable[object]],
     wait_s: Callable[[bool], float],
-    at_stop: Callable[[], Awaitable[None]],
+    at_stop: Callable[[], Awaitable[None]] | None = None,
     *,
     woken: asyncio.Event | None = None,
 ) -> None:
@@ -84,7 +84,8 @@ async def repeat(
                 async with asyncio.timeout(wait):
                     await woken.wait()
     finally:
-        await at_stop()
+        if at_stop is not None:
+            await at_stop()
 
 
 def being_cancelled() -> bool:

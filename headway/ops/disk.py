@@ -25,7 +25,6 @@ disk-full error, answered 503 like any unavailable dependency).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import os
@@ -34,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from ..background.loops import repeat
 from ..config import Settings
 from ..config.parse import FreeMin, size_text
 from ..domain.errors import Unavailable
@@ -205,13 +205,7 @@ class DiskBudget:
 
     async def run(self) -> None:
         """Measure every period, for good (PostgreSQL with a size limit: see `watched`)."""
-        while True:
-            try:
-                await self.refresh()
-            except Exception:  # a fault of this code: logged, and the loop goes on
-                log.exception("disk: the measure failed")
-                metrics.loop_failed("disk")
-            await asyncio.sleep(self._period)
+        await repeat("disk", self.refresh, lambda _: self._period)
 
     def gauges(self) -> list[tuple[str, str, float]]:
         """What `/metrics` shows of the last measure."""
