@@ -6,15 +6,16 @@ from one background thread."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from types import TracebackType
-from typing import Never, TypeVar
+from typing import Any, Never, TypeVar
 
 import httpx
 
@@ -143,15 +144,15 @@ class BaseClient:
             self, title, space=space, source=source, parent=parent, min_interval=min_interval
         )
 
-    def _retry_in(self, call: calls.Call[T], attempt: int, error: Exception) -> float | None:
+    def _retry_in(self, call: calls.Call[T], attempt: int, error: Exception) -> float:
         """Seconds to wait before sending `call` again after `error` ended its try number
-        `attempt` (0: the first); None when it is not to be tried again: it is not a create
-        (only creates carry a key that makes a second try safe), its tries are spent, or
-        the answer will not change."""
+        `attempt` (0: the first); raises `error` when it is not to be tried again: it is
+        not a create (only creates carry a key that makes a second try safe), its tries are
+        spent, or the answer will not change."""
         if call.key is None or attempt >= self.retries:
-            return None
+            raise error
         if isinstance(error, APIError) and not error.retryable:
-            return None
+            raise error
         wait = min(self.backoff[0] * 2**attempt, self.backoff[1])
         if isinstance(error, APIError) and error.retry_after is not None:
             wait = max(wait, error.retry_after)
@@ -194,16 +195,12 @@ class Client(BaseClient):
                 return self._send_once(call)
             except (NetworkError, APIError) as exc:
                 wait = self._retry_in(call, attempt, exc)
-                if wait is None:
-                    raise
             time.sleep(wait)
             attempt += 1
 
     def _send_once(self, call: calls.Call[T]) -> T:
         if self._http is None:
-            self._http = httpx.Client(
-                base_url=self.url, timeout=self.timeout, headers={"user-agent": calls.user_agent()}
-            )
+            self._http = calls.http_client(httpx.Client, self.url, self.timeout)
         try:
             response = self._http.send(call.request(self._http))
         except httpx.HTTPError as exc:  # no answer, or one that cannot be read
@@ -289,6 +286,18 @@ class Client(BaseClient):
         self.close()
 
 
+def _awaited(method: Callable[..., Any]) -> Callable[..., Any]:
+    """`Client`'s `method` as `AsyncClient`'s: the same call, sent by `AsyncClient._send`
+    and awaited, so that a mistake (no space, a misplaced keyword) raises on the await."""
+
+    @functools.wraps(method)
+    async def awaited(self: AsyncClient, *args: Any, **kwargs: Any) -> Any:
+        return await method(self, *args, **kwargs)
+
+    awaited.__qualname__ = f"AsyncClient.{method.__name__}"
+    return awaited
+
+
 class AsyncClient(BaseClient):
     """The API over asyncio HTTP, with the same methods as `Client`, awaited. Reporters
     are the same as `Client`'s: `report()` never awaits, a thread delivers."""
@@ -302,75 +311,25 @@ class AsyncClient(BaseClient):
                 return await self._send_once(call)
             except (NetworkError, APIError) as exc:
                 wait = self._retry_in(call, attempt, exc)
-                if wait is None:
-                    raise
             await asyncio.sleep(wait)
             attempt += 1
 
     async def _send_once(self, call: calls.Call[T]) -> T:
         if self._http is None:
-            self._http = httpx.AsyncClient(
-                base_url=self.url, timeout=self.timeout, headers={"user-agent": calls.user_agent()}
-            )
+            self._http = calls.http_client(httpx.AsyncClient, self.url, self.timeout)
         try:
             response = await self._http.send(call.request(self._http))
         except httpx.HTTPError as exc:  # no answer, or one that cannot be read
             raise NetworkError(f"cannot reach {self.url}: {_reason(exc)}") from exc
         return call.result(response)
 
-    async def create_space(self, title: str | None = None, icon: str | None = None) -> Space:
-        return await self._send(calls.create_space(title, icon))
-
-    async def get_space(
-        self,
-        space: str | None = None,
-        *,
-        limit: int | None = None,
-        before: datetime | str | None = None,
-        after: datetime | str | None = None,
-        state: str | None = None,
-    ) -> Space:
-        call = calls.read_space(
-            self._space(space), limit=limit, before=before, after=after, state=state
-        )
-        return await self._send(call)
-
-    async def create_task(
-        self,
-        title: str | None = None,
-        *,
-        space: str | None = None,
-        source: str | None = None,
-        parent: str | None = None,
-    ) -> str:
-        return await self._send(calls.create_task(self._space(space), title, source, parent))
-
-    async def get_task(self, task: str) -> Task:
-        return await self._send(calls.read_task(task))
-
-    async def get_estimate(self, task: str) -> Estimate:
-        """When the task will end, as the server sees it (see `Estimate`)."""
-        return await self._send(calls.read_estimate(task))
-
-    async def report(
-        self,
-        task: str,
-        current: float | None = None,
-        end: float | None = None,
-        *,
-        values: Mapping[str, Value] | None = None,
-        log: str | None = None,
-        done: bool = False,
-        **unknown: Never,
-    ) -> Task:
-        """As `Client.report`, awaited."""
-        if unknown:
-            raise calls.misplaced_values("client.report", unknown)
-        body = calls.report_body(current, end, values, log, done)
-        return await self._send(calls.report(task, body))
-
-    async def finish(self, task: str) -> Task:
-        return await self._send(calls.report(task, {"done": True}))
+    create_space = _awaited(Client.create_space)
+    get_space = _awaited(Client.get_space)
+    create_task = _awaited(Client.create_task)
+    get_task = _awaited(Client.get_task)
+    get_estimate = _awaited(Client.get_estimate)
+    report = _awaited(Client.report)
+    finish = _awaited(Client.finish)
 
     async def aclose(self, timeout: float | None = None) -> bool:
         """Like `Client.close`, without blocking the event loop."""

@@ -304,25 +304,13 @@ class Sender:
     def ask(self, call: calls.Call[T]) -> T:
         """`call` sent now from the caller's thread, on a connection of its own (the
         thread's is its own), once: a question, not a report to deliver."""
-        headers = {"user-agent": calls.user_agent()}
-        with httpx.Client(base_url=self.url, timeout=self.timeout, headers=headers) as http:
-            try:
-                response = http.send(call.request(http))
-            except httpx.HTTPError as exc:
-                raise NetworkError(f"{type(exc).__name__}: {exc}") from exc
-            return call.result(response)
+        with calls.http_client(httpx.Client, self.url, self.timeout) as http:
+            return _exchange(http, call)
 
     def _send(self, call: calls.Call[T]) -> T:
         if self._http is None:
-            self._http = httpx.Client(
-                base_url=self.url, timeout=self.timeout, headers={"user-agent": calls.user_agent()}
-            )
-        request = call.request(self._http)
-        try:
-            response = self._http.send(request)
-        except httpx.HTTPError as exc:  # no answer, or one that cannot be read
-            raise NetworkError(f"{type(exc).__name__}: {exc}") from exc
-        result = call.result(response)
+            self._http = calls.http_client(httpx.Client, self.url, self.timeout)
+        result = _exchange(self._http, call)
         self._recovered()
         return result
 
@@ -359,6 +347,14 @@ class Sender:
         elif not reporter._refused:
             reporter._refused = True
             log.warning("Headway: a report of task %r was dropped: %s", reporter.title, exc)
+
+
+def _exchange(http: httpx.Client, call: calls.Call[T]) -> T:
+    try:
+        response = http.send(call.request(http))
+    except httpx.HTTPError as exc:  # no answer, or one that cannot be read
+        raise NetworkError(f"{type(exc).__name__}: {exc}") from exc
+    return call.result(response)
 
 
 def _body(reporter: Reporter, state: State | None, *, done: bool) -> dict[str, object]:
