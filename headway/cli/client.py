@@ -23,12 +23,9 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    space = commands.add_parser("space", help="create a space")
-    space_commands = space.add_subparsers(dest="space_command", required=True, metavar="create")
-    create_space = command_parser(
-        space_commands,
-        "create",
-        "create a space",
+    create_space = _create_command(
+        commands,
+        "space",
         "Create a space and print its uuid (the credential: keep it) and its dashboard's "
         "address, or both as JSON with --json.",
         "S=$(headway space create --title 'Nightly builds' --icon 🌙 --json | jq -r .uuid)",
@@ -39,12 +36,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add_url(create_space)
     create_space.set_defaults(handler=_client_command(_space_create))
 
-    task = commands.add_parser("task", help="create a task")
-    task_commands = task.add_subparsers(dest="task_command", required=True, metavar="create")
-    create_task = command_parser(
-        task_commands,
-        "create",
-        "create a task",
+    create_task = _create_command(
+        commands,
+        "task",
         "Create a task in a space (a step of --parent if given) and print its uuid.",
         "T=$(headway task create --title Deploy --space $S)",
     )
@@ -80,6 +74,18 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     report.add_argument("--done", action="store_true", help="finish the task")
     add_url(report)
     report.set_defaults(handler=_client_command(_report))
+
+
+def _create_command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    noun: str,
+    description: str,
+    example: str,
+) -> argparse.ArgumentParser:
+    """`headway NOUN create`, NOUN's only command."""
+    group = commands.add_parser(noun, help=f"create a {noun}")
+    nested = group.add_subparsers(dest=f"{noun}_command", required=True, metavar="create")
+    return command_parser(nested, "create", f"create a {noun}", description, example)
 
 
 def _client_command(

@@ -42,7 +42,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=1,
         help="server processes (more than 1 needs HEADWAY_REDIS_URL)",
     )
-    serve.set_defaults(handler=_server_command(_serve_command))
+    serve.set_defaults(
+        handler=_server_command(lambda settings, args: _serve(settings, args.workers))
+    )
     worker = command_parser(
         commands,
         "worker",
@@ -52,7 +54,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "HEADWAY_DATABASE_URL=postgresql://headway@127.0.0.1/headway headway worker",
         listed=listed,
     )
-    worker.set_defaults(handler=_server_command(_worker_command))
+    worker.set_defaults(handler=_server_command(lambda settings, args: _worker(settings)))
     migrate = command_parser(
         commands,
         "migrate",
@@ -61,20 +63,22 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "HEADWAY_DATABASE_URL=postgresql://headway@127.0.0.1/headway headway migrate",
         listed=listed,
     )
-    migrate.set_defaults(handler=_server_command(_migrate_command))
+    migrate.set_defaults(handler=_server_command(lambda settings, args: _migrate(settings)))
 
 
 def _server_command(
-    run: Callable[[argparse.Namespace], int],
+    run: Callable[[Settings, argparse.Namespace], int],
 ) -> Callable[[argparse.Namespace], int]:
-    """`run`, or a message saying how to install the server when a package is missing
-    (none of the server's, or one it imports on the way)."""
+    """`run` with the settings (exit status 2 if they are wrong), or a message saying how
+    to install the server when a package is missing (none of the server's, or one it
+    imports on the way)."""
 
     def handler(args: argparse.Namespace) -> int:
         if not installed(*SERVER_MODULES):
             return _not_installed(args.command)
         try:
-            return run(args)
+            settings = _settings(args)
+            return 2 if settings is None else run(settings, args)
         except ModuleNotFoundError as exc:
             if (exc.name or "headway").partition(".")[0] == "headway":
                 raise
@@ -115,21 +119,6 @@ def _settings(args: argparse.Namespace) -> Settings | None:
         print(f"headway: {exc}", file=sys.stderr)
         return None
     return settings
-
-
-def _serve_command(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    return 2 if settings is None else _serve(settings, args.workers)
-
-
-def _worker_command(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    return 2 if settings is None else _worker(settings)
-
-
-def _migrate_command(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    return 2 if settings is None else _migrate(settings)
 
 
 def _migrate(settings: Settings) -> int:

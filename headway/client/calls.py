@@ -159,8 +159,8 @@ def create_task(
     """Answers the new task's uuid. `key`: the create's idempotency key (a new one if not
     given)."""
     body = _given(
-        title=title and title[:MAX_TITLE],
-        source=source and source[:MAX_TITLE],
+        title=None if title is None else title[:MAX_TITLE],
+        source=None if source is None else source[:MAX_TITLE],
         parent_uuid=parent,
     )
     return Call(

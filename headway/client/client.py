@@ -14,7 +14,6 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from types import TracebackType
 from typing import Any, Never, TypeVar
 
 import httpx
@@ -141,7 +140,12 @@ class BaseClient:
     ) -> TaskScope:
         """A new task for a `with` block or for each call of a decorated function."""
         return TaskScope(
-            self, title, space=space, source=source, parent=parent, min_interval=min_interval
+            self.reporter,
+            title=title,
+            space=space,
+            source=source,
+            parent=parent,
+            min_interval=min_interval,
         )
 
     def _retry_in(self, call: calls.Call[T], attempt: int, error: Exception) -> float:
@@ -277,12 +281,7 @@ class Client(BaseClient):
     def __enter__(self) -> Client:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
@@ -341,10 +340,5 @@ class AsyncClient(BaseClient):
     async def __aenter__(self) -> AsyncClient:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
