@@ -9,11 +9,10 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .parsers import add_space, add_url, command_parser
+from .parsers import add_space, add_url, command_parser, failed
 
 if TYPE_CHECKING:
     from ..client import Client, Task
@@ -100,8 +99,7 @@ def _client_command(
             try:
                 return run(args, client)
             except HeadwayError as exc:
-                print(f"headway: {exc}", file=sys.stderr)
-                return 1
+                return failed(f"headway: {exc}")
 
     return handler
 

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Callable
 
 from ..config import ConfigError, Settings
-from .parsers import command_parser, installed
+from .parsers import command_parser, failed, installed
 
 SERVER_EXTRA = "pip install 'headway[server]', or from a clone: pip install '.[server]'"
 # What every server command imports: without them, there is no server here.
@@ -90,11 +90,9 @@ def _server_command(
 def _not_installed(command: str, missing: str | None = None) -> int:
     """Say that `command` needs the server and how to install it; the exit status."""
     why = f" (no module {missing!r})" if missing else ""
-    print(
+    return failed(
         f"headway {command} needs the server, which is not installed here{why}: {SERVER_EXTRA}",
-        file=sys.stderr,
     )
-    return 1
 
 
 def _settings(args: argparse.Namespace) -> Settings | None:
@@ -102,12 +100,8 @@ def _settings(args: argparse.Namespace) -> Settings | None:
     try:
         settings = Settings.from_env()
         if args.command == "serve":
-            changes: dict[str, object] = {}
-            if args.host:
-                changes["host"] = args.host
-            if args.port is not None:
-                changes["port"] = args.port
-            settings = settings.with_(**changes)
+            flags = {"host": args.host or None, "port": args.port}
+            settings = settings.with_(**{k: v for k, v in flags.items() if v is not None})
             if args.workers < 1:
                 raise ConfigError("--workers must be at least 1")
             if args.workers > 1 and not settings.several_instances:
@@ -141,8 +135,7 @@ def _migrate(settings: Settings) -> int:
         # (`headway serve` migrates first, so it says this too, and exits with it).
         reason = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
         where = _redact(settings.database_url)
-        print(f"headway: cannot set up the database {where}: {reason}", file=sys.stderr)
-        return 1
+        return failed(f"headway: cannot set up the database {where}: {reason}")
     print("headway: database is up to date", flush=True)
     return 0
 
@@ -202,8 +195,7 @@ def _serve(settings: Settings, workers: int) -> int:
     try:
         metrics_dir = _prepare_metrics(settings, workers)
     except OSError as exc:
-        print(f"headway: cannot serve metrics: {exc}", file=sys.stderr)
-        return 1
+        return failed(f"headway: cannot serve metrics: {exc}")
     progress = "Redis" if settings.several_instances else "process memory"
     address, browser = _address(settings), _browser_address(settings)
     print(

@@ -220,8 +220,7 @@ def report_body(
 
 def last_line(text: str) -> str:
     """The last non-empty line of `text`, at most MAX_TEXT characters (cut with "…")."""
-    line = next((line for line in reversed(text.splitlines()) if line.strip()), "")
-    return line if len(line) <= MAX_TEXT else line[: MAX_TEXT - 1] + "…"
+    return short_text(next((line for line in reversed(text.splitlines()) if line.strip()), ""))
 
 
 def short_text(text: str) -> str:

@@ -6,13 +6,14 @@ from one background thread."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import math
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, Never, TypeVar
 
@@ -56,10 +57,6 @@ def flush_timeout_from_environment() -> float:
     return seconds
 
 
-def _reason(error: Exception) -> str:
-    return str(error) or type(error).__name__
-
-
 class BaseClient:
     """Settings and reporters, shared by `Client` and `AsyncClient`.
 
@@ -89,9 +86,9 @@ class BaseClient:
         self.timeout = timeout
         self.min_interval = min_interval
         self.backoff = backoff
-        if exit_timeout is None:
-            exit_timeout = flush_timeout_from_environment()
-        self.exit_timeout = exit_timeout
+        self.exit_timeout = (
+            flush_timeout_from_environment() if exit_timeout is None else exit_timeout
+        )
         self.retries = retries
         self._sender: Sender | None = None
         self._sender_lock = threading.Lock()
@@ -162,6 +159,16 @@ class BaseClient:
             wait = max(wait, error.retry_after)
         return wait
 
+    @contextlib.contextmanager
+    def _reaching(self) -> Iterator[None]:
+        """An httpx error (no answer, or one that cannot be read) as a NetworkError."""
+        try:
+            yield
+        except httpx.HTTPError as exc:
+            raise NetworkError(
+                f"cannot reach {self.url}: {str(exc) or type(exc).__name__}"
+            ) from exc
+
     def _space(self, space: str | None) -> str:
         chosen = space or self.space
         if not chosen:
@@ -193,23 +200,18 @@ class Client(BaseClient):
     _http: httpx.Client | None = None  # made on first use: reporters need none
 
     def _send(self, call: calls.Call[T]) -> T:
+        if self._http is None:
+            self._http = calls.http_client(httpx.Client, self.url, self.timeout)
         attempt = 0
         while True:
             try:
-                return self._send_once(call)
+                with self._reaching():
+                    response = self._http.send(call.request(self._http))
+                return call.result(response)
             except (NetworkError, APIError) as exc:
                 wait = self._retry_in(call, attempt, exc)
             time.sleep(wait)
             attempt += 1
-
-    def _send_once(self, call: calls.Call[T]) -> T:
-        if self._http is None:
-            self._http = calls.http_client(httpx.Client, self.url, self.timeout)
-        try:
-            response = self._http.send(call.request(self._http))
-        except httpx.HTTPError as exc:  # no answer, or one that cannot be read
-            raise NetworkError(f"cannot reach {self.url}: {_reason(exc)}") from exc
-        return call.result(response)
 
     def create_space(self, title: str | None = None, icon: str | None = None) -> Space:
         """A new space; its `uuid` is the credential, shown only now."""
@@ -304,23 +306,18 @@ class AsyncClient(BaseClient):
     _http: httpx.AsyncClient | None = None  # made on first use: reporters need none
 
     async def _send(self, call: calls.Call[T]) -> T:
+        if self._http is None:
+            self._http = calls.http_client(httpx.AsyncClient, self.url, self.timeout)
         attempt = 0
         while True:
             try:
-                return await self._send_once(call)
+                with self._reaching():
+                    response = await self._http.send(call.request(self._http))
+                return call.result(response)
             except (NetworkError, APIError) as exc:
                 wait = self._retry_in(call, attempt, exc)
             await asyncio.sleep(wait)
             attempt += 1
-
-    async def _send_once(self, call: calls.Call[T]) -> T:
-        if self._http is None:
-            self._http = calls.http_client(httpx.AsyncClient, self.url, self.timeout)
-        try:
-            response = await self._http.send(call.request(self._http))
-        except httpx.HTTPError as exc:  # no answer, or one that cannot be read
-            raise NetworkError(f"cannot reach {self.url}: {_reason(exc)}") from exc
-        return call.result(response)
 
     create_space = _awaited(Client.create_space)
     get_space = _awaited(Client.get_space)

@@ -1,11 +1,5 @@
 """Reports that never hurt the job: a `Reporter` per task, whose latest state one
-background thread per client (`sender.Sender`) delivers.
-
-`Reporter.report()` only stores the state and, at most once per interval, wakes the
-thread: it never waits on the network and never raises. A newer state replaces one not
-yet sent, so a task costs at most one request per `min_interval` however often it
-reports, and its final state is sent at once (see `sender` for retries and exit).
-"""
+background thread per client delivers (`sender` says how: coalescing, retries, exit)."""
 
 from __future__ import annotations
 

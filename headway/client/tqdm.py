@@ -64,9 +64,7 @@ class ReportingBar:
     ) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[call-arg]
         if not self.disable:
-            self._headway = _reporter(self, client, space, task, min_interval)
-            if self._headway is not None:
-                self._headway_report()
+            self._headway_start(client, space, task, min_interval)
 
     def display(self, *args: Any, **kwargs: Any) -> Any:
         shown = super().display(*args, **kwargs)  # type: ignore[misc]
@@ -97,6 +95,13 @@ class ReportingBar:
         if exc is not None and not (isinstance(exc, SystemExit) and exc.code in (None, 0)):
             self._headway_error = exc
         return super().__exit__(exc_type, exc, traceback)  # type: ignore[misc]
+
+    def _headway_start(
+        self, client: Client | None, space: str | None, task: str | None, interval: float | None
+    ) -> None:
+        self._headway = _reporter(self, client, space, task, interval)
+        if self._headway is not None:
+            self._headway_report()
 
     def _headway_report(self) -> None:
         bar: Any = self
@@ -175,7 +180,5 @@ def attach(
     if cls not in _attached:
         _attached[cls] = type(cls.__name__, (ReportingBar, cls), {"__module__": cls.__module__})
     bar.__class__ = _attached[cls]
-    bar._headway = _reporter(bar, client, space, task, min_interval)
-    if bar._headway is not None:
-        bar._headway_report()
+    bar._headway_start(client, space, task, min_interval)
     return bar
