@@ -104,9 +104,8 @@ def snippet(
 def badge_command(args: argparse.Namespace) -> int:
     from ..client.client import DEFAULT_URL
 
-    base_url = args.url or os.environ.get("HEADWAY_URL") or DEFAULT_URL
     try:
-        link = share_link(args.link, base_url)
+        link = share_link(args.link, args.url or os.environ.get("HEADWAY_URL") or DEFAULT_URL)
     except ValueError as exc:
         return failed(f"headway badge: {exc}", 2)
     options = ("task", "label", "style", "bar", "shields", "embed")

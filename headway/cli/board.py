@@ -262,9 +262,7 @@ def _widths(rows: list[dict[str, Any]], width: int) -> dict[str, int]:
         if action == "drop":
             del widths[name]
         else:
-            widths[name] = (
-                max(least, widths[name] - excess) if widths[name] > least else widths[name]
-            )
+            widths[name] = max(min(least, widths[name]), widths[name] - excess)
     for name in ("log", "task"):  # the room a cut left unused goes back
         room = width - sum(widths.values()) - GAP * (len(widths) - 1)
         if name in widths and room > 0:

@@ -75,7 +75,7 @@ def _test(args: argparse.Namespace) -> int:
             raise
         return failed(
             f"headway channels test needs Apprise (no module {exc.name!r}); "
-            f"install it with: {APPRISE_EXTRA}",
+            f"install it with: {APPRISE_EXTRA}"
         )
 
 

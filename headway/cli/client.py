@@ -1,8 +1,7 @@
 """The client's commands: `headway space create`, `headway task create`, `headway report`.
-Each sends one request (a create is tried again after a network error, a 429 or a 5xx,
-with the same Idempotency-Key); an error prints the server's message and exits 1. The
-client is imported when one of them runs, so that the server's commands start without
-it."""
+Each sends one request (a create may be tried again: see `BaseClient`); an error prints
+the server's message and exits 1. The client is imported when one of them runs, so that
+the server's commands start without it."""
 
 from __future__ import annotations
 
@@ -112,8 +111,7 @@ def _space_create(args: argparse.Namespace, client: Client) -> int:
         answer = {"uuid": space.uuid, "title": space.title, "icon": space.icon, "url": url}
         print(json.dumps(answer, ensure_ascii=False))
     else:
-        print(space.uuid)
-        print(url)
+        print(space.uuid, url, sep="\n")
     return 0
 
 

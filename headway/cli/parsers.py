@@ -31,8 +31,7 @@ def command_parser(
 
 def add_url(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--url",
-        help="the Headway server (default: HEADWAY_URL, else http://127.0.0.1:8000)",
+        "--url", help="the Headway server (default: HEADWAY_URL, else http://127.0.0.1:8000)"
     )
 
 

@@ -141,9 +141,9 @@ def exit_values(returncode: int) -> dict[str, str | int]:
     """The values that report how the command ended (`Popen.returncode`: negative when a
     signal ended it): `exit_code` as a shell shows it, and for a signal its name; `error`
     when the command failed, so that the task shows as failed."""
-    if returncode >= 0:
-        if returncode == 0:
-            return {"exit_code": 0}
+    if returncode == 0:
+        return {"exit_code": 0}
+    if returncode > 0:
         return {"exit_code": returncode, "error": f"exit code {returncode}"}
     name = signal_name(-returncode)
     return {

@@ -91,7 +91,7 @@ def _not_installed(command: str, missing: str | None = None) -> int:
     """Say that `command` needs the server and how to install it; the exit status."""
     why = f" (no module {missing!r})" if missing else ""
     return failed(
-        f"headway {command} needs the server, which is not installed here{why}: {SERVER_EXTRA}",
+        f"headway {command} needs the server, which is not installed here{why}: {SERVER_EXTRA}"
     )
 
 

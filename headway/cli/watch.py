@@ -80,10 +80,9 @@ def watch_command(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return failed(f"headway watch: {exc}", 2)
     board = Board()
-    console = Console()
     try:
         with Live(
-            console=console,
+            console=Console(),
             refresh_per_second=4,
             get_renderable=lambda: render(board, datetime.now(UTC)),
         ):

@@ -72,11 +72,8 @@ def api_error(response: httpx.Response) -> APIError:
         message = response.json()["error"]
     except (ValueError, KeyError, TypeError):
         message = response.text.strip()[:200] or response.reason_phrase
-    return APIError(
-        response.status_code,
-        str(message),
-        retry_after=retry_after(response.headers.get("retry-after")),
-    )
+    wait = retry_after(response.headers.get("retry-after"))
+    return APIError(response.status_code, str(message), retry_after=wait)
 
 
 def retry_after(header: str | None, *, now: datetime | None = None) -> float | None:
@@ -163,13 +160,8 @@ def create_task(
         source=None if source is None else source[:MAX_TITLE],
         parent_uuid=parent,
     )
-    return Call(
-        "POST",
-        _path("spaces", space, "tasks"),
-        lambda data: str(data["uuid"]),
-        body=body,
-        key=key or new_key(),
-    )
+    path = _path("spaces", space, "tasks")
+    return Call("POST", path, lambda data: str(data["uuid"]), body=body, key=key or new_key())
 
 
 def read_task(task: str) -> Call[Task]:

@@ -46,15 +46,15 @@ def flush_timeout_from_environment() -> float:
         seconds = float(text)
     except ValueError:
         seconds = math.nan
-    if not math.isfinite(seconds) or seconds < 0:
-        log.warning(
-            "Headway: %s must be a number of seconds, at least 0, not %r: %g s it is",
-            FLUSH_TIMEOUT_VARIABLE,
-            text,
-            DEFAULT_FLUSH_TIMEOUT,
-        )
-        return DEFAULT_FLUSH_TIMEOUT
-    return seconds
+    if math.isfinite(seconds) and seconds >= 0:
+        return seconds
+    log.warning(
+        "Headway: %s must be a number of seconds, at least 0, not %r: %g s it is",
+        FLUSH_TIMEOUT_VARIABLE,
+        text,
+        DEFAULT_FLUSH_TIMEOUT,
+    )
+    return DEFAULT_FLUSH_TIMEOUT
 
 
 class BaseClient:

@@ -6,23 +6,14 @@ from __future__ import annotations
 import traceback
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Never, Protocol, TypeVar
+from typing import TYPE_CHECKING, Never
 
 from . import calls
 from .errors import HeadwayError
 from .models import Estimate, Value
 
-T = TypeVar("T")
-
-
-class Sender(Protocol):
-    """What a reporter asks of the thread that sends for it (`sender.Sender`)."""
-
-    def schedule(self, reporter: Reporter, due: float, place: int | None = None) -> None: ...
-
-    def flush(self, timeout: float, reporter: Reporter | None = None) -> bool: ...
-
-    def ask(self, call: calls.Call[T]) -> T: ...
+if TYPE_CHECKING:
+    from .sender import Sender
 
 
 # (current, end, values, log): the arguments of the latest `report()`.

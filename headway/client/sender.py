@@ -51,8 +51,7 @@ class _Gone(Exception):
 
 
 class Sender:
-    """The background thread of one client: delivers its reporters' states in due time,
-    one request at a time, retrying with backoff while the server cannot take them."""
+    """The background thread of one client, delivering as the module's docstring says."""
 
     def __init__(
         self,
@@ -227,14 +226,13 @@ class Sender:
         except _Gone:
             return
         except (NetworkError, APIError) as exc:
-            if isinstance(exc, APIError) and not exc.retryable:
-                self._refused(reporter, exc, final=closed)
-            else:
+            if isinstance(exc, NetworkError) or exc.retryable:
                 self._failed(exc)
                 reporter._next_at = 0.0  # the backoff decides when it goes again
                 reporter._scheduled = True
                 self.schedule(reporter, 0.0, place)
                 return
+            self._refused(reporter, exc, final=closed)
         except (TypeError, ValueError) as exc:  # values JSON cannot carry (NaN, objects)
             self._refused(reporter, exc, final=closed)
         reporter._sent = state
@@ -283,11 +281,9 @@ class Sender:
             return
         try:
             self._send(calls.report(parent.uuid or "", _body(parent, state, done=False)))
-        except APIError as exc:
-            if exc.retryable:
+        except (APIError, TypeError, ValueError) as exc:  # or values JSON cannot carry
+            if isinstance(exc, APIError) and exc.retryable:
                 raise
-            self._refused(parent, exc, final=False)
-        except (TypeError, ValueError) as exc:  # values JSON cannot carry
             self._refused(parent, exc, final=False)
         parent._sent = state
         parent._next_at = time.monotonic() + parent.min_interval
