@@ -37,12 +37,8 @@ def parser() -> argparse.ArgumentParser:
     )
     root.add_argument("--version", action="version", version=f"headway {__version__}")
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    server.add_commands(commands)
-    client.add_commands(commands)
-    run.add_commands(commands)
-    watch.add_commands(commands)
-    badge.add_commands(commands)
-    channels.add_commands(commands)
+    for group in (server, client, run, watch, badge, channels):
+        group.add_commands(commands)
     return root
 
 

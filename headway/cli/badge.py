@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import uuid
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
-from .parsers import add_url, command_parser
+from .parsers import add_url, command_parser, failed
 
 STYLES = ("flat", "flat-square", "for-the-badge")
 SHIELDS_ENDPOINT = "https://img.shields.io/endpoint"
@@ -105,21 +104,10 @@ def snippet(
 def badge_command(args: argparse.Namespace) -> int:
     from ..client.client import DEFAULT_URL
 
-    base_url = args.url or os.environ.get("HEADWAY_URL") or DEFAULT_URL
     try:
-        link = share_link(args.link, base_url)
+        link = share_link(args.link, args.url or os.environ.get("HEADWAY_URL") or DEFAULT_URL)
     except ValueError as exc:
-        print(f"headway badge: {exc}", file=sys.stderr)
-        return 2
-    print(
-        snippet(
-            link,
-            task=args.task,
-            label=args.label,
-            style=args.style,
-            bar=args.bar,
-            shields=args.shields,
-            embed=args.embed,
-        )
-    )
+        return failed(f"headway badge: {exc}", 2)
+    options = ("task", "label", "style", "bar", "shields", "embed")
+    print(snippet(link, **{name: getattr(args, name) for name in options}))
     return 0

@@ -134,22 +134,15 @@ class Board:
 
 
 def render(board: Board, now: datetime) -> RenderableType:
-    """The board as a table that fits the terminal: one bar per task, newest first, steps
-    indented under their task in the order they came, with percent, count, rate, time
-    left, age of the last report, and the latest log line; a failed task is marked ✗ and
-    shows how it failed instead of its log line. The mark (✓ ✗ …) and the percent (or
-    "waiting", "stalled") are always shown; a failed task's bar and percent stop where it
-    did; on a narrow terminal the log, the title and the bar are cut first, then the rate,
-    the age and the count go, keeping the bar, the time left and some of the log at 80
-    columns (`LAYOUT`). The time left is counted down, in seconds under a minute. The
-    caption says whether the stream is live, or why and for how long more it waits to
-    reconnect ("rate limited; retrying in 12 s")."""
+    """The board as a table that fits the terminal, as `headway watch --help` tells it
+    (`LAYOUT`: what gives way on a narrow one); its caption says whether the stream is
+    live, or why and for how long more it waits to reconnect ("rate limited; retrying in
+    12 s")."""
     return _Drawn(board, now)
 
 
 COLUMNS = ("mark", "task", "progress", "percent", "count", "rate", "left", "updated", "log")
-HEADERS = {"task": "task", "progress": "progress", "count": "count", "rate": "rate"}
-HEADERS |= {"left": "left", "updated": "updated", "log": "log"}
+HEADERS = {name: name for name in COLUMNS if name not in ("mark", "percent")}
 RIGHT = {"percent", "count", "rate", "left", "updated"}
 # Widest the task and log columns grow on a wide terminal.
 MAX_WIDTHS = {"task": 40, "log": 60}
@@ -269,9 +262,7 @@ def _widths(rows: list[dict[str, Any]], width: int) -> dict[str, int]:
         if action == "drop":
             del widths[name]
         else:
-            widths[name] = (
-                max(least, widths[name] - excess) if widths[name] > least else widths[name]
-            )
+            widths[name] = max(min(least, widths[name]), widths[name] - excess)
     for name in ("log", "task"):  # the room a cut left unused goes back
         room = width - sum(widths.values()) - GAP * (len(widths) - 1)
         if name in widths and room > 0:

@@ -10,7 +10,7 @@ import os
 import sys
 
 from ..config import ConfigError, Settings
-from .parsers import command_parser, installed
+from .parsers import command_parser, failed, installed
 
 APPRISE_EXTRA = "pip install 'headway[server]' (or only: pip install apprise)"
 
@@ -65,22 +65,18 @@ def _test(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise ConfigError(f"HEADWAY_CHANNEL_SCHEMES: {exc}") from None
     except ConfigError as exc:
-        print(f"headway: {exc}", file=sys.stderr)
-        return 2
+        return failed(f"headway: {exc}", 2)
     if not args.timeout > 0:
-        print("headway: --timeout must be above 0", file=sys.stderr)
-        return 2
+        return failed("headway: --timeout must be above 0", 2)
     try:
         return _send(args.url, schemes, allow_private, args.timeout, args.title)
     except ModuleNotFoundError as exc:
         if (exc.name or "headway").partition(".")[0] == "headway":
             raise
-        print(
+        return failed(
             f"headway channels test needs Apprise (no module {exc.name!r}); "
-            f"install it with: {APPRISE_EXTRA}",
-            file=sys.stderr,
+            f"install it with: {APPRISE_EXTRA}"
         )
-        return 1
 
 
 def _send(
@@ -93,8 +89,7 @@ def _send(
     try:
         channel = check_channel_url(url, schemes)
     except Unprocessable as exc:
-        print(f"headway: {exc.message}", file=sys.stderr)
-        return 1
+        return failed(f"headway: {exc.message}")
     outcome = asyncio.run(
         send_test(
             url,

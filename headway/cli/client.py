@@ -1,19 +1,17 @@
 """The client's commands: `headway space create`, `headway task create`, `headway report`.
-Each sends one request (a create is tried again after a network error, a 429 or a 5xx,
-with the same Idempotency-Key); an error prints the server's message and exits 1. The
-client is imported when one of them runs, so that the server's commands start without
-it."""
+Each sends one request (a create may be tried again: see `BaseClient`); an error prints
+the server's message and exits 1. The client is imported when one of them runs, so that
+the server's commands start without it."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import re
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .parsers import add_space, add_url, command_parser
+from .parsers import add_space, add_url, command_parser, failed
 
 if TYPE_CHECKING:
     from ..client import Client, Task
@@ -23,12 +21,9 @@ _NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
 
 
 def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    space = commands.add_parser("space", help="create a space")
-    space_commands = space.add_subparsers(dest="space_command", required=True, metavar="create")
-    create_space = command_parser(
-        space_commands,
-        "create",
-        "create a space",
+    create_space = _create_command(
+        commands,
+        "space",
         "Create a space and print its uuid (the credential: keep it) and its dashboard's "
         "address, or both as JSON with --json.",
         "S=$(headway space create --title 'Nightly builds' --icon 🌙 --json | jq -r .uuid)",
@@ -39,12 +34,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     add_url(create_space)
     create_space.set_defaults(handler=_client_command(_space_create))
 
-    task = commands.add_parser("task", help="create a task")
-    task_commands = task.add_subparsers(dest="task_command", required=True, metavar="create")
-    create_task = command_parser(
-        task_commands,
-        "create",
-        "create a task",
+    create_task = _create_command(
+        commands,
+        "task",
         "Create a task in a space (a step of --parent if given) and print its uuid.",
         "T=$(headway task create --title Deploy --space $S)",
     )
@@ -82,6 +74,18 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     report.set_defaults(handler=_client_command(_report))
 
 
+def _create_command(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser],
+    noun: str,
+    description: str,
+    example: str,
+) -> argparse.ArgumentParser:
+    """`headway NOUN create`, NOUN's only command."""
+    group = commands.add_parser(noun, help=f"create a {noun}")
+    nested = group.add_subparsers(dest=f"{noun}_command", required=True, metavar="create")
+    return command_parser(nested, "create", f"create a {noun}", description, example)
+
+
 def _client_command(
     run: Callable[[argparse.Namespace, Client], int],
 ) -> Callable[[argparse.Namespace], int]:
@@ -94,8 +98,7 @@ def _client_command(
             try:
                 return run(args, client)
             except HeadwayError as exc:
-                print(f"headway: {exc}", file=sys.stderr)
-                return 1
+                return failed(f"headway: {exc}")
 
     return handler
 
@@ -108,8 +111,7 @@ def _space_create(args: argparse.Namespace, client: Client) -> int:
         answer = {"uuid": space.uuid, "title": space.title, "icon": space.icon, "url": url}
         print(json.dumps(answer, ensure_ascii=False))
     else:
-        print(space.uuid)
-        print(url)
+        print(space.uuid, url, sep="\n")
     return 0
 
 

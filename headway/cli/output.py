@@ -42,14 +42,9 @@ def find_count(
 ) -> tuple[float, float | None] | None:
     """The count `line` shows, as (current, end), or None."""
     if pattern is not None:
-        match = pattern.search(line)
-        if match is None:
-            return None
-        groups = match.groupdict()
+        groups = match.groupdict() if (match := pattern.search(line)) else {}
         current = _number(groups.get("current"))
-        if current is None:
-            return None
-        return current, _number(groups.get("end"))
+        return None if current is None else (current, _number(groups.get("end")))
     match = _TQDM.search(line)
     if match:
         current = float(match["current"]) * _SCALE[match["cs"]]
@@ -101,6 +96,4 @@ class OutputReader:
             count = find_count(line, self.pattern)
             if count is not None:
                 break
-        if count is None:
-            return Reading(latest)
-        return Reading(latest, *count)
+        return Reading(latest, *(count or ()))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import sys
 
 
 def command_parser(
@@ -30,13 +31,18 @@ def command_parser(
 
 def add_url(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--url",
-        help="the Headway server (default: HEADWAY_URL, else http://127.0.0.1:8000)",
+        "--url", help="the Headway server (default: HEADWAY_URL, else http://127.0.0.1:8000)"
     )
 
 
 def add_space(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--space", help="the space's uuid (default: HEADWAY_SPACE)")
+
+
+def failed(message: str, status: int = 1) -> int:
+    """Print `message` on stderr; returns `status`, the command's exit status."""
+    print(message, file=sys.stderr)
+    return status
 
 
 def installed(*modules: str) -> bool:

@@ -15,7 +15,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from .output import OutputReader
-from .parsers import add_space, add_url, command_parser
+from .parsers import add_space, add_url, command_parser, failed
 from .signals import Forwarding, signal_name
 
 if TYPE_CHECKING:
@@ -90,8 +90,7 @@ def _pattern(text: str) -> re.Pattern[str]:
 def run_command(args: argparse.Namespace) -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
-        print("headway run: no command given: headway run [options] -- COMMAND", file=sys.stderr)
-        return 2
+        return failed("headway run: no command given: headway run [options] -- COMMAND", 2)
     # From the start to the last report: a signal that comes before the command runs is
     # passed on once it does, one that comes while reports are sent at the end is harmless.
     with Forwarding() as forwarding:
@@ -142,9 +141,9 @@ def exit_values(returncode: int) -> dict[str, str | int]:
     """The values that report how the command ended (`Popen.returncode`: negative when a
     signal ended it): `exit_code` as a shell shows it, and for a signal its name; `error`
     when the command failed, so that the task shows as failed."""
-    if returncode >= 0:
-        if returncode == 0:
-            return {"exit_code": 0}
+    if returncode == 0:
+        return {"exit_code": 0}
+    if returncode > 0:
         return {"exit_code": returncode, "error": f"exit code {returncode}"}
     name = signal_name(-returncode)
     return {

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Callable
 
 from ..config import ConfigError, Settings
-from .parsers import command_parser, installed
+from .parsers import command_parser, failed, installed
 
 SERVER_EXTRA = "pip install 'headway[server]', or from a clone: pip install '.[server]'"
 # What every server command imports: without them, there is no server here.
@@ -42,7 +42,9 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=1,
         help="server processes (more than 1 needs HEADWAY_REDIS_URL)",
     )
-    serve.set_defaults(handler=_server_command(_serve_command))
+    serve.set_defaults(
+        handler=_server_command(lambda settings, args: _serve(settings, args.workers))
+    )
     worker = command_parser(
         commands,
         "worker",
@@ -52,7 +54,7 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "HEADWAY_DATABASE_URL=postgresql://headway@127.0.0.1/headway headway worker",
         listed=listed,
     )
-    worker.set_defaults(handler=_server_command(_worker_command))
+    worker.set_defaults(handler=_server_command(lambda settings, args: _worker(settings)))
     migrate = command_parser(
         commands,
         "migrate",
@@ -61,20 +63,22 @@ def add_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "HEADWAY_DATABASE_URL=postgresql://headway@127.0.0.1/headway headway migrate",
         listed=listed,
     )
-    migrate.set_defaults(handler=_server_command(_migrate_command))
+    migrate.set_defaults(handler=_server_command(lambda settings, args: _migrate(settings)))
 
 
 def _server_command(
-    run: Callable[[argparse.Namespace], int],
+    run: Callable[[Settings, argparse.Namespace], int],
 ) -> Callable[[argparse.Namespace], int]:
-    """`run`, or a message saying how to install the server when a package is missing
-    (none of the server's, or one it imports on the way)."""
+    """`run` with the settings (exit status 2 if they are wrong), or a message saying how
+    to install the server when a package is missing (none of the server's, or one it
+    imports on the way)."""
 
     def handler(args: argparse.Namespace) -> int:
         if not installed(*SERVER_MODULES):
             return _not_installed(args.command)
         try:
-            return run(args)
+            settings = _settings(args)
+            return 2 if settings is None else run(settings, args)
         except ModuleNotFoundError as exc:
             if (exc.name or "headway").partition(".")[0] == "headway":
                 raise
@@ -86,11 +90,9 @@ def _server_command(
 def _not_installed(command: str, missing: str | None = None) -> int:
     """Say that `command` needs the server and how to install it; the exit status."""
     why = f" (no module {missing!r})" if missing else ""
-    print(
-        f"headway {command} needs the server, which is not installed here{why}: {SERVER_EXTRA}",
-        file=sys.stderr,
+    return failed(
+        f"headway {command} needs the server, which is not installed here{why}: {SERVER_EXTRA}"
     )
-    return 1
 
 
 def _settings(args: argparse.Namespace) -> Settings | None:
@@ -98,12 +100,8 @@ def _settings(args: argparse.Namespace) -> Settings | None:
     try:
         settings = Settings.from_env()
         if args.command == "serve":
-            changes: dict[str, object] = {}
-            if args.host:
-                changes["host"] = args.host
-            if args.port is not None:
-                changes["port"] = args.port
-            settings = settings.with_(**changes)
+            flags = {"host": args.host or None, "port": args.port}
+            settings = settings.with_(**{k: v for k, v in flags.items() if v is not None})
             if args.workers < 1:
                 raise ConfigError("--workers must be at least 1")
             if args.workers > 1 and not settings.several_instances:
@@ -115,21 +113,6 @@ def _settings(args: argparse.Namespace) -> Settings | None:
         print(f"headway: {exc}", file=sys.stderr)
         return None
     return settings
-
-
-def _serve_command(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    return 2 if settings is None else _serve(settings, args.workers)
-
-
-def _worker_command(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    return 2 if settings is None else _worker(settings)
-
-
-def _migrate_command(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    return 2 if settings is None else _migrate(settings)
 
 
 def _migrate(settings: Settings) -> int:
@@ -152,8 +135,7 @@ def _migrate(settings: Settings) -> int:
         # (`headway serve` migrates first, so it says this too, and exits with it).
         reason = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
         where = _redact(settings.database_url)
-        print(f"headway: cannot set up the database {where}: {reason}", file=sys.stderr)
-        return 1
+        return failed(f"headway: cannot set up the database {where}: {reason}")
     print("headway: database is up to date", flush=True)
     return 0
 
@@ -213,8 +195,7 @@ def _serve(settings: Settings, workers: int) -> int:
     try:
         metrics_dir = _prepare_metrics(settings, workers)
     except OSError as exc:
-        print(f"headway: cannot serve metrics: {exc}", file=sys.stderr)
-        return 1
+        return failed(f"headway: cannot serve metrics: {exc}")
     progress = "Redis" if settings.several_instances else "process memory"
     address, browser = _address(settings), _browser_address(settings)
     print(

@@ -10,34 +10,24 @@ import os
 import signal
 import subprocess
 import sys
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any
+
+
+def _numbers(names: str) -> frozenset[int]:
+    """The numbers of the signals named (space-separated) that this system has."""
+    return frozenset(int(getattr(signal, name)) for name in names.split() if hasattr(signal, name))
+
 
 # Signals left alone: those no process can catch, the news of the command's own end
 # (SIGCHLD), faults of `headway run` itself (a handler would run after the fault, over
 # and over), and those Python ignores so that a write fails instead (SIGPIPE, SIGXFSZ).
-_LEFT_ALONE = (
-    "SIGKILL",
-    "SIGSTOP",
-    "SIGCHLD",
-    "SIGSEGV",
-    "SIGBUS",
-    "SIGFPE",
-    "SIGILL",
-    "SIGTRAP",
-    "SIGSYS",
-    "SIGABRT",
-    "SIGPIPE",
-    "SIGXFSZ",
+LEFT_ALONE = _numbers(
+    "SIGKILL SIGSTOP SIGCHLD SIGSEGV SIGBUS SIGFPE SIGILL SIGTRAP SIGSYS SIGABRT SIGPIPE SIGXFSZ"
 )
-LEFT_ALONE = frozenset(int(getattr(signal, name)) for name in _LEFT_ALONE if hasattr(signal, name))
 # Job control: passed on, then `headway run` stops too (as a shell expects of the job it
 # stopped) until a SIGCONT, which it passes on in turn.
-STOPPING = frozenset(
-    int(getattr(signal, name))
-    for name in ("SIGTSTP", "SIGTTIN", "SIGTTOU")
-    if hasattr(signal, name)
-)
+STOPPING = _numbers("SIGTSTP SIGTTIN SIGTTOU")
 # What the keyboard sends to a terminal's whole foreground process group, command included.
 KEYBOARD = frozenset({int(signal.SIGINT), int(signal.SIGQUIT), int(signal.SIGTSTP)})
 
@@ -105,12 +95,7 @@ class Forwarding:
         with contextlib.suppress(OSError):  # it ended meanwhile: nothing to pass on
             self.child.send_signal(number)
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         for number, handler in self._previous.items():
             with contextlib.suppress(OSError, ValueError, RuntimeError, TypeError):
                 signal.signal(number, signal.SIG_DFL if handler is None else handler)

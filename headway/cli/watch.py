@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from datetime import UTC, datetime
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
-from .parsers import add_url, command_parser
+from .parsers import add_url, command_parser, failed
 
 DESCRIPTION = """\
 Show a space live, newest task first: one bar per task with its steps indented below,
@@ -74,19 +73,16 @@ def watch_command(args: argparse.Namespace) -> int:
 
     target = args.space or os.environ.get("HEADWAY_SPACE")
     if not target:
-        print("headway watch: give a space, an address or a share link", file=sys.stderr)
-        return 2
+        return failed("headway watch: give a space, an address or a share link", 2)
     base_url = args.url or os.environ.get("HEADWAY_URL") or DEFAULT_URL
     try:
         url = stream_url(target, base_url, limit=args.limit, state=args.state)
     except ValueError as exc:
-        print(f"headway watch: {exc}", file=sys.stderr)
-        return 2
+        return failed(f"headway watch: {exc}", 2)
     board = Board()
-    console = Console()
     try:
         with Live(
-            console=console,
+            console=Console(),
             refresh_per_second=4,
             get_renderable=lambda: render(board, datetime.now(UTC)),
         ):
@@ -95,6 +91,5 @@ def watch_command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     except HeadwayError as exc:
-        print(f"headway watch: {exc}", file=sys.stderr)
-        return 1
+        return failed(f"headway watch: {exc}")
     return 0

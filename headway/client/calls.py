@@ -18,6 +18,7 @@ from .errors import APIError
 from .models import Estimate, Space, Task, Value
 
 T = TypeVar("T")
+H = TypeVar("H", httpx.Client, httpx.AsyncClient)
 
 # The server's limits (docs/walkthrough.md, "Limits and rules worth knowing"), applied to text the
 # client writes on the caller's behalf so that a long line never costs a whole report.
@@ -71,11 +72,8 @@ def api_error(response: httpx.Response) -> APIError:
         message = response.json()["error"]
     except (ValueError, KeyError, TypeError):
         message = response.text.strip()[:200] or response.reason_phrase
-    return APIError(
-        response.status_code,
-        str(message),
-        retry_after=retry_after(response.headers.get("retry-after")),
-    )
+    wait = retry_after(response.headers.get("retry-after"))
+    return APIError(response.status_code, str(message), retry_after=wait)
 
 
 def retry_after(header: str | None, *, now: datetime | None = None) -> float | None:
@@ -107,19 +105,29 @@ def user_agent() -> str:
     return f"headway-client/{__version__}"
 
 
+def http_client(cls: type[H], url: str, timeout: float) -> H:
+    """A `cls` (`httpx.Client` or `httpx.AsyncClient`) for the server at `url`."""
+    return cls(base_url=url, timeout=timeout, headers={"user-agent": user_agent()})
+
+
 def _path(*parts: str) -> str:
     return "/" + "/".join(quote(part, safe="") for part in parts)
 
 
-def _timestamp(value: datetime | str) -> str:
-    if isinstance(value, str):
-        return value
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def _given(**fields: Any) -> dict[str, Any]:
+    """`fields` but those that are None, in order."""
+    return {name: value for name, value in fields.items() if value is not None}
+
+
+def _param(value: datetime | str | int) -> str:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return str(value)
 
 
 def create_space(title: str | None, icon: str | None, key: str | None = None) -> Call[Space]:
     """`key`: the create's idempotency key (a new one if not given)."""
-    body = {name: value for name, value in (("title", title), ("icon", icon)) if value is not None}
+    body = _given(title=title, icon=icon)
     return Call("POST", "/spaces", Space.from_json, body=body, key=key or new_key())
 
 
@@ -131,15 +139,8 @@ def read_space(
     after: datetime | str | None = None,
     state: str | None = None,
 ) -> Call[Space]:
-    params = {}
-    if limit is not None:
-        params["limit"] = str(limit)
-    if before is not None:
-        params["before"] = _timestamp(before)
-    if after is not None:
-        params["after"] = _timestamp(after)
-    if state is not None:
-        params["state"] = state
+    given = _given(limit=limit, before=before, after=after, state=state)
+    params = {name: _param(value) for name, value in given.items()}
     return Call(
         "GET", _path("spaces", space), lambda data: Space.from_json(data, space), params=params
     )
@@ -154,20 +155,13 @@ def create_task(
 ) -> Call[str]:
     """Answers the new task's uuid. `key`: the create's idempotency key (a new one if not
     given)."""
-    body: dict[str, str] = {}
-    if title is not None:
-        body["title"] = title[:MAX_TITLE]
-    if source is not None:
-        body["source"] = source[:MAX_TITLE]
-    if parent is not None:
-        body["parent_uuid"] = parent
-    return Call(
-        "POST",
-        _path("spaces", space, "tasks"),
-        lambda data: str(data["uuid"]),
-        body=body,
-        key=key or new_key(),
+    body = _given(
+        title=None if title is None else title[:MAX_TITLE],
+        source=None if source is None else source[:MAX_TITLE],
+        parent_uuid=parent,
     )
+    path = _path("spaces", space, "tasks")
+    return Call("POST", path, lambda data: str(data["uuid"]), body=body, key=key or new_key())
 
 
 def read_task(task: str) -> Call[Task]:
@@ -204,11 +198,7 @@ def report_body(
     """The whole new state of a task. `log` becomes `values["log"]`, cut to its last
     non-empty line and the server's 1,024 characters. Only `done` gives `{"done": true}`,
     which finishes the task keeping its last numbers."""
-    body: dict[str, Any] = {}
-    if current is not None:
-        body["current"] = current
-    if end is not None:
-        body["end"] = end
+    body = _given(current=current, end=end)
     if values or log is not None:
         merged = dict(values or {})
         line = None if log is None else last_line(log)
@@ -222,8 +212,7 @@ def report_body(
 
 def last_line(text: str) -> str:
     """The last non-empty line of `text`, at most MAX_TEXT characters (cut with "…")."""
-    line = next((line for line in reversed(text.splitlines()) if line.strip()), "")
-    return line if len(line) <= MAX_TEXT else line[: MAX_TEXT - 1] + "…"
+    return short_text(next((line for line in reversed(text.splitlines()) if line.strip()), ""))
 
 
 def short_text(text: str) -> str:

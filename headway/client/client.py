@@ -6,15 +6,16 @@ from one background thread."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import math
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
-from types import TracebackType
-from typing import Never, TypeVar
+from typing import Any, Never, TypeVar
 
 import httpx
 
@@ -45,19 +46,15 @@ def flush_timeout_from_environment() -> float:
         seconds = float(text)
     except ValueError:
         seconds = math.nan
-    if not math.isfinite(seconds) or seconds < 0:
-        log.warning(
-            "Headway: %s must be a number of seconds, at least 0, not %r: %g s it is",
-            FLUSH_TIMEOUT_VARIABLE,
-            text,
-            DEFAULT_FLUSH_TIMEOUT,
-        )
-        return DEFAULT_FLUSH_TIMEOUT
-    return seconds
-
-
-def _reason(error: Exception) -> str:
-    return str(error) or type(error).__name__
+    if math.isfinite(seconds) and seconds >= 0:
+        return seconds
+    log.warning(
+        "Headway: %s must be a number of seconds, at least 0, not %r: %g s it is",
+        FLUSH_TIMEOUT_VARIABLE,
+        text,
+        DEFAULT_FLUSH_TIMEOUT,
+    )
+    return DEFAULT_FLUSH_TIMEOUT
 
 
 class BaseClient:
@@ -89,9 +86,9 @@ class BaseClient:
         self.timeout = timeout
         self.min_interval = min_interval
         self.backoff = backoff
-        if exit_timeout is None:
-            exit_timeout = flush_timeout_from_environment()
-        self.exit_timeout = exit_timeout
+        self.exit_timeout = (
+            flush_timeout_from_environment() if exit_timeout is None else exit_timeout
+        )
         self.retries = retries
         self._sender: Sender | None = None
         self._sender_lock = threading.Lock()
@@ -140,22 +137,37 @@ class BaseClient:
     ) -> TaskScope:
         """A new task for a `with` block or for each call of a decorated function."""
         return TaskScope(
-            self, title, space=space, source=source, parent=parent, min_interval=min_interval
+            self.reporter,
+            title=title,
+            space=space,
+            source=source,
+            parent=parent,
+            min_interval=min_interval,
         )
 
-    def _retry_in(self, call: calls.Call[T], attempt: int, error: Exception) -> float | None:
+    def _retry_in(self, call: calls.Call[T], attempt: int, error: Exception) -> float:
         """Seconds to wait before sending `call` again after `error` ended its try number
-        `attempt` (0: the first); None when it is not to be tried again: it is not a create
-        (only creates carry a key that makes a second try safe), its tries are spent, or
-        the answer will not change."""
+        `attempt` (0: the first); raises `error` when it is not to be tried again: it is
+        not a create (only creates carry a key that makes a second try safe), its tries are
+        spent, or the answer will not change."""
         if call.key is None or attempt >= self.retries:
-            return None
+            raise error
         if isinstance(error, APIError) and not error.retryable:
-            return None
+            raise error
         wait = min(self.backoff[0] * 2**attempt, self.backoff[1])
         if isinstance(error, APIError) and error.retry_after is not None:
             wait = max(wait, error.retry_after)
         return wait
+
+    @contextlib.contextmanager
+    def _reaching(self) -> Iterator[None]:
+        """An httpx error (no answer, or one that cannot be read) as a NetworkError."""
+        try:
+            yield
+        except httpx.HTTPError as exc:
+            raise NetworkError(
+                f"cannot reach {self.url}: {str(exc) or type(exc).__name__}"
+            ) from exc
 
     def _space(self, space: str | None) -> str:
         chosen = space or self.space
@@ -188,27 +200,18 @@ class Client(BaseClient):
     _http: httpx.Client | None = None  # made on first use: reporters need none
 
     def _send(self, call: calls.Call[T]) -> T:
+        if self._http is None:
+            self._http = calls.http_client(httpx.Client, self.url, self.timeout)
         attempt = 0
         while True:
             try:
-                return self._send_once(call)
+                with self._reaching():
+                    response = self._http.send(call.request(self._http))
+                return call.result(response)
             except (NetworkError, APIError) as exc:
                 wait = self._retry_in(call, attempt, exc)
-                if wait is None:
-                    raise
             time.sleep(wait)
             attempt += 1
-
-    def _send_once(self, call: calls.Call[T]) -> T:
-        if self._http is None:
-            self._http = httpx.Client(
-                base_url=self.url, timeout=self.timeout, headers={"user-agent": calls.user_agent()}
-            )
-        try:
-            response = self._http.send(call.request(self._http))
-        except httpx.HTTPError as exc:  # no answer, or one that cannot be read
-            raise NetworkError(f"cannot reach {self.url}: {_reason(exc)}") from exc
-        return call.result(response)
 
     def create_space(self, title: str | None = None, icon: str | None = None) -> Space:
         """A new space; its `uuid` is the credential, shown only now."""
@@ -280,13 +283,20 @@ class Client(BaseClient):
     def __enter__(self) -> Client:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _awaited(method: Callable[..., Any]) -> Callable[..., Any]:
+    """`Client`'s `method` as `AsyncClient`'s: the same call, sent by `AsyncClient._send`
+    and awaited, so that a mistake (no space, a misplaced keyword) raises on the await."""
+
+    @functools.wraps(method)
+    async def awaited(self: AsyncClient, *args: Any, **kwargs: Any) -> Any:
+        return await method(self, *args, **kwargs)
+
+    awaited.__qualname__ = f"AsyncClient.{method.__name__}"
+    return awaited
 
 
 class AsyncClient(BaseClient):
@@ -296,81 +306,26 @@ class AsyncClient(BaseClient):
     _http: httpx.AsyncClient | None = None  # made on first use: reporters need none
 
     async def _send(self, call: calls.Call[T]) -> T:
+        if self._http is None:
+            self._http = calls.http_client(httpx.AsyncClient, self.url, self.timeout)
         attempt = 0
         while True:
             try:
-                return await self._send_once(call)
+                with self._reaching():
+                    response = await self._http.send(call.request(self._http))
+                return call.result(response)
             except (NetworkError, APIError) as exc:
                 wait = self._retry_in(call, attempt, exc)
-                if wait is None:
-                    raise
             await asyncio.sleep(wait)
             attempt += 1
 
-    async def _send_once(self, call: calls.Call[T]) -> T:
-        if self._http is None:
-            self._http = httpx.AsyncClient(
-                base_url=self.url, timeout=self.timeout, headers={"user-agent": calls.user_agent()}
-            )
-        try:
-            response = await self._http.send(call.request(self._http))
-        except httpx.HTTPError as exc:  # no answer, or one that cannot be read
-            raise NetworkError(f"cannot reach {self.url}: {_reason(exc)}") from exc
-        return call.result(response)
-
-    async def create_space(self, title: str | None = None, icon: str | None = None) -> Space:
-        return await self._send(calls.create_space(title, icon))
-
-    async def get_space(
-        self,
-        space: str | None = None,
-        *,
-        limit: int | None = None,
-        before: datetime | str | None = None,
-        after: datetime | str | None = None,
-        state: str | None = None,
-    ) -> Space:
-        call = calls.read_space(
-            self._space(space), limit=limit, before=before, after=after, state=state
-        )
-        return await self._send(call)
-
-    async def create_task(
-        self,
-        title: str | None = None,
-        *,
-        space: str | None = None,
-        source: str | None = None,
-        parent: str | None = None,
-    ) -> str:
-        return await self._send(calls.create_task(self._space(space), title, source, parent))
-
-    async def get_task(self, task: str) -> Task:
-        return await self._send(calls.read_task(task))
-
-    async def get_estimate(self, task: str) -> Estimate:
-        """When the task will end, as the server sees it (see `Estimate`)."""
-        return await self._send(calls.read_estimate(task))
-
-    async def report(
-        self,
-        task: str,
-        current: float | None = None,
-        end: float | None = None,
-        *,
-        values: Mapping[str, Value] | None = None,
-        log: str | None = None,
-        done: bool = False,
-        **unknown: Never,
-    ) -> Task:
-        """As `Client.report`, awaited."""
-        if unknown:
-            raise calls.misplaced_values("client.report", unknown)
-        body = calls.report_body(current, end, values, log, done)
-        return await self._send(calls.report(task, body))
-
-    async def finish(self, task: str) -> Task:
-        return await self._send(calls.report(task, {"done": True}))
+    create_space = _awaited(Client.create_space)
+    get_space = _awaited(Client.get_space)
+    create_task = _awaited(Client.create_task)
+    get_task = _awaited(Client.get_task)
+    get_estimate = _awaited(Client.get_estimate)
+    report = _awaited(Client.report)
+    finish = _awaited(Client.finish)
 
     async def aclose(self, timeout: float | None = None) -> bool:
         """Like `Client.close`, without blocking the event loop."""
@@ -382,10 +337,5 @@ class AsyncClient(BaseClient):
     async def __aenter__(self) -> AsyncClient:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()

@@ -1,34 +1,19 @@
 """Reports that never hurt the job: a `Reporter` per task, whose latest state one
-background thread per client (`sender.Sender`) delivers.
-
-`Reporter.report()` only stores the state and, at most once per interval, wakes the
-thread: it never waits on the network and never raises. A newer state replaces one not
-yet sent, so a task costs at most one request per `min_interval` however often it
-reports, and its final state is sent at once (see `sender` for retries and exit).
-"""
+background thread per client delivers (`sender` says how: coalescing, retries, exit)."""
 
 from __future__ import annotations
 
 import traceback
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Never, Protocol, TypeVar
+from typing import TYPE_CHECKING, Never
 
 from . import calls
 from .errors import HeadwayError
 from .models import Estimate, Value
 
-T = TypeVar("T")
-
-
-class Sender(Protocol):
-    """What a reporter asks of the thread that sends for it (`sender.Sender`)."""
-
-    def schedule(self, reporter: Reporter, due: float, place: int | None = None) -> None: ...
-
-    def flush(self, timeout: float, reporter: Reporter | None = None) -> bool: ...
-
-    def ask(self, call: calls.Call[T]) -> T: ...
+if TYPE_CHECKING:
+    from .sender import Sender
 
 
 # (current, end, values, log): the arguments of the latest `report()`.

@@ -51,8 +51,7 @@ class _Gone(Exception):
 
 
 class Sender:
-    """The background thread of one client: delivers its reporters' states in due time,
-    one request at a time, retrying with backoff while the server cannot take them."""
+    """The background thread of one client, delivering as the module's docstring says."""
 
     def __init__(
         self,
@@ -227,14 +226,13 @@ class Sender:
         except _Gone:
             return
         except (NetworkError, APIError) as exc:
-            if isinstance(exc, APIError) and not exc.retryable:
-                self._refused(reporter, exc, final=closed)
-            else:
+            if isinstance(exc, NetworkError) or exc.retryable:
                 self._failed(exc)
                 reporter._next_at = 0.0  # the backoff decides when it goes again
                 reporter._scheduled = True
                 self.schedule(reporter, 0.0, place)
                 return
+            self._refused(reporter, exc, final=closed)
         except (TypeError, ValueError) as exc:  # values JSON cannot carry (NaN, objects)
             self._refused(reporter, exc, final=closed)
         reporter._sent = state
@@ -283,11 +281,9 @@ class Sender:
             return
         try:
             self._send(calls.report(parent.uuid or "", _body(parent, state, done=False)))
-        except APIError as exc:
-            if exc.retryable:
+        except (APIError, TypeError, ValueError) as exc:  # or values JSON cannot carry
+            if isinstance(exc, APIError) and exc.retryable:
                 raise
-            self._refused(parent, exc, final=False)
-        except (TypeError, ValueError) as exc:  # values JSON cannot carry
             self._refused(parent, exc, final=False)
         parent._sent = state
         parent._next_at = time.monotonic() + parent.min_interval
@@ -304,25 +300,13 @@ class Sender:
     def ask(self, call: calls.Call[T]) -> T:
         """`call` sent now from the caller's thread, on a connection of its own (the
         thread's is its own), once: a question, not a report to deliver."""
-        headers = {"user-agent": calls.user_agent()}
-        with httpx.Client(base_url=self.url, timeout=self.timeout, headers=headers) as http:
-            try:
-                response = http.send(call.request(http))
-            except httpx.HTTPError as exc:
-                raise NetworkError(f"{type(exc).__name__}: {exc}") from exc
-            return call.result(response)
+        with calls.http_client(httpx.Client, self.url, self.timeout) as http:
+            return _exchange(http, call)
 
     def _send(self, call: calls.Call[T]) -> T:
         if self._http is None:
-            self._http = httpx.Client(
-                base_url=self.url, timeout=self.timeout, headers={"user-agent": calls.user_agent()}
-            )
-        request = call.request(self._http)
-        try:
-            response = self._http.send(request)
-        except httpx.HTTPError as exc:  # no answer, or one that cannot be read
-            raise NetworkError(f"{type(exc).__name__}: {exc}") from exc
-        result = call.result(response)
+            self._http = calls.http_client(httpx.Client, self.url, self.timeout)
+        result = _exchange(self._http, call)
         self._recovered()
         return result
 
@@ -359,6 +343,14 @@ class Sender:
         elif not reporter._refused:
             reporter._refused = True
             log.warning("Headway: a report of task %r was dropped: %s", reporter.title, exc)
+
+
+def _exchange(http: httpx.Client, call: calls.Call[T]) -> T:
+    try:
+        response = http.send(call.request(http))
+    except httpx.HTTPError as exc:  # no answer, or one that cannot be read
+        raise NetworkError(f"{type(exc).__name__}: {exc}") from exc
+    return call.result(response)
 
 
 def _body(reporter: Reporter, state: State | None, *, done: bool) -> dict[str, object]:

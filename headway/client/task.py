@@ -6,28 +6,11 @@ import functools
 import inspect
 from collections.abc import Callable
 from contextvars import ContextVar, Token
-from types import TracebackType
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from .reporter import Reporter
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class Reporters(Protocol):
-    """What a task scope needs of a client (`BaseClient` is one): a reporter for a new
-    task, each option given (None: the client's default)."""
-
-    def reporter(
-        self,
-        *,
-        title: str | None,
-        space: str | None,
-        source: str | None,
-        parent: str | Reporter | None,
-        min_interval: float | None,
-    ) -> Reporter: ...
-
 
 _current: ContextVar[Reporter | None] = ContextVar("headway_task", default=None)
 
@@ -45,56 +28,33 @@ class TaskScope:
     the same. As a decorator, each call of the function (sync or async) is a new task,
     reachable inside through `headway.current_task()`."""
 
-    def __init__(
-        self,
-        client: Reporters,
-        title: str | None,
-        *,
-        space: str | None,
-        source: str | None,
-        parent: str | Reporter | None,
-        min_interval: float | None,
-    ) -> None:
-        self._client = client
-        self._options: dict[str, Any] = {
-            "title": title,
-            "space": space,
-            "source": source,
-            "parent": parent,
-            "min_interval": min_interval,
-        }
+    def __init__(self, reporter: Callable[..., Reporter], **options: Any) -> None:
+        """`reporter`: what makes the reporter of a new task (a client's `reporter`),
+        given `options` (`title`, `space`, `source`, `parent`, `min_interval`)."""
+        self._reporter = reporter
+        self._options = options
         self._entered: list[tuple[Reporter, Token[Reporter | None]]] = []
 
     def __enter__(self) -> Reporter:
-        reporter = self._client.reporter(**self._options)
+        reporter = self._reporter(**self._options)
         reporter.report()
         self._entered.append((reporter, _current.set(reporter)))
         return reporter
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: Any) -> None:
         reporter, token = self._entered.pop()
         _current.reset(token)
-        reporter.__exit__(exc_type, exc, traceback)
+        reporter.__exit__(*exc_info)
 
     async def __aenter__(self) -> Reporter:
         return self.__enter__()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, traceback)
+    async def __aexit__(self, *exc_info: Any) -> None:
+        self.__exit__(*exc_info)
 
     def __call__(self, function: F) -> F:
         def scope() -> TaskScope:  # one per call: calls may overlap in threads or tasks
-            return TaskScope(self._client, **self._options)
+            return TaskScope(self._reporter, **self._options)
 
         if inspect.iscoroutinefunction(function):
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from types import TracebackType
 from typing import Any
 
 from .client import Client
@@ -65,22 +64,20 @@ class ReportingBar:
         super().__init__(*args, **kwargs)  # type: ignore[call-arg]
         if not self.disable:
             self._headway = _reporter(self, client, space, task, min_interval)
-            if self._headway is not None:
-                self._headway_report()
+            self._headway_report()
 
     def display(self, *args: Any, **kwargs: Any) -> Any:
         shown = super().display(*args, **kwargs)  # type: ignore[misc]
-        if self._headway is not None:
-            self._headway_report()
+        self._headway_report()
         return shown
 
     def close(self) -> None:
         reporter = self._headway
-        if reporter is None or self.disable:
-            super().close()  # type: ignore[misc]
-            return
+        reporting = reporter is not None and not self.disable  # closing disables the bar
         abandoned = sys.exc_info()[0] is GeneratorExit  # tqdm's loop closed early
         super().close()  # type: ignore[misc]
+        if not reporting:
+            return
         self._headway_report()
         self._headway = None
         if self._headway_error is not None:
@@ -88,19 +85,16 @@ class ReportingBar:
         elif not abandoned:
             reporter.finish()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> Any:
+    def __exit__(self, *exc_info: Any) -> Any:
+        exc = exc_info[1]
         if exc is not None and not (isinstance(exc, SystemExit) and exc.code in (None, 0)):
             self._headway_error = exc
-        return super().__exit__(exc_type, exc, traceback)  # type: ignore[misc]
+        return super().__exit__(*exc_info)  # type: ignore[misc]
 
     def _headway_report(self) -> None:
-        bar: Any = self
-        meter = bar.format_dict
+        if self._headway is None:
+            return
+        meter = self.format_dict  # type: ignore[attr-defined]  # tqdm's own
         count, elapsed = meter["n"], meter["elapsed"]
         rate = meter["rate"] or (count / elapsed if elapsed else None)
         values: dict[str, Value] = {"unit": meter["unit"]}
@@ -110,7 +104,6 @@ class ReportingBar:
             values["description"] = str(meter["prefix"]).removesuffix(": ")
         if meter["postfix"]:
             values["postfix"] = str(meter["postfix"]).lstrip(", ")
-        assert self._headway is not None
         self._headway.report(count, meter["total"], values=values)
 
 
@@ -176,6 +169,5 @@ def attach(
         _attached[cls] = type(cls.__name__, (ReportingBar, cls), {"__module__": cls.__module__})
     bar.__class__ = _attached[cls]
     bar._headway = _reporter(bar, client, space, task, min_interval)
-    if bar._headway is not None:
-        bar._headway_report()
+    bar._headway_report()
     return bar
