@@ -29,14 +29,13 @@ class ProgressBudgetFull(Unavailable):
     Answered 503 with `Retry-After`; nothing is written."""
 
     def __init__(self, which: str) -> None:
-        if which == "space":
-            message = (
-                "This space holds as much live progress as one space may; report smaller "
-                "values, or retry when older progress expires."
-            )
-        else:
-            message = "The server holds as much live progress as it may; retry later."
-        super().__init__(message, headers={"retry-after": str(BUDGET_RETRY_AFTER_S)})
+        super().__init__(
+            "This space holds as much live progress as one space may; report smaller values, "
+            "or retry when older progress expires."
+            if which == "space"
+            else "The server holds as much live progress as it may; retry later.",
+            headers={"retry-after": str(BUDGET_RETRY_AFTER_S)},
+        )
         self.which = which
 
 
@@ -129,7 +128,6 @@ class ProgressStore(Protocol):
 
     async def delete(self, task_uuids: Sequence[str]) -> None:
         """Forget the progress of these tasks (deleted), freeing what it held."""
-        ...
 
     async def release(self, task_uuids: Sequence[str]) -> None:
         """These tasks finished without a write of their progress (a parent finished by

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
@@ -103,8 +104,7 @@ async def free_room(client: redis.asyncio.Redis) -> int:
     counted (0: it is full and has no finished progress to give), or -1 if it has room
     already (another made it, or there is no maxmemory). Any instance, or the rate
     counters, call it when Redis refuses a write for want of memory."""
-    freed = await client.eval(allowances.GIVE_WAY, 0, ROOM_SLACK)
-    return int(freed)
+    return int(await client.eval(allowances.GIVE_WAY, 0, ROOM_SLACK))
 
 
 # How many times a write refused by a full Redis lets finished progress give way and is
@@ -219,8 +219,6 @@ class RedisProgressStore(ProgressStore):
         return unpack(packed) if self._live(raw) is not None else None
 
     async def get_many(self, task_uuids: Sequence[str]) -> list[Progress | None]:
-        if not task_uuids:
-            return []
         found: list[Progress | None] = []
         for start in range(0, len(task_uuids), 1000):
             keys = [self.PREFIX + uuid for uuid in task_uuids[start : start + 1000]]
@@ -228,7 +226,6 @@ class RedisProgressStore(ProgressStore):
         return found
 
     async def delete(self, task_uuids: Sequence[str]) -> None:
-        """Delete the tasks' progress, each uncounted for the client that wrote it."""
         for start in range(0, len(task_uuids), 1000):
             keys = [self.PREFIX + uuid for uuid in task_uuids[start : start + 1000]]
             await self._delete(keys=keys, args=[])
@@ -244,20 +241,15 @@ class RedisProgressStore(ProgressStore):
     async def admit_client(self, client: str) -> None:
         """Raises as Redis does when it cannot tell (down, or full): the service lets the
         create pass then (see `Service.tasks.create`)."""
-        full = await self._admit_client(keys=[], args=self._client_args(client))
-        if full:
+        cutoff = self._clock.now_us() - self._ttl_us
+        args = [allowances.account_name(client), cutoff, int(self.client_bytes * ADMIT_NEW_BELOW)]
+        if await self._admit_client(keys=[], args=args):
             metrics.refused("client_budget")
             raise ClientAllowanceFull()
-
-    def _client_args(self, client: str) -> list[object]:
-        now_us = self._clock.now_us()
-        cutoff = now_us - self._ttl_us
-        return [allowances.account_name(client), cutoff, int(self.client_bytes * ADMIT_NEW_BELOW)]
 
     def _write_args(
         self, progress: Progress, space_uuid: str, client: str, finished: bool
     ) -> list[object]:
-        current, end = progress.current, progress.end
         return allowances.write_args(
             _encode(progress),
             self._ttl_s,
@@ -267,8 +259,8 @@ class RedisProgressStore(ProgressStore):
             self.client_bytes,
             space_uuid,
             self.space_bytes,
-            _number(current) if self._tracks else redis_tracks.OFF,
-            _number(end),
+            _number(progress.current) if self._tracks else redis_tracks.OFF,
+            _number(progress.end),
         )
 
     async def put(
@@ -281,18 +273,16 @@ class RedisProgressStore(ProgressStore):
         finished: bool = False,
     ) -> None:
         args = self._write_args(progress, space_uuid, client, finished)
-        keys = [self.PREFIX + task_uuid]
-        try:
-            refused = await self._put(keys=keys, args=args)
-        except redis.exceptions.OutOfMemoryError:
-            refused = await self._when_full(self._put, keys, args)
+        refused = await self._write(self._put, [self.PREFIX + task_uuid], args)
         if refused is not None:
             _refuse(refused)
 
-    async def _when_full(self, script: Coalesced, keys: list[str], args: list[object]) -> Any:
-        """Run again a write's `script` that a full Redis refused (it wrote nothing),
-        letting finished progress give way first (see `with_room`). A Redis still full,
-        with no finished progress to give, is a full budget: ProgressBudgetFull("store")."""
+    async def _write(self, script: Coalesced, keys: list[str], args: list[object]) -> Any:
+        """Run a write's `script`; one that a full Redis refused (it wrote nothing) runs
+        again once finished progress gave way (see `with_room`). A Redis still full, with
+        no finished progress to give, is a full budget: ProgressBudgetFull("store")."""
+        with contextlib.suppress(redis.exceptions.OutOfMemoryError):
+            return await script(keys=keys, args=args)
         try:
             return await with_room(self._redis, lambda: script(keys=keys, args=args), full=True)
         except redis.exceptions.OutOfMemoryError:
@@ -339,10 +329,7 @@ class RedisProgressStore(ProgressStore):
         client: str = NO_CLIENT,
         finished: bool = False,
     ) -> FamilyVersion | None:
-        """`put`, atomically only if the task's family is still at `version` and its
-        space not dropped: returns None once written, or the family's version now (DROPPED
-        for a dropped space: it matches no version), having written nothing.
-        `announce`: a (channel, message) published once written, in the same call.
+        """See `coherence.FamilyVersions`; the version of a dropped space is DROPPED.
         Raises ClientAllowanceFull or ProgressBudgetFull, having written nothing, if the
         client's or the space's allowance is full (or Redis is, with nothing to give way)."""
         keys = [
@@ -355,10 +342,7 @@ class RedisProgressStore(ProgressStore):
         args.extend(self._write_args(progress, space_uuid, client, finished))
         if announce is not None:
             args.extend(announce)
-        try:
-            current = await self._put_if_family(keys=keys, args=args)
-        except redis.exceptions.OutOfMemoryError:
-            current = await self._when_full(self._put_if_family, keys, args)
+        current = await self._write(self._put_if_family, keys, args)
         if current is None:
             return None
         if current in (allowances.ALLOWANCE_FULL, allowances.SPACE_FULL):
@@ -366,8 +350,7 @@ class RedisProgressStore(ProgressStore):
         return FamilyVersion(current.decode())
 
     async def retry_with_room(self, attempt: Callable[[], Awaitable[T]]) -> T:
-        """`attempt()` again, a write of another user of this Redis (the rate counters)
-        that a full Redis just refused: once finished progress gave way (`with_room`)."""
+        """Once finished progress gave way (`with_room`)."""
         return await with_room(self._redis, attempt, full=True)
 
     @property
