@@ -35,7 +35,7 @@ from typing import ClassVar, NamedTuple
 import msgspec
 
 from ..domain.tasks import Changed, FamilyVersion, Progress, TaskRow, view_json
-from .bounded import Bounded
+from .bounded import Bounded, Cache
 
 Family = tuple[TaskRow, Sequence[TaskRow]]
 
@@ -109,7 +109,7 @@ class _Parent:
         self.size = family_bytes(row, children)
 
 
-class FamilyCache:
+class FamilyCache(Cache):
     """Families, holding at most `max_bytes` (FAMILY_BYTES: rows, and children's answers
     kept as JSON, as `row_bytes` and SHOWN_BYTES count them): past that, those held
     longest are dropped until an eighth is free (a plain dict in insertion order costs
@@ -142,14 +142,6 @@ class FamilyCache:
     def __len__(self) -> int:
         return len(self._entries)
 
-    @property
-    def bytes_held(self) -> int:
-        return self._entries.bytes_held
-
-    @property
-    def generation(self) -> int:
-        return self._entries.generation
-
     def get(self, task_uuid: str) -> Family | None:
         entry = self._entries.get(task_uuid)
         if entry is None:
@@ -162,12 +154,8 @@ class FamilyCache:
         """The family with the version it was read at, unless absent or too old as of
         `now_us()`: here, where this process sees every change, at ALONE, never too old,
         and the clock is not read."""
-        entry = self._entries.get(task_uuid)
-        if entry is None:
-            return None
-        if isinstance(entry, TaskRow):
-            return entry, (), ALONE
-        return entry.row, entry.children, ALONE
+        family = self.get(task_uuid)
+        return None if family is None else (*family, ALONE)
 
     def put_versioned(
         self, family: Family, version: FamilyVersion, now_us: int, generation: int
@@ -233,13 +221,13 @@ class FamilyCache:
             entry.answer = entry.shown = None
             entry.large = True
             entry.size = family_bytes(entry.row, children)
-            self._grew(entry.size - before)
+            self._entries.grew(entry.size - before)
             return None
         done = sum(1 for child in children if child.finished_at_us is not None)
         answer = ChildrenAnswer(ChildrenJSON(answers), done, latest)
         entry.answer = (found, answer)
         entry.size += len(answer.shown.joined) + 16 * len(children)
-        self._grew(entry.size - before)
+        self._entries.grew(entry.size - before)
         return answer
 
     def put(self, family: Family, generation: int) -> None:
@@ -249,9 +237,6 @@ class FamilyCache:
             row = msgspec.structs.replace(row, space_uuid=shared_space)
         entry = _Parent(row, tuple(children)) if children else row
         self._entries.put(row.uuid, entry, generation)
-
-    def _grew(self, size: int) -> None:
-        self._entries.grew(size)
 
     def _dropped(self, task_uuid: str, _entry: TaskRow | _Parent) -> None:
         """An entry went to make room (see `VersionedFamilyCache`)."""

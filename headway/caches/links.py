@@ -11,7 +11,7 @@ from ..domain.share_ids import ShareView
 from ..domain.tasks import Changed
 from ..storage import shares
 from ..storage.database import Database
-from .bounded import Bounded
+from .bounded import Bounded, Cache
 
 NO_SHARED_TASK = "No such task under this link: check its id."
 # Links whose space is kept for badges, and for how long at most, in µs (see `SharedSpaces`).
@@ -21,7 +21,7 @@ SPACE_KEPT_US = 1_000_000
 IDS_KEPT = 200_000
 
 
-class SharedSpaces:
+class SharedSpaces(Cache):
     """The space of each link a badge used last, at most SHARES_KEPT of them and each for
     at most SPACE_KEPT_US, so that a badge asked for again and again costs no query. A
     revoke or the space's delete heard here drops it at once; one made where this process
@@ -33,30 +33,25 @@ class SharedSpaces:
 
     def __init__(self, held: int = SHARES_KEPT) -> None:
         # link -> (space, kept until, µs)
-        self._spaces: Bounded[str, tuple[str, int]] = Bounded(count=held)
-
-    @property
-    def generation(self) -> int:
-        """Moves on each revoke or delete heard."""
-        return self._spaces.generation
+        self._entries: Bounded[str, tuple[str, int]] = Bounded(count=held)
 
     def get(self, share_uuid: str, now_us: int) -> str | None:
-        found = self._spaces.get(share_uuid)
+        found = self._entries.get(share_uuid)
         if found is None or found[1] <= now_us:
             return None
         return found[0]
 
     def keep(self, share_uuid: str, space_uuid: str, now_us: int, generation: int) -> None:
         """Keep the link's space, read at `now_us` when `generation` was current."""
-        self._spaces.put(share_uuid, (space_uuid, now_us + SPACE_KEPT_US), generation)
+        self._entries.put(share_uuid, (space_uuid, now_us + SPACE_KEPT_US), generation)
 
     def on_change(
         self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
     ) -> None:
         if kind is Changed.REVOKE:
-            self._spaces.forget(task_uuid)  # a revoke names its link
+            self._entries.forget(task_uuid)  # a revoke names its link
         else:
-            self._spaces.forget_where(lambda _, held: held[0] == space_uuid)
+            self._entries.forget_where(lambda _, held: held[0] == space_uuid)
 
 
 class _Ids:

@@ -21,16 +21,17 @@ big spaces' tasks SHOWN_TASKS_BYTES.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from itertools import chain
+from typing import ClassVar
 
 import msgspec
 
 from ..domain.tasks import Changed, FamilyVersion, Progress, TaskRow, TaskView, view, view_json
 from ..storage.database import Fetch
 from ..storage.pages import Window, families_of, space_has_children, space_rows
-from .bounded import Bounded
+from .bounded import Bounded, Cache
 from .families import KEPT_JSON_BYTES, ROW_BYTES, SHOWN_BYTES, VERSIONED_MAX_AGE_US, row_bytes
 
 # Spaces of at most this many tasks are held whole; bigger ones are read page by page.
@@ -48,7 +49,7 @@ def space_version_key(space_uuid: str) -> str:
     return "space:" + space_uuid
 
 
-class ShownTasks:
+class ShownTasks(Cache):
     """The JSON of childless tasks' answers as last made, by uuid (a small space's, or
     those shown in pages of big spaces): reused while the task's progress is the same
     object (the memory store replaces it on every write) and its row has not finished
@@ -72,10 +73,6 @@ class ShownTasks:
         self._entries: Bounded[str, tuple[Progress | None, int | None, msgspec.Raw]] = Bounded(
             count=held, max_bytes=max_bytes, size=_shown_bytes, keep=7 / 8
         )
-
-    @property
-    def bytes_held(self) -> int:
-        return self._entries.bytes_held
 
     def on_change(
         self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
@@ -145,7 +142,7 @@ PAGE_ROWS_MOST = 1_000
 Page = tuple[list[TaskRow], dict[str, list[TaskRow]]]
 
 
-class SmallSpaces:
+class SmallSpaces(Cache):
     """Small spaces by uuid, least recently read first, and big ones (`BigSpace`):
     small spaces' rows and answers hold at most `max_bytes`, big spaces' pages at most
     `page_bytes`."""
@@ -176,17 +173,8 @@ class SmallSpaces:
         )
 
     @property
-    def bytes_held(self) -> int:
-        """Small spaces' rows and answers."""
-        return self._entries.bytes_held
-
-    @property
     def page_bytes_held(self) -> int:
         return self._pages.bytes_held
-
-    @property
-    def generation(self) -> int:
-        return self._entries.generation
 
     def page(self, big: BigSpace, window: Window) -> Page | None:
         """The rows a read of `window` in the big space answers (its top-level tasks and
@@ -208,9 +196,7 @@ class SmallSpaces:
         if len(page[0]) + sum(map(len, page[1].values())) > PAGE_ROWS_MOST:
             return
         # An empty page counts as a row: the bound holds however many are read.
-        size = sum(map(row_bytes, page[0])) + sum(
-            row_bytes(child) for children in page[1].values() for child in children
-        )
+        size = sum(map(row_bytes, chain(page[0], *page[1].values())))
         self._pages.put(window, (big, version, page, max(size, ROW_BYTES)))
 
     def get(
@@ -245,7 +231,9 @@ class SmallSpaces:
             big = BigSpace(childless=not child and generation == self.generation)
             self._hold(space_uuid, big, None, version, now_us)
             return big
-        entry = _small_space(space_uuid, found)
+        top, children = families_of(space_uuid, found)
+        rows_bytes = sum(map(row_bytes, chain(top, *children.values())))
+        entry = SmallSpace(top, children, len(found), rows_bytes)
 
         def grew(size: int) -> None:  # its answers count while it is held
             if self._entries.get(space_uuid) is entry:
@@ -305,11 +293,3 @@ class SmallSpaces:
 def _space_bytes(entry: SmallSpace | BigSpace) -> int:
     """What a held space costs: a small one's rows and answers; a big one, nothing."""
     return entry.rows_bytes + entry.shown.bytes_held if isinstance(entry, SmallSpace) else 0
-
-
-def _small_space(space_uuid: str, found: Sequence[tuple[Any, ...]]) -> SmallSpace:
-    top, children = families_of(space_uuid, found)
-    size = sum(map(row_bytes, top)) + sum(
-        row_bytes(child) for held in children.values() for child in held
-    )
-    return SmallSpace(top, children, len(found), size)
