@@ -155,24 +155,24 @@ class RedisFeed(LocalFeed):
         """A loop's step failed: Redis unavailable (retried until it answers, then every
         watcher starts over), or anything else (logged; the watchers start over now)."""
         if unavailable(exc):
-            self._went_down(exc)
+            if not self._down:
+                log.warning("change feed: Redis unavailable (%s); retrying", type(exc).__name__)
+                self._down = True
             return
         log.error("change feed: %s failed; its watchers start over", loop, exc_info=exc)
         metrics.loop_failed(loop)
-        for space in self.watched():
-            LocalFeed.publish(self, Change(RESYNC, space, ""))
-
-    def _went_down(self, exc: BaseException) -> None:
-        if not self._down:
-            log.warning("change feed: Redis unavailable (%s); retrying", type(exc).__name__)
-            self._down = True
+        self._resync()
 
     def _came_back(self) -> None:
         """After a lost connection (resubscribed by redis-py): changes may have been lost,
         so every watcher here starts over."""
         self._down = False
         log.info("change feed: Redis is back")
-        for space in self.watched():
+        self._resync()
+
+    def _resync(self) -> None:
+        """Every watcher here starts over."""
+        for space in list(self._listeners):
             LocalFeed.publish(self, Change(RESYNC, space, ""))
 
     async def close(self) -> None:

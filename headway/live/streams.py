@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 from ..coherence.feed import DROPPED, PRUNED, RESYNC, REVOKED, TASK, Change, ChangeFeed
 from ..domain.errors import Unavailable
-from ..domain.schemas import EstimateOut
 from ..domain.share_ids import ShareView
 from ..domain.tasks import TaskView
 from ..ops import metrics
@@ -67,7 +66,6 @@ class Stream:
     which decides task by task)."""
 
     __slots__ = (
-        "_held",
         "_pruned",
         "_rounds",
         "_skip",
@@ -75,6 +73,7 @@ class Stream:
         "abort",
         "ended",
         "filter",
+        "held",
         "key",
         "sending_since",
         "sent_at",
@@ -94,7 +93,9 @@ class Stream:
         self._pruned: list[tuple[str, int]] | None = []
         self._skip: set[str] = set()  # pruned tasks whose held events are not sent
         self._rounds: list[Round] = []
-        self._held = 0  # events in `_rounds`
+        # Events held in `_rounds`, not yet sent: at most MAX_PENDING, or one per task
+        # once merged.
+        self.held = 0
         self._waiter: asyncio.Future[None] | None = None  # set while `next_events` waits
         self.ended: str | None = None  # why it ended: "revoked", "behind", "shutdown"...
         self.sent_at = 0.0  # loop time of its last send: `Live` wakes it for a keep-alive
@@ -110,8 +111,8 @@ class Stream:
         # of many tasks, taken at once, is no sign of a slow reader.
         behind = bool(self._rounds)
         self._rounds.append(round_)
-        self._held += len(round_.tasks)
-        if self._held > MAX_PENDING:
+        self.held += len(round_.tasks)
+        if self.held > MAX_PENDING:
             merged = self._merged()
             if len(merged) > MAX_PENDING and behind:
                 self.end("behind")
@@ -127,7 +128,7 @@ class Stream:
                 merged[task.uuid] = (task, event)
         one = Round([task for task, _ in merged.values()], 0, self._rounds[-1].render)
         one._events[self.key] = [event for _, event in merged.values()]
-        self._rounds, self._held = [one], len(merged)
+        self._rounds, self.held = [one], len(merged)
         return merged
 
     def follow(self, filter_: StreamFilter | None) -> None:
@@ -154,11 +155,6 @@ class Stream:
             self.end("resync")
         elif any(task_uuid in (t.uuid, t.parent_uuid) for held in self._rounds for t in held.tasks):
             self._skip.add(task_uuid)
-
-    @property
-    def held(self) -> int:
-        """Events held, not yet sent: at most MAX_PENDING, or one per task once merged."""
-        return self._held
 
     def end(self, reason: str) -> None:
         if self.ended is None:
@@ -190,11 +186,11 @@ class Stream:
             # Each round as joined for every stream; a task changed in several rounds
             # sends each state (merging costs more than sending them, and `offer` merges
             # once the rounds held pass MAX_PENDING events).
-            rounds, self._rounds, self._held = self._rounds, [], 0
+            rounds, self._rounds, self.held = self._rounds, [], 0
             return b"".join(held.joined(self.key, self.share) for held in rounds)
         render = self._rounds[-1].render
         merged = self._merged()
-        self._rounds, self._held = [], 0
+        self._rounds, self.held = [], 0
         admits, skip, self._skip = self.filter.admits, self._skip, set()
         events = b"".join(
             event
@@ -254,11 +250,9 @@ class SpaceWatch:
         elif change.kind == PRUNED:
             self._pruned(change.task_uuid, change.parent_uuid)
         elif change.kind == RESYNC:
-            for stream in tuple(self.streams):
-                stream.end("resync")
+            self.end_all("resync")
         elif change.kind == DROPPED:
-            for stream in tuple(self.streams):
-                stream.end("deleted")
+            self.end_all("deleted")
 
     def _pruned(self, task_uuid: str, new_uuid: str | None) -> None:
         """`task_uuid` was pruned to make room for `new_uuid`, which the next round begun
@@ -273,6 +267,10 @@ class SpaceWatch:
             self._pruning.add(task_uuid)
         for stream in tuple(self.streams):
             stream.pruned(task_uuid, self.begun)
+
+    def end_all(self, reason: str) -> None:
+        for stream in tuple(self.streams):
+            stream.end(reason)
 
     def remove(self, stream: Stream) -> None:
         self.streams.discard(stream)
@@ -316,7 +314,10 @@ class SpaceWatch:
             pruned, self._pruning = self._pruning, None
         if pruned:
             rendered = [t for t in rendered if not {t.uuid, t.parent_uuid} & pruned]
-        estimates = await self._estimates(rendered)
+        # The running tasks' estimates (none if they cannot be read: the round goes out
+        # without them, its tasks' next events carry them).
+        running = [task.uuid for task in rendered if task.finished_at is None]
+        estimates = await self.live.service.estimates.shown(running) if running else {}
         started = perf_counter()
         if rendered:
             round_ = Round(rendered, self._sequence + 1, self.begun, estimates)
@@ -325,12 +326,6 @@ class SpaceWatch:
                 stream.offer(round_)
         spent, self.sending_s = perf_counter() - started + self.sending_s, 0.0
         return spent
-
-    async def _estimates(self, rendered: list[TaskView]) -> dict[str, EstimateOut]:
-        """The estimates of the running tasks of a round (none if they cannot be read:
-        the round goes out without them, its tasks' next events carry them)."""
-        running = [task.uuid for task in rendered if task.finished_at is None]
-        return await self.live.service.estimates.shown(running) if running else {}
 
     def _failed(self, exc: Exception, dirty: dict[str, None]) -> None:
         if unavailable(exc):
@@ -341,8 +336,7 @@ class SpaceWatch:
             return
         log.error("live: a round failed; the space's streams start over", exc_info=exc)
         metrics.loop_failed("live_render")
-        for stream in tuple(self.streams):
-            stream.end("resync")
+        self.end_all("resync")
 
     def _renderer_ended(self, renderer: asyncio.Task[None]) -> None:
         """Its renderer ended other than by being cancelled: never reused (see `dead`);
@@ -352,21 +346,14 @@ class SpaceWatch:
         log.error("live: a space's renderer ended", exc_info=renderer.exception())
         metrics.loop_failed("live_render")
         self.live.forget(self)
-        for stream in tuple(self.streams):
-            stream.end("resync")
+        self.end_all("resync")
 
 
 class Live:
     """Every stream open in this process, by space; at most `max_streams` at once, and
     as many per client as its `Visitor` may hold."""
 
-    def __init__(
-        self,
-        service: Service,
-        feed: ChangeFeed,
-        *,
-        max_streams: int,
-    ) -> None:
+    def __init__(self, service: Service, feed: ChangeFeed, *, max_streams: int) -> None:
         self.service = service
         self.feed = feed
         self.max_streams = max_streams
@@ -483,5 +470,4 @@ class Live:
             if task is not None:
                 task.cancel()
         for watch in tuple(self._watches.values()):
-            for stream in tuple(watch.streams):
-                stream.end(reason)
+            watch.end_all(reason)
