@@ -113,12 +113,8 @@ class FamilyCache(Cache):
     """Families, holding at most `max_bytes` (FAMILY_BYTES: rows, and children's answers
     kept as JSON, as `row_bytes` and SHOWN_BYTES count them): past that, those held
     longest are dropped until an eighth is free (a plain dict in insertion order costs
-    about 60 bytes less per entry than keeping recency in an OrderedDict, and every
-    reporting task has an entry).
-
-    `generation` guards against a race: a reader that fetched a family from the database
-    before a concurrent change was committed and forgotten must not store its stale copy.
-    Readers note the generation before the query and `put` only stores if it is unchanged.
+    about 60 bytes less per entry than keeping recency in an OrderedDict). A reader notes
+    `generation` before its query, and `put` stores nothing if a change moved it since.
 
     Kept lean, since every reporting task has an entry: a childless task is stored as its
     bare row, and the space uuid it shares with its space's other tasks is stored once.
@@ -134,7 +130,6 @@ class FamilyCache(Cache):
     decides_finish: ClassVar[bool] = True
 
     def __init__(self, max_bytes: int = FAMILY_BYTES) -> None:
-        # Past `max_bytes`, the families held longest go until an eighth is free.
         self._entries: Bounded[str, TaskRow | _Parent] = Bounded(
             max_bytes=max_bytes, size=_size, keep=7 / 8, on_drop=self._dropped
         )

@@ -69,9 +69,11 @@ class ShownTasks(Cache):
         on_grow: Callable[[int], None] | None = None,
     ) -> None:
         self._on_grow = on_grow
-        # An eighth at a time: each drop walks past what the last one left behind.
         self._entries: Bounded[str, tuple[Progress | None, int | None, msgspec.Raw]] = Bounded(
-            count=held, max_bytes=max_bytes, size=_shown_bytes, keep=7 / 8
+            count=held,
+            max_bytes=max_bytes,
+            size=lambda made: SHOWN_BYTES + len(made[2]),
+            keep=7 / 8,
         )
 
     def on_change(
@@ -100,10 +102,6 @@ class ShownTasks(Cache):
         if self._on_grow is not None and entries.bytes_held != before:
             self._on_grow(entries.bytes_held - before)
         return answer
-
-
-def _shown_bytes(entry: tuple[Progress | None, int | None, msgspec.Raw]) -> int:
-    return SHOWN_BYTES + len(entry[2])
 
 
 @dataclass

@@ -220,7 +220,7 @@ class SpaceWatch:
         self.streams: set[Stream] = set()
         self._dirty: dict[str, None] = {}
         self._wake = asyncio.Event()
-        self._sequence = 0
+        self.last_id = 0  # of the last event rendered
         self.begun = 0  # rounds begun
         # While a round reads its tasks: the tasks pruned meanwhile (see `_render`).
         self._pruning: set[str] | None = None
@@ -229,10 +229,6 @@ class SpaceWatch:
         self._unsubscribe = live.feed.subscribe(space_uuid, self._on_change)
         self._renderer = asyncio.create_task(self._render_loop(), name="headway-live-render")
         self._renderer.add_done_callback(self._renderer_ended)
-
-    @property
-    def last_id(self) -> int:
-        return self._sequence
 
     def _on_change(self, change: Change) -> None:
         if change.kind == TASK:
@@ -320,8 +316,8 @@ class SpaceWatch:
         estimates = await self.live.service.estimates.shown(running) if running else {}
         started = perf_counter()
         if rendered:
-            round_ = Round(rendered, self._sequence + 1, self.begun, estimates)
-            self._sequence += len(rendered)
+            round_ = Round(rendered, self.last_id + 1, self.begun, estimates)
+            self.last_id += len(rendered)
             for stream in tuple(self.streams):
                 stream.offer(round_)
         spent, self.sending_s = perf_counter() - started + self.sending_s, 0.0
@@ -360,12 +356,12 @@ class Live:
         self._watches: dict[str, SpaceWatch] = {}
         self._watchdog: asyncio.Task[None] | None = None
         self._links: asyncio.Task[None] | None = None
-        self._open = 0
+        self.open_streams = 0
 
     def open(self, space_uuid: str, share: ShareView | None, visitor: Visitor) -> Stream:
         """A new stream of the space, subscribed from now on; 503 if the process holds as
         many streams as it may, 429 if the client, or its network, does."""
-        if self._open >= self.max_streams:
+        if self.open_streams >= self.max_streams:
             metrics.refused("streams")
             raise Unavailable(
                 "The server holds as many live streams as it may; retry shortly.",
@@ -380,12 +376,12 @@ class Live:
             self._links = asyncio.create_task(self._check_links(), name="headway-live-links")
         stream = Stream(watch, share, visitor)
         watch.streams.add(stream)
-        self._open += 1
+        self.open_streams += 1
         metrics.stream_opened()
         return stream
 
     def closed(self, stream: Stream) -> None:
-        self._open -= 1
+        self.open_streams -= 1
         stream.visitor.let_go_stream()
         metrics.stream_closed()
 
@@ -399,10 +395,6 @@ class Live:
         if self._watchdog is None or self._links is None:
             return {}
         return {"live_watchdog": self._watchdog, "live_links": self._links}
-
-    @property
-    def open_streams(self) -> int:
-        return self._open
 
     async def _end_stalled(self) -> None:
         """Once a second, for every stream (one timer for all, rather than one per send or

@@ -73,11 +73,9 @@ class MemoryProgressStore(ProgressStore):
     always passes. A client over its allowance is refused 429 (`ClientAllowanceFull`), a space
     or the store 503 (`ProgressBudgetFull`).
 
-    Finished progress is kept for reading until it expires, but counts against neither
-    its space nor its client's allowance of live progress: it gives way when live progress
-    needs the room (taken from the client holding the most finished progress first,
-    oldest first), and no client keeps more than its allowance of finished progress either
-    (beyond, its own oldest gives way). Progress that gave way reads as expired.
+    Finished progress (see `ProgressStore`) gives way from the client holding the most of
+    it first, oldest first; beyond its allowance of finished progress, a client's own
+    oldest gives way.
     """
 
     name = "memory"

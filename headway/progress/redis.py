@@ -298,16 +298,14 @@ class RedisProgressStore(ProgressStore):
     # --- Family versions: what lets each instance cache families (see caches.families) ---
 
     async def family_version(self, task_uuid: str) -> FamilyVersion:
-        """The version of the task's family now (its counter is 0 until its first
-        change)."""
+        """Its counter is 0 until the family's first change."""
         keys = [self.FAMILY_EPOCH, self.FAMILY_PREFIX + task_uuid]
         version = await self._family_version(keys=keys, args=[self._epoch_candidate()])
         return FamilyVersion(version.decode())
 
     async def bump_families(self, *task_uuids: str | None) -> None:
-        """Mark these families changed (their counters move on); call after the change
-        is committed, before the request that made it answers. Bumps made in the same
-        turn of the event loop share one round trip (`Coalesced`)."""
+        """Their counters move on; bumps made in the same turn of the event loop share one
+        round trip (`Coalesced`)."""
         keys = [self.FAMILY_PREFIX + uuid for uuid in dict.fromkeys(task_uuids) if uuid]
         if keys:
             await self._bump(keys=keys, args=[FAMILY_VERSION_TTL_S])
