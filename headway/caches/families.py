@@ -157,8 +157,7 @@ class FamilyCache(Cache):
     ) -> None:
         """Hold `family`, read from the database after its version was read as `version`
         and the cache's generation was `generation` (see `put`)."""
-        if generation == self.generation:
-            self.put(family, generation)
+        self.put(family, generation)
 
     def held_for_read(self, task_uuid: str) -> Family | None:
         """The family as a read may show it without checking a version: here, as held."""
@@ -197,8 +196,6 @@ class FamilyCache(Cache):
             shown = entry.shown = [None] * len(children)
             entry.size += 8 * len(children)
         answers = []
-        latest = None
-        size = 0
         for index, progress in enumerate(found):
             made = shown[index]
             if made is None or made[0] is not progress:
@@ -206,9 +203,8 @@ class FamilyCache(Cache):
                 made = shown[index] = (progress, view_json(children[index], progress))
                 entry.size += len(made[1]) - (len(old[1]) if old else -SHOWN_BYTES)
             answers.append(made[1])
-            size += len(made[1]) + 1
-            if progress is not None and (latest is None or progress.updated_at_us > latest):
-                latest = progress.updated_at_us
+        size = sum(map(len, answers)) + len(answers)
+        latest = max((p.updated_at_us for p in found if p is not None), default=None)
         if entry.answer is not None:
             entry.size -= len(entry.answer[1].shown.joined) + 16 * len(children)
         if size > KEPT_JOINED_BYTES:

@@ -4,6 +4,7 @@ under a link names (an id cannot be turned back into its uuid)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ..domain.errors import NotFound
@@ -54,16 +55,14 @@ class SharedSpaces(Cache):
             self._entries.forget_where(lambda _, held: held[0] == space_uuid)
 
 
+@dataclass(slots=True, eq=False)
 class _Ids:
     """The ids of one link: id -> task uuid, for every task created up to `through_us`."""
 
-    __slots__ = ("ids", "space", "through_us", "view")
-
-    def __init__(self, view: ShareView, space: str) -> None:
-        self.view = view
-        self.space = space
-        self.ids: dict[str, str] = {}
-        self.through_us = -1
+    view: ShareView
+    space: str
+    ids: dict[str, str] = field(default_factory=dict)
+    through_us: int = -1
 
 
 class TaskIds:

@@ -266,26 +266,17 @@ class SmallSpaces(Cache):
     def on_change(
         self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
     ) -> None:
-        """After a create, a finish or a delete in the space committed (or may have)."""
-        if kind is Changed.DROP:
-            self._entries.forget()  # the generation moves on
-            self._drop(space_uuid)
-            return
-        self.forget(space_uuid, children=kind is Changed.CREATE and parent_uuid is not None)
-
-    def forget(self, *space_uuids: str, children: bool = False) -> None:
-        """After a create or a finish in these spaces committed (or may have); `children`:
-        the creates may have made child tasks."""
+        """After a create, a finish or a delete in the space committed (or may have), or
+        the space's delete."""
         self._entries.forget()  # the generation moves on
-        for space_uuid in space_uuids:
-            entry = self._entries.get(space_uuid)
-            if isinstance(entry, SmallSpace):
-                self._drop(space_uuid)
-            elif entry is not None:  # still big
-                self._entries.touch(space_uuid)
-                if children:
-                    entry.childless = False
-                entry.version += 1  # its pages held are stale
+        entry = self._entries.get(space_uuid)
+        if kind is Changed.DROP or isinstance(entry, SmallSpace):
+            self._drop(space_uuid)
+        elif entry is not None:  # still big
+            self._entries.touch(space_uuid)
+            if kind is Changed.CREATE and parent_uuid is not None:  # a child task
+                entry.childless = False
+            entry.version += 1  # its pages held are stale
 
 
 def _space_bytes(entry: SmallSpace | BigSpace) -> int:

@@ -406,8 +406,13 @@ class Live:
             now = loop.time()
             for watch in tuple(self._watches.values()):
                 for stream in tuple(watch.streams):
+                    since = stream.sending_since
                     try:
-                        self._check(stream, now)
+                        if since is not None and now - since > STALL_S:
+                            stream.end("stalled")
+                            stream.abort()
+                        elif since is None and now - stream.sent_at >= KEEPALIVE_S:
+                            stream.wake()
                     except Exception:  # never dies: the next stream, the next second
                         log.exception("live: checking a stream failed")
                         metrics.loop_failed("live_watchdog")
@@ -446,15 +451,6 @@ class Live:
                     continue
                 ended += 1
         return ended
-
-    @staticmethod
-    def _check(stream: Stream, now: float) -> None:
-        since = stream.sending_since
-        if since is not None and now - since > STALL_S:
-            stream.end("stalled")
-            stream.abort()
-        elif since is None and now - stream.sent_at >= KEEPALIVE_S:
-            stream.wake()
 
     def end_all(self, reason: str = "shutdown") -> None:
         """End every stream (at shutdown): each finishes its answer and closes."""

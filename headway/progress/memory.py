@@ -327,8 +327,7 @@ class MemoryProgressStore(ProgressStore):
             self._uncount(uuid, first)
 
     def space_holds(self, space_uuid: str) -> int:
-        """The bytes of live progress the space holds (for tests and the operator's
-        questions)."""
+        """The bytes of live progress the space holds (for tests and the operator's questions)."""
         return self._space_live.get(space_uuid, 0)
 
     async def gauges(self) -> list[Measurement]:

@@ -231,8 +231,6 @@ class RedisProgressStore(ProgressStore):
             await self._delete(keys=keys, args=[])
 
     async def release(self, task_uuids: Sequence[str]) -> None:
-        """Count these tasks' progress as finished, no longer live (see
-        `redis_allowances.RELEASE`)."""
         if task_uuids:
             keys = [self.PREFIX + uuid for uuid in task_uuids]
             less = allowances.REDIS_ENTRY_BYTES - allowances.REDIS_KEPT_ENTRY_BYTES
