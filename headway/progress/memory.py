@@ -354,10 +354,8 @@ class MemoryProgressStore(ProgressStore):
         return None
 
     async def close(self) -> None:
-        self._entries.clear()
-        self._space_live.clear()
-        self._client_live.clear()
-        self._kept.clear()
+        for held in (self._entries, self._space_live, self._client_live, self._kept):
+            held.clear()
         self._kept_bytes.clear()
         self.bytes_used = self.live_bytes = 0
 

@@ -18,7 +18,6 @@ from ..domain.tasks import FamilyVersion, Progress
 from ..ops import metrics
 from ..ops.redis_link import Coalesced, close_client, connection_pool
 from . import (
-    ADMIT_NEW_BELOW,
     NO_CLIENT,
     ROOM_SLACK,
     ClientAllowanceFull,
@@ -194,19 +193,13 @@ class RedisProgressStore(ProgressStore):
         self._release = Coalesced(self._redis, allowances.RELEASE)
         # Candidate epochs: this process's random prefix and a count, never the same
         # twice (and cheaper than a random id per call, on the path of every report).
-        self._epochs = itertools.count()
-        self._epoch_prefix = secrets.token_hex(8)
-
-    def _epoch_candidate(self) -> str:
-        return f"{self._epoch_prefix}.{next(self._epochs)}"
+        self._epochs = map(f"{secrets.token_hex(8)}.{{}}".format, itertools.count())
 
     def _live(self, raw: bytes | None) -> Progress | None:
         if raw is None:
             return None
         progress = _decode(allowances.value_json(raw))
-        if progress.updated_at_us + self._ttl_us <= self._clock.now_us():
-            return None
-        return progress
+        return progress if progress.updated_at_us + self._ttl_us > self._clock.now_us() else None
 
     async def get(self, task_uuid: str) -> Progress | None:
         return self._live(await self._redis.get(self.PREFIX + task_uuid))
@@ -240,7 +233,7 @@ class RedisProgressStore(ProgressStore):
         """Raises as Redis does when it cannot tell (down, or full): the service lets the
         create pass then (see `Service.tasks.create`)."""
         cutoff = self._clock.now_us() - self._ttl_us
-        args = [allowances.account_name(client), cutoff, int(self.client_bytes * ADMIT_NEW_BELOW)]
+        args = [allowances.account_name(client), cutoff, self.client_bytes]
         if await self._admit_client(keys=[], args=args):
             metrics.refused("client_budget")
             raise ClientAllowanceFull()
@@ -298,7 +291,7 @@ class RedisProgressStore(ProgressStore):
     async def family_version(self, task_uuid: str) -> FamilyVersion:
         """Its counter is 0 until the family's first change."""
         keys = [self.FAMILY_EPOCH, self.FAMILY_PREFIX + task_uuid]
-        version = await self._family_version(keys=keys, args=[self._epoch_candidate()])
+        version = await self._family_version(keys=keys, args=[next(self._epochs)])
         return FamilyVersion(version.decode())
 
     async def bump_families(self, *task_uuids: str | None) -> None:
@@ -334,7 +327,7 @@ class RedisProgressStore(ProgressStore):
             self.PREFIX + task_uuid,
             self.DROPPED_PREFIX + space_uuid,
         ]
-        args: list[object] = [self._epoch_candidate(), version]
+        args: list[object] = [next(self._epochs), version]
         args.extend(self._write_args(progress, space_uuid, client, finished))
         if announce is not None:
             args.extend(announce)

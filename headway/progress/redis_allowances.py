@@ -364,17 +364,13 @@ return 0
 """
 )
 
-# ARGV: the client, the expiry cutoff (µs), the most it may hold for a new task to be
-# admitted. 1 if it holds that much or more (after uncounting what expired), else 0.
+# ARGV: the client, the expiry cutoff (µs), its allowance. 1 if it holds 90% of that or more
+# (no room for a new task: `over` by a byte), after uncounting what expired; else 0.
 ADMIT_CLIENT = freeing(
     """
-local client, cutoff, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local h, z = 'headway:client:' .. client, 'headway:live:' .. client
-trim(h, 'live', z, nil, cutoff, 100, 'L', client)
-if holds(h, 'live') < cap then return 0 end
-trim(h, 'live', z, nil, cutoff, 10000, 'L', client)
-if holds(h, 'live') < cap then return 0 end
-return 1
+local h, z = 'headway:client:' .. ARGV[1], 'headway:live:' .. ARGV[1]
+if over(h, z, tonumber(ARGV[2]), 1, ARGV[3], true, ARGV[1]) then return 1 end
+return 0
 """
 )
 
