@@ -121,16 +121,14 @@ class SmallSpace:
         return window.select(self.top), self.children
 
 
+@dataclass(slots=True, eq=False)
 class BigSpace:
     """A space known to be larger than SMALL_SPACE (spaces never shrink), and whether it
     is known to hold no child task: its pages then need no query for children.
     `version` moves with each create or finish in it: pages read before are stale."""
 
-    __slots__ = ("childless", "version")
-
-    def __init__(self, childless: bool) -> None:
-        self.childless = childless
-        self.version = 0
+    childless: bool
+    version: int = 0
 
 
 # Rows of big spaces' pages held (`SmallSpaces.page`), as `row_bytes` counts them.

@@ -64,8 +64,7 @@ class RedisFeed(LocalFeed):
         return {"feed_publish": publish, "feed_subscribe": subscribe}
 
     async def ready(self, space_uuid: str) -> None:
-        """Wait until this instance's subscription to the space is confirmed by Redis, so
-        that a snapshot read after it misses no change made on another instance."""
+        """Once Redis confirmed this instance's subscription to the space."""
         future = self._confirmed.get(CHANNEL_PREFIX + space_uuid)
         if future is not None:
             await asyncio.wait_for(asyncio.shield(future), 5.0)

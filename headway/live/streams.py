@@ -93,9 +93,7 @@ class Stream:
         self._pruned: list[tuple[str, int]] | None = []
         self._skip: set[str] = set()  # pruned tasks whose held events are not sent
         self._rounds: list[Round] = []
-        # Events held in `_rounds`, not yet sent: at most MAX_PENDING, or one per task
-        # once merged.
-        self.held = 0
+        self.held = 0  # events in `_rounds`: at most MAX_PENDING, or one per task merged
         self._waiter: asyncio.Future[None] | None = None  # set while `next_events` waits
         self.ended: str | None = None  # why it ended: "revoked", "behind", "shutdown"...
         self.sent_at = 0.0  # loop time of its last send: `Live` wakes it for a keep-alive

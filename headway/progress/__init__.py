@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import NamedTuple, Protocol, TypeVar
+from typing import NamedTuple, NoReturn, Protocol, TypeVar
 
 from ..domain.errors import TooManyRequests, Unavailable
 from ..domain.estimates import Track
 from ..domain.tasks import Progress
+from ..ops import metrics
 
 T = TypeVar("T")
 
@@ -51,6 +52,17 @@ class ClientAllowanceFull(TooManyRequests):
             "spaces; finish or delete tasks, report smaller values, or retry later.",
             headers={"retry-after": str(BUDGET_RETRY_AFTER_S)},
         )
+
+
+def refuse(which: str) -> NoReturn:
+    """Raise, counted, the refusal of a write that would take `which` over its budget:
+    "client" (ClientAllowanceFull), "space" or "store" (ProgressBudgetFull)."""
+    metrics.refused(
+        {"client": "client_budget", "space": "space_budget"}.get(which, "progress_budget")
+    )
+    if which == "client":
+        raise ClientAllowanceFull()
+    raise ProgressBudgetFull(which)
 
 
 class Measurement(NamedTuple):

@@ -14,15 +14,13 @@ from msgspec.structs import astuple, replace
 from ..domain.clock import Clock
 from ..domain.estimates import Track, followed, unpack
 from ..domain.tasks import Progress
-from ..ops import metrics
 from . import (
     ADMIT_NEW_BELOW,
     NO_CLIENT,
     ROOM_SLACK,
-    ClientAllowanceFull,
     Measurement,
-    ProgressBudgetFull,
     ProgressStore,
+    refuse,
 )
 
 # What one entry costs beyond its values' JSON text, as the process's memory holds it:
@@ -152,12 +150,8 @@ class MemoryProgressStore(ProgressStore):
             return
         self._drop_expired()  # expired progress frees its room: look again
         over = self._over(task_uuid, space_uuid, progress, client, finished)
-        if over == "client":
-            metrics.refused("client_budget")
-            raise ClientAllowanceFull()
         if over is not None:
-            metrics.refused("space_budget" if over == "space" else "progress_budget")
-            raise ProgressBudgetFull(over)
+            refuse(over)
 
     def _over(
         self, task_uuid: str, space_uuid: str, progress: Progress, client: str, finished: bool
@@ -197,8 +191,7 @@ class MemoryProgressStore(ProgressStore):
             return
         self._drop_expired()
         if self._client_live.get(client, 0) >= limit:
-            metrics.refused("client_budget")
-            raise ClientAllowanceFull()
+            refuse("client")
 
     async def put(
         self,

@@ -20,12 +20,12 @@ from ..ops.redis_link import Coalesced, close_client, connection_pool
 from . import (
     NO_CLIENT,
     ROOM_SLACK,
-    ClientAllowanceFull,
     Measurement,
     ProgressBudgetFull,
     ProgressStore,
     T,
     redis_tracks,
+    refuse,
 )
 from . import redis_allowances as allowances
 
@@ -136,15 +136,6 @@ def _number(number: int | float | None) -> str:
     return "" if number is None else repr(number)
 
 
-def _refuse(refused: bytes) -> None:
-    """Raise the refusal a write script answered with (an allowance without room)."""
-    if refused == allowances.SPACE_FULL:
-        metrics.refused("space_budget")
-        raise ProgressBudgetFull("space")
-    metrics.refused("client_budget")
-    raise ClientAllowanceFull()
-
-
 class RedisProgressStore(ProgressStore):
     """One key per task, `headway:progress:<uuid>`, holding the progress as compact JSON
     (after a header naming whose allowance it counts against: see `progress.redis_allowances`)
@@ -235,8 +226,7 @@ class RedisProgressStore(ProgressStore):
         cutoff = self._clock.now_us() - self._ttl_us
         args = [allowances.account_name(client), cutoff, self.client_bytes]
         if await self._admit_client(keys=[], args=args):
-            metrics.refused("client_budget")
-            raise ClientAllowanceFull()
+            refuse("client")
 
     def _write_args(
         self, progress: Progress, space_uuid: str, client: str, finished: bool
@@ -266,7 +256,7 @@ class RedisProgressStore(ProgressStore):
         args = self._write_args(progress, space_uuid, client, finished)
         refused = await self._write(self._put, [self.PREFIX + task_uuid], args)
         if refused is not None:
-            _refuse(refused)
+            refuse("space" if refused == allowances.SPACE_FULL else "client")
 
     async def _write(self, script: Coalesced, keys: list[str], args: list[object]) -> Any:
         """Run a write's `script`; one that a full Redis refused (it wrote nothing) runs
@@ -335,7 +325,7 @@ class RedisProgressStore(ProgressStore):
         if current is None:
             return None
         if current in (allowances.ALLOWANCE_FULL, allowances.SPACE_FULL):
-            _refuse(current)
+            refuse("space" if current == allowances.SPACE_FULL else "client")
         return FamilyVersion(current.decode())
 
     async def retry_with_room(self, attempt: Callable[[], Awaitable[T]]) -> T:
