@@ -107,17 +107,11 @@ class Bounded(Generic[K, V]):
         generation on (a read that raced the change stores nothing)."""
         self.generation += 1
         for key in keys:
-            if key is not None:
-                self.pop(key)
+            self.pop(key)  # type: ignore[arg-type]  # None is no key: nothing to pop
 
     def forget_where(self, stale: Callable[[K, V], bool]) -> None:
         """As `forget`, for every entry `stale` says the change touched (one pass)."""
         self.forget(*[key for key, value in self._entries.items() if stale(key, value)])
-
-    def clear(self) -> None:
-        self.generation += 1
-        self._entries.clear()
-        self.bytes_held = 0
 
     def _trim(self) -> None:
         entries, count, max_bytes = self._entries, self._count, self._max_bytes

@@ -298,8 +298,7 @@ class VersionedFamilyCache(FamilyCache):
     def forget(self, *task_uuids: str | None) -> None:
         super().forget(*task_uuids)
         for uuid in task_uuids:
-            if uuid is not None:
-                self._stamps.pop(uuid, None)
+            self._stamps.pop(uuid, None)  # type: ignore[arg-type]  # None: nothing
 
 
 def _space_of(entry: TaskRow | _Parent) -> str:

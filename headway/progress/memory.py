@@ -296,8 +296,7 @@ class MemoryProgressStore(ProgressStore):
             if old is None or old.finished:
                 continue
             self._uncount(uuid, old)
-            held = replace(old, finished=True, track=None)  # not a write
-            entries[uuid] = held
+            held = entries[uuid] = replace(old, finished=True, track=None)  # not a write
             self._count(uuid, held)
         if self.bytes_used > self.budget_bytes:
             self._free_room()

@@ -272,8 +272,7 @@ class RedisProgressStore(ProgressStore):
             raise ProgressBudgetFull("store") from None
 
     async def free_room(self) -> int:
-        """Bring a Redis over its maxmemory back under it (see `free_room`); the bytes
-        of finished progress that gave way."""
+        """The module's `free_room`, on this store's Redis."""
         return await free_room(self._redis)
 
     # --- Family versions: what lets each instance cache families (see caches.families) ---
