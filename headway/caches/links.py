@@ -38,9 +38,7 @@ class SharedSpaces(Cache):
 
     def get(self, share_uuid: str, now_us: int) -> str | None:
         found = self._entries.get(share_uuid)
-        if found is None or found[1] <= now_us:
-            return None
-        return found[0]
+        return None if found is None or found[1] <= now_us else found[0]
 
     def keep(self, share_uuid: str, space_uuid: str, now_us: int, generation: int) -> None:
         """Keep the link's space, read at `now_us` when `generation` was current."""

@@ -36,9 +36,7 @@ class UsualDurations(Cache):
     def get(self, job: str, now_us: int) -> tuple[Usual | None] | None:
         """(the job's usual duration,) if kept and still trusted, else None."""
         found = self._entries.get(job)
-        if found is None or found[2] <= now_us:
-            return None
-        return (found[0],)
+        return None if found is None or found[2] <= now_us else (found[0],)
 
     def keep(
         self, job: str, space_uuid: str, usual: Usual | None, now_us: int, generation: int

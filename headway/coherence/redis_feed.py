@@ -60,8 +60,7 @@ class RedisFeed(LocalFeed):
         self._published.set()
 
     def loops(self) -> dict[str, asyncio.Task[None]]:
-        publish, subscribe = self._tasks
-        return {"feed_publish": publish, "feed_subscribe": subscribe}
+        return dict(zip(("feed_publish", "feed_subscribe"), self._tasks, strict=True))
 
     async def ready(self, space_uuid: str) -> None:
         """Once Redis confirmed this instance's subscription to the space."""

@@ -145,8 +145,7 @@ class MemoryProgressStore(ProgressStore):
         client: str = NO_CLIENT,
         finished: bool = False,
     ) -> None:
-        over = self._over(task_uuid, space_uuid, progress, client, finished)
-        if over is None:
+        if self._over(task_uuid, space_uuid, progress, client, finished) is None:
             return
         self._drop_expired()  # expired progress frees its room: look again
         over = self._over(task_uuid, space_uuid, progress, client, finished)
