@@ -35,9 +35,7 @@ class KeptBadges:
 
     def get(self, key: Key, now_us: int) -> Badge | None:
         found = self._kept.get(key)
-        if found is None or found[2] <= now_us:
-            return None
-        return found[0]
+        return None if found is None or found[2] <= now_us else found[0]
 
     def generation(self, space_uuid: str) -> int:
         """Take before reading what a badge of the space shows; give it to `keep`."""

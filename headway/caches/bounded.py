@@ -5,7 +5,7 @@ what a change overtook."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -82,7 +82,7 @@ class Bounded(Generic[K, V]):
         The bound may push out the oldest entries, even this one if it alone is over."""
         if generation is not None and generation != self.generation:
             return False
-        self._take(key)
+        self.pop(key)
         self._entries[key] = value
         if self._size is not None:
             self.bytes_held += self._size(value)
@@ -97,30 +97,21 @@ class Bounded(Generic[K, V]):
 
     def pop(self, key: K) -> V | None:
         """Let go of `key`'s entry, if held (the generation stays)."""
-        return self._take(key)
+        value = self._entries.pop(key, None)
+        if value is not None and self._size is not None:
+            self.bytes_held -= self._size(value)
+        return value
 
     def forget(self, *keys: K | None) -> None:
         """After a change that made these entries stale: let go of them, and move the
         generation on (a read that raced the change stores nothing)."""
         self.generation += 1
         for key in keys:
-            if key is not None:
-                self._take(key)
+            self.pop(key)  # type: ignore[arg-type]  # None is no key: nothing to pop
 
     def forget_where(self, stale: Callable[[K, V], bool]) -> None:
         """As `forget`, for every entry `stale` says the change touched (one pass)."""
         self.forget(*[key for key, value in self._entries.items() if stale(key, value)])
-
-    def clear(self) -> None:
-        self.generation += 1
-        self._entries.clear()
-        self.bytes_held = 0
-
-    def _take(self, key: K) -> V | None:
-        value = self._entries.pop(key, None)
-        if value is not None and self._size is not None:
-            self.bytes_held -= self._size(value)
-        return value
 
     def _trim(self) -> None:
         entries, count, max_bytes = self._entries, self._count, self._max_bytes
@@ -133,6 +124,21 @@ class Bounded(Generic[K, V]):
         bytes_goal = self.bytes_held if max_bytes is None else max_bytes - int(max_bytes * free)
         while entries and (len(entries) > count_goal or self.bytes_held > bytes_goal):
             key = next(iter(entries))
-            value = self._take(key)
+            value = self.pop(key)
             if self._on_drop is not None and value is not None:
                 self._on_drop(key, value)
+
+
+class Cache:
+    """A cache whose entries are one `Bounded`, `_entries`: the bytes they hold, and its
+    generation (noted before a read, handed to the cache's `put` or `keep`)."""
+
+    _entries: Bounded[Any, Any]
+
+    @property
+    def bytes_held(self) -> int:
+        return self._entries.bytes_held
+
+    @property
+    def generation(self) -> int:
+        return self._entries.generation

@@ -35,7 +35,7 @@ from typing import ClassVar, NamedTuple
 import msgspec
 
 from ..domain.tasks import Changed, FamilyVersion, Progress, TaskRow, view_json
-from .bounded import Bounded
+from .bounded import Bounded, Cache
 
 Family = tuple[TaskRow, Sequence[TaskRow]]
 
@@ -109,16 +109,12 @@ class _Parent:
         self.size = family_bytes(row, children)
 
 
-class FamilyCache:
+class FamilyCache(Cache):
     """Families, holding at most `max_bytes` (FAMILY_BYTES: rows, and children's answers
     kept as JSON, as `row_bytes` and SHOWN_BYTES count them): past that, those held
     longest are dropped until an eighth is free (a plain dict in insertion order costs
-    about 60 bytes less per entry than keeping recency in an OrderedDict, and every
-    reporting task has an entry).
-
-    `generation` guards against a race: a reader that fetched a family from the database
-    before a concurrent change was committed and forgotten must not store its stale copy.
-    Readers note the generation before the query and `put` only stores if it is unchanged.
+    about 60 bytes less per entry than keeping recency in an OrderedDict). A reader notes
+    `generation` before its query, and `put` stores nothing if a change moved it since.
 
     Kept lean, since every reporting task has an entry: a childless task is stored as its
     bare row, and the space uuid it shares with its space's other tasks is stored once.
@@ -134,21 +130,12 @@ class FamilyCache:
     decides_finish: ClassVar[bool] = True
 
     def __init__(self, max_bytes: int = FAMILY_BYTES) -> None:
-        # Past `max_bytes`, the families held longest go until an eighth is free.
         self._entries: Bounded[str, TaskRow | _Parent] = Bounded(
             max_bytes=max_bytes, size=_size, keep=7 / 8, on_drop=self._dropped
         )
 
     def __len__(self) -> int:
         return len(self._entries)
-
-    @property
-    def bytes_held(self) -> int:
-        return self._entries.bytes_held
-
-    @property
-    def generation(self) -> int:
-        return self._entries.generation
 
     def get(self, task_uuid: str) -> Family | None:
         entry = self._entries.get(task_uuid)
@@ -162,20 +149,15 @@ class FamilyCache:
         """The family with the version it was read at, unless absent or too old as of
         `now_us()`: here, where this process sees every change, at ALONE, never too old,
         and the clock is not read."""
-        entry = self._entries.get(task_uuid)
-        if entry is None:
-            return None
-        if isinstance(entry, TaskRow):
-            return entry, (), ALONE
-        return entry.row, entry.children, ALONE
+        family = self.get(task_uuid)
+        return None if family is None else (*family, ALONE)
 
     def put_versioned(
         self, family: Family, version: FamilyVersion, now_us: int, generation: int
     ) -> None:
         """Hold `family`, read from the database after its version was read as `version`
         and the cache's generation was `generation` (see `put`)."""
-        if generation == self.generation:
-            self.put(family, generation)
+        self.put(family, generation)
 
     def held_for_read(self, task_uuid: str) -> Family | None:
         """The family as a read may show it without checking a version: here, as held."""
@@ -214,8 +196,6 @@ class FamilyCache:
             shown = entry.shown = [None] * len(children)
             entry.size += 8 * len(children)
         answers = []
-        latest = None
-        size = 0
         for index, progress in enumerate(found):
             made = shown[index]
             if made is None or made[0] is not progress:
@@ -223,9 +203,8 @@ class FamilyCache:
                 made = shown[index] = (progress, view_json(children[index], progress))
                 entry.size += len(made[1]) - (len(old[1]) if old else -SHOWN_BYTES)
             answers.append(made[1])
-            size += len(made[1]) + 1
-            if progress is not None and (latest is None or progress.updated_at_us > latest):
-                latest = progress.updated_at_us
+        size = sum(map(len, answers)) + len(answers)
+        latest = max((p.updated_at_us for p in found if p is not None), default=None)
         if entry.answer is not None:
             entry.size -= len(entry.answer[1].shown.joined) + 16 * len(children)
         if size > KEPT_JOINED_BYTES:
@@ -233,13 +212,13 @@ class FamilyCache:
             entry.answer = entry.shown = None
             entry.large = True
             entry.size = family_bytes(entry.row, children)
-            self._grew(entry.size - before)
+            self._entries.grew(entry.size - before)
             return None
         done = sum(1 for child in children if child.finished_at_us is not None)
         answer = ChildrenAnswer(ChildrenJSON(answers), done, latest)
         entry.answer = (found, answer)
         entry.size += len(answer.shown.joined) + 16 * len(children)
-        self._grew(entry.size - before)
+        self._entries.grew(entry.size - before)
         return answer
 
     def put(self, family: Family, generation: int) -> None:
@@ -249,9 +228,6 @@ class FamilyCache:
             row = msgspec.structs.replace(row, space_uuid=shared_space)
         entry = _Parent(row, tuple(children)) if children else row
         self._entries.put(row.uuid, entry, generation)
-
-    def _grew(self, size: int) -> None:
-        self._entries.grew(size)
 
     def _dropped(self, task_uuid: str, _entry: TaskRow | _Parent) -> None:
         """An entry went to make room (see `VersionedFamilyCache`)."""
@@ -322,8 +298,7 @@ class VersionedFamilyCache(FamilyCache):
     def forget(self, *task_uuids: str | None) -> None:
         super().forget(*task_uuids)
         for uuid in task_uuids:
-            if uuid is not None:
-                self._stamps.pop(uuid, None)
+            self._stamps.pop(uuid, None)  # type: ignore[arg-type]  # None: nothing
 
 
 def _space_of(entry: TaskRow | _Parent) -> str:

@@ -4,6 +4,7 @@ under a link names (an id cannot be turned back into its uuid)."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from ..domain.errors import NotFound
@@ -11,7 +12,7 @@ from ..domain.share_ids import ShareView
 from ..domain.tasks import Changed
 from ..storage import shares
 from ..storage.database import Database
-from .bounded import Bounded
+from .bounded import Bounded, Cache
 
 NO_SHARED_TASK = "No such task under this link: check its id."
 # Links whose space is kept for badges, and for how long at most, in µs (see `SharedSpaces`).
@@ -21,7 +22,7 @@ SPACE_KEPT_US = 1_000_000
 IDS_KEPT = 200_000
 
 
-class SharedSpaces:
+class SharedSpaces(Cache):
     """The space of each link a badge used last, at most SHARES_KEPT of them and each for
     at most SPACE_KEPT_US, so that a badge asked for again and again costs no query. A
     revoke or the space's delete heard here drops it at once; one made where this process
@@ -33,42 +34,33 @@ class SharedSpaces:
 
     def __init__(self, held: int = SHARES_KEPT) -> None:
         # link -> (space, kept until, µs)
-        self._spaces: Bounded[str, tuple[str, int]] = Bounded(count=held)
-
-    @property
-    def generation(self) -> int:
-        """Moves on each revoke or delete heard."""
-        return self._spaces.generation
+        self._entries: Bounded[str, tuple[str, int]] = Bounded(count=held)
 
     def get(self, share_uuid: str, now_us: int) -> str | None:
-        found = self._spaces.get(share_uuid)
-        if found is None or found[1] <= now_us:
-            return None
-        return found[0]
+        found = self._entries.get(share_uuid)
+        return None if found is None or found[1] <= now_us else found[0]
 
     def keep(self, share_uuid: str, space_uuid: str, now_us: int, generation: int) -> None:
         """Keep the link's space, read at `now_us` when `generation` was current."""
-        self._spaces.put(share_uuid, (space_uuid, now_us + SPACE_KEPT_US), generation)
+        self._entries.put(share_uuid, (space_uuid, now_us + SPACE_KEPT_US), generation)
 
     def on_change(
         self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
     ) -> None:
         if kind is Changed.REVOKE:
-            self._spaces.forget(task_uuid)  # a revoke names its link
+            self._entries.forget(task_uuid)  # a revoke names its link
         else:
-            self._spaces.forget_where(lambda _, held: held[0] == space_uuid)
+            self._entries.forget_where(lambda _, held: held[0] == space_uuid)
 
 
+@dataclass(slots=True, eq=False)
 class _Ids:
     """The ids of one link: id -> task uuid, for every task created up to `through_us`."""
 
-    __slots__ = ("ids", "space", "through_us", "view")
-
-    def __init__(self, view: ShareView, space: str) -> None:
-        self.view = view
-        self.space = space
-        self.ids: dict[str, str] = {}
-        self.through_us = -1
+    view: ShareView
+    space: str
+    ids: dict[str, str] = field(default_factory=dict)
+    through_us: int = -1
 
 
 class TaskIds:
@@ -83,10 +75,7 @@ class TaskIds:
     hears: ClassVar[frozenset[Changed]] = frozenset({Changed.REVOKE, Changed.DROP})
 
     def __init__(
-        self,
-        db: Database,
-        view: Callable[[str], Awaitable[ShareView]],
-        held: int = IDS_KEPT,
+        self, db: Database, view: Callable[[str], Awaitable[ShareView]], held: int = IDS_KEPT
     ) -> None:
         self._db = db
         self._view = view  # a link's view, its ids keyed by the server's secret

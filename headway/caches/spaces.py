@@ -21,16 +21,17 @@ big spaces' tasks SHOWN_TASKS_BYTES.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from itertools import chain
+from typing import ClassVar
 
 import msgspec
 
 from ..domain.tasks import Changed, FamilyVersion, Progress, TaskRow, TaskView, view, view_json
 from ..storage.database import Fetch
 from ..storage.pages import Window, families_of, space_has_children, space_rows
-from .bounded import Bounded
+from .bounded import Bounded, Cache
 from .families import KEPT_JSON_BYTES, ROW_BYTES, SHOWN_BYTES, VERSIONED_MAX_AGE_US, row_bytes
 
 # Spaces of at most this many tasks are held whole; bigger ones are read page by page.
@@ -48,7 +49,7 @@ def space_version_key(space_uuid: str) -> str:
     return "space:" + space_uuid
 
 
-class ShownTasks:
+class ShownTasks(Cache):
     """The JSON of childless tasks' answers as last made, by uuid (a small space's, or
     those shown in pages of big spaces): reused while the task's progress is the same
     object (the memory store replaces it on every write) and its row has not finished
@@ -68,14 +69,12 @@ class ShownTasks:
         on_grow: Callable[[int], None] | None = None,
     ) -> None:
         self._on_grow = on_grow
-        # An eighth at a time: each drop walks past what the last one left behind.
         self._entries: Bounded[str, tuple[Progress | None, int | None, msgspec.Raw]] = Bounded(
-            count=held, max_bytes=max_bytes, size=_shown_bytes, keep=7 / 8
+            count=held,
+            max_bytes=max_bytes,
+            size=lambda made: SHOWN_BYTES + len(made[2]),
+            keep=7 / 8,
         )
-
-    @property
-    def bytes_held(self) -> int:
-        return self._entries.bytes_held
 
     def on_change(
         self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
@@ -105,10 +104,6 @@ class ShownTasks:
         return answer
 
 
-def _shown_bytes(entry: tuple[Progress | None, int | None, msgspec.Raw]) -> int:
-    return SHOWN_BYTES + len(entry[2])
-
-
 @dataclass
 class SmallSpace:
     """A space's top-level tasks (oldest first), their children (oldest first) by
@@ -126,16 +121,14 @@ class SmallSpace:
         return window.select(self.top), self.children
 
 
+@dataclass(slots=True, eq=False)
 class BigSpace:
     """A space known to be larger than SMALL_SPACE (spaces never shrink), and whether it
     is known to hold no child task: its pages then need no query for children.
     `version` moves with each create or finish in it: pages read before are stale."""
 
-    __slots__ = ("childless", "version")
-
-    def __init__(self, childless: bool) -> None:
-        self.childless = childless
-        self.version = 0
+    childless: bool
+    version: int = 0
 
 
 # Rows of big spaces' pages held (`SmallSpaces.page`), as `row_bytes` counts them.
@@ -145,7 +138,7 @@ PAGE_ROWS_MOST = 1_000
 Page = tuple[list[TaskRow], dict[str, list[TaskRow]]]
 
 
-class SmallSpaces:
+class SmallSpaces(Cache):
     """Small spaces by uuid, least recently read first, and big ones (`BigSpace`):
     small spaces' rows and answers hold at most `max_bytes`, big spaces' pages at most
     `page_bytes`."""
@@ -156,10 +149,7 @@ class SmallSpaces:
     )
 
     def __init__(
-        self,
-        small: int = SMALL_SPACE,
-        max_bytes: int = SPACES_BYTES,
-        page_bytes: int = PAGES_BYTES,
+        self, small: int = SMALL_SPACE, max_bytes: int = SPACES_BYTES, page_bytes: int = PAGES_BYTES
     ) -> None:
         self._small = small
         self._max_bytes = max_bytes
@@ -176,17 +166,8 @@ class SmallSpaces:
         )
 
     @property
-    def bytes_held(self) -> int:
-        """Small spaces' rows and answers."""
-        return self._entries.bytes_held
-
-    @property
     def page_bytes_held(self) -> int:
         return self._pages.bytes_held
-
-    @property
-    def generation(self) -> int:
-        return self._entries.generation
 
     def page(self, big: BigSpace, window: Window) -> Page | None:
         """The rows a read of `window` in the big space answers (its top-level tasks and
@@ -208,9 +189,7 @@ class SmallSpaces:
         if len(page[0]) + sum(map(len, page[1].values())) > PAGE_ROWS_MOST:
             return
         # An empty page counts as a row: the bound holds however many are read.
-        size = sum(map(row_bytes, page[0])) + sum(
-            row_bytes(child) for children in page[1].values() for child in children
-        )
+        size = sum(map(row_bytes, chain(page[0], *page[1].values())))
         self._pages.put(window, (big, version, page, max(size, ROW_BYTES)))
 
     def get(
@@ -228,11 +207,7 @@ class SmallSpaces:
         return self._entries.touch(space_uuid)
 
     async def load(
-        self,
-        fetch: Fetch,
-        space_uuid: str,
-        version: FamilyVersion | None = None,
-        now_us: int = 0,
+        self, fetch: Fetch, space_uuid: str, version: FamilyVersion | None = None, now_us: int = 0
     ) -> SmallSpace | BigSpace:
         """Read the space's rows, and keep them if it is small and nothing changed
         meanwhile; returns the entry, a `BigSpace` if it is big. `version`: the version
@@ -245,7 +220,9 @@ class SmallSpaces:
             big = BigSpace(childless=not child and generation == self.generation)
             self._hold(space_uuid, big, None, version, now_us)
             return big
-        entry = _small_space(space_uuid, found)
+        top, children = families_of(space_uuid, found)
+        rows_bytes = sum(map(row_bytes, chain(top, *children.values())))
+        entry = SmallSpace(top, children, len(found), rows_bytes)
 
         def grew(size: int) -> None:  # its answers count while it is held
             if self._entries.get(space_uuid) is entry:
@@ -280,36 +257,19 @@ class SmallSpaces:
     def on_change(
         self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
     ) -> None:
-        """After a create, a finish or a delete in the space committed (or may have)."""
-        if kind is Changed.DROP:
-            self._entries.forget()  # the generation moves on
-            self._drop(space_uuid)
-            return
-        self.forget(space_uuid, children=kind is Changed.CREATE and parent_uuid is not None)
-
-    def forget(self, *space_uuids: str, children: bool = False) -> None:
-        """After a create or a finish in these spaces committed (or may have); `children`:
-        the creates may have made child tasks."""
+        """After a create, a finish or a delete in the space committed (or may have), or
+        the space's delete."""
         self._entries.forget()  # the generation moves on
-        for space_uuid in space_uuids:
-            entry = self._entries.get(space_uuid)
-            if isinstance(entry, SmallSpace):
-                self._drop(space_uuid)
-            elif entry is not None:  # still big
-                self._entries.touch(space_uuid)
-                if children:
-                    entry.childless = False
-                entry.version += 1  # its pages held are stale
+        entry = self._entries.get(space_uuid)
+        if kind is Changed.DROP or isinstance(entry, SmallSpace):
+            self._drop(space_uuid)
+        elif entry is not None:  # still big
+            self._entries.touch(space_uuid)
+            if kind is Changed.CREATE and parent_uuid is not None:  # a child task
+                entry.childless = False
+            entry.version += 1  # its pages held are stale
 
 
 def _space_bytes(entry: SmallSpace | BigSpace) -> int:
     """What a held space costs: a small one's rows and answers; a big one, nothing."""
     return entry.rows_bytes + entry.shown.bytes_held if isinstance(entry, SmallSpace) else 0
-
-
-def _small_space(space_uuid: str, found: Sequence[tuple[Any, ...]]) -> SmallSpace:
-    top, children = families_of(space_uuid, found)
-    size = sum(map(row_bytes, top)) + sum(
-        row_bytes(child) for held in children.values() for child in held
-    )
-    return SmallSpace(top, children, len(found), size)

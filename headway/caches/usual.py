@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from ..domain.jobs import Usual
 from ..domain.tasks import Changed
-from .bounded import Bounded
+from .bounded import Bounded, Cache
 
 # Jobs whose usual durations are kept.
 JOBS_KEPT = 10_000
@@ -16,7 +16,7 @@ JOBS_KEPT = 10_000
 KEPT_US = 60 * 1_000_000
 
 
-class UsualDurations:
+class UsualDurations(Cache):
     """The usual duration of each job read last (None: it has none yet), by job id, for at
     most KEPT_US; a finish, delete or removal of a task of its space, or the space's
     delete, drops every job of that space. A read that such a change overtook keeps
@@ -28,27 +28,20 @@ class UsualDurations:
 
     def __init__(self, held: int = JOBS_KEPT) -> None:
         # usual, space, kept until (µs)
-        self._kept: Bounded[str, tuple[Usual | None, str, int]] = Bounded(
+        self._entries: Bounded[str, tuple[Usual | None, str, int]] = Bounded(
             count=held, on_drop=self._dropped
         )
         self._of_space: dict[str, set[str]] = {}
 
-    @property
-    def generation(self) -> int:
-        """Take before reading a usual duration; give it to `keep`."""
-        return self._kept.generation
-
     def get(self, job: str, now_us: int) -> tuple[Usual | None] | None:
         """(the job's usual duration,) if kept and still trusted, else None."""
-        found = self._kept.get(job)
-        if found is None or found[2] <= now_us:
-            return None
-        return (found[0],)
+        found = self._entries.get(job)
+        return None if found is None or found[2] <= now_us else (found[0],)
 
     def keep(
         self, job: str, space_uuid: str, usual: Usual | None, now_us: int, generation: int
     ) -> None:
-        if self._kept.put(job, (usual, space_uuid, now_us + KEPT_US), generation):
+        if self._entries.put(job, (usual, space_uuid, now_us + KEPT_US), generation):
             self._of_space.setdefault(space_uuid, set()).add(job)
 
     def _dropped(self, job: str, held: tuple[Usual | None, str, int]) -> None:
@@ -61,4 +54,4 @@ class UsualDurations:
     def on_change(
         self, kind: Changed, space_uuid: str, task_uuid: str | None, parent_uuid: str | None
     ) -> None:
-        self._kept.forget(*self._of_space.pop(space_uuid, ()))
+        self._entries.forget(*self._of_space.pop(space_uuid, ()))

@@ -120,10 +120,6 @@ class LocalFeed:
     async def ready(self, space_uuid: str) -> None:
         """At once: a publish reaches this process's listeners in the publisher's call."""
 
-    def watched(self) -> list[str]:
-        """The spaces with listeners in this process."""
-        return list(self._listeners)
-
     def _first_listener(self, space_uuid: str) -> None:
         """A space gained its first listener here (Redis subscribes to it)."""
 

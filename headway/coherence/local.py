@@ -5,14 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..caches.families import FamilyCache
+from ..caches.families import ALONE, FamilyCache
 from ..caches.spaces import ShownTasks
 from ..domain.tasks import FamilyVersion, Progress
 from ..progress import ProgressStore
 from .feed import LocalFeed, Told, tell
-
-# The one version of everything: nothing another process does can make a cache stale.
-ALONE = FamilyVersion("alone")
 
 
 class OneProcess:

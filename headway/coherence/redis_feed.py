@@ -60,12 +60,10 @@ class RedisFeed(LocalFeed):
         self._published.set()
 
     def loops(self) -> dict[str, asyncio.Task[None]]:
-        publish, subscribe = self._tasks
-        return {"feed_publish": publish, "feed_subscribe": subscribe}
+        return dict(zip(("feed_publish", "feed_subscribe"), self._tasks, strict=True))
 
     async def ready(self, space_uuid: str) -> None:
-        """Wait until this instance's subscription to the space is confirmed by Redis, so
-        that a snapshot read after it misses no change made on another instance."""
+        """Once Redis confirmed this instance's subscription to the space."""
         future = self._confirmed.get(CHANNEL_PREFIX + space_uuid)
         if future is not None:
             await asyncio.wait_for(asyncio.shield(future), 5.0)
@@ -155,24 +153,24 @@ class RedisFeed(LocalFeed):
         """A loop's step failed: Redis unavailable (retried until it answers, then every
         watcher starts over), or anything else (logged; the watchers start over now)."""
         if unavailable(exc):
-            self._went_down(exc)
+            if not self._down:
+                log.warning("change feed: Redis unavailable (%s); retrying", type(exc).__name__)
+                self._down = True
             return
         log.error("change feed: %s failed; its watchers start over", loop, exc_info=exc)
         metrics.loop_failed(loop)
-        for space in self.watched():
-            LocalFeed.publish(self, Change(RESYNC, space, ""))
-
-    def _went_down(self, exc: BaseException) -> None:
-        if not self._down:
-            log.warning("change feed: Redis unavailable (%s); retrying", type(exc).__name__)
-            self._down = True
+        self._resync()
 
     def _came_back(self) -> None:
         """After a lost connection (resubscribed by redis-py): changes may have been lost,
         so every watcher here starts over."""
         self._down = False
         log.info("change feed: Redis is back")
-        for space in self.watched():
+        self._resync()
+
+    def _resync(self) -> None:
+        """Every watcher here starts over."""
+        for space in list(self._listeners):
             LocalFeed.publish(self, Change(RESYNC, space, ""))
 
     async def close(self) -> None:

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 
 from ..coherence.feed import DROPPED, PRUNED, RESYNC, REVOKED, TASK, Change, ChangeFeed
 from ..domain.errors import Unavailable
-from ..domain.schemas import EstimateOut
 from ..domain.share_ids import ShareView
 from ..domain.tasks import TaskView
 from ..ops import metrics
@@ -67,7 +66,6 @@ class Stream:
     which decides task by task)."""
 
     __slots__ = (
-        "_held",
         "_pruned",
         "_rounds",
         "_skip",
@@ -75,6 +73,7 @@ class Stream:
         "abort",
         "ended",
         "filter",
+        "held",
         "key",
         "sending_since",
         "sent_at",
@@ -94,7 +93,7 @@ class Stream:
         self._pruned: list[tuple[str, int]] | None = []
         self._skip: set[str] = set()  # pruned tasks whose held events are not sent
         self._rounds: list[Round] = []
-        self._held = 0  # events in `_rounds`
+        self.held = 0  # events in `_rounds`: at most MAX_PENDING, or one per task merged
         self._waiter: asyncio.Future[None] | None = None  # set while `next_events` waits
         self.ended: str | None = None  # why it ended: "revoked", "behind", "shutdown"...
         self.sent_at = 0.0  # loop time of its last send: `Live` wakes it for a keep-alive
@@ -110,8 +109,8 @@ class Stream:
         # of many tasks, taken at once, is no sign of a slow reader.
         behind = bool(self._rounds)
         self._rounds.append(round_)
-        self._held += len(round_.tasks)
-        if self._held > MAX_PENDING:
+        self.held += len(round_.tasks)
+        if self.held > MAX_PENDING:
             merged = self._merged()
             if len(merged) > MAX_PENDING and behind:
                 self.end("behind")
@@ -127,7 +126,7 @@ class Stream:
                 merged[task.uuid] = (task, event)
         one = Round([task for task, _ in merged.values()], 0, self._rounds[-1].render)
         one._events[self.key] = [event for _, event in merged.values()]
-        self._rounds, self._held = [one], len(merged)
+        self._rounds, self.held = [one], len(merged)
         return merged
 
     def follow(self, filter_: StreamFilter | None) -> None:
@@ -154,11 +153,6 @@ class Stream:
             self.end("resync")
         elif any(task_uuid in (t.uuid, t.parent_uuid) for held in self._rounds for t in held.tasks):
             self._skip.add(task_uuid)
-
-    @property
-    def held(self) -> int:
-        """Events held, not yet sent: at most MAX_PENDING, or one per task once merged."""
-        return self._held
 
     def end(self, reason: str) -> None:
         if self.ended is None:
@@ -190,11 +184,11 @@ class Stream:
             # Each round as joined for every stream; a task changed in several rounds
             # sends each state (merging costs more than sending them, and `offer` merges
             # once the rounds held pass MAX_PENDING events).
-            rounds, self._rounds, self._held = self._rounds, [], 0
+            rounds, self._rounds, self.held = self._rounds, [], 0
             return b"".join(held.joined(self.key, self.share) for held in rounds)
         render = self._rounds[-1].render
         merged = self._merged()
-        self._rounds, self._held = [], 0
+        self._rounds, self.held = [], 0
         admits, skip, self._skip = self.filter.admits, self._skip, set()
         events = b"".join(
             event
@@ -224,7 +218,7 @@ class SpaceWatch:
         self.streams: set[Stream] = set()
         self._dirty: dict[str, None] = {}
         self._wake = asyncio.Event()
-        self._sequence = 0
+        self.last_id = 0  # of the last event rendered
         self.begun = 0  # rounds begun
         # While a round reads its tasks: the tasks pruned meanwhile (see `_render`).
         self._pruning: set[str] | None = None
@@ -233,10 +227,6 @@ class SpaceWatch:
         self._unsubscribe = live.feed.subscribe(space_uuid, self._on_change)
         self._renderer = asyncio.create_task(self._render_loop(), name="headway-live-render")
         self._renderer.add_done_callback(self._renderer_ended)
-
-    @property
-    def last_id(self) -> int:
-        return self._sequence
 
     def _on_change(self, change: Change) -> None:
         if change.kind == TASK:
@@ -254,11 +244,9 @@ class SpaceWatch:
         elif change.kind == PRUNED:
             self._pruned(change.task_uuid, change.parent_uuid)
         elif change.kind == RESYNC:
-            for stream in tuple(self.streams):
-                stream.end("resync")
+            self.end_all("resync")
         elif change.kind == DROPPED:
-            for stream in tuple(self.streams):
-                stream.end("deleted")
+            self.end_all("deleted")
 
     def _pruned(self, task_uuid: str, new_uuid: str | None) -> None:
         """`task_uuid` was pruned to make room for `new_uuid`, which the next round begun
@@ -273,6 +261,10 @@ class SpaceWatch:
             self._pruning.add(task_uuid)
         for stream in tuple(self.streams):
             stream.pruned(task_uuid, self.begun)
+
+    def end_all(self, reason: str) -> None:
+        for stream in tuple(self.streams):
+            stream.end(reason)
 
     def remove(self, stream: Stream) -> None:
         self.streams.discard(stream)
@@ -316,21 +308,18 @@ class SpaceWatch:
             pruned, self._pruning = self._pruning, None
         if pruned:
             rendered = [t for t in rendered if not {t.uuid, t.parent_uuid} & pruned]
-        estimates = await self._estimates(rendered)
+        # The running tasks' estimates (none if they cannot be read: the round goes out
+        # without them, its tasks' next events carry them).
+        running = [task.uuid for task in rendered if task.finished_at is None]
+        estimates = await self.live.service.estimates.shown(running) if running else {}
         started = perf_counter()
         if rendered:
-            round_ = Round(rendered, self._sequence + 1, self.begun, estimates)
-            self._sequence += len(rendered)
+            round_ = Round(rendered, self.last_id + 1, self.begun, estimates)
+            self.last_id += len(rendered)
             for stream in tuple(self.streams):
                 stream.offer(round_)
         spent, self.sending_s = perf_counter() - started + self.sending_s, 0.0
         return spent
-
-    async def _estimates(self, rendered: list[TaskView]) -> dict[str, EstimateOut]:
-        """The estimates of the running tasks of a round (none if they cannot be read:
-        the round goes out without them, its tasks' next events carry them)."""
-        running = [task.uuid for task in rendered if task.finished_at is None]
-        return await self.live.service.estimates.shown(running) if running else {}
 
     def _failed(self, exc: Exception, dirty: dict[str, None]) -> None:
         if unavailable(exc):
@@ -341,8 +330,7 @@ class SpaceWatch:
             return
         log.error("live: a round failed; the space's streams start over", exc_info=exc)
         metrics.loop_failed("live_render")
-        for stream in tuple(self.streams):
-            stream.end("resync")
+        self.end_all("resync")
 
     def _renderer_ended(self, renderer: asyncio.Task[None]) -> None:
         """Its renderer ended other than by being cancelled: never reused (see `dead`);
@@ -352,33 +340,26 @@ class SpaceWatch:
         log.error("live: a space's renderer ended", exc_info=renderer.exception())
         metrics.loop_failed("live_render")
         self.live.forget(self)
-        for stream in tuple(self.streams):
-            stream.end("resync")
+        self.end_all("resync")
 
 
 class Live:
     """Every stream open in this process, by space; at most `max_streams` at once, and
     as many per client as its `Visitor` may hold."""
 
-    def __init__(
-        self,
-        service: Service,
-        feed: ChangeFeed,
-        *,
-        max_streams: int,
-    ) -> None:
+    def __init__(self, service: Service, feed: ChangeFeed, *, max_streams: int) -> None:
         self.service = service
         self.feed = feed
         self.max_streams = max_streams
         self._watches: dict[str, SpaceWatch] = {}
         self._watchdog: asyncio.Task[None] | None = None
         self._links: asyncio.Task[None] | None = None
-        self._open = 0
+        self.open_streams = 0
 
     def open(self, space_uuid: str, share: ShareView | None, visitor: Visitor) -> Stream:
         """A new stream of the space, subscribed from now on; 503 if the process holds as
         many streams as it may, 429 if the client, or its network, does."""
-        if self._open >= self.max_streams:
+        if self.open_streams >= self.max_streams:
             metrics.refused("streams")
             raise Unavailable(
                 "The server holds as many live streams as it may; retry shortly.",
@@ -393,12 +374,12 @@ class Live:
             self._links = asyncio.create_task(self._check_links(), name="headway-live-links")
         stream = Stream(watch, share, visitor)
         watch.streams.add(stream)
-        self._open += 1
+        self.open_streams += 1
         metrics.stream_opened()
         return stream
 
     def closed(self, stream: Stream) -> None:
-        self._open -= 1
+        self.open_streams -= 1
         stream.visitor.let_go_stream()
         metrics.stream_closed()
 
@@ -413,10 +394,6 @@ class Live:
             return {}
         return {"live_watchdog": self._watchdog, "live_links": self._links}
 
-    @property
-    def open_streams(self) -> int:
-        return self._open
-
     async def _end_stalled(self) -> None:
         """Once a second, for every stream (one timer for all, rather than one per send or
         wait): ends each whose send has waited on its reader for more than STALL_S, and
@@ -427,8 +404,13 @@ class Live:
             now = loop.time()
             for watch in tuple(self._watches.values()):
                 for stream in tuple(watch.streams):
+                    since = stream.sending_since
                     try:
-                        self._check(stream, now)
+                        if since is not None and now - since > STALL_S:
+                            stream.end("stalled")
+                            stream.abort()
+                        elif since is None and now - stream.sent_at >= KEEPALIVE_S:
+                            stream.wake()
                     except Exception:  # never dies: the next stream, the next second
                         log.exception("live: checking a stream failed")
                         metrics.loop_failed("live_watchdog")
@@ -468,20 +450,10 @@ class Live:
                 ended += 1
         return ended
 
-    @staticmethod
-    def _check(stream: Stream, now: float) -> None:
-        since = stream.sending_since
-        if since is not None and now - since > STALL_S:
-            stream.end("stalled")
-            stream.abort()
-        elif since is None and now - stream.sent_at >= KEEPALIVE_S:
-            stream.wake()
-
     def end_all(self, reason: str = "shutdown") -> None:
         """End every stream (at shutdown): each finishes its answer and closes."""
         for task in (self._watchdog, self._links):
             if task is not None:
                 task.cancel()
         for watch in tuple(self._watches.values()):
-            for stream in tuple(watch.streams):
-                stream.end(reason)
+            watch.end_all(reason)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import NamedTuple, Protocol, TypeVar
+from typing import NamedTuple, NoReturn, Protocol, TypeVar
 
 from ..domain.errors import TooManyRequests, Unavailable
 from ..domain.estimates import Track
 from ..domain.tasks import Progress
+from ..ops import metrics
 
 T = TypeVar("T")
 
@@ -29,14 +30,13 @@ class ProgressBudgetFull(Unavailable):
     Answered 503 with `Retry-After`; nothing is written."""
 
     def __init__(self, which: str) -> None:
-        if which == "space":
-            message = (
-                "This space holds as much live progress as one space may; report smaller "
-                "values, or retry when older progress expires."
-            )
-        else:
-            message = "The server holds as much live progress as it may; retry later."
-        super().__init__(message, headers={"retry-after": str(BUDGET_RETRY_AFTER_S)})
+        super().__init__(
+            "This space holds as much live progress as one space may; report smaller values, "
+            "or retry when older progress expires."
+            if which == "space"
+            else "The server holds as much live progress as it may; retry later.",
+            headers={"retry-after": str(BUDGET_RETRY_AFTER_S)},
+        )
         self.which = which
 
 
@@ -52,6 +52,17 @@ class ClientAllowanceFull(TooManyRequests):
             "spaces; finish or delete tasks, report smaller values, or retry later.",
             headers={"retry-after": str(BUDGET_RETRY_AFTER_S)},
         )
+
+
+def refuse(which: str) -> NoReturn:
+    """Raise, counted, the refusal of a write that would take `which` over its budget:
+    "client" (ClientAllowanceFull), "space" or "store" (ProgressBudgetFull)."""
+    metrics.refused(
+        {"client": "client_budget", "space": "space_budget"}.get(which, "progress_budget")
+    )
+    if which == "client":
+        raise ClientAllowanceFull()
+    raise ProgressBudgetFull(which)
 
 
 class Measurement(NamedTuple):
@@ -129,7 +140,6 @@ class ProgressStore(Protocol):
 
     async def delete(self, task_uuids: Sequence[str]) -> None:
         """Forget the progress of these tasks (deleted), freeing what it held."""
-        ...
 
     async def release(self, task_uuids: Sequence[str]) -> None:
         """These tasks finished without a write of their progress (a parent finished by

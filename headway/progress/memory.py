@@ -9,20 +9,18 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from operator import itemgetter
 
-import msgspec
+from msgspec.structs import astuple, replace
 
 from ..domain.clock import Clock
 from ..domain.estimates import Track, followed, unpack
 from ..domain.tasks import Progress
-from ..ops import metrics
 from . import (
     ADMIT_NEW_BELOW,
     NO_CLIENT,
     ROOM_SLACK,
-    ClientAllowanceFull,
     Measurement,
-    ProgressBudgetFull,
     ProgressStore,
+    refuse,
 )
 
 # What one entry costs beyond its values' JSON text, as the process's memory holds it:
@@ -73,11 +71,9 @@ class MemoryProgressStore(ProgressStore):
     always passes. A client over its allowance is refused 429 (`ClientAllowanceFull`), a space
     or the store 503 (`ProgressBudgetFull`).
 
-    Finished progress is kept for reading until it expires, but counts against neither
-    its space nor its client's allowance of live progress: it gives way when live progress
-    needs the room (taken from the client holding the most finished progress first,
-    oldest first), and no client keeps more than its allowance of finished progress either
-    (beyond, its own oldest gives way). Progress that gave way reads as expired.
+    Finished progress (see `ProgressStore`) gives way from the client holding the most of
+    it first, oldest first; beyond its allowance of finished progress, a client's own
+    oldest gives way.
     """
 
     name = "memory"
@@ -134,14 +130,11 @@ class MemoryProgressStore(ProgressStore):
     async def get_many(self, task_uuids: Sequence[str]) -> list[Progress | None]:
         oldest_live = self._clock.now_us() - self._ttl_us
         entries = self._entries
+        found = list(map(entries.get, task_uuids))
         if not entries or next(iter(entries.values())).updated_at_us > oldest_live:
             # The oldest write is live, so every entry is: no entry to check one by one.
-            return list(map(entries.get, task_uuids))
-        found: list[Progress | None] = []
-        for uuid in task_uuids:
-            entry = self._entries.get(uuid)
-            found.append(entry if entry is not None and entry.updated_at_us > oldest_live else None)
-        return found
+            return found
+        return [e if e is not None and e.updated_at_us > oldest_live else None for e in found]
 
     def admit(
         self,
@@ -152,19 +145,12 @@ class MemoryProgressStore(ProgressStore):
         client: str = NO_CLIENT,
         finished: bool = False,
     ) -> None:
-        """Raise ClientAllowanceFull or ProgressBudgetFull if writing `progress` would take
-        its client, its space or the store over budget."""
-        over = self._over(task_uuid, space_uuid, progress, client, finished)
-        if over is None:
+        if self._over(task_uuid, space_uuid, progress, client, finished) is None:
             return
         self._drop_expired()  # expired progress frees its room: look again
         over = self._over(task_uuid, space_uuid, progress, client, finished)
-        if over == "client":
-            metrics.refused("client_budget")
-            raise ClientAllowanceFull()
         if over is not None:
-            metrics.refused("space_budget" if over == "space" else "progress_budget")
-            raise ProgressBudgetFull(over)
+            refuse(over)
 
     def _over(
         self, task_uuid: str, space_uuid: str, progress: Progress, client: str, finished: bool
@@ -199,15 +185,12 @@ class MemoryProgressStore(ProgressStore):
         return None
 
     async def admit_client(self, client: str) -> None:
-        """Raise ClientAllowanceFull if the client's live progress leaves no room for a new
-        task of its (see `admit`)."""
         limit = self.client_bytes * ADMIT_NEW_BELOW
         if self._client_live.get(client, 0) < limit or self.client_bytes >= self.budget_bytes:
             return
         self._drop_expired()
         if self._client_live.get(client, 0) >= limit:
-            metrics.refused("client_budget")
-            raise ClientAllowanceFull()
+            refuse("client")
 
     async def put(
         self,
@@ -222,17 +205,8 @@ class MemoryProgressStore(ProgressStore):
         old = entries.pop(task_uuid, None)
         if old is not None and not finished and not old.finished and old.client == client:
             # The hot path: a task reporting again, as it did before.
-            held = Held(
-                progress.current,
-                progress.end,
-                progress.values,
-                progress.updated_at_us,
-                old.space_uuid,
-                old.client,
-                False,
-                self._followed(old, progress),
-            )
-            entries[task_uuid] = held
+            track = self._followed(old, progress)
+            entries[task_uuid] = Held(*astuple(progress), old.space_uuid, old.client, False, track)
             delta = len(progress.values) - len(old.values)
             if delta:
                 self.bytes_used += delta
@@ -246,21 +220,10 @@ class MemoryProgressStore(ProgressStore):
                 space_uuid = old.space_uuid
                 finished = finished or old.finished  # a finished task stays finished
                 self._uncount(task_uuid, old)
-            client = sys.intern(client)
-            held = Held(
-                progress.current,
-                progress.end,
-                progress.values,
-                progress.updated_at_us,
-                space_uuid,
-                client,
-                finished,
-                None if finished else self._followed(old, progress),
-            )
+            track = None if finished else self._followed(old, progress)
+            held = Held(*astuple(progress), space_uuid, sys.intern(client), finished, track)
             entries[task_uuid] = held
             self._count(task_uuid, held)
-            if finished and self._kept_bytes[client] > self.client_bytes:
-                self._trim_kept(client)
         if self.bytes_used > self.budget_bytes:
             self._free_room()
         first = next(iter(entries.values()))
@@ -268,18 +231,20 @@ class MemoryProgressStore(ProgressStore):
             self._drop_expired()
 
     def _count(self, task_uuid: str, held: Held) -> None:
+        """Count a new entry; a finished one beyond its client's allowance of finished
+        progress lets that client's oldest give way (`_trim_kept`)."""
         size = entry_bytes(held, held.finished)
         self.bytes_used += size
+        client = held.client
         if held.finished:
-            kept = self._kept.get(held.client)
-            if kept is None:
-                kept = self._kept[held.client] = OrderedDict()
-            kept[task_uuid] = None
-            self._kept_bytes[held.client] = self._kept_bytes.get(held.client, 0) + size
+            self._kept.setdefault(client, OrderedDict())[task_uuid] = None
+            self._kept_bytes[client] = self._kept_bytes.get(client, 0) + size
+            if self._kept_bytes[client] > self.client_bytes:
+                self._trim_kept(client)
         else:
             self.live_bytes += size
             self._space_live[held.space_uuid] = self._space_live.get(held.space_uuid, 0) + size
-            self._client_live[held.client] = self._client_live.get(held.client, 0) + size
+            self._client_live[client] = self._client_live.get(client, 0) + size
 
     def _uncount(self, task_uuid: str, held: Held) -> None:
         size = entry_bytes(held, held.finished)
@@ -330,11 +295,8 @@ class MemoryProgressStore(ProgressStore):
             if old is None or old.finished:
                 continue
             self._uncount(uuid, old)
-            held = msgspec.structs.replace(old, finished=True, track=None)  # not a write
-            entries[uuid] = held
+            held = entries[uuid] = replace(old, finished=True, track=None)  # not a write
             self._count(uuid, held)
-            if self._kept_bytes[held.client] > self.client_bytes:
-                self._trim_kept(held.client)
         if self.bytes_used > self.budget_bytes:
             self._free_room()
 
@@ -356,8 +318,7 @@ class MemoryProgressStore(ProgressStore):
             self._uncount(uuid, first)
 
     def space_holds(self, space_uuid: str) -> int:
-        """The bytes of live progress the space holds (for tests and the operator's
-        questions)."""
+        """The bytes of live progress the space holds (for tests and the operator's questions)."""
         return self._space_live.get(space_uuid, 0)
 
     async def gauges(self) -> list[Measurement]:
@@ -384,10 +345,8 @@ class MemoryProgressStore(ProgressStore):
         return None
 
     async def close(self) -> None:
-        self._entries.clear()
-        self._space_live.clear()
-        self._client_live.clear()
-        self._kept.clear()
+        for held in (self._entries, self._space_live, self._client_live, self._kept):
+            held.clear()
         self._kept_bytes.clear()
         self.bytes_used = self.live_bytes = 0
 

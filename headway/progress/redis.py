@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
@@ -17,15 +18,14 @@ from ..domain.tasks import FamilyVersion, Progress
 from ..ops import metrics
 from ..ops.redis_link import Coalesced, close_client, connection_pool
 from . import (
-    ADMIT_NEW_BELOW,
     NO_CLIENT,
     ROOM_SLACK,
-    ClientAllowanceFull,
     Measurement,
     ProgressBudgetFull,
     ProgressStore,
     T,
     redis_tracks,
+    refuse,
 )
 from . import redis_allowances as allowances
 
@@ -103,8 +103,7 @@ async def free_room(client: redis.asyncio.Redis) -> int:
     counted (0: it is full and has no finished progress to give), or -1 if it has room
     already (another made it, or there is no maxmemory). Any instance, or the rate
     counters, call it when Redis refuses a write for want of memory."""
-    freed = await client.eval(allowances.GIVE_WAY, 0, ROOM_SLACK)
-    return int(freed)
+    return int(await client.eval(allowances.GIVE_WAY, 0, ROOM_SLACK))
 
 
 # How many times a write refused by a full Redis lets finished progress give way and is
@@ -135,15 +134,6 @@ async def with_room(
 def _number(number: int | float | None) -> str:
     """A count as the track's Lua reads it ('' for none): exact, as Python writes it."""
     return "" if number is None else repr(number)
-
-
-def _refuse(refused: bytes) -> None:
-    """Raise the refusal a write script answered with (an allowance without room)."""
-    if refused == allowances.SPACE_FULL:
-        metrics.refused("space_budget")
-        raise ProgressBudgetFull("space")
-    metrics.refused("client_budget")
-    raise ClientAllowanceFull()
 
 
 class RedisProgressStore(ProgressStore):
@@ -194,19 +184,13 @@ class RedisProgressStore(ProgressStore):
         self._release = Coalesced(self._redis, allowances.RELEASE)
         # Candidate epochs: this process's random prefix and a count, never the same
         # twice (and cheaper than a random id per call, on the path of every report).
-        self._epochs = itertools.count()
-        self._epoch_prefix = secrets.token_hex(8)
-
-    def _epoch_candidate(self) -> str:
-        return f"{self._epoch_prefix}.{next(self._epochs)}"
+        self._epochs = map(f"{secrets.token_hex(8)}.{{}}".format, itertools.count())
 
     def _live(self, raw: bytes | None) -> Progress | None:
         if raw is None:
             return None
         progress = _decode(allowances.value_json(raw))
-        if progress.updated_at_us + self._ttl_us <= self._clock.now_us():
-            return None
-        return progress
+        return progress if progress.updated_at_us + self._ttl_us > self._clock.now_us() else None
 
     async def get(self, task_uuid: str) -> Progress | None:
         return self._live(await self._redis.get(self.PREFIX + task_uuid))
@@ -219,8 +203,6 @@ class RedisProgressStore(ProgressStore):
         return unpack(packed) if self._live(raw) is not None else None
 
     async def get_many(self, task_uuids: Sequence[str]) -> list[Progress | None]:
-        if not task_uuids:
-            return []
         found: list[Progress | None] = []
         for start in range(0, len(task_uuids), 1000):
             keys = [self.PREFIX + uuid for uuid in task_uuids[start : start + 1000]]
@@ -228,14 +210,11 @@ class RedisProgressStore(ProgressStore):
         return found
 
     async def delete(self, task_uuids: Sequence[str]) -> None:
-        """Delete the tasks' progress, each uncounted for the client that wrote it."""
         for start in range(0, len(task_uuids), 1000):
             keys = [self.PREFIX + uuid for uuid in task_uuids[start : start + 1000]]
             await self._delete(keys=keys, args=[])
 
     async def release(self, task_uuids: Sequence[str]) -> None:
-        """Count these tasks' progress as finished, no longer live (see
-        `redis_allowances.RELEASE`)."""
         if task_uuids:
             keys = [self.PREFIX + uuid for uuid in task_uuids]
             less = allowances.REDIS_ENTRY_BYTES - allowances.REDIS_KEPT_ENTRY_BYTES
@@ -244,20 +223,14 @@ class RedisProgressStore(ProgressStore):
     async def admit_client(self, client: str) -> None:
         """Raises as Redis does when it cannot tell (down, or full): the service lets the
         create pass then (see `Service.tasks.create`)."""
-        full = await self._admit_client(keys=[], args=self._client_args(client))
-        if full:
-            metrics.refused("client_budget")
-            raise ClientAllowanceFull()
-
-    def _client_args(self, client: str) -> list[object]:
-        now_us = self._clock.now_us()
-        cutoff = now_us - self._ttl_us
-        return [allowances.account_name(client), cutoff, int(self.client_bytes * ADMIT_NEW_BELOW)]
+        cutoff = self._clock.now_us() - self._ttl_us
+        args = [allowances.account_name(client), cutoff, self.client_bytes]
+        if await self._admit_client(keys=[], args=args):
+            refuse("client")
 
     def _write_args(
         self, progress: Progress, space_uuid: str, client: str, finished: bool
     ) -> list[object]:
-        current, end = progress.current, progress.end
         return allowances.write_args(
             _encode(progress),
             self._ttl_s,
@@ -267,8 +240,8 @@ class RedisProgressStore(ProgressStore):
             self.client_bytes,
             space_uuid,
             self.space_bytes,
-            _number(current) if self._tracks else redis_tracks.OFF,
-            _number(end),
+            _number(progress.current) if self._tracks else redis_tracks.OFF,
+            _number(progress.end),
         )
 
     async def put(
@@ -281,18 +254,16 @@ class RedisProgressStore(ProgressStore):
         finished: bool = False,
     ) -> None:
         args = self._write_args(progress, space_uuid, client, finished)
-        keys = [self.PREFIX + task_uuid]
-        try:
-            refused = await self._put(keys=keys, args=args)
-        except redis.exceptions.OutOfMemoryError:
-            refused = await self._when_full(self._put, keys, args)
+        refused = await self._write(self._put, [self.PREFIX + task_uuid], args)
         if refused is not None:
-            _refuse(refused)
+            refuse("space" if refused == allowances.SPACE_FULL else "client")
 
-    async def _when_full(self, script: Coalesced, keys: list[str], args: list[object]) -> Any:
-        """Run again a write's `script` that a full Redis refused (it wrote nothing),
-        letting finished progress give way first (see `with_room`). A Redis still full,
-        with no finished progress to give, is a full budget: ProgressBudgetFull("store")."""
+    async def _write(self, script: Coalesced, keys: list[str], args: list[object]) -> Any:
+        """Run a write's `script`; one that a full Redis refused (it wrote nothing) runs
+        again once finished progress gave way (see `with_room`). A Redis still full, with
+        no finished progress to give, is a full budget: ProgressBudgetFull("store")."""
+        with contextlib.suppress(redis.exceptions.OutOfMemoryError):
+            return await script(keys=keys, args=args)
         try:
             return await with_room(self._redis, lambda: script(keys=keys, args=args), full=True)
         except redis.exceptions.OutOfMemoryError:
@@ -301,23 +272,20 @@ class RedisProgressStore(ProgressStore):
             raise ProgressBudgetFull("store") from None
 
     async def free_room(self) -> int:
-        """Bring a Redis over its maxmemory back under it (see `free_room`); the bytes
-        of finished progress that gave way."""
+        """The module's `free_room`, on this store's Redis."""
         return await free_room(self._redis)
 
     # --- Family versions: what lets each instance cache families (see caches.families) ---
 
     async def family_version(self, task_uuid: str) -> FamilyVersion:
-        """The version of the task's family now (its counter is 0 until its first
-        change)."""
+        """Its counter is 0 until the family's first change."""
         keys = [self.FAMILY_EPOCH, self.FAMILY_PREFIX + task_uuid]
-        version = await self._family_version(keys=keys, args=[self._epoch_candidate()])
+        version = await self._family_version(keys=keys, args=[next(self._epochs)])
         return FamilyVersion(version.decode())
 
     async def bump_families(self, *task_uuids: str | None) -> None:
-        """Mark these families changed (their counters move on); call after the change
-        is committed, before the request that made it answers. Bumps made in the same
-        turn of the event loop share one round trip (`Coalesced`)."""
+        """Their counters move on; bumps made in the same turn of the event loop share one
+        round trip (`Coalesced`)."""
         keys = [self.FAMILY_PREFIX + uuid for uuid in dict.fromkeys(task_uuids) if uuid]
         if keys:
             await self._bump(keys=keys, args=[FAMILY_VERSION_TTL_S])
@@ -339,10 +307,7 @@ class RedisProgressStore(ProgressStore):
         client: str = NO_CLIENT,
         finished: bool = False,
     ) -> FamilyVersion | None:
-        """`put`, atomically only if the task's family is still at `version` and its
-        space not dropped: returns None once written, or the family's version now (DROPPED
-        for a dropped space: it matches no version), having written nothing.
-        `announce`: a (channel, message) published once written, in the same call.
+        """See `coherence.FamilyVersions`; the version of a dropped space is DROPPED.
         Raises ClientAllowanceFull or ProgressBudgetFull, having written nothing, if the
         client's or the space's allowance is full (or Redis is, with nothing to give way)."""
         keys = [
@@ -351,23 +316,19 @@ class RedisProgressStore(ProgressStore):
             self.PREFIX + task_uuid,
             self.DROPPED_PREFIX + space_uuid,
         ]
-        args: list[object] = [self._epoch_candidate(), version]
+        args: list[object] = [next(self._epochs), version]
         args.extend(self._write_args(progress, space_uuid, client, finished))
         if announce is not None:
             args.extend(announce)
-        try:
-            current = await self._put_if_family(keys=keys, args=args)
-        except redis.exceptions.OutOfMemoryError:
-            current = await self._when_full(self._put_if_family, keys, args)
+        current = await self._write(self._put_if_family, keys, args)
         if current is None:
             return None
         if current in (allowances.ALLOWANCE_FULL, allowances.SPACE_FULL):
-            _refuse(current)
+            refuse("space" if current == allowances.SPACE_FULL else "client")
         return FamilyVersion(current.decode())
 
     async def retry_with_room(self, attempt: Callable[[], Awaitable[T]]) -> T:
-        """`attempt()` again, a write of another user of this Redis (the rate counters)
-        that a full Redis just refused: once finished progress gave way (`with_room`)."""
+        """Once finished progress gave way (`with_room`)."""
         return await with_room(self._redis, attempt, full=True)
 
     @property

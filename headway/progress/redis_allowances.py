@@ -173,6 +173,19 @@ local function count(h, f, z, keeper, uuid, size, osize, now, fresh)
     if redis.call('ZADD', z, now, member) == 1 then add(h, f, keeper, size) end
   end
 end
+-- Whether `more` bytes would take a live account (`h` `live`, `z`; `client`'s or `space`'s)
+-- over `cap` (90% of it for a `new` task), once what of it expired by `cutoff` is uncounted:
+-- for a new task at most 100 members first, and 10,000 if it looks over.
+local function over(h, z, cutoff, more, cap, new, client, space)
+  cap = tonumber(cap)
+  if new then
+    cap = math.floor(cap * ADMIT)
+    trim(h, 'live', z, nil, cutoff, 100, 'L', client, space)
+  end
+  if holds(h, 'live') + more <= cap then return false end
+  trim(h, 'live', z, nil, cutoff, 10000, 'L', client, space)
+  return holds(h, 'live') + more > cap
+end
 local function expire(seconds, a, b, c)
   redis.call('EXPIRE', a, seconds)
   redis.call('EXPIRE', b, seconds)
@@ -227,34 +240,16 @@ local function write_at(key, o)
     local rewrite = okind == 'L' and oclient == client
     local mine = size
     if rewrite then mine = size - osize end
-    if mine > 0 then
-      local cap = tonumber(ARGV[o + 7])
-      -- A new task uncounts some of what expired (a client that writes keeps up with its
-      -- own expiry); a rewrite only when it looks over.
-      if not rewrite then
-        cap = math.floor(cap * ADMIT)
-        trim(ch, 'live', cl, nil, cutoff, 100, 'L', client)
-      end
-      if holds(ch, 'live') + mine > cap then
-        trim(ch, 'live', cl, nil, cutoff, 10000, 'L', client)
-        if holds(ch, 'live') + mine > cap then return '!client' end
-      end
+    if mine > 0 and over(ch, cl, cutoff, mine, ARGV[o + 7], not rewrite, client) then
+      return '!client'
     end
     -- The space's allowance: what the write adds to the space's live progress, whoever held
     -- the task before; under 90% of it for a new task.
     sh, sz = 'headway:space:' .. space, 'headway:space-live:' .. space
     local growth = size
     if same_space then growth = size - osize end
-    if growth > 0 then
-      local cap = tonumber(ARGV[o + 8])
-      if not okind then
-        cap = math.floor(cap * ADMIT)
-        trim(sh, 'live', sz, nil, cutoff, 100, 'L', nil, space)
-      end
-      if holds(sh, 'live') + growth > cap then
-        trim(sh, 'live', sz, nil, cutoff, 10000, 'L', nil, space)
-        if holds(sh, 'live') + growth > cap then return '!space' end
-      end
+    if growth > 0 and over(sh, sz, cutoff, growth, ARGV[o + 8], not okind, nil, space) then
+      return '!space'
     end
   end
   redis.call('SET', key, kind .. size .. ident .. now .. '\\n' .. json, 'EX', ttl)
@@ -270,25 +265,17 @@ local function write_at(key, o)
   local ck = 'headway:kept:' .. client
   local f, z, keeper = 'live', cl, nil
   if kind == 'F' then f, z, keeper = 'kept', ck, client end
-  if okind == kind and oclient == client then
-    count(ch, f, z, keeper, uuid, size, osize, now, fresh)
-    if fresh then expire(long, ch, cl, ck) end
-  else
-    if okind then uncount_value(uuid, okind, osize, oclient) end
-    count(ch, f, z, keeper, uuid, size, nil, now, true)
-    expire(long, ch, cl, ck)
-  end
+  -- The client's account counted the value it replaces (`same`), or is new to it.
+  local same = okind == kind and oclient == client
+  if okind and not same then uncount_value(uuid, okind, osize, oclient) end
+  count(ch, f, z, keeper, uuid, size, same and osize or nil, now, fresh)
+  if fresh or not same then expire(long, ch, cl, ck) end
   if okind == 'L' and ospace and not (kind == 'L' and same_space) then
     uncount('headway:space:' .. ospace, 'live', 'headway:space-live:' .. ospace, nil, uuid, osize)
   end
   if kind == 'L' then
-    if same_space then
-      count(sh, 'live', sz, nil, uuid, size, osize, now, fresh)
-      if fresh then expire(long, sh, sz) end
-    else
-      count(sh, 'live', sz, nil, uuid, size, nil, now, true)
-      expire(long, sh, sz)
-    end
+    count(sh, 'live', sz, nil, uuid, size, same_space and osize or nil, now, fresh)
+    if fresh or not same_space then expire(long, sh, sz) end
     return false
   end
   trim(ch, 'kept', ck, client, cutoff, 100, 'F', client)
@@ -377,17 +364,13 @@ return 0
 """
 )
 
-# ARGV: the client, the expiry cutoff (µs), the most it may hold for a new task to be
-# admitted. 1 if it holds that much or more (after uncounting what expired), else 0.
+# ARGV: the client, the expiry cutoff (µs), its allowance. 1 if it holds 90% of that or more
+# (no room for a new task: `over` by a byte), after uncounting what expired; else 0.
 ADMIT_CLIENT = freeing(
     """
-local client, cutoff, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
-local h, z = 'headway:client:' .. client, 'headway:live:' .. client
-trim(h, 'live', z, nil, cutoff, 100, 'L', client)
-if holds(h, 'live') < cap then return 0 end
-trim(h, 'live', z, nil, cutoff, 10000, 'L', client)
-if holds(h, 'live') < cap then return 0 end
-return 1
+local h, z = 'headway:client:' .. ARGV[1], 'headway:live:' .. ARGV[1]
+if over(h, z, tonumber(ARGV[2]), 1, ARGV[3], true, ARGV[1]) then return 1 end
+return 0
 """
 )
 
