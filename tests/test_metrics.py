@@ -19,7 +19,7 @@ from headway.delivery.worker import Worker
 from headway.notify.deliver import DIGEST_S, ChannelSender
 from headway.notify.stalls import StallWatch
 from headway.ops import metrics
-from headway.storage import outbox
+from headway.storage import webhooks as webhook_rows
 
 from .conftest import BACKENDS
 from .live_server import STARTUP_SECONDS, HeadwayProcess, LiveServer
@@ -251,7 +251,7 @@ async def test_channels_backlog_and_open_stalls_are_measured_beside_their_counte
 
 
 async def test_scrape_answers_while_the_database_fails(client, monkeypatch):
-    monkeypatch.setattr(outbox, "_BACKLOG", "SELECT count(*) FROM no_such_table")
+    monkeypatch.setattr(webhook_rows, "_BACKLOG", "SELECT count(*) FROM no_such_table")
     body = await scrape(client)
     assert value(body, "headway_dependency_up", dependency="database") == 0
     assert "headway_outbox_events" not in body
