@@ -47,7 +47,7 @@ from ..ops import metrics
 from ..progress import ProgressStore
 from ..storage import channel_queue, channels
 from ..storage.channels import Watcher
-from ..storage.database import Database
+from ..storage.database import Database, Statements
 
 log = logging.getLogger("headway")
 
@@ -59,9 +59,50 @@ LEASE_LOOKS = 2
 MAX_WATCHED = 10_000
 
 Views = Callable[[Sequence[str]], Awaitable[list[TaskView]]]
+Mark = Callable[[Statements, str, str], Awaitable[bool]]
 
 
-class StallWatch:
+class Teller:
+    """What the stall and the late watches share: their looks by space (`parts`), and the
+    messages they queue, one per episode or late run."""
+
+    def __init__(self, what: str, db: Database, views: Views, cap: int) -> None:
+        self.db = db
+        self.views = views
+        self.cap = cap  # messages one channel holds queued (HEADWAY_OUTBOX_PER_ENDPOINT)
+        self.parts = Parts(what)
+
+    async def tell(
+        self, mark: Mark, channel_uuid: str, task_uuid: str, kind: str, now: int, **extra: Any
+    ) -> bool:
+        """Queue the task's `task.<kind>` event to the channel in the transaction that
+        `mark`s it told (False, nothing queued, when another instance did, or the task is
+        gone; a recovery's episode is closed all the same); the messages a full channel
+        gave up for it are counted."""
+        views = await self.views([task_uuid])
+        if not views and kind != "recovered":
+            return False
+        event = {"type": f"task.{kind}", "timestamp": domain.format_ts(now), **extra}
+        async with self.db.write() as st:
+            if not await mark(st, channel_uuid, task_uuid) or not views:
+                return False
+            pushed_out = await channel_queue.queue(
+                st,
+                f"{'late' if kind == 'late' else 'stall'}_{uuid.uuid4().hex}",
+                channel_uuid,
+                task_uuid,
+                kind,
+                msgspec.json.encode(event | {"data": views[0]}).decode(),
+                now,
+                cap=self.cap,
+            )
+        metrics.channel_delivery("given_up", pushed_out)
+        metrics.given_up("channel", "cap", pushed_out)
+        metrics.stall(kind)
+        return True
+
+
+class StallWatch(Teller):
     """Looks for stalled tasks, one `step` at a time."""
 
     def __init__(
@@ -76,14 +117,11 @@ class StallWatch:
         outbox_per_endpoint: int = 10_000,
         also: Callable[[int], Awaitable[int]] | None = None,
     ) -> None:
-        self.db = db
+        super().__init__("stalls", db, views, outbox_per_endpoint)
         self.progress = progress
         self.clock = clock
-        self.views = views
         self.scan_s = scan_s
         self.on_queued = on_queued
-        # Messages one channel holds queued (HEADWAY_OUTBOX_PER_ENDPOINT).
-        self.cap = outbox_per_endpoint
         holder = f"stalls-{uuid.uuid4().hex[:12]}"
         self.lease = NamedLease(db, LEASE_NAME, holder, scan_s * LEASE_LOOKS)
         # Per task: (what its `current` was, when this process first saw it so), µs.
@@ -92,7 +130,6 @@ class StallWatch:
         self.wait_s = scan_s
         # Another look made under the same lease, at each look (`notify.late`).
         self.also = also
-        self.parts = Parts("stalls")
 
     async def run(self) -> None:
         """Look every `scan_s` seconds until cancelled; a failed look is logged (and
@@ -215,14 +252,6 @@ class StallWatch:
                     queued += 1
         return queued
 
-    async def _message(self, task_uuid: str, extra: dict[str, Any], now: int) -> str | None:
-        views = await self.views([task_uuid])
-        if not views:
-            return None
-        event = {"type": f"task.{extra.pop('kind')}", "timestamp": domain.format_ts(now)}
-        event.update(extra, data=views[0])
-        return msgspec.json.encode(event).decode()
-
     async def _stalled(
         self,
         channel_uuid: str,
@@ -235,51 +264,18 @@ class StallWatch:
     ) -> bool:
         """Open the episode and queue its message; `restarted`: silent since the progress
         store began, not since the task's creation (its earlier reports are lost)."""
-        extra = {"kind": "stalled", "reason": reason, "for_s": for_us // 1_000_000}
+        extra = {"reason": reason, "for_s": for_us // 1_000_000}
         if restarted:
             extra["since"] = "restart"
-        payload = await self._message(task_uuid, extra, now)
-        if payload is None:
-            return False
-        async with self.db.write() as st:
-            if not await channels.open_episode(
-                st, channel_uuid, task_uuid, reason, signature, now - for_us
-            ):
-                return False
-            pushed_out = await channel_queue.queue(
-                st,
-                f"stall_{uuid.uuid4().hex}",
-                channel_uuid,
-                task_uuid,
-                "stalled",
-                payload,
-                now,
-                cap=self.cap,
-            )
-        count_given_up(pushed_out)
-        metrics.stall("stalled")
-        return True
+        mark = partial(
+            channels.open_episode, reason=reason, current=signature, since_us=now - for_us
+        )
+        return await self.tell(mark, channel_uuid, task_uuid, "stalled", now, **extra)
 
     async def _recovered(self, channel_uuid: str, task_uuid: str, now: int) -> int:
-        payload = await self._message(task_uuid, {"kind": "recovered"}, now)
-        async with self.db.write() as st:
-            if not await channels.close_episode(st, channel_uuid, task_uuid):
-                return 0
-            if payload is None:
-                return 0
-            pushed_out = await channel_queue.queue(
-                st,
-                f"stall_{uuid.uuid4().hex}",
-                channel_uuid,
-                task_uuid,
-                "recovered",
-                payload,
-                now,
-                cap=self.cap,
-            )
-        count_given_up(pushed_out)
-        metrics.stall("recovered")
-        return 1
+        return int(
+            await self.tell(channels.close_episode, channel_uuid, task_uuid, "recovered", now)
+        )
 
     async def _ended(self, ended: list[tuple[str, str]], now: int) -> int:
         async with self.db.read() as fetch:
@@ -308,9 +304,3 @@ def _activity(
             last = child.updated_at_us if last is None else max(last, child.updated_at_us)
         currents.append(None if child is None else child.current)
     return last, json.dumps(currents)
-
-
-def count_given_up(pushed_out: int) -> None:
-    """Count the messages a full channel gave up for a new one."""
-    metrics.channel_delivery("given_up", pushed_out)
-    metrics.given_up("channel", "cap", pushed_out)
