@@ -33,6 +33,7 @@ from ..ops.logs import endpoint, masked
 from ..storage import channel_queue
 from ..storage.database import Database
 from . import guard
+from .schemes import DEFAULT_SCHEMES
 
 log = logging.getLogger("headway.worker")
 
@@ -85,19 +86,13 @@ class ChannelSender:
         self.allow_private = allow_private
         self.cap = messages_per_hour
         self.link = link
-        self._schemes = schemes
+        # A channel whose scheme the operator removed since is not sent to (its messages
+        # fail, and are given up in time).
+        self.schemes = schemes or DEFAULT_SCHEMES
         self.timeout_s = timeout_s
         self.give_up_us = give_up_us
         self.flights = Flights[channel_queue.Taken]("channel sends", channel_queue.give_back)
         self.on_end = on_end
-
-    @property
-    def schemes(self) -> tuple[str, ...]:
-        """The schemes allowed now: a channel whose scheme the operator removed since is
-        not sent to (its messages fail, and are given up in time)."""
-        from .schemes import DEFAULT_SCHEMES
-
-        return self._schemes or DEFAULT_SCHEMES
 
     async def start_due(self) -> list[asyncio.Task[None]]:
         """Start a send for each channel that has something due and a place (`guard.admit`),

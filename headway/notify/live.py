@@ -55,6 +55,7 @@ from ..storage import channel_queue, channels, live
 from ..storage.database import Database
 from ..storage.live import LiveChannel, LiveRow
 from . import guard, messages
+from .schemes import DEFAULT_SCHEMES
 
 if TYPE_CHECKING:  # imported where it is first used (`_send`)
     from .live_send import LiveOutcome
@@ -112,7 +113,7 @@ class LiveWatch:
         self.cap = cap
         self.allow_private = allow_private
         self.link = link
-        self._schemes = schemes
+        self.schemes = schemes or DEFAULT_SCHEMES
         self.endpoints = dict(endpoints or {})
         self.look_s = look_s
         self.timeout_s = timeout_s
@@ -121,12 +122,6 @@ class LiveWatch:
         self._checked: dict[str, Any] = {}  # channel uuid: its checked URL
         self._turns: dict[str, int] = {}  # channel uuid: when it last started sending
         self._turn = 0
-
-    @property
-    def schemes(self) -> tuple[str, ...]:
-        from .schemes import DEFAULT_SCHEMES
-
-        return self._schemes or DEFAULT_SCHEMES
 
     async def run(self) -> None:
         """Look every `look_s` until cancelled; a failed look is logged (and counted),
@@ -221,7 +216,8 @@ class LiveWatch:
                 if view.parent_uuid is not None and not channel.steps:
                     continue
                 if row is None:
-                    if count >= self.cap or view.finished_at is not None or not _reported(view):
+                    unheard = _quiet_s(view, now) is None  # neither it nor a step reported
+                    if count >= self.cap or view.finished_at is not None or unheard:
                         continue
                     count += 1
                 elif row.given_up:
@@ -384,12 +380,6 @@ class LiveWatch:
             found = await guard.run(check_channel_url, channel.url, self.schemes)
             self._checked[channel.uuid] = found
         return found
-
-
-def _reported(view: domain.TaskView) -> bool:
-    """Whether a task has reported (its own report, or a step's)."""
-    progress = view.progress
-    return progress is not None and progress.updated_at is not None
 
 
 def _quiet_s(view: domain.TaskView, now: int) -> float | None:
