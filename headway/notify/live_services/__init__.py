@@ -32,11 +32,8 @@ LIVE_SERVICES: dict[str, str] = {
     "matrixs": "matrix",
 }
 _MODULES: dict[str, LiveService] = {
-    "ntfy": ntfy,
-    "telegram": telegram,
-    "discord": discord,
-    "slack": slack,
-    "matrix": matrix,
+    module.__name__.rpartition(".")[2]: module
+    for module in (discord, matrix, ntfy, slack, telegram)
 }
 _KEY = re.compile(r"[0-9a-f]{1,32}")
 # The plugin's attributes that hold a credential: never in a detail.

@@ -200,11 +200,7 @@ def _discovered(exchange: Exchange, plugin: Any) -> str:
 def _failed(exchange: Exchange, answer: Answer) -> LiveOutcome:
     fields = answer.fields
     wait_ms = fields.get("retry_after_ms")  # M_LIMIT_EXCEEDED's, older than its Retry-After
-    wait = wait_ms / 1000 if isinstance(wait_ms, int | float) else None
+    asked = isinstance(wait_ms, int | float) and answer.retry_after_s is None
     errcode = str(fields.get("errcode") or "") or None
-    return exchange.failed(
-        answer,
-        errcode,
-        refused=answer.status in (401, 403, 404),
-        wait=wait if answer.retry_after_s is None else None,
-    )
+    refused = answer.status in (401, 403, 404)
+    return exchange.failed(answer, errcode, refused=refused, wait=wait_ms / 1000 if asked else None)

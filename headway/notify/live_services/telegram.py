@@ -85,9 +85,4 @@ def _failed(exchange: Exchange, answer: Answer) -> LiveOutcome:
     wait = parameters.get("retry_after") if isinstance(parameters, dict) else None
     gone = answer.status == 400 and any(words in description.lower() for words in _GONE)
     refused = gone or answer.status in (401, 403, 404)  # 404: Telegram's answer to a bad token
-    return exchange.failed(
-        answer,
-        description or None,
-        refused=refused,
-        wait=float(wait) if isinstance(wait, int | float) else None,
-    )
+    return exchange.failed(answer, description or None, refused=refused, wait=wait)
