@@ -298,11 +298,9 @@ def _event(pending: list[channel_queue.Pending]) -> str:
 
 def _told(pending: list[channel_queue.Pending]) -> str:
     """What a log line says was sent: `a stalled message`, `a digest of 3 events`."""
-    return (
-        f"a {pending[0].kind} message"
-        if len(pending) == 1
-        else (f"a digest of {len(pending)} events")
-    )
+    if len(pending) == 1:
+        return f"a {pending[0].kind} message"
+    return f"a digest of {len(pending)} events"
 
 
 def _count(pending: list[channel_queue.Pending]) -> str | None:

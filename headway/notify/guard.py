@@ -149,9 +149,7 @@ async def run(
     part of `budget`; `wanted`, if given, is asked once a thread is free, and False
     drops the call (`Dropped`)."""
     loop = asyncio.get_running_loop()
-    free = _free_threads.get(loop)
-    if free is None:
-        free = _free_threads[loop] = asyncio.Semaphore(POOL_THREADS)
+    free = _free_threads.setdefault(loop, asyncio.Semaphore(POOL_THREADS))
     with budget.waiting() if budget is not None else contextlib.nullcontext():
         await free.acquire()
         try:
@@ -214,14 +212,6 @@ def receiver_host(url: str) -> str:
     except ValueError:
         return url.partition(":")[0].lower()
     return normal_host(host) or parts.scheme.lower()
-
-
-def shutdown() -> None:
-    """Let the sending threads go once their sends end (a later send makes new ones)."""
-    global _pool
-    found, _pool = _pool, None
-    if found is not None:
-        found.shutdown(wait=False, cancel_futures=True)
 
 
 @dataclass

@@ -322,9 +322,7 @@ class LiveWatch:
                 row, live_send.LiveOutcome(False, row.ref, exc.message, refused=True)
             )
             return
-        text = live_send.LiveText(
-            one.text.title, one.text.lines, final=one.text.final, failed=one.text.state == "failed"
-        )
+        text = live_send.LiveText(one.text.title, one.text.lines, final=one.text.final)
         outcome = await live_send.post(
             checked,
             text,
@@ -355,6 +353,7 @@ class LiveWatch:
         now = self.clock.now_us()
         attempts = row.attempts + 1
         give_up = outcome.refused or delivery.last_attempt(attempts)
+        word = "given_up" if give_up else "failed"
         delay = delivery.retry_delay_s(
             attempts, delivery.jitter(), retry_after_s=outcome.retry_after_s
         )
@@ -362,10 +361,9 @@ class LiveWatch:
             await live.retry(
                 st, row, now + round(delay * 1_000_000), attempts=attempts, given_up=give_up
             )
-            outcome_word = "given_up" if give_up else "failed"
             detail = f"live message: {outcome.detail}"
-            await channel_queue.log(st, row.channel_uuid, now, "live", outcome_word, detail)
-        metrics.live_message("given_up" if give_up else "failed")
+            await channel_queue.log(st, row.channel_uuid, now, "live", word, detail)
+        metrics.live_message(word)
 
     async def _kept(self, channel_uuid: str, task_uuid: str) -> bool:
         """Whether the channel still keeps a message for the task (not deleted since)."""

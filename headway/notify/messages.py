@@ -342,7 +342,10 @@ def _body(
 
 
 def _failure(task: Mapping[str, Any], secrets: re.Pattern[str] | None) -> str | None:
-    own = _failed_error(_values(task))
+    values = (task.get("progress") or {}).get("values")
+    own = values.get("error") if isinstance(values, Mapping) else None
+    if not (isinstance(own, str) and own.strip()):
+        own = None  # no error said: the task did not fail itself
     steps = [child for child in task.get("children") or () if isinstance(child, Mapping)]
     failed = [
         (child, why)
@@ -359,18 +362,6 @@ def _failure(task: Mapping[str, Any], secrets: re.Pattern[str] | None) -> str | 
             named += f"; {more} more"
         parts.append(f"{len(failed)} of {len(steps)} steps failed ({named})")
     return "; ".join(parts) or None
-
-
-def _failed_error(values: Mapping[str, Any]) -> str | None:
-    """`values.error` when it is a non-empty string: the task failed, and this says why."""
-    # TODO: domain.failed_error (the same rule, added there on another branch)
-    error = values.get("error")
-    return error if isinstance(error, str) and error.strip() else None
-
-
-def _values(task: Mapping[str, Any]) -> Mapping[str, Any]:
-    values = (task.get("progress") or {}).get("values")
-    return values if isinstance(values, Mapping) else {}
 
 
 def _name(task: Mapping[str, Any], secrets: re.Pattern[str] | None) -> str:

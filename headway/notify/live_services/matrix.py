@@ -29,15 +29,15 @@ MAX_BODY_BYTES = 30000  # an event holds at most 65,536 bytes: the text, twice i
 
 
 def unfit(plugin: Any) -> str | None:
-    if plugin.mode == "t2bot":
-        return (
-            "A Matrix t2bot webhook URL cannot edit the messages it sent: a live message "
-            "needs a Matrix account (matrix://user:password@host/#room)."
-        )
     if plugin.mode != "off":
+        url = (
+            "t2bot webhook URL"
+            if plugin.mode == "t2bot"
+            else f"URL in webhook mode ({plugin.mode})"
+        )
         return (
-            f"A Matrix URL in webhook mode ({plugin.mode}) cannot edit the messages it sent: "
-            "a live message needs a Matrix account (matrix://user:password@host/#room)."
+            f"A Matrix {url} cannot edit the messages it sent: a live message needs a Matrix "
+            "account (matrix://user:password@host/#room)."
         )
     if not plugin.rooms:
         return "A Matrix URL needs a room (#alias or !id) to keep a live message."

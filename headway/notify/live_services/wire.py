@@ -25,7 +25,6 @@ class LiveText:
     title: str
     lines: tuple[str, ...]  # the body's lines: the bar, counts, log line, time left, link
     final: bool  # the task finished (or failed): the last text, sent to alert
-    failed: bool = False
 
     def whole(self) -> str:
         """The title and the lines, one to a line."""
