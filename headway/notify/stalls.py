@@ -229,6 +229,7 @@ class StallWatch(Teller):
             silent_from = last_us if last_us is not None else created_at_us
             silent_us = now - (began_us if restarted and began_us is not None else silent_from)
             flat_us = now - since
+            restart = {"since": "restart"} if restarted else {}  # told in the stall's message
             for watcher in watchers:
                 if parent_uuid is not None and not watcher.steps:
                     continue
@@ -245,32 +246,14 @@ class StallWatch(Teller):
                     reason, for_us = "flat", flat_us
                 else:
                     continue
-                if await self._stalled(
-                    watcher.uuid, task_uuid, reason, signature, for_us, now, restarted
-                ):
+                mark = partial(
+                    channels.open_episode, reason=reason, current=signature, since_us=now - for_us
+                )
+                told = {"reason": reason, "for_s": for_us // 1_000_000, **restart}
+                if await self.tell(mark, watcher.uuid, task_uuid, "stalled", now, **told):
                     open_[(watcher.uuid, task_uuid)] = (watcher.uuid, task_uuid, reason, signature)
                     queued += 1
         return queued
-
-    async def _stalled(
-        self,
-        channel_uuid: str,
-        task_uuid: str,
-        reason: str,
-        signature: str,
-        for_us: int,
-        now: int,
-        restarted: bool = False,
-    ) -> bool:
-        """Open the episode and queue its message; `restarted`: silent since the progress
-        store began, not since the task's creation (its earlier reports are lost)."""
-        extra = {"reason": reason, "for_s": for_us // 1_000_000}
-        if restarted:
-            extra["since"] = "restart"
-        mark = partial(
-            channels.open_episode, reason=reason, current=signature, since_us=now - for_us
-        )
-        return await self.tell(mark, channel_uuid, task_uuid, "stalled", now, **extra)
 
     async def _recovered(self, channel_uuid: str, task_uuid: str, now: int) -> int:
         return int(
