@@ -262,32 +262,23 @@ def _message(pending: channel_queue.Pending, space_title: str | None, link: str 
     from . import messages
 
     event = json.loads(pending.payload)
-    task = event["data"]
+    task, where = event["data"], {"space_title": space_title, "link": link}
     if pending.kind == "stalled":
         return messages.stalled(
             task,
             reason=event.get("reason", "silent"),
             for_s=event.get("for_s", 0),
             restarted=event.get("since") == "restart",
-            space_title=space_title,
-            link=link,
+            **where,
         )
     if pending.kind == "recovered":
-        return messages.recovered(task, space_title=space_title, link=link)
+        return messages.recovered(task, **where)
     if pending.kind == "late":
-        return messages.late(
-            task,
-            elapsed_s=event.get("elapsed_s", 0),
-            usual_s=event.get("usual_s", 0),
-            space_title=space_title,
-            link=link,
-        )
+        elapsed_s, usual_s = event.get("elapsed_s", 0), event.get("usual_s", 0)
+        return messages.late(task, elapsed_s=elapsed_s, usual_s=usual_s, **where)
     usual_s = event.get("usual_s")
     return messages.finished(
-        task,
-        space_title=space_title,
-        link=link,
-        usual_s=usual_s if isinstance(usual_s, int | float) else None,
+        task, usual_s=usual_s if isinstance(usual_s, int | float) else None, **where
     )
 
 

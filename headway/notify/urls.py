@@ -12,7 +12,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
-import threading
 import warnings
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -195,10 +194,7 @@ def redact(url: str, *, host: bool = False) -> str:
     return f"{scheme}://{userinfo}{at}{hostport}{slash}{path}{question}{query}"
 
 
-_apprise: ModuleType | None = None
-_loading = threading.Lock()
-
-
+@webhooks.once
 def apprise_module() -> ModuleType:
     """Apprise, loaded on first use with its plugins. Raises ModuleNotFoundError when it
     is not installed (`pip install 'headway[server]'`).
@@ -208,23 +204,18 @@ def apprise_module() -> ModuleType:
     `apprise` logger keeps them to itself (no propagation, a level above CRITICAL, a
     NullHandler). What a send did is reported by `send.SendOutcome` instead.
     """
-    global _apprise
-    if _apprise is None:
-        with _loading:
-            if _apprise is None:
-                logger = logging.getLogger("apprise")
-                logger.propagate = False
-                logger.setLevel(logging.CRITICAL + 10)
-                logger.handlers[:] = [logging.NullHandler()]
-                with warnings.catch_warnings():
-                    # Apprise's e-mail plugin imports `imghdr`, deprecated in Python 3.11.
-                    warnings.simplefilter("ignore", DeprecationWarning)
-                    import apprise
-                    from apprise.plugins import N_MGR
+    logger = logging.getLogger("apprise")
+    logger.propagate = False
+    logger.setLevel(logging.CRITICAL + 10)
+    logger.handlers[:] = [logging.NullHandler()]
+    with warnings.catch_warnings():
+        # Apprise's e-mail plugin imports `imghdr`, deprecated in Python 3.11.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import apprise
+        from apprise.plugins import N_MGR
 
-                    N_MGR.load_modules()
-                _apprise = apprise
-    return _apprise
+        N_MGR.load_modules()
+    return apprise
 
 
 def _refuse_never(scheme: str) -> None:
