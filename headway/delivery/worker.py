@@ -127,8 +127,7 @@ class Worker:
         """One step: claim what is due (as `claim` does), attempt it, and wait until each
         outcome is recorded. Returns how many attempts were made."""
         claims = await self.claim()
-        if claims:
-            await asyncio.gather(*(self.start(claim) for claim in claims))
+        await asyncio.gather(*(self.start(claim) for claim in claims))
         return len(claims)
 
     async def claim(self) -> list[Claim]:

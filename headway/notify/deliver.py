@@ -163,13 +163,10 @@ class ChannelSender:
         too_old = delivery.give_up_before_us(now, self.give_up_us)
         stale = [p for p in taken.pending if p.created_at_us <= too_old]
         live = [p for p in taken.pending if p not in stale]
+        to = endpoint("channel", channel_uuid, taken.url)
         if not live:
             await self._settle(taken, [], stale, now, counted=False)
-            log.warning(
-                "gave up %s to %s: undelivered for too long",
-                _told(stale),
-                endpoint("channel", channel_uuid, taken.url),
-            )
+            log.warning("gave up %s to %s: undelivered for too long", _told(stale), to)
             return
         link = self.link(taken.share_uuid)
         told = [_message(p, taken.space_title, link) for p in live]
@@ -189,7 +186,6 @@ class ChannelSender:
             wanted=partial(self._held, taken),
         )
         now = self.clock.now_us()
-        to = endpoint("channel", channel_uuid, taken.url)
         if outcome.delivered:
             metrics.channel_delivery("delivered", len(live))
             await self._settle(taken, live, stale, now, counted=True)

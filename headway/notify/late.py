@@ -44,10 +44,8 @@ class LateWatch(Teller):
                 return 0
             told = await channels.late_told(fetch, [w[0] for w in watchers])
         by_space: dict[str, list[tuple[str, bool]]] = defaultdict(list)
-        space_of: dict[str, str] = {}
         for channel_uuid, space_uuid, steps in watchers:
             by_space[space_uuid].append((channel_uuid, steps))
-            space_of[channel_uuid] = space_uuid
         running: set[str] = set()
         skipped: set[str] = set()
         queued = 0
@@ -55,12 +53,10 @@ class LateWatch(Teller):
             look = partial(self._space, space_uuid, wanting, told, running, now)
             found = await self.parts.run(f"space {space_uuid}", look, None)
             if found is None:
-                skipped.add(space_uuid)  # what it was told stays told
+                skipped.update(channel for channel, _ in wanting)  # what it was told stays told
             else:
                 queued += found
-        ended = [
-            pair for pair in told if pair[1] not in running and space_of[pair[0]] not in skipped
-        ]
+        ended = [pair for pair in told if pair[1] not in running and pair[0] not in skipped]
         if ended:
             async with self.db.write() as st:
                 await channels.forget_late(st, ended)

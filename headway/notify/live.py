@@ -152,8 +152,7 @@ class LiveWatch:
         # Another instance's lease costs a read; this one's, a write every 10 s.
         if not await self.lease.keep(now):
             return []
-        busy = self.flights.keys()
-        wanted = [c for c in found if c.uuid not in busy]
+        wanted = [c for c in found if c.uuid not in self.flights]
         async with self.db.read() as fetch:
             rows = await live.messages(fetch, [c.uuid for c in wanted])
         by_space: dict[str, list[LiveChannel]] = defaultdict(list)

@@ -284,8 +284,7 @@ def live(
         title = f"{mark} {name}{at}{said}"
         drawn = bar(ratio) if known else None
     lines = [drawn] if drawn else []
-    body = _body(task, secrets, space_title, None).split("\n")
-    lines += body
+    lines += _body(task, secrets, space_title, None).split("\n")
     if state == "stalled" and quiet_s is not None:
         lines.append(f"No report for {duration_words(quiet_s)}")
     elif state == "late" and usual_s is not None:
@@ -319,9 +318,8 @@ def _body(
     space_title: str | None,
     link: str | None,
 ) -> str:
-    lines = []
     name = _name(task, secrets)
-    lines.append(f"{_said(space_title, 200, secrets)} › {name}" if space_title else name)
+    lines = [f"{_said(space_title, 200, secrets)} › {name}" if space_title else name]
     progress = task.get("progress") or {}
     if progress.get("aggregated"):
         done, count = _number(progress.get("current")), _number(progress.get("end"))

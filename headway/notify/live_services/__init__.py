@@ -153,6 +153,4 @@ def _read_ref(ref: str | None, service: str, needed: tuple[str, ...]) -> dict[st
         return None
     if not isinstance(fields, dict) or fields.get("service") != service:
         return None
-    if any(fields.get(name) is None for name in needed):
-        return None
-    return fields
+    return None if any(fields.get(name) is None for name in needed) else fields
