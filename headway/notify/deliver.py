@@ -48,8 +48,7 @@ LOOKS = 4  # looks for due channels in one `start_due`, while some were held bac
 def channel_sender(
     settings: Settings, db: Database, clock: Clock, on_end: Callable[[], None] = lambda: None
 ) -> ChannelSender:
-    """The sender the worker runs, as the settings configure it; `on_end`: see
-    `ChannelSender`."""
+    """The sender the worker runs, as the settings configure it (`on_end`: see `ChannelSender`)."""
     from ..service.channels import read_only_link
 
     return ChannelSender(
@@ -170,11 +169,9 @@ class ChannelSender:
             return
         link = self.link(taken.share_uuid)
         told = [_message(p, taken.space_title, link) for p in live]
-        message = (
-            told[0]
-            if len(told) == 1
-            else messages.digest(told, space_title=taken.space_title, link=link)
-        )
+        message = told[0]
+        if len(told) > 1:
+            message = messages.digest(told, space_title=taken.space_title, link=link)
         outcome = await send.send(
             taken.url,
             message.title,
@@ -238,8 +235,9 @@ class ChannelSender:
             ):
                 return
             if delivered:
+                many = f"{len(delivered)} events in one message" if len(delivered) > 1 else None
                 await channel_queue.log(
-                    st, taken.channel_uuid, now, _event(delivered), "delivered", _count(delivered)
+                    st, taken.channel_uuid, now, _event(delivered), "delivered", many
                 )
             for p in stale:
                 await channel_queue.log(st, taken.channel_uuid, now, p.kind, "given_up", None)
@@ -288,7 +286,3 @@ def _told(pending: list[channel_queue.Pending]) -> str:
     if len(pending) == 1:
         return f"a {pending[0].kind} message"
     return f"a digest of {len(pending)} events"
-
-
-def _count(pending: list[channel_queue.Pending]) -> str | None:
-    return None if len(pending) == 1 else f"{len(pending)} events in one message"

@@ -49,7 +49,6 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -105,13 +104,8 @@ class Budget:
         self._resume()
         return self
 
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> bool | None:
-        return await self._timeout.__aexit__(kind, error, traceback)
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return await self._timeout.__aexit__(*exc_info)
 
     @contextlib.contextmanager
     def waiting(self) -> Iterator[None]:

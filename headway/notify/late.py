@@ -36,8 +36,7 @@ class LateWatch(Teller):
         self.estimates = estimates
 
     async def step(self, now: int) -> int:
-        """One look, by the holder of the stall watch's lease; how many messages it
-        queued."""
+        """One look, by the holder of the stall watch's lease; how many messages it queued."""
         async with self.db.read() as fetch:
             watchers = await channels.late_watchers(fetch)
             if not watchers:

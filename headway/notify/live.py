@@ -50,6 +50,7 @@ from ..domain.clock import Clock
 from ..domain.errors import Unprocessable
 from ..domain.estimates import Estimate
 from ..ops import metrics
+from ..ops.dependencies import unavailable
 from ..progress import ProgressStore
 from ..storage import channel_queue, channels, live
 from ..storage.database import Database
@@ -124,8 +125,7 @@ class LiveWatch:
         self._turn = 0
 
     async def run(self) -> None:
-        """Look every `look_s` until cancelled; a failed look is logged (and counted),
-        and the next one comes all the same."""
+        """Look every `look_s` until cancelled; a failed look is logged, counted, not fatal."""
         await repeat("live", self.step, lambda _: self.look_s, self.close)
 
     async def close(self) -> None:
@@ -296,8 +296,6 @@ class LiveWatch:
             except guard.Dropped:
                 log.info("live messages: a send was dropped: its message is no longer kept")
             except Exception as exc:  # the database is down: its row says what to send
-                from ..ops.dependencies import unavailable
-
                 if unavailable(exc):
                     log.warning("live messages: a send could not be recorded (%s)", exc)
                 else:
@@ -317,9 +315,8 @@ class LiveWatch:
         try:
             checked = await self._channel_url(channel)
         except Unprocessable as exc:  # its scheme no longer allowed here: never sent again
-            await self._failed(
-                row, live_send.LiveOutcome(False, row.ref, exc.message, refused=True)
-            )
+            refused = live_send.LiveOutcome(False, row.ref, exc.message, refused=True)
+            await self._failed(row, refused)
             return
         text = live_send.LiveText(one.text.title, one.text.lines, final=one.text.final)
         outcome = await live_send.post(

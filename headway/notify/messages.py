@@ -94,9 +94,7 @@ def failure(task: Any) -> str | None:
     string), and for a parent its failed steps ("1 of 3 steps failed (Run migrations:
     exit code 3)"). Only a finished task has failed."""
     task = _plain(task)
-    if not task.get("finished_at"):
-        return None
-    return _failure(task, _uuids(task))
+    return _failure(task, _uuids(task)) if task.get("finished_at") else None
 
 
 def finished(

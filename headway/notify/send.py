@@ -17,7 +17,7 @@ from ..domain.errors import Unprocessable
 from . import guard, messages
 from .messages import Level
 from .schemes import DEFAULT_SCHEMES
-from .urls import Address, ChannelURL, check_channel_hosts, check_channel_url
+from .urls import Address, ChannelURL, check_channel_hosts, check_channel_url, plugin_for
 
 
 @dataclass(frozen=True)
@@ -148,8 +148,6 @@ def _notify(
     """One send, on a sending thread."""
     deadline = budget.deadline  # set as the thread was handed the call
     from apprise import NotifyFormat, NotifyType
-
-    from .urls import plugin_for
 
     service = channel.service
     with guard.attempt(pins, guarded=guarded) as state:

@@ -76,9 +76,8 @@ class Teller:
         self, mark: Mark, channel_uuid: str, task_uuid: str, kind: str, now: int, **extra: Any
     ) -> bool:
         """Queue the task's `task.<kind>` event to the channel in the transaction that
-        `mark`s it told (False, nothing queued, when another instance did, or the task is
-        gone; a recovery's episode is closed all the same); the messages a full channel
-        gave up for it are counted."""
+        `mark`s it told (False, nothing queued: another instance did, or the task is gone,
+        whose episode a recovery closes all the same); counted, as what it pushed out."""
         views = await self.views([task_uuid])
         if not views and kind != "recovered":
             return False
@@ -124,6 +123,7 @@ class StallWatch(Teller):
         self.on_queued = on_queued
         holder = f"stalls-{uuid.uuid4().hex[:12]}"
         self.lease = NamedLease(db, LEASE_NAME, holder, scan_s * LEASE_LOOKS)
+        self.let_go = self.lease.let_go  # at a shutdown, so that another instance looks at once
         # Per task: (what its `current` was, when this process first saw it so), µs.
         self._moved: dict[str, tuple[str, int]] = {}
         # Seconds until the next look: `scan_s`, or less when another's lease lapses sooner.
@@ -132,17 +132,11 @@ class StallWatch(Teller):
         self.also = also
 
     async def run(self) -> None:
-        """Look every `scan_s` seconds until cancelled; a failed look is logged (and
-        counted) and the next one comes all the same."""
+        """Look every `scan_s` until cancelled; a failed look is logged, counted, not fatal."""
         await repeat("stalls", self.step, self._next_look_s, self.let_go)
 
     def _next_look_s(self, looked: bool) -> float:
         return self.wait_s if looked else self.scan_s
-
-    async def let_go(self) -> None:
-        """Give the lease up if this process holds it, so that another instance looks at
-        once (a shutdown); bounded, and never raises: the lease lapses by itself anyway."""
-        await self.lease.let_go()
 
     async def step(self) -> int:
         """One look; returns how many messages it queued. Does nothing unless this

@@ -138,7 +138,7 @@ async def check_channel_hosts(
     channel: ChannelURL, *, allow_private: bool, resolve: webhooks.Resolver | None = None
 ) -> dict[str, Address]:
     """The addresses to connect to, `{host: address}`, for each host of `channel.hosts`,
-    after the webhooks' public-address check (`webhooks.check_destination`) passes on
+    after the webhooks' public-address check (`webhooks.addresses`) passes on
     each; raises `webhooks.RefusedAddress` for the first refused. Empty when
     `allow_private` turns the check off, or for a hosted service (whose hosts are checked
     as it connects: see `guard`).
@@ -153,11 +153,8 @@ async def check_channel_hosts(
     pins: dict[str, Address] = {}
     for target in channel.hosts:
         url = httpx.URL(f"https://{_bracketed(target.host)}:{target.port}/")
-        address = await webhooks.check_destination(
-            url, allow_private=False, resolve=resolve or guard.resolve
-        )
-        assert address is not None  # allow_private is off
-        pins[target.host] = address
+        found = await webhooks.addresses(url, allow_private=False, resolve=resolve or guard.resolve)
+        pins[target.host] = found[0]
     return pins
 
 

@@ -73,11 +73,8 @@ async def post(
     "discord", "slack", "matrix") to a base URL replacing the service's own (its API's,
     or the URL's host for ntfy and Matrix): local stand-ins, a local Bot API server.
 
-    Everything happens inside `timeout_s`: the public-address check of the hosts the URL's
-    owner picked, then the requests on a sending thread, which connect to the addresses
-    checked (see `guard`); with `allow_private` nothing is refused. Waiting for a sending
-    thread is not part of it. `wanted`, asked once a thread is free, may drop the post
-    (`guard.Dropped` is raised: nothing was sent).
+    `timeout_s`, `allow_private` and `wanted` are as `send.send`'s: the address checks
+    and the requests on a sending thread, not the wait for one, happen within the timeout.
     """
     if not _KEY.fullmatch(key):
         raise ValueError("key must be 1 to 32 lowercase hex digits")

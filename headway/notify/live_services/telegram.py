@@ -28,9 +28,8 @@ _GONE = (
 
 
 def unfit(plugin: Any) -> str | None:
-    if not plugin.targets:
-        return "A Telegram URL needs a chat id (tgram://bot_token/chat_id) to keep a live message."
-    return None
+    needs = "A Telegram URL needs a chat id (tgram://bot_token/chat_id) to keep a live message."
+    return None if plugin.targets else needs
 
 
 def create(exchange: Exchange, plugin: Any, text: LiveText, key: str) -> LiveOutcome:
