@@ -45,9 +45,6 @@ class Flights(Generic[C]):
     def __contains__(self, key: object) -> bool:
         return key in self._tasks
 
-    def keys(self) -> set[str]:
-        return set(self._tasks)
-
     def start(
         self,
         key: str,

@@ -14,7 +14,7 @@ import threading
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..domain.errors import Unprocessable
 
@@ -33,17 +33,30 @@ Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 # (see `worker`), so a few slow names cannot take every thread.
 LOOKUP_THREADS = 16
 
-_lookups: ThreadPoolExecutor | None = None
-_lookups_lock = threading.Lock()
+T = TypeVar("T")
 
 
+def once(make: Callable[[], T]) -> Callable[[], T]:
+    """`make`, called on the first call only (under a lock: once, whatever the threads),
+    and what it made at every call after; one that raised is called again next time. For
+    what a process makes once, when first needed: a pool of threads, a module loaded."""
+    lock = threading.Lock()
+    made: list[T] = []
+
+    @functools.wraps(make)
+    def get() -> T:
+        if not made:
+            with lock:
+                if not made:
+                    made.append(make())
+        return made[0]
+
+    return get
+
+
+@once
 def _lookup_pool() -> ThreadPoolExecutor:
-    global _lookups
-    if _lookups is None:
-        with _lookups_lock:
-            if _lookups is None:
-                _lookups = ThreadPoolExecutor(LOOKUP_THREADS, thread_name_prefix="headway-lookup")
-    return _lookups
+    return ThreadPoolExecutor(LOOKUP_THREADS, thread_name_prefix="headway-lookup")
 
 
 async def lookup(host: str, port: int) -> list[tuple[Any, ...]]:

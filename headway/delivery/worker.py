@@ -127,8 +127,7 @@ class Worker:
         """One step: claim what is due (as `claim` does), attempt it, and wait until each
         outcome is recorded. Returns how many attempts were made."""
         claims = await self.claim()
-        if claims:
-            await asyncio.gather(*(self.start(claim) for claim in claims))
+        await asyncio.gather(*(self.start(claim) for claim in claims))
         return len(claims)
 
     async def claim(self) -> list[Claim]:
@@ -228,9 +227,7 @@ class Worker:
             return Outcome(False, f"no answer within {self._attempt_timeout_s:g} s")
         except httpx.HTTPError as exc:
             return Outcome(False, f"{type(exc).__name__}: {exc}")
-        if 200 <= status < 300:
-            return Outcome(True)
-        return Outcome(False, f"HTTP {status}")
+        return Outcome(True) if 200 <= status < 300 else Outcome(False, f"HTTP {status}")
 
     async def _post(self, claim: Claim, url: httpx.URL, found: list[webhooks.Address]) -> int:
         """POST to each address in turn until one connects (the name's other addresses are

@@ -33,6 +33,7 @@ from ..ops.logs import endpoint, masked
 from ..storage import channel_queue
 from ..storage.database import Database
 from . import guard
+from .schemes import DEFAULT_SCHEMES
 
 log = logging.getLogger("headway.worker")
 
@@ -47,8 +48,7 @@ LOOKS = 4  # looks for due channels in one `start_due`, while some were held bac
 def channel_sender(
     settings: Settings, db: Database, clock: Clock, on_end: Callable[[], None] = lambda: None
 ) -> ChannelSender:
-    """The sender the worker runs, as the settings configure it; `on_end`: see
-    `ChannelSender`."""
+    """The sender the worker runs, as the settings configure it (`on_end`: see `ChannelSender`)."""
     from ..service.channels import read_only_link
 
     return ChannelSender(
@@ -85,19 +85,13 @@ class ChannelSender:
         self.allow_private = allow_private
         self.cap = messages_per_hour
         self.link = link
-        self._schemes = schemes
+        # A channel whose scheme the operator removed since is not sent to (its messages
+        # fail, and are given up in time).
+        self.schemes = schemes or DEFAULT_SCHEMES
         self.timeout_s = timeout_s
         self.give_up_us = give_up_us
         self.flights = Flights[channel_queue.Taken]("channel sends", channel_queue.give_back)
         self.on_end = on_end
-
-    @property
-    def schemes(self) -> tuple[str, ...]:
-        """The schemes allowed now: a channel whose scheme the operator removed since is
-        not sent to (its messages fail, and are given up in time)."""
-        from .schemes import DEFAULT_SCHEMES
-
-        return self._schemes or DEFAULT_SCHEMES
 
     async def start_due(self) -> list[asyncio.Task[None]]:
         """Start a send for each channel that has something due and a place (`guard.admit`),
@@ -168,21 +162,16 @@ class ChannelSender:
         too_old = delivery.give_up_before_us(now, self.give_up_us)
         stale = [p for p in taken.pending if p.created_at_us <= too_old]
         live = [p for p in taken.pending if p not in stale]
+        to = endpoint("channel", channel_uuid, taken.url)
         if not live:
             await self._settle(taken, [], stale, now, counted=False)
-            log.warning(
-                "gave up %s to %s: undelivered for too long",
-                _told(stale),
-                endpoint("channel", channel_uuid, taken.url),
-            )
+            log.warning("gave up %s to %s: undelivered for too long", _told(stale), to)
             return
         link = self.link(taken.share_uuid)
         told = [_message(p, taken.space_title, link) for p in live]
-        message = (
-            told[0]
-            if len(told) == 1
-            else messages.digest(told, space_title=taken.space_title, link=link)
-        )
+        message = told[0]
+        if len(told) > 1:
+            message = messages.digest(told, space_title=taken.space_title, link=link)
         outcome = await send.send(
             taken.url,
             message.title,
@@ -194,7 +183,6 @@ class ChannelSender:
             wanted=partial(self._held, taken),
         )
         now = self.clock.now_us()
-        to = endpoint("channel", channel_uuid, taken.url)
         if outcome.delivered:
             metrics.channel_delivery("delivered", len(live))
             await self._settle(taken, live, stale, now, counted=True)
@@ -247,8 +235,9 @@ class ChannelSender:
             ):
                 return
             if delivered:
+                many = f"{len(delivered)} events in one message" if len(delivered) > 1 else None
                 await channel_queue.log(
-                    st, taken.channel_uuid, now, _event(delivered), "delivered", _count(delivered)
+                    st, taken.channel_uuid, now, _event(delivered), "delivered", many
                 )
             for p in stale:
                 await channel_queue.log(st, taken.channel_uuid, now, p.kind, "given_up", None)
@@ -267,32 +256,23 @@ def _message(pending: channel_queue.Pending, space_title: str | None, link: str 
     from . import messages
 
     event = json.loads(pending.payload)
-    task = event["data"]
+    task, where = event["data"], {"space_title": space_title, "link": link}
     if pending.kind == "stalled":
         return messages.stalled(
             task,
             reason=event.get("reason", "silent"),
             for_s=event.get("for_s", 0),
             restarted=event.get("since") == "restart",
-            space_title=space_title,
-            link=link,
+            **where,
         )
     if pending.kind == "recovered":
-        return messages.recovered(task, space_title=space_title, link=link)
+        return messages.recovered(task, **where)
     if pending.kind == "late":
-        return messages.late(
-            task,
-            elapsed_s=event.get("elapsed_s", 0),
-            usual_s=event.get("usual_s", 0),
-            space_title=space_title,
-            link=link,
-        )
+        elapsed_s, usual_s = event.get("elapsed_s", 0), event.get("usual_s", 0)
+        return messages.late(task, elapsed_s=elapsed_s, usual_s=usual_s, **where)
     usual_s = event.get("usual_s")
     return messages.finished(
-        task,
-        space_title=space_title,
-        link=link,
-        usual_s=usual_s if isinstance(usual_s, int | float) else None,
+        task, usual_s=usual_s if isinstance(usual_s, int | float) else None, **where
     )
 
 
@@ -303,12 +283,6 @@ def _event(pending: list[channel_queue.Pending]) -> str:
 
 def _told(pending: list[channel_queue.Pending]) -> str:
     """What a log line says was sent: `a stalled message`, `a digest of 3 events`."""
-    return (
-        f"a {pending[0].kind} message"
-        if len(pending) == 1
-        else (f"a digest of {len(pending)} events")
-    )
-
-
-def _count(pending: list[channel_queue.Pending]) -> str | None:
-    return None if len(pending) == 1 else f"{len(pending)} events in one message"
+    if len(pending) == 1:
+        return f"a {pending[0].kind} message"
+    return f"a digest of {len(pending)} events"

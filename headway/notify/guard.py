@@ -49,11 +49,10 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from ..delivery.webhooks import RefusedAddress, refuse_non_public
+from ..delivery.webhooks import RefusedAddress, once, refuse_non_public
 
 T = TypeVar("T")
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -68,9 +67,6 @@ PER_SPACE = 4
 
 _system_getaddrinfo = socket.getaddrinfo
 _local = threading.local()
-_pool: ThreadPoolExecutor | None = None
-_installing = threading.Lock()
-_installed = False
 # Per event loop (one in a server process): the sends placed, by ("host" | "space", key),
 # and the threads free for its calls. A loop that ends takes its counts with it.
 _in_flight: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Counter[tuple[str, str]]] = (
@@ -81,14 +77,10 @@ _free_threads: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Sema
 )
 
 
+@once
 def pool() -> ThreadPoolExecutor:
     """The sending threads (made on first use)."""
-    global _pool
-    if _pool is None:
-        with _installing:
-            if _pool is None:
-                _pool = ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="headway-notify")
-    return _pool
+    return ThreadPoolExecutor(POOL_THREADS, thread_name_prefix="headway-notify")
 
 
 class Dropped(Exception):
@@ -112,13 +104,8 @@ class Budget:
         self._resume()
         return self
 
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> bool | None:
-        return await self._timeout.__aexit__(kind, error, traceback)
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        return await self._timeout.__aexit__(*exc_info)
 
     @contextlib.contextmanager
     def waiting(self) -> Iterator[None]:
@@ -149,9 +136,7 @@ async def run(
     part of `budget`; `wanted`, if given, is asked once a thread is free, and False
     drops the call (`Dropped`)."""
     loop = asyncio.get_running_loop()
-    free = _free_threads.get(loop)
-    if free is None:
-        free = _free_threads[loop] = asyncio.Semaphore(POOL_THREADS)
+    free = _free_threads.setdefault(loop, asyncio.Semaphore(POOL_THREADS))
     with budget.waiting() if budget is not None else contextlib.nullcontext():
         await free.acquire()
         try:
@@ -216,14 +201,6 @@ def receiver_host(url: str) -> str:
     return normal_host(host) or parts.scheme.lower()
 
 
-def shutdown() -> None:
-    """Let the sending threads go once their sends end (a later send makes new ones)."""
-    global _pool
-    found, _pool = _pool, None
-    if found is not None:
-        found.shutdown(wait=False, cancel_futures=True)
-
-
 @dataclass
 class Attempt:
     """One send on the current thread: what it may reach, and what it got."""
@@ -248,38 +225,32 @@ def attempt(pins: Mapping[str, Address], *, guarded: bool) -> Iterator[Attempt]:
         _local.attempt = None
 
 
+@once
 def install() -> None:
     """Put the wrappers of `socket.getaddrinfo` and `requests.Session.send` in place, once
     per process. Threads with no attempt see no difference."""
-    global _installed
-    if _installed:
-        return
-    with _installing:
-        if _installed:
-            return
-        import requests
+    import requests
 
-        socket.getaddrinfo = _getaddrinfo  # type: ignore[assignment]
-        original_send = requests.Session.send
+    socket.getaddrinfo = _getaddrinfo  # type: ignore[assignment]
+    original_send = requests.Session.send
 
-        @functools.wraps(original_send)
-        def send(self: requests.Session, request: Any, **kwargs: Any) -> Any:
-            state: Attempt | None = getattr(_local, "attempt", None)
-            if state is None:
-                return original_send(self, request, **kwargs)
-            try:
-                response = original_send(self, request, **kwargs)
-            except Exception as exc:
-                state.status, state.retry_after = None, None
-                state.failure = _describe(exc, state)
-                raise
-            state.status = response.status_code
-            state.retry_after = response.headers.get("retry-after")
-            state.failure = None
-            return response
+    @functools.wraps(original_send)
+    def send(self: requests.Session, request: Any, **kwargs: Any) -> Any:
+        state: Attempt | None = getattr(_local, "attempt", None)
+        if state is None:
+            return original_send(self, request, **kwargs)
+        try:
+            response = original_send(self, request, **kwargs)
+        except Exception as exc:
+            state.status, state.retry_after = None, None
+            state.failure = _describe(exc, state)
+            raise
+        state.status = response.status_code
+        state.retry_after = response.headers.get("retry-after")
+        state.failure = None
+        return response
 
-        requests.Session.send = send  # type: ignore[method-assign]
-        _installed = True
+    requests.Session.send = send  # type: ignore[method-assign]
 
 
 def normal_host(host: str | bytes | None) -> str:

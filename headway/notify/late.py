@@ -13,51 +13,38 @@ fails is skipped (`loops.Parts`): the others are looked at all the same.
 
 from __future__ import annotations
 
-import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
-import msgspec
-
-from ..background.loops import Parts
-from ..domain import tasks as domain
 from ..domain.estimates import Estimate
-from ..ops import metrics
-from ..storage import channel_queue, channels
+from ..storage import channels
 from ..storage.database import Database
-from .stalls import count_given_up
+from .stalls import Teller, Views
 
 # Running tasks looked at per space (oldest first); beyond, newer ones are not watched.
 MAX_WATCHED = 1_000
 
 Estimates = Callable[[Sequence[str]], Awaitable[dict[str, Estimate]]]
-Views = Callable[[Sequence[str]], Awaitable[list[domain.TaskView]]]
 
 
-class LateWatch:
+class LateWatch(Teller):
     """Looks for late runs, one `step` at a time (inside the stall watch's)."""
 
     def __init__(self, db: Database, estimates: Estimates, views: Views, *, cap: int) -> None:
-        self.db = db
+        super().__init__("late", db, views, cap)
         self.estimates = estimates
-        self.views = views
-        self.cap = cap  # messages one channel holds queued (HEADWAY_OUTBOX_PER_ENDPOINT)
-        self.parts = Parts("late")
 
     async def step(self, now: int) -> int:
-        """One look, by the holder of the stall watch's lease; how many messages it
-        queued."""
+        """One look, by the holder of the stall watch's lease; how many messages it queued."""
         async with self.db.read() as fetch:
             watchers = await channels.late_watchers(fetch)
             if not watchers:
                 return 0
             told = await channels.late_told(fetch, [w[0] for w in watchers])
         by_space: dict[str, list[tuple[str, bool]]] = defaultdict(list)
-        space_of: dict[str, str] = {}
         for channel_uuid, space_uuid, steps in watchers:
             by_space[space_uuid].append((channel_uuid, steps))
-            space_of[channel_uuid] = space_uuid
         running: set[str] = set()
         skipped: set[str] = set()
         queued = 0
@@ -65,12 +52,10 @@ class LateWatch:
             look = partial(self._space, space_uuid, wanting, told, running, now)
             found = await self.parts.run(f"space {space_uuid}", look, None)
             if found is None:
-                skipped.add(space_uuid)  # what it was told stays told
+                skipped.update(channel for channel, _ in wanting)  # what it was told stays told
             else:
                 queued += found
-        ended = [
-            pair for pair in told if pair[1] not in running and space_of[pair[0]] not in skipped
-        ]
+        ended = [pair for pair in told if pair[1] not in running and pair[0] not in skipped]
         if ended:
             async with self.db.write() as st:
                 await channels.forget_late(st, ended)
@@ -90,6 +75,7 @@ class LateWatch:
         parents = {row[0]: row[1] for row in rows}
         running.update(parents)
         found = await self.estimates(list(parents))
+        mark = partial(channels.tell_late, at_us=now)
         queued = 0
         for task_uuid, estimate in found.items():
             if not estimate.late or estimate.usual is None:
@@ -99,36 +85,10 @@ class LateWatch:
                     continue
                 if parents.get(task_uuid) is not None and not steps:
                     continue
-                if await self._late(channel_uuid, task_uuid, estimate, now):
+                elapsed_s, usual_s = round(estimate.elapsed_s, 3), estimate.usual.p50_s
+                if await self.tell(
+                    mark, channel_uuid, task_uuid, "late", now, elapsed_s=elapsed_s, usual_s=usual_s
+                ):
                     told.add((channel_uuid, task_uuid))
                     queued += 1
         return queued
-
-    async def _late(self, channel_uuid: str, task_uuid: str, found: Estimate, now: int) -> bool:
-        views = await self.views([task_uuid])
-        if not views or found.usual is None:
-            return False
-        event = {
-            "type": "task.late",
-            "timestamp": domain.format_ts(now),
-            "elapsed_s": round(found.elapsed_s, 3),
-            "usual_s": found.usual.p50_s,
-            "data": views[0],
-        }
-        payload = msgspec.json.encode(event).decode()
-        async with self.db.write() as st:
-            if not await channels.tell_late(st, channel_uuid, task_uuid, now):
-                return False
-            pushed_out = await channel_queue.queue(
-                st,
-                f"late_{uuid.uuid4().hex}",
-                channel_uuid,
-                task_uuid,
-                "late",
-                payload,
-                now,
-                cap=self.cap,
-            )
-        count_given_up(pushed_out)
-        metrics.stall("late")
-        return True

@@ -50,11 +50,13 @@ from ..domain.clock import Clock
 from ..domain.errors import Unprocessable
 from ..domain.estimates import Estimate
 from ..ops import metrics
+from ..ops.dependencies import unavailable
 from ..progress import ProgressStore
 from ..storage import channel_queue, channels, live
 from ..storage.database import Database
 from ..storage.live import LiveChannel, LiveRow
 from . import guard, messages
+from .schemes import DEFAULT_SCHEMES
 
 if TYPE_CHECKING:  # imported where it is first used (`_send`)
     from .live_send import LiveOutcome
@@ -112,7 +114,7 @@ class LiveWatch:
         self.cap = cap
         self.allow_private = allow_private
         self.link = link
-        self._schemes = schemes
+        self.schemes = schemes or DEFAULT_SCHEMES
         self.endpoints = dict(endpoints or {})
         self.look_s = look_s
         self.timeout_s = timeout_s
@@ -122,15 +124,8 @@ class LiveWatch:
         self._turns: dict[str, int] = {}  # channel uuid: when it last started sending
         self._turn = 0
 
-    @property
-    def schemes(self) -> tuple[str, ...]:
-        from .schemes import DEFAULT_SCHEMES
-
-        return self._schemes or DEFAULT_SCHEMES
-
     async def run(self) -> None:
-        """Look every `look_s` until cancelled; a failed look is logged (and counted),
-        and the next one comes all the same."""
+        """Look every `look_s` until cancelled; a failed look is logged, counted, not fatal."""
         await repeat("live", self.step, lambda _: self.look_s, self.close)
 
     async def close(self) -> None:
@@ -157,8 +152,7 @@ class LiveWatch:
         # Another instance's lease costs a read; this one's, a write every 10 s.
         if not await self.lease.keep(now):
             return []
-        busy = self.flights.keys()
-        wanted = [c for c in found if c.uuid not in busy]
+        wanted = [c for c in found if c.uuid not in self.flights]
         async with self.db.read() as fetch:
             rows = await live.messages(fetch, [c.uuid for c in wanted])
         by_space: dict[str, list[LiveChannel]] = defaultdict(list)
@@ -221,7 +215,8 @@ class LiveWatch:
                 if view.parent_uuid is not None and not channel.steps:
                     continue
                 if row is None:
-                    if count >= self.cap or view.finished_at is not None or not _reported(view):
+                    unheard = _quiet_s(view, now) is None  # neither it nor a step reported
+                    if count >= self.cap or view.finished_at is not None or unheard:
                         continue
                     count += 1
                 elif row.given_up:
@@ -301,8 +296,6 @@ class LiveWatch:
             except guard.Dropped:
                 log.info("live messages: a send was dropped: its message is no longer kept")
             except Exception as exc:  # the database is down: its row says what to send
-                from ..ops.dependencies import unavailable
-
                 if unavailable(exc):
                     log.warning("live messages: a send could not be recorded (%s)", exc)
                 else:
@@ -322,13 +315,10 @@ class LiveWatch:
         try:
             checked = await self._channel_url(channel)
         except Unprocessable as exc:  # its scheme no longer allowed here: never sent again
-            await self._failed(
-                row, live_send.LiveOutcome(False, row.ref, exc.message, refused=True)
-            )
+            refused = live_send.LiveOutcome(False, row.ref, exc.message, refused=True)
+            await self._failed(row, refused)
             return
-        text = live_send.LiveText(
-            one.text.title, one.text.lines, final=one.text.final, failed=one.text.state == "failed"
-        )
+        text = live_send.LiveText(one.text.title, one.text.lines, final=one.text.final)
         outcome = await live_send.post(
             checked,
             text,
@@ -359,6 +349,7 @@ class LiveWatch:
         now = self.clock.now_us()
         attempts = row.attempts + 1
         give_up = outcome.refused or delivery.last_attempt(attempts)
+        word = "given_up" if give_up else "failed"
         delay = delivery.retry_delay_s(
             attempts, delivery.jitter(), retry_after_s=outcome.retry_after_s
         )
@@ -366,10 +357,9 @@ class LiveWatch:
             await live.retry(
                 st, row, now + round(delay * 1_000_000), attempts=attempts, given_up=give_up
             )
-            outcome_word = "given_up" if give_up else "failed"
             detail = f"live message: {outcome.detail}"
-            await channel_queue.log(st, row.channel_uuid, now, "live", outcome_word, detail)
-        metrics.live_message("given_up" if give_up else "failed")
+            await channel_queue.log(st, row.channel_uuid, now, "live", word, detail)
+        metrics.live_message(word)
 
     async def _kept(self, channel_uuid: str, task_uuid: str) -> bool:
         """Whether the channel still keeps a message for the task (not deleted since)."""
@@ -384,12 +374,6 @@ class LiveWatch:
             found = await guard.run(check_channel_url, channel.url, self.schemes)
             self._checked[channel.uuid] = found
         return found
-
-
-def _reported(view: domain.TaskView) -> bool:
-    """Whether a task has reported (its own report, or a step's)."""
-    progress = view.progress
-    return progress is not None and progress.updated_at is not None
 
 
 def _quiet_s(view: domain.TaskView, now: int) -> float | None:

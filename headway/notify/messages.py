@@ -94,9 +94,7 @@ def failure(task: Any) -> str | None:
     string), and for a parent its failed steps ("1 of 3 steps failed (Run migrations:
     exit code 3)"). Only a finished task has failed."""
     task = _plain(task)
-    if not task.get("finished_at"):
-        return None
-    return _failure(task, _uuids(task))
+    return _failure(task, _uuids(task)) if task.get("finished_at") else None
 
 
 def finished(
@@ -284,8 +282,7 @@ def live(
         title = f"{mark} {name}{at}{said}"
         drawn = bar(ratio) if known else None
     lines = [drawn] if drawn else []
-    body = _body(task, secrets, space_title, None).split("\n")
-    lines += body
+    lines += _body(task, secrets, space_title, None).split("\n")
     if state == "stalled" and quiet_s is not None:
         lines.append(f"No report for {duration_words(quiet_s)}")
     elif state == "late" and usual_s is not None:
@@ -319,9 +316,8 @@ def _body(
     space_title: str | None,
     link: str | None,
 ) -> str:
-    lines = []
     name = _name(task, secrets)
-    lines.append(f"{_said(space_title, 200, secrets)} › {name}" if space_title else name)
+    lines = [f"{_said(space_title, 200, secrets)} › {name}" if space_title else name]
     progress = task.get("progress") or {}
     if progress.get("aggregated"):
         done, count = _number(progress.get("current")), _number(progress.get("end"))
@@ -342,7 +338,10 @@ def _body(
 
 
 def _failure(task: Mapping[str, Any], secrets: re.Pattern[str] | None) -> str | None:
-    own = _failed_error(_values(task))
+    values = (task.get("progress") or {}).get("values")
+    own = values.get("error") if isinstance(values, Mapping) else None
+    if not (isinstance(own, str) and own.strip()):
+        own = None  # no error said: the task did not fail itself
     steps = [child for child in task.get("children") or () if isinstance(child, Mapping)]
     failed = [
         (child, why)
@@ -359,18 +358,6 @@ def _failure(task: Mapping[str, Any], secrets: re.Pattern[str] | None) -> str | 
             named += f"; {more} more"
         parts.append(f"{len(failed)} of {len(steps)} steps failed ({named})")
     return "; ".join(parts) or None
-
-
-def _failed_error(values: Mapping[str, Any]) -> str | None:
-    """`values.error` when it is a non-empty string: the task failed, and this says why."""
-    # TODO: domain.failed_error (the same rule, added there on another branch)
-    error = values.get("error")
-    return error if isinstance(error, str) and error.strip() else None
-
-
-def _values(task: Mapping[str, Any]) -> Mapping[str, Any]:
-    values = (task.get("progress") or {}).get("values")
-    return values if isinstance(values, Mapping) else {}
 
 
 def _name(task: Mapping[str, Any], secrets: re.Pattern[str] | None) -> str:

@@ -10,16 +10,14 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
-from typing import Literal
 
 from ..delivery.policy import held_retry_after_s
 from ..delivery.webhooks import RefusedAddress
 from ..domain.errors import Unprocessable
 from . import guard, messages
+from .messages import Level
 from .schemes import DEFAULT_SCHEMES
-from .urls import Address, ChannelURL, check_channel_hosts, check_channel_url
-
-Level = Literal["info", "success", "warning", "failure"]
+from .urls import Address, ChannelURL, check_channel_hosts, check_channel_url, plugin_for
 
 
 @dataclass(frozen=True)
@@ -60,7 +58,8 @@ async def send(
             channel = await guard.run(check_channel_url, url, schemes, budget=budget)
             resolve = functools.partial(guard.resolve, budget=budget)
             pins = await check_channel_hosts(channel, allow_private=allow_private, resolve=resolve)
-            return await _deliver(channel, title, body, pins, allow_private, level, budget, wanted)
+            call = (_notify, channel, title, body, pins, not allow_private, level, budget)
+            return await guard.run(*call, budget=budget, wanted=wanted)
     except TimeoutError:
         return SendOutcome(False, f"no answer within {timeout_s:g} s")
     except Unprocessable as exc:
@@ -84,7 +83,8 @@ async def deliver(
     `allow_private` nothing is pinned or refused. `send` is this after the checks."""
     try:
         async with guard.Budget(timeout_s) as budget:
-            return await _deliver(channel, title, body, pins, allow_private, level, budget, None)
+            call = (_notify, channel, title, body, pins, not allow_private, level, budget)
+            return await guard.run(*call, budget=budget)
     except TimeoutError:
         return SendOutcome(False, f"no answer within {timeout_s:g} s")
     except Unprocessable as exc:
@@ -136,21 +136,6 @@ def parse_retry_after(value: str | None, *, now: datetime | None = None) -> floa
     return held_retry_after_s(seconds)
 
 
-async def _deliver(
-    channel: ChannelURL,
-    title: str,
-    body: str,
-    pins: Mapping[str, Address],
-    allow_private: bool,
-    level: Level,
-    budget: guard.Budget,
-    wanted: Callable[[], Awaitable[bool]] | None,
-) -> SendOutcome:
-    guarded = not allow_private
-    call = functools.partial(_notify, channel, title, body, pins, guarded, level, budget)
-    return await guard.run(call, budget=budget, wanted=wanted)
-
-
 def _notify(
     channel: ChannelURL,
     title: str,
@@ -163,8 +148,6 @@ def _notify(
     """One send, on a sending thread."""
     deadline = budget.deadline  # set as the thread was handed the call
     from apprise import NotifyFormat, NotifyType
-
-    from .urls import plugin_for
 
     service = channel.service
     with guard.attempt(pins, guarded=guarded) as state:

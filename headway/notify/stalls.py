@@ -47,7 +47,7 @@ from ..ops import metrics
 from ..progress import ProgressStore
 from ..storage import channel_queue, channels
 from ..storage.channels import Watcher
-from ..storage.database import Database
+from ..storage.database import Database, Statements
 
 log = logging.getLogger("headway")
 
@@ -59,9 +59,49 @@ LEASE_LOOKS = 2
 MAX_WATCHED = 10_000
 
 Views = Callable[[Sequence[str]], Awaitable[list[TaskView]]]
+Mark = Callable[[Statements, str, str], Awaitable[bool]]
 
 
-class StallWatch:
+class Teller:
+    """What the stall and the late watches share: their looks by space (`parts`), and the
+    messages they queue, one per episode or late run."""
+
+    def __init__(self, what: str, db: Database, views: Views, cap: int) -> None:
+        self.db = db
+        self.views = views
+        self.cap = cap  # messages one channel holds queued (HEADWAY_OUTBOX_PER_ENDPOINT)
+        self.parts = Parts(what)
+
+    async def tell(
+        self, mark: Mark, channel_uuid: str, task_uuid: str, kind: str, now: int, **extra: Any
+    ) -> bool:
+        """Queue the task's `task.<kind>` event to the channel in the transaction that
+        `mark`s it told (False, nothing queued: another instance did, or the task is gone,
+        whose episode a recovery closes all the same); counted, as what it pushed out."""
+        views = await self.views([task_uuid])
+        if not views and kind != "recovered":
+            return False
+        event = {"type": f"task.{kind}", "timestamp": domain.format_ts(now), **extra}
+        async with self.db.write() as st:
+            if not await mark(st, channel_uuid, task_uuid) or not views:
+                return False
+            pushed_out = await channel_queue.queue(
+                st,
+                f"{'late' if kind == 'late' else 'stall'}_{uuid.uuid4().hex}",
+                channel_uuid,
+                task_uuid,
+                kind,
+                msgspec.json.encode(event | {"data": views[0]}).decode(),
+                now,
+                cap=self.cap,
+            )
+        metrics.channel_delivery("given_up", pushed_out)
+        metrics.given_up("channel", "cap", pushed_out)
+        metrics.stall(kind)
+        return True
+
+
+class StallWatch(Teller):
     """Looks for stalled tasks, one `step` at a time."""
 
     def __init__(
@@ -76,36 +116,27 @@ class StallWatch:
         outbox_per_endpoint: int = 10_000,
         also: Callable[[int], Awaitable[int]] | None = None,
     ) -> None:
-        self.db = db
+        super().__init__("stalls", db, views, outbox_per_endpoint)
         self.progress = progress
         self.clock = clock
-        self.views = views
         self.scan_s = scan_s
         self.on_queued = on_queued
-        # Messages one channel holds queued (HEADWAY_OUTBOX_PER_ENDPOINT).
-        self.cap = outbox_per_endpoint
         holder = f"stalls-{uuid.uuid4().hex[:12]}"
         self.lease = NamedLease(db, LEASE_NAME, holder, scan_s * LEASE_LOOKS)
+        self.let_go = self.lease.let_go  # at a shutdown, so that another instance looks at once
         # Per task: (what its `current` was, when this process first saw it so), µs.
         self._moved: dict[str, tuple[str, int]] = {}
         # Seconds until the next look: `scan_s`, or less when another's lease lapses sooner.
         self.wait_s = scan_s
         # Another look made under the same lease, at each look (`notify.late`).
         self.also = also
-        self.parts = Parts("stalls")
 
     async def run(self) -> None:
-        """Look every `scan_s` seconds until cancelled; a failed look is logged (and
-        counted) and the next one comes all the same."""
+        """Look every `scan_s` until cancelled; a failed look is logged, counted, not fatal."""
         await repeat("stalls", self.step, self._next_look_s, self.let_go)
 
     def _next_look_s(self, looked: bool) -> float:
         return self.wait_s if looked else self.scan_s
-
-    async def let_go(self) -> None:
-        """Give the lease up if this process holds it, so that another instance looks at
-        once (a shutdown); bounded, and never raises: the lease lapses by itself anyway."""
-        await self.lease.let_go()
 
     async def step(self) -> int:
         """One look; returns how many messages it queued. Does nothing unless this
@@ -192,6 +223,7 @@ class StallWatch:
             silent_from = last_us if last_us is not None else created_at_us
             silent_us = now - (began_us if restarted and began_us is not None else silent_from)
             flat_us = now - since
+            restart = {"since": "restart"} if restarted else {}  # told in the stall's message
             for watcher in watchers:
                 if parent_uuid is not None and not watcher.steps:
                     continue
@@ -208,78 +240,19 @@ class StallWatch:
                     reason, for_us = "flat", flat_us
                 else:
                     continue
-                if await self._stalled(
-                    watcher.uuid, task_uuid, reason, signature, for_us, now, restarted
-                ):
+                mark = partial(
+                    channels.open_episode, reason=reason, current=signature, since_us=now - for_us
+                )
+                told = {"reason": reason, "for_s": for_us // 1_000_000, **restart}
+                if await self.tell(mark, watcher.uuid, task_uuid, "stalled", now, **told):
                     open_[(watcher.uuid, task_uuid)] = (watcher.uuid, task_uuid, reason, signature)
                     queued += 1
         return queued
 
-    async def _message(self, task_uuid: str, extra: dict[str, Any], now: int) -> str | None:
-        views = await self.views([task_uuid])
-        if not views:
-            return None
-        event = {"type": f"task.{extra.pop('kind')}", "timestamp": domain.format_ts(now)}
-        event.update(extra, data=views[0])
-        return msgspec.json.encode(event).decode()
-
-    async def _stalled(
-        self,
-        channel_uuid: str,
-        task_uuid: str,
-        reason: str,
-        signature: str,
-        for_us: int,
-        now: int,
-        restarted: bool = False,
-    ) -> bool:
-        """Open the episode and queue its message; `restarted`: silent since the progress
-        store began, not since the task's creation (its earlier reports are lost)."""
-        extra = {"kind": "stalled", "reason": reason, "for_s": for_us // 1_000_000}
-        if restarted:
-            extra["since"] = "restart"
-        payload = await self._message(task_uuid, extra, now)
-        if payload is None:
-            return False
-        async with self.db.write() as st:
-            if not await channels.open_episode(
-                st, channel_uuid, task_uuid, reason, signature, now - for_us
-            ):
-                return False
-            pushed_out = await channel_queue.queue(
-                st,
-                f"stall_{uuid.uuid4().hex}",
-                channel_uuid,
-                task_uuid,
-                "stalled",
-                payload,
-                now,
-                cap=self.cap,
-            )
-        count_given_up(pushed_out)
-        metrics.stall("stalled")
-        return True
-
     async def _recovered(self, channel_uuid: str, task_uuid: str, now: int) -> int:
-        payload = await self._message(task_uuid, {"kind": "recovered"}, now)
-        async with self.db.write() as st:
-            if not await channels.close_episode(st, channel_uuid, task_uuid):
-                return 0
-            if payload is None:
-                return 0
-            pushed_out = await channel_queue.queue(
-                st,
-                f"stall_{uuid.uuid4().hex}",
-                channel_uuid,
-                task_uuid,
-                "recovered",
-                payload,
-                now,
-                cap=self.cap,
-            )
-        count_given_up(pushed_out)
-        metrics.stall("recovered")
-        return 1
+        return int(
+            await self.tell(channels.close_episode, channel_uuid, task_uuid, "recovered", now)
+        )
 
     async def _ended(self, ended: list[tuple[str, str]], now: int) -> int:
         async with self.db.read() as fetch:
@@ -308,9 +281,3 @@ def _activity(
             last = child.updated_at_us if last is None else max(last, child.updated_at_us)
         currents.append(None if child is None else child.current)
     return last, json.dumps(currents)
-
-
-def count_given_up(pushed_out: int) -> None:
-    """Count the messages a full channel gave up for a new one."""
-    metrics.channel_delivery("given_up", pushed_out)
-    metrics.given_up("channel", "cap", pushed_out)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ipaddress
 import logging
 import re
-import threading
 import warnings
 from collections.abc import Collection
 from dataclasses import dataclass, field
@@ -139,7 +138,7 @@ async def check_channel_hosts(
     channel: ChannelURL, *, allow_private: bool, resolve: webhooks.Resolver | None = None
 ) -> dict[str, Address]:
     """The addresses to connect to, `{host: address}`, for each host of `channel.hosts`,
-    after the webhooks' public-address check (`webhooks.check_destination`) passes on
+    after the webhooks' public-address check (`webhooks.addresses`) passes on
     each; raises `webhooks.RefusedAddress` for the first refused. Empty when
     `allow_private` turns the check off, or for a hosted service (whose hosts are checked
     as it connects: see `guard`).
@@ -154,11 +153,8 @@ async def check_channel_hosts(
     pins: dict[str, Address] = {}
     for target in channel.hosts:
         url = httpx.URL(f"https://{_bracketed(target.host)}:{target.port}/")
-        address = await webhooks.check_destination(
-            url, allow_private=False, resolve=resolve or guard.resolve
-        )
-        assert address is not None  # allow_private is off
-        pins[target.host] = address
+        found = await webhooks.addresses(url, allow_private=False, resolve=resolve or guard.resolve)
+        pins[target.host] = found[0]
     return pins
 
 
@@ -195,10 +191,7 @@ def redact(url: str, *, host: bool = False) -> str:
     return f"{scheme}://{userinfo}{at}{hostport}{slash}{path}{question}{query}"
 
 
-_apprise: ModuleType | None = None
-_loading = threading.Lock()
-
-
+@webhooks.once
 def apprise_module() -> ModuleType:
     """Apprise, loaded on first use with its plugins. Raises ModuleNotFoundError when it
     is not installed (`pip install 'headway[server]'`).
@@ -208,23 +201,18 @@ def apprise_module() -> ModuleType:
     `apprise` logger keeps them to itself (no propagation, a level above CRITICAL, a
     NullHandler). What a send did is reported by `send.SendOutcome` instead.
     """
-    global _apprise
-    if _apprise is None:
-        with _loading:
-            if _apprise is None:
-                logger = logging.getLogger("apprise")
-                logger.propagate = False
-                logger.setLevel(logging.CRITICAL + 10)
-                logger.handlers[:] = [logging.NullHandler()]
-                with warnings.catch_warnings():
-                    # Apprise's e-mail plugin imports `imghdr`, deprecated in Python 3.11.
-                    warnings.simplefilter("ignore", DeprecationWarning)
-                    import apprise
-                    from apprise.plugins import N_MGR
+    logger = logging.getLogger("apprise")
+    logger.propagate = False
+    logger.setLevel(logging.CRITICAL + 10)
+    logger.handlers[:] = [logging.NullHandler()]
+    with warnings.catch_warnings():
+        # Apprise's e-mail plugin imports `imghdr`, deprecated in Python 3.11.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import apprise
+        from apprise.plugins import N_MGR
 
-                    N_MGR.load_modules()
-                _apprise = apprise
-    return _apprise
+        N_MGR.load_modules()
+    return apprise
 
 
 def _refuse_never(scheme: str) -> None:

@@ -32,11 +32,8 @@ LIVE_SERVICES: dict[str, str] = {
     "matrixs": "matrix",
 }
 _MODULES: dict[str, LiveService] = {
-    "ntfy": ntfy,
-    "telegram": telegram,
-    "discord": discord,
-    "slack": slack,
-    "matrix": matrix,
+    module.__name__.rpartition(".")[2]: module
+    for module in (discord, matrix, ntfy, slack, telegram)
 }
 _KEY = re.compile(r"[0-9a-f]{1,32}")
 # The plugin's attributes that hold a credential: never in a detail.
@@ -76,11 +73,8 @@ async def post(
     "discord", "slack", "matrix") to a base URL replacing the service's own (its API's,
     or the URL's host for ntfy and Matrix): local stand-ins, a local Bot API server.
 
-    Everything happens inside `timeout_s`: the public-address check of the hosts the URL's
-    owner picked, then the requests on a sending thread, which connect to the addresses
-    checked (see `guard`); with `allow_private` nothing is refused. Waiting for a sending
-    thread is not part of it. `wanted`, asked once a thread is free, may drop the post
-    (`guard.Dropped` is raised: nothing was sent).
+    `timeout_s`, `allow_private` and `wanted` are as `send.send`'s: the address checks
+    and the requests on a sending thread, not the wait for one, happen within the timeout.
     """
     if not _KEY.fullmatch(key):
         raise ValueError("key must be 1 to 32 lowercase hex digits")
@@ -156,6 +150,4 @@ def _read_ref(ref: str | None, service: str, needed: tuple[str, ...]) -> dict[st
         return None
     if not isinstance(fields, dict) or fields.get("service") != service:
         return None
-    if any(fields.get(name) is None for name in needed):
-        return None
-    return fields
+    return None if any(fields.get(name) is None for name in needed) else fields

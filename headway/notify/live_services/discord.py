@@ -89,10 +89,6 @@ def _thread(plugin: Any) -> dict[str, str]:
 
 def _failed(exchange: Exchange, answer: Answer) -> LiveOutcome:
     fields = answer.fields
-    wait = fields.get("retry_after")
-    return exchange.failed(
-        answer,
-        str(fields.get("message") or "") or None,
-        refused=answer.status in (401, 403, 404),
-        wait=float(wait) if isinstance(wait, int | float) else None,
-    )
+    refused = answer.status in (401, 403, 404)
+    reason = str(fields.get("message") or "") or None
+    return exchange.failed(answer, reason, refused=refused, wait=fields.get("retry_after"))

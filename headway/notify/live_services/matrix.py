@@ -29,15 +29,15 @@ MAX_BODY_BYTES = 30000  # an event holds at most 65,536 bytes: the text, twice i
 
 
 def unfit(plugin: Any) -> str | None:
-    if plugin.mode == "t2bot":
-        return (
-            "A Matrix t2bot webhook URL cannot edit the messages it sent: a live message "
-            "needs a Matrix account (matrix://user:password@host/#room)."
-        )
     if plugin.mode != "off":
+        url = (
+            "t2bot webhook URL"
+            if plugin.mode == "t2bot"
+            else f"URL in webhook mode ({plugin.mode})"
+        )
         return (
-            f"A Matrix URL in webhook mode ({plugin.mode}) cannot edit the messages it sent: "
-            "a live message needs a Matrix account (matrix://user:password@host/#room)."
+            f"A Matrix {url} cannot edit the messages it sent: a live message needs a Matrix "
+            "account (matrix://user:password@host/#room)."
         )
     if not plugin.rooms:
         return "A Matrix URL needs a room (#alias or !id) to keep a live message."
@@ -200,11 +200,7 @@ def _discovered(exchange: Exchange, plugin: Any) -> str:
 def _failed(exchange: Exchange, answer: Answer) -> LiveOutcome:
     fields = answer.fields
     wait_ms = fields.get("retry_after_ms")  # M_LIMIT_EXCEEDED's, older than its Retry-After
-    wait = wait_ms / 1000 if isinstance(wait_ms, int | float) else None
+    asked = isinstance(wait_ms, int | float) and answer.retry_after_s is None
     errcode = str(fields.get("errcode") or "") or None
-    return exchange.failed(
-        answer,
-        errcode,
-        refused=answer.status in (401, 403, 404),
-        wait=wait if answer.retry_after_s is None else None,
-    )
+    refused = answer.status in (401, 403, 404)
+    return exchange.failed(answer, errcode, refused=refused, wait=wait_ms / 1000 if asked else None)

@@ -28,9 +28,7 @@ MAX_MESSAGE_BYTES = 4000  # ntfy keeps up to 4,096 bytes as a message, more as a
 
 
 def unfit(plugin: Any) -> str | None:
-    if not plugin.topics:
-        return "An ntfy URL needs a topic to keep a live message."
-    return None
+    return None if plugin.topics else "An ntfy URL needs a topic to keep a live message."
 
 
 def create(exchange: Exchange, plugin: Any, text: LiveText, key: str) -> LiveOutcome:

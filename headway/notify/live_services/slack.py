@@ -103,8 +103,7 @@ def _channel(plugin: Any) -> tuple[str, str | None] | None:
 
 def _failed(exchange: Exchange, answer: Answer) -> LiveOutcome:
     error = str(answer.fields.get("error") or "")
-    wait = None
-    if error == "ratelimited" or answer.status == 429:
-        wait = answer.retry_after_s if answer.retry_after_s is not None else 1.0
+    limited = error == "ratelimited" or answer.status == 429
+    wait = 1.0 if limited and answer.retry_after_s is None else None  # else its Retry-After
     refused = error in _REFUSED or answer.status in (401, 403)
     return exchange.failed(answer, error or None, refused=refused, wait=wait)

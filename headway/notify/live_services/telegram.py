@@ -28,9 +28,8 @@ _GONE = (
 
 
 def unfit(plugin: Any) -> str | None:
-    if not plugin.targets:
-        return "A Telegram URL needs a chat id (tgram://bot_token/chat_id) to keep a live message."
-    return None
+    needs = "A Telegram URL needs a chat id (tgram://bot_token/chat_id) to keep a live message."
+    return None if plugin.targets else needs
 
 
 def create(exchange: Exchange, plugin: Any, text: LiveText, key: str) -> LiveOutcome:
@@ -85,9 +84,4 @@ def _failed(exchange: Exchange, answer: Answer) -> LiveOutcome:
     wait = parameters.get("retry_after") if isinstance(parameters, dict) else None
     gone = answer.status == 400 and any(words in description.lower() for words in _GONE)
     refused = gone or answer.status in (401, 403, 404)  # 404: Telegram's answer to a bad token
-    return exchange.failed(
-        answer,
-        description or None,
-        refused=refused,
-        wait=float(wait) if isinstance(wait, int | float) else None,
-    )
+    return exchange.failed(answer, description or None, refused=refused, wait=wait)

@@ -25,7 +25,6 @@ class LiveText:
     title: str
     lines: tuple[str, ...]  # the body's lines: the bar, counts, log line, time left, link
     final: bool  # the task finished (or failed): the last text, sent to alert
-    failed: bool = False
 
     def whole(self) -> str:
         """The title and the lines, one to a line."""
@@ -155,14 +154,17 @@ class Exchange:
         reason: str | None = None,
         *,
         refused: bool = False,
-        wait: float | None = None,
+        wait: Any = None,
     ) -> LiveOutcome:
         """The outcome of a post the service did not take: `reason` is the service's own
-        word for it (an error code, a description), `wait` the wait it asked for in its
-        body (else its Retry-After)."""
+        word for it (an error code, a description), `wait` the seconds it asked to wait in
+        its body (anything but a number: its Retry-After)."""
         if answer is None:
             return LiveOutcome(False, self.ref, self.scrub(f"{self.name}: {reason}"), None, refused)
-        wait = held_retry_after_s(wait) if wait is not None else answer.retry_after_s
+        if isinstance(wait, int | float):
+            wait = held_retry_after_s(float(wait))
+        else:
+            wait = answer.retry_after_s
         words = f" ({reason[:160]})" if reason else ""
         asks = f"; it asks to retry after {wait:g} s" if wait is not None else ""
         gives_up = "; given up" if refused else ""
