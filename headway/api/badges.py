@@ -95,30 +95,22 @@ def _flag(params: dict[str, str], name: str) -> bool:
     return _FLAGS[value]
 
 
-async def space_badge(request: Request) -> Response:
-    options = _options(request)
-    await (await request.visitor.read_bill()).pay(SPACE_TASKS)  # a read of its newest tasks
-    try:
-        badge = await request.service.badges.space(request.path_params["share_uuid"], options.label)
-    except NotFound as exc:
-        return _not_found(request, exc)
-    return _svg(request, badge, options)
-
-
-async def task_badge(request: Request) -> Response:
-    options = _options(request)
-    await request.visitor.read_bill()  # a read of one task
+async def _badge(request: Request, options: _Options) -> Badge:
+    """The badge of the space or of the task (`task_id`) the path names, its read paid."""
     params = request.path_params
+    if "task_id" not in params:
+        await (await request.visitor.read_bill()).pay(SPACE_TASKS)  # a read of its newest tasks
+        return await request.service.badges.space(params["share_uuid"], options.label)
+    await request.visitor.read_bill()  # a read of one task
+    return await request.service.badges.task(params["share_uuid"], params["task_id"], options.label)
+
+
+async def svg_badge(request: Request) -> Response:
+    options = _options(request)
     try:
-        badge = await request.service.badges.task(
-            params["share_uuid"], params["task_id"], options.label
-        )
+        badge = await _badge(request, options)
     except NotFound as exc:
         return _not_found(request, exc)
-    return _svg(request, badge, options)
-
-
-def _svg(request: Request, badge: Badge, options: _Options) -> Response:
     # The bar kept to a thousandth: the drawings kept are few, each as a pixel shows it.
     ratio = None if not options.bar or badge.ratio is None else round(badge.ratio, 3)
     drawn = svg.draw(badge.label, badge.message, badge.state, options.style, ratio, badge.title)
@@ -162,25 +154,9 @@ def _not_found(request: Request, exc: NotFound) -> Response:
     return _Answer(404, drawn.svg, [*_NOT_FOUND_HEADERS, (b"content-length", length)])
 
 
-async def space_shields(request: Request) -> Response:
+async def shields(request: Request) -> Response:
     options = _options(request, bar=False)
-    await (await request.visitor.read_bill()).pay(SPACE_TASKS)
-    badge = await request.service.badges.space(request.path_params["share_uuid"], options.label)
-    return _shields(badge, options)
-
-
-async def task_shields(request: Request) -> Response:
-    options = _options(request, bar=False)
-    await request.visitor.read_bill()
-    params = request.path_params
-    badge = await request.service.badges.task(
-        params["share_uuid"], params["task_id"], options.label
-    )
-    return _shields(badge, options)
-
-
-def _shields(badge: Badge, options: _Options) -> Response:
-    body = _encode(shields_json(badge, options.style))
+    body = _encode(shields_json(await _badge(request, options), options.style))
     return _Answer(200, body, [*_SHIELDS_HEADERS, (b"content-length", str(len(body)).encode())])
 
 
@@ -218,10 +194,10 @@ def _embed_limit(value: str | None) -> int:
 
 # The SVG badges first: asked for by every view of every README and wiki page showing one.
 routes = [
-    Route("/shared/{share_uuid}/tasks/{task_id}/badge.svg", task_badge, methods=["GET"]),
-    Route("/shared/{share_uuid}/badge.svg", space_badge, methods=["GET"]),
-    Route("/shared/{share_uuid}/shields.json", space_shields, methods=["GET"]),
-    Route("/shared/{share_uuid}/tasks/{task_id}/shields.json", task_shields, methods=["GET"]),
+    Route("/shared/{share_uuid}/tasks/{task_id}/badge.svg", svg_badge, methods=["GET"]),
+    Route("/shared/{share_uuid}/badge.svg", svg_badge, methods=["GET"]),
+    Route("/shared/{share_uuid}/shields.json", shields, methods=["GET"]),
+    Route("/shared/{share_uuid}/tasks/{task_id}/shields.json", shields, methods=["GET"]),
     Route("/shared/{share_uuid}/embed", embed, methods=["GET"]),
 ]
 
@@ -308,7 +284,11 @@ def _shields_operation(operation_id: str, summary: str, *, task: bool) -> Any:
         "Shields' styles. `style` is passed on as the JSON's `style`.",
         "parameters": [SHARE, *([SHARED_TASK_ID] if task else []), *_BADGE_PARAMETERS],
         "responses": {
-            "200": _json_200("The badge in Shields' endpoint schema (schemaVersion 1)."),
+            "200": {
+                "description": "The badge in Shields' endpoint schema (schemaVersion 1).",
+                "headers": {"Cache-Control": _CACHE_HEADERS["Cache-Control"]},
+                "content": {"application/json": {"schema": ref("ShieldsOut")}},
+            },
             "400": error("A bad label or style, or a parameter given twice."),
             "404": error(
                 "No such share link (revoked, never created, or not a UUID), or no task "
@@ -317,14 +297,6 @@ def _shields_operation(operation_id: str, summary: str, *, task: bool) -> Any:
             "429": TOO_MANY_REQUESTS,
             "503": UNAVAILABLE,
         },
-    }
-
-
-def _json_200(description: str) -> Any:
-    return {
-        "description": description,
-        "headers": {"Cache-Control": _CACHE_HEADERS["Cache-Control"]},
-        "content": {"application/json": {"schema": ref("ShieldsOut")}},
     }
 
 

@@ -24,16 +24,7 @@ from .openapi_parts import (
     ref,
 )
 from .responses import JSONResponse, read_body
-from .rest import create_or_list, delete_held
-
-
-async def channels(request: Request) -> Response:
-    """POST registers a channel; GET lists the space's channels with their deliveries."""
-    return await create_or_list(request, "channels", CreateChannel, request.service.channels)
-
-
-async def delete_channel(request: Request) -> Response:
-    return await delete_held(request, request.service.channels, "channel_uuid")
+from .rest import held_routes
 
 
 async def test_channel(request: Request) -> Response:
@@ -48,8 +39,7 @@ async def test_channel(request: Request) -> Response:
 
 
 routes = [
-    Route("/spaces/{space_uuid}/channels", channels, methods=["GET", "POST"]),
-    Route("/spaces/{space_uuid}/channels/{channel_uuid}", delete_channel, methods=["DELETE"]),
+    *held_routes("channels", CreateChannel, "channel_uuid"),
     Route("/spaces/{space_uuid}/channels/{channel_uuid}/test", test_channel, methods=["POST"]),
 ]
 

@@ -54,22 +54,30 @@ def created(answer: Any, idempotency: Idempotency | None) -> Response:
     return JSONResponse(answer, 201, REPLAYED if replayed else None)
 
 
-async def create_or_list(
-    request: Request, kind: str, schema: type[T], held: HeldBySpace[T]
-) -> Response:
-    """POST creates one of the space's `kind` from a `schema` body; GET lists them."""
-    space_uuid = request.path_params["space_uuid"]
-    if request.method == "POST":
-        body, idempotency = await read_create(request, kind, schema)
-        return created(await held.create(space_uuid, body, idempotency), idempotency)
-    return JSONResponse(await held.list(space_uuid))
+def held_routes(kind: str, schema: type[msgspec.Struct], param: str) -> list[Route]:
+    """The routes of what a space holds several of, the service's `kind` (a `HeldBySpace`):
+    `/spaces/{space_uuid}/<kind>`, where POST creates one from a `schema` body and GET
+    lists them, and `.../{<param>}`, whose DELETE removes one (204)."""
+    path = f"/spaces/{{space_uuid}}/{kind}"
 
+    async def create_or_list(request: Request) -> Response:
+        space_uuid = request.path_params["space_uuid"]
+        held: HeldBySpace[Any] = getattr(request.service, kind)
+        if request.method == "POST":
+            body, idempotency = await read_create(request, kind, schema)
+            return created(await held.create(space_uuid, body, idempotency), idempotency)
+        return JSONResponse(await held.list(space_uuid))
 
-async def delete_held(request: Request, held: HeldBySpace[Any], param: str) -> Response:
-    """DELETE of one thing the space holds, its uuid the path's `param`: 204."""
-    params = request.path_params
-    await held.delete(params["space_uuid"], params[param])
-    return Response(status_code=204, headers=NO_STORE)
+    async def delete(request: Request) -> Response:
+        params = request.path_params
+        held: HeldBySpace[Any] = getattr(request.service, kind)
+        await held.delete(params["space_uuid"], params[param])
+        return Response(status_code=204, headers=NO_STORE)
+
+    return [
+        Route(path, create_or_list, methods=["GET", "POST"]),
+        Route(f"{path}/{{{param}}}", delete, methods=["DELETE"]),
+    ]
 
 
 async def create_space(request: Request) -> Response:

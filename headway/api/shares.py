@@ -28,17 +28,8 @@ from .openapi_parts import (
     query_param,
     ref,
 )
-from .rest import create_or_list, delete_held
+from .rest import held_routes
 from .streaming import JSONStream, space_pieces
-
-
-async def shares(request: Request) -> Response:
-    """POST creates a share link; GET lists the space's links."""
-    return await create_or_list(request, "shares", CreateShare, request.service.shares)
-
-
-async def delete_share(request: Request) -> Response:
-    return await delete_held(request, request.service.shares, "share_uuid")
 
 
 async def shared(request: Request) -> Response:
@@ -77,8 +68,7 @@ async def shared_events(request: Request) -> Response:
 
 
 routes = [
-    Route("/spaces/{space_uuid}/shares", shares, methods=["GET", "POST"]),
-    Route("/spaces/{space_uuid}/shares/{share_uuid}", delete_share, methods=["DELETE"]),
+    *held_routes("shares", CreateShare, "share_uuid"),
     Route("/shared/{share_uuid}", shared, methods=["GET"]),
     Route("/shared/{share_uuid}/events", shared_events, methods=["GET"]),
 ]
