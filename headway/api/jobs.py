@@ -13,6 +13,7 @@ from ..service.jobs import MAX_LIMIT
 from .decoding import query_params
 from .endpoints import Request, Route
 from .openapi_parts import (
+    SHARE,
     SPACE,
     TOO_MANY_REQUESTS,
     UNAVAILABLE,
@@ -20,7 +21,6 @@ from .openapi_parts import (
     json_answer,
     query_param,
     ref,
-    uuid_param,
 )
 from .responses import JSONResponse
 
@@ -88,7 +88,7 @@ openapi_paths: dict[str, Any] = {
     "/shared/{share_uuid}/jobs": _operation(
         "listSharedJobs",
         "A space's jobs through a share link",
-        uuid_param("share_uuid", "The share link's uuid."),
+        SHARE,
         "No such share link: revoked, or never created (or not a UUID).",
     ),
 }
