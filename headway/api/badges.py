@@ -29,10 +29,9 @@ from .endpoints import Request, Route
 from .openapi_parts import (
     SHARE,
     SHARED_TASK_ID,
-    TOO_MANY_REQUESTS,
-    UNAVAILABLE,
     error,
     query_param,
+    read_operation,
     ref,
 )
 from .responses import REST_ANSWER
@@ -235,69 +234,54 @@ _CACHE_HEADERS = {
         "schema": {"type": "string"},
     },
 }
-_NO_SUCH = (
-    "No such share link (revoked, never created, or not a UUID), or no task of that id "
-    "under it. A client that prefers an image (`Accept: image/svg+xml` or `image/*` "
-    "above `application/json`) gets a grey `not found` badge instead of JSON."
+_NO_LINK = (
+    "No such share link (revoked, never created, or not a UUID), or no task of that id under it."
+)
+_SHIELDS = (
+    "What the SVG badge says, in the JSON of Shields' endpoint badge: "
+    "`https://img.shields.io/endpoint?url=` and this URL, encoded, draws it in any of "
+    "Shields' styles. `style` is passed on as the JSON's `style`."
 )
 
 
 def _badge_operation(operation_id: str, summary: str, description: str, *, task: bool) -> Any:
-    return {
-        "operationId": operation_id,
-        "summary": summary,
-        "description": description,
-        "parameters": [
-            SHARE,
-            *([SHARED_TASK_ID] if task else []),
-            *_BADGE_PARAMETERS,
-            _BAR,
-            _IF_NONE_MATCH,
-        ],
-        "responses": {
-            "200": {
-                "description": "The badge, `image/svg+xml`.",
-                "headers": _CACHE_HEADERS,
-                "content": {"image/svg+xml": {"schema": {"type": "string"}}},
+    parameters = [SHARE, *([SHARED_TASK_ID] if task else []), *_BADGE_PARAMETERS]
+    responses = {
+        "200": {
+            "description": "The badge, `image/svg+xml`.",
+            "headers": _CACHE_HEADERS,
+            "content": {"image/svg+xml": {"schema": {"type": "string"}}},
+        },
+        "304": {"description": "The badge named by If-None-Match is unchanged."},
+        "400": error("A bad label, style or bar, or a parameter given twice."),
+        "404": {
+            **error(
+                f"{_NO_LINK} A client that prefers an image (`Accept: image/svg+xml` or "
+                "`image/*` above `application/json`) gets a grey `not found` badge instead "
+                "of JSON."
+            ),
+            "content": {
+                "application/json": {"schema": ref("ErrorOut")},
+                "image/svg+xml": {"schema": {"type": "string"}},
             },
-            "304": {"description": "The badge named by If-None-Match is unchanged."},
-            "400": error("A bad label, style or bar, or a parameter given twice."),
-            "404": {
-                **error(_NO_SUCH),
-                "content": {
-                    "application/json": {"schema": ref("ErrorOut")},
-                    "image/svg+xml": {"schema": {"type": "string"}},
-                },
-            },
-            "429": TOO_MANY_REQUESTS,
-            "503": UNAVAILABLE,
         },
     }
+    parameters += [_BAR, _IF_NONE_MATCH]
+    return read_operation(operation_id, summary, description, parameters, responses)
 
 
 def _shields_operation(operation_id: str, summary: str, *, task: bool) -> Any:
-    return {
-        "operationId": operation_id,
-        "summary": summary,
-        "description": "What the SVG badge says, in the JSON of Shields' endpoint badge: "
-        "`https://img.shields.io/endpoint?url=` and this URL, encoded, draws it in any of "
-        "Shields' styles. `style` is passed on as the JSON's `style`.",
-        "parameters": [SHARE, *([SHARED_TASK_ID] if task else []), *_BADGE_PARAMETERS],
-        "responses": {
-            "200": {
-                "description": "The badge in Shields' endpoint schema (schemaVersion 1).",
-                "headers": {"Cache-Control": _CACHE_HEADERS["Cache-Control"]},
-                "content": {"application/json": {"schema": ref("ShieldsOut")}},
-            },
-            "400": error("A bad label or style, or a parameter given twice."),
-            "404": error(
-                "No such share link (revoked, never created, or not a UUID), or no task "
-                "of that id under it."
-            ),
-            "429": TOO_MANY_REQUESTS,
-            "503": UNAVAILABLE,
+    parameters = [SHARE, *([SHARED_TASK_ID] if task else []), *_BADGE_PARAMETERS]
+    responses = {
+        "200": {
+            "description": "The badge in Shields' endpoint schema (schemaVersion 1).",
+            "headers": {"Cache-Control": _CACHE_HEADERS["Cache-Control"]},
+            "content": {"application/json": {"schema": ref("ShieldsOut")}},
         },
+        "400": error("A bad label or style, or a parameter given twice."),
+        "404": error(_NO_LINK),
     }
+    return read_operation(operation_id, summary, _SHIELDS, parameters, responses)
 
 
 _SPACE_BADGE = (
@@ -333,14 +317,14 @@ openapi_paths: dict[str, Any] = {
         )
     },
     "/shared/{share_uuid}/embed": {
-        "get": {
-            "operationId": "sharedEmbed",
-            "summary": "A share link's compact live view, to frame in other pages",
-            "description": "A page of the space's newest tasks with their bars and log "
-            "lines, updated live by the link's stream. The one page any origin may frame "
+        "get": read_operation(
+            "sharedEmbed",
+            "A share link's compact live view, to frame in other pages",
+            "A page of the space's newest tasks with their bars and log lines, updated live "
+            "by the link's stream. The one page any origin may frame "
             "(`Content-Security-Policy: frame-ancestors *`); otherwise as strict as every "
             "page.",
-            "parameters": [
+            [
                 SHARE,
                 query_param(
                     "theme",
@@ -358,7 +342,7 @@ openapi_paths: dict[str, Any] = {
                     f"The newest top-level tasks shown (default {pages.EMBED_TASKS}).",
                 ),
             ],
-            "responses": {
+            {
                 "200": {
                     "description": "The page.",
                     "content": {"text/html": {"schema": {"type": "string"}}},
@@ -374,9 +358,7 @@ openapi_paths: dict[str, Any] = {
                         "text/html": {"schema": {"type": "string"}},
                     },
                 },
-                "429": TOO_MANY_REQUESTS,
-                "503": UNAVAILABLE,
             },
-        }
+        )
     },
 }

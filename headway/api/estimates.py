@@ -14,10 +14,9 @@ from .openapi_parts import (
     SHARE,
     SHARED_TASK_ID,
     TASK,
-    TOO_MANY_REQUESTS,
-    UNAVAILABLE,
     error,
     json_answer,
+    read_operation,
     ref,
 )
 from .responses import JSONResponse
@@ -57,20 +56,9 @@ _DESCRIPTION = (
 
 
 def _operation(operation_id: str, summary: str, parameters: list[Any], missing: str) -> Any:
-    return {
-        "get": {
-            "operationId": operation_id,
-            "summary": summary,
-            "description": _DESCRIPTION,
-            "parameters": parameters,
-            "responses": {
-                "200": json_answer(ref("EstimateOut"), "The task's estimate now."),
-                "404": error(missing),
-                "429": TOO_MANY_REQUESTS,
-                "503": UNAVAILABLE,
-            },
-        }
-    }
+    answer = json_answer(ref("EstimateOut"), "The task's estimate now.")
+    responses = {"200": answer, "404": error(missing)}
+    return {"get": read_operation(operation_id, summary, _DESCRIPTION, parameters, responses)}
 
 
 openapi_paths: dict[str, Any] = {

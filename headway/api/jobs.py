@@ -15,11 +15,10 @@ from .endpoints import Request, Route
 from .openapi_parts import (
     SHARE,
     SPACE,
-    TOO_MANY_REQUESTS,
-    UNAVAILABLE,
     error,
     json_answer,
     query_param,
+    read_operation,
     ref,
 )
 from .responses import JSONResponse
@@ -64,21 +63,13 @@ _DESCRIPTION = (
 
 
 def _operation(operation_id: str, summary: str, parameter: dict[str, Any], missing: str) -> Any:
-    return {
-        "get": {
-            "operationId": operation_id,
-            "summary": summary,
-            "description": _DESCRIPTION,
-            "parameters": [parameter, _LIMIT],
-            "responses": {
-                "200": json_answer(ref("JobsOut"), "The jobs, newest activity first."),
-                "400": error("A bad limit, or a parameter given twice."),
-                "404": error(missing),
-                "429": TOO_MANY_REQUESTS,
-                "503": UNAVAILABLE,
-            },
-        }
+    responses = {
+        "200": json_answer(ref("JobsOut"), "The jobs, newest activity first."),
+        "400": error("A bad limit, or a parameter given twice."),
+        "404": error(missing),
     }
+    parameters = [parameter, _LIMIT]
+    return {"get": read_operation(operation_id, summary, _DESCRIPTION, parameters, responses)}
 
 
 openapi_paths: dict[str, Any] = {

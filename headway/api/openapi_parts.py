@@ -59,6 +59,27 @@ def query_param(
     }
 
 
+def space_read_params(state: str, *, cursors_say_which: bool) -> list[dict[str, Any]]:
+    """A space read's `limit`, `before`, `after` and `state` (`state` describes it);
+    `cursors_say_which`: the cursors' descriptions name the created_at to pass."""
+    cursors = [
+        query_param(
+            name,
+            {"type": "string", "format": "date-time"},
+            f"Only tasks created strictly {name} this instant"
+            + (f" (pass the {end} created_at held)." if cursors_say_which else "."),
+        )
+        for name, end in (("before", "oldest"), ("after", "newest"))
+    ]
+    return [
+        query_param(
+            "limit", {"type": "integer", "minimum": 1}, "How many top-level tasks to return."
+        ),
+        *cursors,
+        query_param("state", {"type": "string", "enum": ["active", "finished"]}, state),
+    ]
+
+
 SPACE = uuid_param("space_uuid", "The space's uuid, its credential.")
 TASK = uuid_param("task_uuid", "The task's uuid.")
 SHARE = uuid_param("share_uuid", "The share link's uuid.")
@@ -202,6 +223,25 @@ def list_operation(
             "404": error(no_space),
             "503": UNAVAILABLE,
         },
+    }
+
+
+def read_operation(
+    operation_id: str,
+    summary: str,
+    description: str | None,
+    parameters: list[dict[str, Any]],
+    responses: dict[str, Any],
+) -> dict[str, Any]:
+    """A read: its `responses`, then the 429 and 503 every read may answer. No
+    `description` with None."""
+    described = {} if description is None else {"description": description}
+    return {
+        "operationId": operation_id,
+        "summary": summary,
+        **described,
+        "parameters": parameters,
+        "responses": {**responses, "429": TOO_MANY_REQUESTS, "503": UNAVAILABLE},
     }
 
 

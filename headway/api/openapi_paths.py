@@ -11,7 +11,6 @@ from .openapi_parts import (
     TASK,
     TOO_LARGE,
     TOO_MANY_REQUESTS,
-    UNAVAILABLE,
     UNAVAILABLE_OR_FULL,
     create_operation,
     delete_operation,
@@ -19,7 +18,9 @@ from .openapi_parts import (
     json_answer,
     link,
     query_param,
+    read_operation,
     ref,
+    space_read_params,
 )
 
 BAD_CREATE_BODY = (
@@ -56,39 +57,20 @@ def space_paths() -> dict[str, Any]:
             )
         },
         "/spaces/{space_uuid}": {
-            "get": {
-                "operationId": "getSpace",
-                "summary": "Read a space",
-                "description": "Top-level tasks with their children nested. With no parameters, "
+            "get": read_operation(
+                "getSpace",
+                "Read a space",
+                "Top-level tasks with their children nested. With no parameters, "
                 "every task, oldest first. A bare `limit` gives the newest `limit` tasks, oldest "
                 "first; `before` gives newest first; `after`, or `before` with `after`, gives "
                 "oldest first. `limit` applies after the cursors.",
-                "parameters": [
+                [
                     SPACE,
-                    query_param(
-                        "limit",
-                        {"type": "integer", "minimum": 1},
-                        "How many top-level tasks to return.",
-                    ),
-                    query_param(
-                        "before",
-                        {"type": "string", "format": "date-time"},
-                        "Only tasks created strictly before this instant "
-                        "(pass the oldest created_at held).",
-                    ),
-                    query_param(
-                        "after",
-                        {"type": "string", "format": "date-time"},
-                        "Only tasks created strictly after this instant "
-                        "(pass the newest created_at held).",
-                    ),
-                    query_param(
-                        "state",
-                        {"type": "string", "enum": ["active", "finished"]},
-                        "Only running or only finished top-level tasks.",
+                    *space_read_params(
+                        "Only running or only finished top-level tasks.", cursors_say_which=True
                     ),
                 ],
-                "responses": {
+                {
                     "200": {
                         "description": "The space. A browser (an Accept preferring text/html) "
                         "gets its live dashboard instead.",
@@ -103,10 +85,8 @@ def space_paths() -> dict[str, Any]:
                         "or one that is not UTF-8 once percent-decoded."
                     ),
                     "404": error("No such space (or not a UUID)."),
-                    "429": TOO_MANY_REQUESTS,
-                    "503": UNAVAILABLE,
                 },
-            },
+            ),
             "delete": delete_operation(
                 "deleteSpace",
                 "Delete a space and everything in it",
@@ -147,17 +127,16 @@ def task_paths() -> dict[str, Any]:
     """`/tasks/{task_uuid}`, its report by URL, and `/up`."""
     return {
         "/tasks/{task_uuid}": {
-            "get": {
-                "operationId": "getTask",
-                "summary": "Read one task",
-                "parameters": [TASK],
-                "responses": {
+            "get": read_operation(
+                "getTask",
+                "Read one task",
+                None,
+                [TASK],
+                {
                     "200": json_answer(ref("TaskOut"), "The task, children nested."),
                     "404": NOT_FOUND_TASK,
-                    "429": TOO_MANY_REQUESTS,
-                    "503": UNAVAILABLE,
                 },
-            },
+            ),
             "put": {
                 "operationId": "reportProgress",
                 "summary": "Report progress",

@@ -18,15 +18,14 @@ from .events import open_stream, stream_operation
 from .openapi_parts import (
     SHARE,
     SPACE,
-    TOO_MANY_REQUESTS,
-    UNAVAILABLE,
     create_operation,
     delete_operation,
     error,
     link,
     list_operation,
-    query_param,
+    read_operation,
     ref,
+    space_read_params,
 )
 from .rest import held_routes
 from .streaming import JSONStream, space_pieces
@@ -75,21 +74,6 @@ routes = [
 
 NO_SPACE = "No such space (or not a UUID)."
 NO_SHARE = error("No such share link: revoked, or never created (or not a UUID).")
-_SPACE_PARAMETERS = [
-    query_param("limit", {"type": "integer", "minimum": 1}, "How many top-level tasks to return."),
-    query_param(
-        "before",
-        {"type": "string", "format": "date-time"},
-        "Only tasks created strictly before this instant.",
-    ),
-    query_param(
-        "after",
-        {"type": "string", "format": "date-time"},
-        "Only tasks created strictly after this instant.",
-    ),
-    query_param("state", {"type": "string", "enum": ["active", "finished"]}, "Only this state."),
-]
-
 openapi_paths: dict[str, Any] = {
     "/spaces/{space_uuid}/shares": {
         "post": create_operation(
@@ -131,14 +115,14 @@ openapi_paths: dict[str, Any] = {
         )
     },
     "/shared/{share_uuid}": {
-        "get": {
-            "operationId": "readShared",
-            "summary": "Read a space through a share link",
-            "description": "As the space read (same parameters, same order), each task with "
+        "get": read_operation(
+            "readShared",
+            "Read a space through a share link",
+            "As the space read (same parameters, same order), each task with "
             "an opaque `id` and `parent_id` in place of `uuid`, `space_uuid` and "
             "`parent_uuid`. A browser (an Accept preferring text/html) gets the live page.",
-            "parameters": [SHARE, *_SPACE_PARAMETERS],
-            "responses": {
+            [SHARE, *space_read_params("Only this state.", cursors_say_which=False)],
+            {
                 "200": {
                     "description": "The space, read-only.",
                     "content": {
@@ -148,10 +132,8 @@ openapi_paths: dict[str, Any] = {
                 },
                 "400": error("A bad cursor, limit or state, or a parameter given twice."),
                 "404": NO_SHARE,
-                "429": TOO_MANY_REQUESTS,
-                "503": UNAVAILABLE,
             },
-        }
+        )
     },
     "/shared/{share_uuid}/events": {
         "get": stream_operation("streamShared", "Watch a space live through a share link", SHARE)
