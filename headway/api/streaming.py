@@ -75,26 +75,21 @@ async def space_pieces(
         for index, task in enumerate(page):
             if isinstance(task, msgspec.Raw):  # a childless task's JSON, made already
                 size += len(task)
-                if size < PIECE_BYTES:
-                    continue
-                yield comma + _encode(page[start : index + 1])[1:-1]
+            elif task.children:
+                if start < index:
+                    yield comma + _encode(page[start:index])[1:-1]
+                    comma = b","
+                pieces = task_pieces(task)
+                yield comma + next(pieces)
+                for piece in pieces:
+                    yield piece
                 comma, start, size = b",", index + 1, 0
                 continue
-            if not task.children:
+            else:
                 size += _ROUGH_TASK_BYTES + (len(task.progress.values) if task.progress else 0)
-                if size < PIECE_BYTES:
-                    continue
+            if size >= PIECE_BYTES:
                 yield comma + _encode(page[start : index + 1])[1:-1]
                 comma, start, size = b",", index + 1, 0
-                continue
-            if start < index:
-                yield comma + _encode(page[start:index])[1:-1]
-                comma = b","
-            pieces = task_pieces(task)
-            yield comma + next(pieces)
-            for piece in pieces:
-                yield piece
-            comma, start, size = b",", index + 1, 0
         if start < len(page):
             yield comma + _encode(page[start:])[1:-1]
             comma = b","
