@@ -5,12 +5,10 @@ reports), and reads, has its limits, written in the `limits` library's notation
 ("600/second;6000/minute") and parsed by it. A request passes only within all of them; a
 refused one is answered 429 with `Retry-After` and changes nothing.
 
-A write costs 1. A read costs the tasks it renders, which are known only as it renders
-them (a space's pages are read and rendered as they are sent): a read is let through
-while its client's allowance is not spent (it counts 1 then), and pays the rest as it
-goes (`charge`), into debt if need be; the client's next reads wait until the debt is
-paid back. So a client reading a big space in a loop is refused after a few reads, each
-of which it paid for in full.
+A write costs 1. A read is let through while its client's allowance is not spent (it
+counts 1 then), and pays the rest of the tasks it renders as it goes (`charge`, see
+`api.visitor`), into debt if need be: the client's next reads wait until the debt is
+paid back, so a client reading a big space in a loop is refused after a few reads.
 
 Where the counts live:
 - Embedded default: token buckets in this process's memory, on the service's clock

@@ -456,6 +456,3 @@ def _tool(
 
 def _error_result(message: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
-
-
-# --- Endpoint ----------------------------------------------------------------------------
