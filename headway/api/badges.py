@@ -30,8 +30,8 @@ from .openapi_parts import (
     SHARE,
     SHARED_TASK_ID,
     error,
+    operation,
     query_param,
-    read_operation,
     ref,
 )
 from .responses import REST_ANSWER
@@ -267,7 +267,7 @@ def _badge_operation(operation_id: str, summary: str, description: str, *, task:
         },
     }
     parameters += [_BAR, _IF_NONE_MATCH]
-    return read_operation(operation_id, summary, description, parameters, responses)
+    return operation(operation_id, summary, description, parameters, responses)
 
 
 def _shields_operation(operation_id: str, summary: str, *, task: bool) -> Any:
@@ -281,7 +281,7 @@ def _shields_operation(operation_id: str, summary: str, *, task: bool) -> Any:
         "400": error("A bad label or style, or a parameter given twice."),
         "404": error(_NO_LINK),
     }
-    return read_operation(operation_id, summary, _SHIELDS, parameters, responses)
+    return operation(operation_id, summary, _SHIELDS, parameters, responses)
 
 
 _SPACE_BADGE = (
@@ -317,7 +317,7 @@ openapi_paths: dict[str, Any] = {
         )
     },
     "/shared/{share_uuid}/embed": {
-        "get": read_operation(
+        "get": operation(
             "sharedEmbed",
             "A share link's compact live view, to frame in other pages",
             "A page of the space's newest tasks with their bars and log lines, updated live "

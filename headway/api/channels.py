@@ -18,8 +18,8 @@ from .openapi_parts import (
     delete_operation,
     error,
     json_answer,
-    link,
     list_operation,
+    made_link,
     path_param,
     ref,
 )
@@ -59,16 +59,8 @@ openapi_paths: dict[str, Any] = {
             body="CreateChannel",
             created=("ChannelOut", "The channel, its URL redacted."),
             links={
-                "TestChannel": link(
-                    "testChannel",
-                    space_uuid="$request.path.space_uuid",
-                    channel_uuid="$response.body#/uuid",
-                ),
-                "DeleteChannel": link(
-                    "deleteChannel",
-                    space_uuid="$request.path.space_uuid",
-                    channel_uuid="$response.body#/uuid",
-                ),
+                "TestChannel": made_link("testChannel", "channel_uuid"),
+                "DeleteChannel": made_link("deleteChannel", "channel_uuid"),
             },
             refused="A URL Apprise cannot read; a scheme the operator does not allow; a host "
             "that is not public; an unknown event; `stalled_after` outside 60-604800; a "

@@ -16,7 +16,7 @@ from .openapi_parts import (
     TASK,
     error,
     json_answer,
-    read_operation,
+    operation,
     ref,
 )
 from .responses import JSONResponse
@@ -58,7 +58,7 @@ _DESCRIPTION = (
 def _operation(operation_id: str, summary: str, parameters: list[Any], missing: str) -> Any:
     answer = json_answer(ref("EstimateOut"), "The task's estimate now.")
     responses = {"200": answer, "404": error(missing)}
-    return {"get": read_operation(operation_id, summary, _DESCRIPTION, parameters, responses)}
+    return {"get": operation(operation_id, summary, _DESCRIPTION, parameters, responses)}
 
 
 openapi_paths: dict[str, Any] = {

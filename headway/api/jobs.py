@@ -17,8 +17,8 @@ from .openapi_parts import (
     SPACE,
     error,
     json_answer,
+    operation,
     query_param,
-    read_operation,
     ref,
 )
 from .responses import JSONResponse
@@ -69,7 +69,7 @@ def _operation(operation_id: str, summary: str, parameter: dict[str, Any], missi
         "404": error(missing),
     }
     parameters = [parameter, _LIMIT]
-    return {"get": read_operation(operation_id, summary, _DESCRIPTION, parameters, responses)}
+    return {"get": operation(operation_id, summary, _DESCRIPTION, parameters, responses)}
 
 
 openapi_paths: dict[str, Any] = {

@@ -30,6 +30,7 @@ Rates are counted per client address (see `api.addresses`).
 from __future__ import annotations
 
 import abc
+import contextlib
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -211,9 +212,7 @@ class TokenBuckets:
     def take(self, key: tuple[str, str], items: list[RateLimitItem]) -> float:
         """Take one token from each limit's level; 0 if taken, else seconds to wait (until
         every level holds a token again)."""
-        spec = self._specs.get(id(items))
-        if spec is None:
-            spec = self._spec(items)
+        spec = self._specs.get(id(items)) or self._spec(items)
         now = self._now()
         state = self._state.get(key)
         if state is None:
@@ -351,11 +350,9 @@ class SharedRates(RateLimiter):
         if not self.enabled or cost <= 0:
             return
         assert kind in self.OWING, kind
-        try:
+        with contextlib.suppress(self._full):
             for item in self._limits[kind]:
                 await self._owing.hit(item, kind, address, cost=cost)
-        except self._full:
-            pass
 
     async def close(self) -> None:
         await self._pool.disconnect()

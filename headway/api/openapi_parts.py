@@ -30,6 +30,14 @@ def link(operation_id: str, **parameters: str) -> dict[str, Any]:
     return {"operationId": operation_id, "parameters": parameters}
 
 
+def made_link(operation_id: str, param: str) -> dict[str, Any]:
+    """A link from a create in a space to `operation_id` on what it made, the path's
+    `param` its uuid."""
+    return link(
+        operation_id, space_uuid="$request.path.space_uuid", **{param: "$response.body#/uuid"}
+    )
+
+
 def path_param(name: str, description: str, kind: str | None = "uuid") -> dict[str, Any]:
     """A path parameter: a string in the `kind` format (None: any string)."""
     schema = {"type": "string"} if kind is None else {"type": "string", "format": kind}
@@ -212,36 +220,30 @@ def list_operation(
 ) -> dict[str, Any]:
     """A list of what a space holds: 200 with an array of the `items` schema (`listed`
     describes it), 404 `no_space`, 503. No `description` with None."""
-    described = {} if description is None else {"description": description}
-    return {
-        "operationId": operation_id,
-        "summary": summary,
-        **described,
-        "parameters": [SPACE],
-        "responses": {
-            "200": json_answer({"type": "array", "items": ref(items)}, listed),
-            "404": error(no_space),
-            "503": UNAVAILABLE,
-        },
-    }
+    responses = {"200": json_answer({"type": "array", "items": ref(items)}, listed)}
+    responses["404"] = error(no_space)
+    return operation(operation_id, summary, description, [SPACE], responses, rated=False)
 
 
-def read_operation(
+def operation(
     operation_id: str,
     summary: str,
     description: str | None,
     parameters: list[dict[str, Any]],
     responses: dict[str, Any],
+    *,
+    rated: bool = True,
 ) -> dict[str, Any]:
-    """A read: its `responses`, then the 429 and 503 every read may answer. No
-    `description` with None."""
+    """An operation answering its `responses`, then 429 (when `rated`: every read is) and
+    the 503 of a dependency down. No `description` with None."""
     described = {} if description is None else {"description": description}
+    last = {"429": TOO_MANY_REQUESTS, "503": UNAVAILABLE} if rated else {"503": UNAVAILABLE}
     return {
         "operationId": operation_id,
         "summary": summary,
         **described,
         "parameters": parameters,
-        "responses": {**responses, "429": TOO_MANY_REQUESTS, "503": UNAVAILABLE},
+        "responses": {**responses, **last},
     }
 
 
@@ -255,13 +257,8 @@ def delete_operation(
     not_found: str,
 ) -> dict[str, Any]:
     """A delete: 204 with no body (`done` describes it), 404 `not_found`, 503."""
-    return {
-        "operationId": operation_id,
-        "summary": summary,
-        "description": description,
-        "parameters": parameters,
-        "responses": {"204": {"description": done}, "404": error(not_found), "503": UNAVAILABLE},
-    }
+    responses = {"204": {"description": done}, "404": error(not_found)}
+    return operation(operation_id, summary, description, parameters, responses, rated=False)
 
 
 def idempotent(operation: dict[str, Any]) -> dict[str, Any]:

@@ -17,8 +17,8 @@ from .openapi_parts import (
     error,
     json_answer,
     link,
+    operation,
     query_param,
-    read_operation,
     ref,
     space_read_params,
 )
@@ -57,7 +57,7 @@ def space_paths() -> dict[str, Any]:
             )
         },
         "/spaces/{space_uuid}": {
-            "get": read_operation(
+            "get": operation(
                 "getSpace",
                 "Read a space",
                 "Top-level tasks with their children nested. With no parameters, "
@@ -127,7 +127,7 @@ def task_paths() -> dict[str, Any]:
     """`/tasks/{task_uuid}`, its report by URL, and `/up`."""
     return {
         "/tasks/{task_uuid}": {
-            "get": read_operation(
+            "get": operation(
                 "getTask",
                 "Read one task",
                 None,

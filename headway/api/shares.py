@@ -23,7 +23,8 @@ from .openapi_parts import (
     error,
     link,
     list_operation,
-    read_operation,
+    made_link,
+    operation,
     ref,
     space_read_params,
 )
@@ -85,11 +86,7 @@ openapi_paths: dict[str, Any] = {
             created=("ShareCreated", "The new link."),
             links={
                 "ReadShared": link("readShared", share_uuid="$response.body#/uuid"),
-                "RevokeShare": link(
-                    "revokeShare",
-                    space_uuid="$request.path.space_uuid",
-                    share_uuid="$response.body#/uuid",
-                ),
+                "RevokeShare": made_link("revokeShare", "share_uuid"),
             },
             refused="A body other than {}, malformed JSON, or a space already holding its most "
             "share links (100 by default).",
@@ -115,7 +112,7 @@ openapi_paths: dict[str, Any] = {
         )
     },
     "/shared/{share_uuid}": {
-        "get": read_operation(
+        "get": operation(
             "readShared",
             "Read a space through a share link",
             "As the space read (same parameters, same order), each task with "

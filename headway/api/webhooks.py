@@ -11,6 +11,7 @@ from .openapi_parts import (
     delete_operation,
     link,
     list_operation,
+    made_link,
     path_param,
 )
 from .rest import held_routes
@@ -28,11 +29,7 @@ openapi_paths: dict[str, Any] = {
             body="CreateWebhook",
             created=("WebhookCreated", "The webhook and its signing secret."),
             links={
-                "DeleteWebhook": link(
-                    "deleteWebhook",
-                    space_uuid="$request.path.space_uuid",
-                    webhook_uuid="$response.body#/uuid",
-                ),
+                "DeleteWebhook": made_link("deleteWebhook", "webhook_uuid"),
                 "ListWebhooks": link("listWebhooks", space_uuid="$request.path.space_uuid"),
             },
             refused="Not an http(s) URL; a host that is not a valid name; an address, or a name "
