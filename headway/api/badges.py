@@ -166,12 +166,14 @@ async def embed(request: Request) -> Response:
     if theme not in pages.THEMES:
         raise BadRequest(f"theme must be one of {', '.join(pages.THEMES)}, not {theme!r}.")
     transparent = _flag(params, "transparent")
-    limit = _embed_limit(params.get("limit"))
+    limit = params.get("limit", str(pages.EMBED_TASKS))
+    if not limit.isascii() or not limit.isdigit() or not 1 <= int(limit) <= pages.MAX_EMBED_TASKS:
+        raise BadRequest(f"limit must be a whole number from 1 to {pages.MAX_EMBED_TASKS}.")
     # The page costs 1, as a share page does; its stream pays for its snapshot.
     await request.visitor.read_bill()
     service = request.service
     share_uuid = request.path_params["share_uuid"]
-    looks: dict[str, Any] = {"theme": theme, "transparent": transparent, "limit": limit}
+    looks: dict[str, Any] = {"theme": theme, "transparent": transparent, "limit": int(limit)}
     try:
         space_uuid = await service.shares.space_of(share_uuid)
         # The space may go in between: the link then no longer works either.
@@ -181,14 +183,6 @@ async def embed(request: Request) -> Response:
             return pages.embed_page(None, {}, status=404, **looks)
         raise
     return pages.embed_page(share_uuid, head, **looks)
-
-
-def _embed_limit(value: str | None) -> int:
-    if value is None:
-        return pages.EMBED_TASKS
-    if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= pages.MAX_EMBED_TASKS:
-        raise BadRequest(f"limit must be a whole number from 1 to {pages.MAX_EMBED_TASKS}.")
-    return int(value)
 
 
 # The SVG badges first: asked for by every view of every README and wiki page showing one.

@@ -12,14 +12,13 @@ from .endpoints import Request, Route
 from .openapi_parts import (
     SPACE,
     TOO_LARGE,
-    TOO_MANY_REQUESTS,
-    UNAVAILABLE,
     create_operation,
     delete_operation,
     error,
     json_answer,
     list_operation,
     made_link,
+    operation,
     path_param,
     ref,
 )
@@ -86,27 +85,23 @@ openapi_paths: dict[str, Any] = {
         )
     },
     "/spaces/{space_uuid}/channels/{channel_uuid}/test": {
-        "post": {
-            "operationId": "testChannel",
-            "summary": "Send a test message now",
-            "description": (
-                "The outcome is `failed`, with a detail starting `not sent:`, while the "
-                "channel's host or space has its most messages in flight (4 each)."
-            ),
-            "parameters": [SPACE, CHANNEL],
-            "requestBody": {
-                "required": True,
-                "description": "`{}`, or no body at all.",
-                "content": {"application/json": {"schema": ref("TestChannel")}},
-            },
-            "responses": {
+        "post": operation(
+            "testChannel",
+            "Send a test message now",
+            "The outcome is `failed`, with a detail starting `not sent:`, while the channel's "
+            "host or space has its most messages in flight (4 each).",
+            [SPACE, CHANNEL],
+            {
                 "200": json_answer(ref("ChannelDelivery"), "How the test message went."),
                 "404": error("No such space or channel."),
                 "413": TOO_LARGE,
                 "422": error("A body that is not `{}`."),
-                "429": TOO_MANY_REQUESTS,
-                "503": UNAVAILABLE,
             },
-        }
+            body={
+                "required": True,
+                "description": "`{}`, or no body at all.",
+                "content": {"application/json": {"schema": ref("TestChannel")}},
+            },
+        )
     },
 }

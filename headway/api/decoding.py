@@ -244,7 +244,9 @@ def report_from_query(query_string: bytes) -> Report:
         if name in ("current", "end"):
             fields[name] = _query_number(name, raw)
         elif name == "done":
-            fields["done"] = _query_bool(raw)
+            fields["done"] = _QUERY_BOOLS.get(raw.strip().lower())
+            if fields["done"] is None:
+                raise BadRequest(f"Query parameter 'done' must be true or false, not {raw!r}.")
         elif name.startswith("values[") and name.endswith("]"):
             key = name[7:-1]
             if not key or "[" in key or "]" in key:
@@ -279,10 +281,4 @@ def _query_number(name: str, raw: str) -> int | float:
     return number
 
 
-def _query_bool(raw: str) -> bool:
-    text = raw.strip().lower()
-    if text in ("true", "1", "yes"):
-        return True
-    if text in ("false", "0", "no"):
-        return False
-    raise BadRequest(f"Query parameter 'done' must be true or false, not {raw!r}.")
+_QUERY_BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}

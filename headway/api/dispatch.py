@@ -110,15 +110,9 @@ class RouteTable:
                 return found
         return None
 
-    def matching(self, path: str) -> list[Route]:
+    def matching(self, path: str, *, again: bool = True) -> list[Route]:
         """Every route whose template matches `path`, whatever the method, in order (a
-        trailing newline taken as `find` takes it)."""
-        found = self._matching(path)
-        if not found and path.endswith("\n"):
-            found = [r for r in self._matching(path[:-1]) if r.segments[-1][1] is None]
-        return found
-
-    def _matching(self, path: str) -> list[Route]:
+        trailing newline taken as `find` takes it; `again` False: not)."""
         parts = path.split("/")
         found = [
             route
@@ -129,6 +123,8 @@ class RouteTable:
             and all(parts[index] for index, _ in params)
         ]
         found.extend(route for start, route in self._prefixes if path.startswith(start))
+        if not found and again and path.endswith("\n"):
+            found = [r for r in self.matching(path[:-1], again=False) if r.segments[-1][1] is None]
         return found
 
 
@@ -152,9 +148,8 @@ class HeadwayApp(Starlette):
     Every answer says `X-Content-Type-Options: nosniff`; every answer but those of
     `/mcp` and the paths under it (which check Host and Origin themselves) says
     `Access-Control-Allow-Origin: *`, and an OPTIONS on a REST path that routes serve is
-    a CORS preflight. An error is answered by `answer_error`: a `HeadwayError` as itself,
-    a dependency unavailable 503, anything else 500, logged once; the connection lives on.
-    An error once the answer has started cuts it short: the server logs it and drops the
+    a CORS preflight. An error is answered by `answer_error`, and the connection lives on;
+    once the answer has started, it cuts it short: the server logs it and drops the
     connection.
     """
 

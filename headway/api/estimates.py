@@ -22,26 +22,22 @@ from .openapi_parts import (
 from .responses import JSONResponse
 
 
-async def task_estimate(request: Request) -> Response:
-    bill = await request.visitor.read_bill()
-    found, read = await request.service.estimates.read(request.path_params["task_uuid"])
-    await bill.pay(read)
-    return JSONResponse(EstimateOut.of(found))
-
-
-async def shared_task_estimate(request: Request) -> Response:
+async def estimate(request: Request) -> Response:
+    """A task's estimate, by its uuid or by its id under a share link."""
     bill = await request.visitor.read_bill()
     params = request.path_params
-    found, read = await request.service.estimates.read_shared(
-        params["share_uuid"], params["task_id"]
-    )
+    if "task_id" in params:
+        read_shared = request.service.estimates.read_shared
+        found, read = await read_shared(params["share_uuid"], params["task_id"])
+    else:
+        found, read = await request.service.estimates.read(params["task_uuid"])
     await bill.pay(read)
     return JSONResponse(EstimateOut.of(found))
 
 
 routes = [
-    Route("/tasks/{task_uuid}/estimate", task_estimate, methods=["GET"]),
-    Route("/shared/{share_uuid}/tasks/{task_id}/estimate", shared_task_estimate, methods=["GET"]),
+    Route("/tasks/{task_uuid}/estimate", estimate, methods=["GET"]),
+    Route("/shared/{share_uuid}/tasks/{task_id}/estimate", estimate, methods=["GET"]),
 ]
 
 _DESCRIPTION = (

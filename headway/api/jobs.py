@@ -24,7 +24,13 @@ from .openapi_parts import (
 from .responses import JSONResponse
 
 
-async def _answer(request: Request, space_uuid: str) -> Response:
+async def jobs(request: Request) -> Response:
+    """A space's jobs, by its uuid or through a share link."""
+    params = request.path_params
+    if "share_uuid" in params:
+        space_uuid = await request.service.shares.space_of(params["share_uuid"])
+    else:
+        space_uuid = params["space_uuid"]
     bill = await request.visitor.read_bill()
     limit = query_params(request.scope["query_string"]).get("limit")
     found = await request.service.jobs.list(space_uuid, limit)
@@ -32,18 +38,9 @@ async def _answer(request: Request, space_uuid: str) -> Response:
     return JSONResponse(JobsOut(found))
 
 
-async def space_jobs(request: Request) -> Response:
-    return await _answer(request, request.path_params["space_uuid"])
-
-
-async def shared_jobs(request: Request) -> Response:
-    space_uuid = await request.service.shares.space_of(request.path_params["share_uuid"])
-    return await _answer(request, space_uuid)
-
-
 routes = [
-    Route("/spaces/{space_uuid}/jobs", space_jobs, methods=["GET"]),
-    Route("/shared/{share_uuid}/jobs", shared_jobs, methods=["GET"]),
+    Route("/spaces/{space_uuid}/jobs", jobs, methods=["GET"]),
+    Route("/shared/{share_uuid}/jobs", jobs, methods=["GET"]),
 ]
 
 _LIMIT = query_param(

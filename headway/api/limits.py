@@ -218,8 +218,7 @@ class TokenBuckets:
         if state is None:
             if len(self._state) >= self._sweep_at:
                 self._sweep(now)
-            state = self._state[key] = [size for size, _ in spec]
-            state.append(now)
+            state = self._state[key] = [*(size for size, _ in spec), now]
         elapsed_us = now - state[-1]
         state[-1] = now
         if len(spec) == 1:  # most kinds have one limit: no loops
@@ -251,8 +250,7 @@ class TokenBuckets:
         now = self._now()
         state = self._state.get(key)
         if state is None:
-            state = self._state[key] = [size for size, _ in spec]
-            state.append(now)
+            state = self._state[key] = [*(size for size, _ in spec), now]
         elapsed_us = now - state[-1]
         state[-1] = now
         for i, (size, per_us) in enumerate(spec):

@@ -284,7 +284,9 @@ def _hints(title: str, kind: Literal["read", "create", "replace"]) -> ToolAnnota
     )
 
 
-_TOOLS: list[tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnnotations]] = [
+# A tool as `_TOOLS` lists it: name, description, body, input schema, output, hints.
+_Spec = tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnnotations]
+_TOOLS: list[_Spec] = [
     (
         "create_space",
         "Create a space to hold tasks; do this once per job or project. Returns the space's "
@@ -393,7 +395,7 @@ def build_server(
     shortly" message as REST's 503. Anything else is logged by the SDK and answers a
     generic tool error.
     """
-    tools = [_tool(*spec, service, visitors, public_url) for spec in _TOOLS]
+    tools = [_tool(spec, service, visitors, public_url) for spec in _TOOLS]
     # log_level: the SDK calls logging.basicConfig with it; WARNING keeps a bare process's
     # root logger as quiet as Python's default.
     return MCPServer(
@@ -407,16 +409,13 @@ def build_server(
 
 
 def _tool(
-    name: str,
-    description: str,
-    run: Run,
-    input_schema: dict[str, Any],
-    output: type[msgspec.Struct],
-    annotations: ToolAnnotations,
+    spec: _Spec,
     service: Callable[[], Service],
     visitors: Callable[[], Visitors],
     public_url: str | None = None,
 ) -> Tool:
+    name, description, run, input_schema, output, annotations = spec
+
     async def call(context: Context, **arguments: Any) -> CallToolResult:
         request = context.request_context.request
         # The SDK hands a tool the request, not what the dispatcher made of it: the visitor

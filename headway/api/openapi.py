@@ -75,10 +75,8 @@ def _completed(operation: dict[str, Any]) -> dict[str, Any]:
     HTTP server itself answers, before any route, on every path."""
     if operation.get("operationId") in IDEMPOTENT:
         operation = idempotent(operation)
-    return {**operation, "responses": {**operation["responses"], "431": _HEAD_TOO_LARGE}}
-
-
-_HEAD_TOO_LARGE = response_ref("HeaderFieldsTooLarge")
+    too_large = {"431": response_ref("HeaderFieldsTooLarge")}
+    return {**operation, "responses": {**operation["responses"], **too_large}}
 
 
 async def openapi(request: Request) -> Response:

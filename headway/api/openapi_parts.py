@@ -233,16 +233,21 @@ def operation(
     responses: dict[str, Any],
     *,
     rated: bool = True,
+    body: dict[str, Any] | None = None,
+    unavailable: dict[str, Any] = UNAVAILABLE,
 ) -> dict[str, Any]:
-    """An operation answering its `responses`, then 429 (when `rated`: every read is) and
-    the 503 of a dependency down. No `description` with None."""
+    """An operation taking `body` (its request body, if any) and answering its
+    `responses`, then 429 (when `rated`: every read is) and the 503 `unavailable`. No
+    `description` with None."""
     described = {} if description is None else {"description": description}
-    last = {"429": TOO_MANY_REQUESTS, "503": UNAVAILABLE} if rated else {"503": UNAVAILABLE}
+    taken = {} if body is None else {"requestBody": body}
+    last = {"429": TOO_MANY_REQUESTS, "503": unavailable} if rated else {"503": unavailable}
     return {
         "operationId": operation_id,
         "summary": summary,
         **described,
         "parameters": parameters,
+        **taken,
         "responses": {**responses, **last},
     }
 
@@ -264,9 +269,8 @@ def delete_operation(
 def idempotent(operation: dict[str, Any]) -> dict[str, Any]:
     """A create's operation with the Idempotency-Key parameter and its answers."""
     responses = dict(operation["responses"])
-    created = dict(responses["201"])
-    created["headers"] = {**created.get("headers", {}), **REPLAYED_HEADER}
-    responses["201"] = created
+    created = responses["201"]
+    responses["201"] = {**created, "headers": {**created.get("headers", {}), **REPLAYED_HEADER}}
     responses["400"] = error(KEY_REFUSED)
     responses["409"] = KEY_IN_PROGRESS
     responses["422"] = error(responses["422"]["description"] + KEY_REUSED)

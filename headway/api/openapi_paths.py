@@ -10,7 +10,6 @@ from .openapi_parts import (
     SPACE,
     TASK,
     TOO_LARGE,
-    TOO_MANY_REQUESTS,
     UNAVAILABLE_OR_FULL,
     create_operation,
     delete_operation,
@@ -137,21 +136,17 @@ def task_paths() -> dict[str, Any]:
                     "404": NOT_FOUND_TASK,
                 },
             ),
-            "put": {
-                "operationId": "reportProgress",
-                "summary": "Report progress",
-                "description": "Replaces the task's whole state. A body of exactly "
+            "put": operation(
+                "reportProgress",
+                "Report progress",
+                "Replaces the task's whole state. A body of exactly "
                 '{"done": true} finishes the task and keeps the last numbers. current at or '
                 "above a positive end finishes the task (a parent's own counts are ignored). "
                 "A report to a parent that does not finish it holds the parent open: it then "
                 "finishes only by its own done, never with its last step; a parent nobody "
                 "reported to finishes when its last step does." + BAD_REPORT_BODY,
-                "parameters": [TASK],
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": ref("ReportBody")}},
-                },
-                "responses": {
+                [TASK],
+                {
                     "200": json_answer(ref("TaskOut"), "The task as it now stands."),
                     "400": error(
                         "values not a flat object of numbers, strings or booleans; an "
@@ -161,10 +156,13 @@ def task_paths() -> dict[str, Any]:
                     ),
                     "404": NOT_FOUND_TASK,
                     "413": TOO_LARGE,
-                    "429": TOO_MANY_REQUESTS,
-                    "503": UNAVAILABLE_OR_FULL,
                 },
-            },
+                body={
+                    "required": True,
+                    "content": {"application/json": {"schema": ref("ReportBody")}},
+                },
+                unavailable=UNAVAILABLE_OR_FULL,
+            ),
             "delete": delete_operation(
                 "deleteTask",
                 "Delete a task and its steps",
@@ -187,12 +185,12 @@ def task_paths() -> dict[str, Any]:
             },
         },
         "/tasks/{task_uuid}/report": {
-            "get": {
-                "operationId": "reportProgressByUrl",
-                "summary": "Report progress by URL",
-                "description": "The same write as PUT, for clients that can only fire a URL. "
+            "get": operation(
+                "reportProgressByUrl",
+                "Report progress by URL",
+                "The same write as PUT, for clients that can only fire a URL. "
                 "Anything that follows the URL performs the write.",
-                "parameters": [
+                [
                     TASK,
                     query_param(
                         "current",
@@ -217,7 +215,7 @@ def task_paths() -> dict[str, Any]:
                         explode=True,
                     ),
                 ],
-                "responses": {
+                {
                     "200": json_answer(ref("TaskOut"), "The task as it now stands."),
                     "400": error(
                         "values not flat, an unknown parameter, a parameter given twice, one "
@@ -225,10 +223,9 @@ def task_paths() -> dict[str, Any]:
                         "finite, non-negative number that fits a 64-bit float)."
                     ),
                     "404": NOT_FOUND_TASK,
-                    "429": TOO_MANY_REQUESTS,
-                    "503": UNAVAILABLE_OR_FULL,
                 },
-            }
+                unavailable=UNAVAILABLE_OR_FULL,
+            )
         },
         "/up": {
             "get": {

@@ -74,7 +74,6 @@ routes = [
 ]
 
 NO_SPACE = "No such space (or not a UUID)."
-NO_SHARE = error("No such share link: revoked, or never created (or not a UUID).")
 openapi_paths: dict[str, Any] = {
     "/spaces/{space_uuid}/shares": {
         "post": create_operation(
@@ -128,7 +127,7 @@ openapi_paths: dict[str, Any] = {
                     },
                 },
                 "400": error("A bad cursor, limit or state, or a parameter given twice."),
-                "404": NO_SHARE,
+                "404": error("No such share link: revoked, or never created (or not a UUID)."),
             },
         )
     },

@@ -81,8 +81,7 @@ class Visitor:
         return address
 
     async def admit(self, kind: Kind) -> None:
-        """Count one `kind` against the client's rate (a create also against the daily
-        cap on creates); TooManyRequests if it is over a limit."""
+        """`RateLimiter.check` of one `kind` for this client (TooManyRequests if over)."""
         rates = self._visitors.rates
         # `counted_here` first: where the counts are in this process, no coroutine more.
         if rates.enabled and not rates.counted_here(kind, address := self.address):
