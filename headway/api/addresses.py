@@ -59,11 +59,9 @@ class ClientAddresses:
         return address
 
     def _trusted(self, address: str) -> bool:
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
+        if not _is_address(address):
             return False
-        return any(ip in network for network in self._proxies)
+        return any(ipaddress.ip_address(address) in network for network in self._proxies)
 
 
 def _unmapped(address: str) -> str:

@@ -29,9 +29,8 @@ from .endpoints import Request, Route
 from .openapi_parts import (
     SHARE,
     SHARED_TASK_ID,
-    TOO_MANY_REQUESTS,
-    UNAVAILABLE,
     error,
+    operation,
     query_param,
     ref,
 )
@@ -95,30 +94,22 @@ def _flag(params: dict[str, str], name: str) -> bool:
     return _FLAGS[value]
 
 
-async def space_badge(request: Request) -> Response:
-    options = _options(request)
-    await (await request.visitor.read_bill()).pay(SPACE_TASKS)  # a read of its newest tasks
-    try:
-        badge = await request.service.badges.space(request.path_params["share_uuid"], options.label)
-    except NotFound as exc:
-        return _not_found(request, exc)
-    return _svg(request, badge, options)
-
-
-async def task_badge(request: Request) -> Response:
-    options = _options(request)
-    await request.visitor.read_bill()  # a read of one task
+async def _badge(request: Request, options: _Options) -> Badge:
+    """The badge of the space or of the task (`task_id`) the path names, its read paid."""
     params = request.path_params
+    if "task_id" not in params:
+        await (await request.visitor.read_bill()).pay(SPACE_TASKS)  # a read of its newest tasks
+        return await request.service.badges.space(params["share_uuid"], options.label)
+    await request.visitor.read_bill()  # a read of one task
+    return await request.service.badges.task(params["share_uuid"], params["task_id"], options.label)
+
+
+async def svg_badge(request: Request) -> Response:
+    options = _options(request)
     try:
-        badge = await request.service.badges.task(
-            params["share_uuid"], params["task_id"], options.label
-        )
+        badge = await _badge(request, options)
     except NotFound as exc:
         return _not_found(request, exc)
-    return _svg(request, badge, options)
-
-
-def _svg(request: Request, badge: Badge, options: _Options) -> Response:
     # The bar kept to a thousandth: the drawings kept are few, each as a pixel shows it.
     ratio = None if not options.bar or badge.ratio is None else round(badge.ratio, 3)
     drawn = svg.draw(badge.label, badge.message, badge.state, options.style, ratio, badge.title)
@@ -162,25 +153,9 @@ def _not_found(request: Request, exc: NotFound) -> Response:
     return _Answer(404, drawn.svg, [*_NOT_FOUND_HEADERS, (b"content-length", length)])
 
 
-async def space_shields(request: Request) -> Response:
+async def shields(request: Request) -> Response:
     options = _options(request, bar=False)
-    await (await request.visitor.read_bill()).pay(SPACE_TASKS)
-    badge = await request.service.badges.space(request.path_params["share_uuid"], options.label)
-    return _shields(badge, options)
-
-
-async def task_shields(request: Request) -> Response:
-    options = _options(request, bar=False)
-    await request.visitor.read_bill()
-    params = request.path_params
-    badge = await request.service.badges.task(
-        params["share_uuid"], params["task_id"], options.label
-    )
-    return _shields(badge, options)
-
-
-def _shields(badge: Badge, options: _Options) -> Response:
-    body = _encode(shields_json(badge, options.style))
+    body = _encode(shields_json(await _badge(request, options), options.style))
     return _Answer(200, body, [*_SHIELDS_HEADERS, (b"content-length", str(len(body)).encode())])
 
 
@@ -191,12 +166,14 @@ async def embed(request: Request) -> Response:
     if theme not in pages.THEMES:
         raise BadRequest(f"theme must be one of {', '.join(pages.THEMES)}, not {theme!r}.")
     transparent = _flag(params, "transparent")
-    limit = _embed_limit(params.get("limit"))
+    limit = params.get("limit", str(pages.EMBED_TASKS))
+    if not limit.isascii() or not limit.isdigit() or not 1 <= int(limit) <= pages.MAX_EMBED_TASKS:
+        raise BadRequest(f"limit must be a whole number from 1 to {pages.MAX_EMBED_TASKS}.")
     # The page costs 1, as a share page does; its stream pays for its snapshot.
     await request.visitor.read_bill()
     service = request.service
     share_uuid = request.path_params["share_uuid"]
-    looks: dict[str, Any] = {"theme": theme, "transparent": transparent, "limit": limit}
+    looks: dict[str, Any] = {"theme": theme, "transparent": transparent, "limit": int(limit)}
     try:
         space_uuid = await service.shares.space_of(share_uuid)
         # The space may go in between: the link then no longer works either.
@@ -208,20 +185,12 @@ async def embed(request: Request) -> Response:
     return pages.embed_page(share_uuid, head, **looks)
 
 
-def _embed_limit(value: str | None) -> int:
-    if value is None:
-        return pages.EMBED_TASKS
-    if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= pages.MAX_EMBED_TASKS:
-        raise BadRequest(f"limit must be a whole number from 1 to {pages.MAX_EMBED_TASKS}.")
-    return int(value)
-
-
 # The SVG badges first: asked for by every view of every README and wiki page showing one.
 routes = [
-    Route("/shared/{share_uuid}/tasks/{task_id}/badge.svg", task_badge, methods=["GET"]),
-    Route("/shared/{share_uuid}/badge.svg", space_badge, methods=["GET"]),
-    Route("/shared/{share_uuid}/shields.json", space_shields, methods=["GET"]),
-    Route("/shared/{share_uuid}/tasks/{task_id}/shields.json", task_shields, methods=["GET"]),
+    Route("/shared/{share_uuid}/tasks/{task_id}/badge.svg", svg_badge, methods=["GET"]),
+    Route("/shared/{share_uuid}/badge.svg", svg_badge, methods=["GET"]),
+    Route("/shared/{share_uuid}/shields.json", shields, methods=["GET"]),
+    Route("/shared/{share_uuid}/tasks/{task_id}/shields.json", shields, methods=["GET"]),
     Route("/shared/{share_uuid}/embed", embed, methods=["GET"]),
 ]
 
@@ -259,73 +228,54 @@ _CACHE_HEADERS = {
         "schema": {"type": "string"},
     },
 }
-_NO_SUCH = (
-    "No such share link (revoked, never created, or not a UUID), or no task of that id "
-    "under it. A client that prefers an image (`Accept: image/svg+xml` or `image/*` "
-    "above `application/json`) gets a grey `not found` badge instead of JSON."
+_NO_LINK = (
+    "No such share link (revoked, never created, or not a UUID), or no task of that id under it."
+)
+_SHIELDS = (
+    "What the SVG badge says, in the JSON of Shields' endpoint badge: "
+    "`https://img.shields.io/endpoint?url=` and this URL, encoded, draws it in any of "
+    "Shields' styles. `style` is passed on as the JSON's `style`."
 )
 
 
 def _badge_operation(operation_id: str, summary: str, description: str, *, task: bool) -> Any:
-    return {
-        "operationId": operation_id,
-        "summary": summary,
-        "description": description,
-        "parameters": [
-            SHARE,
-            *([SHARED_TASK_ID] if task else []),
-            *_BADGE_PARAMETERS,
-            _BAR,
-            _IF_NONE_MATCH,
-        ],
-        "responses": {
-            "200": {
-                "description": "The badge, `image/svg+xml`.",
-                "headers": _CACHE_HEADERS,
-                "content": {"image/svg+xml": {"schema": {"type": "string"}}},
+    parameters = [SHARE, *([SHARED_TASK_ID] if task else []), *_BADGE_PARAMETERS]
+    responses = {
+        "200": {
+            "description": "The badge, `image/svg+xml`.",
+            "headers": _CACHE_HEADERS,
+            "content": {"image/svg+xml": {"schema": {"type": "string"}}},
+        },
+        "304": {"description": "The badge named by If-None-Match is unchanged."},
+        "400": error("A bad label, style or bar, or a parameter given twice."),
+        "404": {
+            **error(
+                f"{_NO_LINK} A client that prefers an image (`Accept: image/svg+xml` or "
+                "`image/*` above `application/json`) gets a grey `not found` badge instead "
+                "of JSON."
+            ),
+            "content": {
+                "application/json": {"schema": ref("ErrorOut")},
+                "image/svg+xml": {"schema": {"type": "string"}},
             },
-            "304": {"description": "The badge named by If-None-Match is unchanged."},
-            "400": error("A bad label, style or bar, or a parameter given twice."),
-            "404": {
-                **error(_NO_SUCH),
-                "content": {
-                    "application/json": {"schema": ref("ErrorOut")},
-                    "image/svg+xml": {"schema": {"type": "string"}},
-                },
-            },
-            "429": TOO_MANY_REQUESTS,
-            "503": UNAVAILABLE,
         },
     }
+    parameters += [_BAR, _IF_NONE_MATCH]
+    return operation(operation_id, summary, description, parameters, responses)
 
 
 def _shields_operation(operation_id: str, summary: str, *, task: bool) -> Any:
-    return {
-        "operationId": operation_id,
-        "summary": summary,
-        "description": "What the SVG badge says, in the JSON of Shields' endpoint badge: "
-        "`https://img.shields.io/endpoint?url=` and this URL, encoded, draws it in any of "
-        "Shields' styles. `style` is passed on as the JSON's `style`.",
-        "parameters": [SHARE, *([SHARED_TASK_ID] if task else []), *_BADGE_PARAMETERS],
-        "responses": {
-            "200": _json_200("The badge in Shields' endpoint schema (schemaVersion 1)."),
-            "400": error("A bad label or style, or a parameter given twice."),
-            "404": error(
-                "No such share link (revoked, never created, or not a UUID), or no task "
-                "of that id under it."
-            ),
-            "429": TOO_MANY_REQUESTS,
-            "503": UNAVAILABLE,
+    parameters = [SHARE, *([SHARED_TASK_ID] if task else []), *_BADGE_PARAMETERS]
+    responses = {
+        "200": {
+            "description": "The badge in Shields' endpoint schema (schemaVersion 1).",
+            "headers": {"Cache-Control": _CACHE_HEADERS["Cache-Control"]},
+            "content": {"application/json": {"schema": ref("ShieldsOut")}},
         },
+        "400": error("A bad label or style, or a parameter given twice."),
+        "404": error(_NO_LINK),
     }
-
-
-def _json_200(description: str) -> Any:
-    return {
-        "description": description,
-        "headers": {"Cache-Control": _CACHE_HEADERS["Cache-Control"]},
-        "content": {"application/json": {"schema": ref("ShieldsOut")}},
-    }
+    return operation(operation_id, summary, _SHIELDS, parameters, responses)
 
 
 _SPACE_BADGE = (
@@ -361,14 +311,14 @@ openapi_paths: dict[str, Any] = {
         )
     },
     "/shared/{share_uuid}/embed": {
-        "get": {
-            "operationId": "sharedEmbed",
-            "summary": "A share link's compact live view, to frame in other pages",
-            "description": "A page of the space's newest tasks with their bars and log "
-            "lines, updated live by the link's stream. The one page any origin may frame "
+        "get": operation(
+            "sharedEmbed",
+            "A share link's compact live view, to frame in other pages",
+            "A page of the space's newest tasks with their bars and log lines, updated live "
+            "by the link's stream. The one page any origin may frame "
             "(`Content-Security-Policy: frame-ancestors *`); otherwise as strict as every "
             "page.",
-            "parameters": [
+            [
                 SHARE,
                 query_param(
                     "theme",
@@ -386,7 +336,7 @@ openapi_paths: dict[str, Any] = {
                     f"The newest top-level tasks shown (default {pages.EMBED_TASKS}).",
                 ),
             ],
-            "responses": {
+            {
                 "200": {
                     "description": "The page.",
                     "content": {"text/html": {"schema": {"type": "string"}}},
@@ -402,9 +352,7 @@ openapi_paths: dict[str, Any] = {
                         "text/html": {"schema": {"type": "string"}},
                     },
                 },
-                "429": TOO_MANY_REQUESTS,
-                "503": UNAVAILABLE,
             },
-        }
+        )
     },
 }

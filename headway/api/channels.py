@@ -12,28 +12,18 @@ from .endpoints import Request, Route
 from .openapi_parts import (
     SPACE,
     TOO_LARGE,
-    TOO_MANY_REQUESTS,
-    UNAVAILABLE,
     create_operation,
     delete_operation,
     error,
     json_answer,
-    link,
     list_operation,
+    made_link,
+    operation,
     path_param,
     ref,
 )
 from .responses import JSONResponse, read_body
-from .rest import create_or_list, delete_held
-
-
-async def channels(request: Request) -> Response:
-    """POST registers a channel; GET lists the space's channels with their deliveries."""
-    return await create_or_list(request, "channels", CreateChannel, request.service.channels)
-
-
-async def delete_channel(request: Request) -> Response:
-    return await delete_held(request, request.service.channels, "channel_uuid")
+from .rest import held_routes
 
 
 async def test_channel(request: Request) -> Response:
@@ -48,8 +38,7 @@ async def test_channel(request: Request) -> Response:
 
 
 routes = [
-    Route("/spaces/{space_uuid}/channels", channels, methods=["GET", "POST"]),
-    Route("/spaces/{space_uuid}/channels/{channel_uuid}", delete_channel, methods=["DELETE"]),
+    *held_routes("channels", CreateChannel, "channel_uuid"),
     Route("/spaces/{space_uuid}/channels/{channel_uuid}/test", test_channel, methods=["POST"]),
 ]
 
@@ -69,16 +58,8 @@ openapi_paths: dict[str, Any] = {
             body="CreateChannel",
             created=("ChannelOut", "The channel, its URL redacted."),
             links={
-                "TestChannel": link(
-                    "testChannel",
-                    space_uuid="$request.path.space_uuid",
-                    channel_uuid="$response.body#/uuid",
-                ),
-                "DeleteChannel": link(
-                    "deleteChannel",
-                    space_uuid="$request.path.space_uuid",
-                    channel_uuid="$response.body#/uuid",
-                ),
+                "TestChannel": made_link("testChannel", "channel_uuid"),
+                "DeleteChannel": made_link("deleteChannel", "channel_uuid"),
             },
             refused="A URL Apprise cannot read; a scheme the operator does not allow; a host "
             "that is not public; an unknown event; `stalled_after` outside 60-604800; a "
@@ -104,27 +85,23 @@ openapi_paths: dict[str, Any] = {
         )
     },
     "/spaces/{space_uuid}/channels/{channel_uuid}/test": {
-        "post": {
-            "operationId": "testChannel",
-            "summary": "Send a test message now",
-            "description": (
-                "The outcome is `failed`, with a detail starting `not sent:`, while the "
-                "channel's host or space has its most messages in flight (4 each)."
-            ),
-            "parameters": [SPACE, CHANNEL],
-            "requestBody": {
-                "required": True,
-                "description": "`{}`, or no body at all.",
-                "content": {"application/json": {"schema": ref("TestChannel")}},
-            },
-            "responses": {
+        "post": operation(
+            "testChannel",
+            "Send a test message now",
+            "The outcome is `failed`, with a detail starting `not sent:`, while the channel's "
+            "host or space has its most messages in flight (4 each).",
+            [SPACE, CHANNEL],
+            {
                 "200": json_answer(ref("ChannelDelivery"), "How the test message went."),
                 "404": error("No such space or channel."),
                 "413": TOO_LARGE,
                 "422": error("A body that is not `{}`."),
-                "429": TOO_MANY_REQUESTS,
-                "503": UNAVAILABLE,
             },
-        }
+            body={
+                "required": True,
+                "description": "`{}`, or no body at all.",
+                "content": {"application/json": {"schema": ref("TestChannel")}},
+            },
+        )
     },
 }

@@ -18,7 +18,8 @@ from ..domain.errors import NotFound
 from . import wheel
 from .endpoints import Request, Route
 from .mcp_hosts import answered
-from .openapi_parts import TOO_MANY_REQUESTS, error
+from .openapi_parts import TOO_MANY_REQUESTS, error, path_param
+from .responses import NO_STORE
 
 WHEEL_TYPE = "application/octet-stream"
 
@@ -45,7 +46,6 @@ class ClientWheel:
             return self._wheel
 
 
-NO_STORE = {"cache-control": "no-store"}
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -116,13 +116,7 @@ openapi_paths: dict[str, Any] = {
             "for the same version. Never to be cached (`Cache-Control: no-store`); rated "
             "per client address (HEADWAY_RATE_WHEELS).",
             "parameters": [
-                {
-                    "name": "name",
-                    "in": "path",
-                    "required": True,
-                    "description": "The wheel's file name, as `GET /client` gives it.",
-                    "schema": {"type": "string"},
-                }
+                path_param("name", "The wheel's file name, as `GET /client` gives it.", None)
             ],
             "responses": {
                 "200": {

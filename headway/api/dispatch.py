@@ -110,15 +110,9 @@ class RouteTable:
                 return found
         return None
 
-    def matching(self, path: str) -> list[Route]:
+    def matching(self, path: str, *, again: bool = True) -> list[Route]:
         """Every route whose template matches `path`, whatever the method, in order (a
-        trailing newline taken as `find` takes it)."""
-        found = self._matching(path)
-        if not found and path.endswith("\n"):
-            found = [r for r in self._matching(path[:-1]) if r.segments[-1][1] is None]
-        return found
-
-    def _matching(self, path: str) -> list[Route]:
+        trailing newline taken as `find` takes it; `again` False: not)."""
         parts = path.split("/")
         found = [
             route
@@ -129,6 +123,8 @@ class RouteTable:
             and all(parts[index] for index, _ in params)
         ]
         found.extend(route for start, route in self._prefixes if path.startswith(start))
+        if not found and again and path.endswith("\n"):
+            found = [r for r in self.matching(path[:-1], again=False) if r.segments[-1][1] is None]
         return found
 
 
@@ -152,9 +148,8 @@ class HeadwayApp(Starlette):
     Every answer says `X-Content-Type-Options: nosniff`; every answer but those of
     `/mcp` and the paths under it (which check Host and Origin themselves) says
     `Access-Control-Allow-Origin: *`, and an OPTIONS on a REST path that routes serve is
-    a CORS preflight. An error is answered by `answer_error`: a `HeadwayError` as itself,
-    a dependency unavailable 503, anything else 500, logged once; the connection lives on.
-    An error once the answer has started cuts it short: the server logs it and drops the
+    a CORS preflight. An error is answered by `answer_error`, and the connection lives on;
+    once the answer has started, it cuts it short: the server logs it and drops the
     connection.
     """
 
@@ -200,13 +195,7 @@ class HeadwayApp(Starlette):
         if not rest or not getattr(answer, "rest_headers", False):
             answer.raw_headers = _completed(answer.raw_headers, rest)
         if self._metrics is not None:
-            method = scope["method"]
-            self._metrics.observe(
-                route.path,
-                method if method in metrics.METHODS else "other",
-                answer.status_code,
-                perf_counter() - started,
-            )
+            self._observe(route.path, method, answer.status_code, started)
         if way in _STARTS_AT_ONCE:  # nothing of it can fail before the answer starts
             await answer(scope, receive, send)
             return
@@ -231,16 +220,14 @@ class HeadwayApp(Starlette):
         with the header policy, counted once; an error before it starts is answered in
         its place."""
         scope = request.scope
-        observe = None if self._metrics is None else self._metrics.observe
-        method = scope["method"] if scope["method"] in metrics.METHODS else "other"
+        method = scope["method"]
+        counted = None if self._metrics is None else (self._observe, template, method, started)
         if isinstance(answer, Response):
             answer.raw_headers = _completed(answer.raw_headers, rest)
-            if observe is not None:
-                observe(template, method, answer.status_code, perf_counter() - started)
-            sending = _Sending(send, rest, None)
-        else:
-            counted = None if observe is None else (observe, template, method, started)
-            sending = _Sending(send, rest, counted)
+            if counted is not None:
+                self._observe(template, method, answer.status_code, started)
+            counted = None  # counted already: its start goes out as it is
+        sending = _Sending(send, rest, counted)
         try:
             await answer(scope, request.receive, sending)
         except Exception as exc:
@@ -258,7 +245,8 @@ class HeadwayApp(Starlette):
         method = scope["method"]
         matching = self.table.matching(scope["path"])
         template = metrics.UNMATCHED
-        if rest and method == "OPTIONS" and (served := _methods(matching)):
+        served = set().union(*(route.methods or () for route in matching))
+        if rest and method == "OPTIONS" and served:
             requested = Headers(scope=scope).get("access-control-request-headers")
             answer: Response = preflight_response(served, requested)
         else:
@@ -274,16 +262,14 @@ class HeadwayApp(Starlette):
                     {"allow": allowed},
                 )
         if self._metrics is not None:
-            label = method if method in metrics.METHODS else "other"
-            self._metrics.observe(template, label, answer.status_code, perf_counter() - started)
+            self._observe(template, method, answer.status_code, started)
         await _send_whole(answer, scope, receive, send, rest)
 
-
-def _methods(routes: list[Route]) -> set[str]:
-    served: set[str] = set()
-    for route in routes:
-        served |= route.methods or set()
-    return served
+    def _observe(self, template: str, method: str, status: int, started: float) -> None:
+        """Count an answer under its route's `template` (metrics on)."""
+        assert self._metrics is not None
+        label = method if method in metrics.METHODS else "other"
+        self._metrics.observe(template, label, status, perf_counter() - started)
 
 
 def not_found(scope: Scope) -> Response:
@@ -346,7 +332,7 @@ class _Sending:
                 headers = list(message.get("headers", ()))
                 message = {**message, "headers": _completed(headers, self.rest, lower=True)}
                 observe, template, method, started = self.counted
-                observe(template, method, message["status"], perf_counter() - started)
+                observe(template, method, message["status"], started)
         elif message["type"] == "http.response.body" and not message.get("more_body", False):
             self.answered = True
         await self.send(message)

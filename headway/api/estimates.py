@@ -14,35 +14,30 @@ from .openapi_parts import (
     SHARE,
     SHARED_TASK_ID,
     TASK,
-    TOO_MANY_REQUESTS,
-    UNAVAILABLE,
     error,
     json_answer,
+    operation,
     ref,
 )
 from .responses import JSONResponse
 
 
-async def task_estimate(request: Request) -> Response:
-    bill = await request.visitor.read_bill()
-    found, read = await request.service.estimates.read(request.path_params["task_uuid"])
-    await bill.pay(read)
-    return JSONResponse(EstimateOut.of(found))
-
-
-async def shared_task_estimate(request: Request) -> Response:
+async def estimate(request: Request) -> Response:
+    """A task's estimate, by its uuid or by its id under a share link."""
     bill = await request.visitor.read_bill()
     params = request.path_params
-    found, read = await request.service.estimates.read_shared(
-        params["share_uuid"], params["task_id"]
-    )
+    if "task_id" in params:
+        read_shared = request.service.estimates.read_shared
+        found, read = await read_shared(params["share_uuid"], params["task_id"])
+    else:
+        found, read = await request.service.estimates.read(params["task_uuid"])
     await bill.pay(read)
     return JSONResponse(EstimateOut.of(found))
 
 
 routes = [
-    Route("/tasks/{task_uuid}/estimate", task_estimate, methods=["GET"]),
-    Route("/shared/{share_uuid}/tasks/{task_id}/estimate", shared_task_estimate, methods=["GET"]),
+    Route("/tasks/{task_uuid}/estimate", estimate, methods=["GET"]),
+    Route("/shared/{share_uuid}/tasks/{task_id}/estimate", estimate, methods=["GET"]),
 ]
 
 _DESCRIPTION = (
@@ -57,20 +52,9 @@ _DESCRIPTION = (
 
 
 def _operation(operation_id: str, summary: str, parameters: list[Any], missing: str) -> Any:
-    return {
-        "get": {
-            "operationId": operation_id,
-            "summary": summary,
-            "description": _DESCRIPTION,
-            "parameters": parameters,
-            "responses": {
-                "200": json_answer(ref("EstimateOut"), "The task's estimate now."),
-                "404": error(missing),
-                "429": TOO_MANY_REQUESTS,
-                "503": UNAVAILABLE,
-            },
-        }
-    }
+    answer = json_answer(ref("EstimateOut"), "The task's estimate now.")
+    responses = {"200": answer, "404": error(missing)}
+    return {"get": operation(operation_id, summary, _DESCRIPTION, parameters, responses)}
 
 
 openapi_paths: dict[str, Any] = {

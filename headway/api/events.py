@@ -166,8 +166,8 @@ class EventStream(Response):
         if connection is not None:
             connection.on_shutdown = lambda: stream.end("shutdown")
             stream.abort = connection.abort
-        else:  # another server: a stalled send is cancelled instead
-            stream.abort = _canceller(asyncio.current_task())
+        elif (task := asyncio.current_task()) is not None:
+            stream.abort = task.cancel  # another server: a stalled send is cancelled instead
         watcher = asyncio.create_task(_until_gone(receive, stream))
         try:
             await self._send(send)
@@ -229,14 +229,6 @@ class EventStream(Response):
             stream.sent_at = loop.time()
         if stream.ended not in ("gone", "stalled"):
             await body(b"", more=False)
-
-
-def _canceller(task: asyncio.Task[Any] | None) -> Callable[[], None]:
-    def cancel() -> None:
-        if task is not None:
-            task.cancel()
-
-    return cancel
 
 
 async def _until_gone(receive: Receive, stream: Stream) -> None:

@@ -22,21 +22,18 @@ class Holdings:
     def take(self, client: str) -> None:
         """Count one more held by `client`; TooManyRequests (nothing counted) beyond a cap."""
         held = self._by_client.get(client, 0)
-        if self.per_client is not None and held >= self.per_client:
-            metrics.refused("rate_streams")
-            raise TooManyRequests(
-                f"Your address holds {held} {self._what}, the most one may; close some first.",
-                headers={"retry-after": "5"},
-            )
         network = network_of(client)
         in_network = self._by_network.get(network, 0)
-        if self.per_network is not None and in_network >= self.per_network:
-            metrics.refused("network_streams")
-            raise TooManyRequests(
-                f"Your network ({network}) holds {in_network} {self._what}, the most one "
-                "may; close some first.",
-                headers={"retry-after": "5"},
-            )
+        for count, most, reason, whose in (
+            (held, self.per_client, "rate_streams", "Your address"),
+            (in_network, self.per_network, "network_streams", f"Your network ({network})"),
+        ):
+            if most is not None and count >= most:
+                metrics.refused(reason)
+                raise TooManyRequests(
+                    f"{whose} holds {count} {self._what}, the most one may; close some first.",
+                    headers={"retry-after": "5"},
+                )
         self._by_client[client] = held + 1
         self._by_network[network] = in_network + 1
 

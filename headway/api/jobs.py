@@ -13,19 +13,24 @@ from ..service.jobs import MAX_LIMIT
 from .decoding import query_params
 from .endpoints import Request, Route
 from .openapi_parts import (
+    SHARE,
     SPACE,
-    TOO_MANY_REQUESTS,
-    UNAVAILABLE,
     error,
     json_answer,
+    operation,
     query_param,
     ref,
-    uuid_param,
 )
 from .responses import JSONResponse
 
 
-async def _answer(request: Request, space_uuid: str) -> Response:
+async def jobs(request: Request) -> Response:
+    """A space's jobs, by its uuid or through a share link."""
+    params = request.path_params
+    if "share_uuid" in params:
+        space_uuid = await request.service.shares.space_of(params["share_uuid"])
+    else:
+        space_uuid = params["space_uuid"]
     bill = await request.visitor.read_bill()
     limit = query_params(request.scope["query_string"]).get("limit")
     found = await request.service.jobs.list(space_uuid, limit)
@@ -33,18 +38,9 @@ async def _answer(request: Request, space_uuid: str) -> Response:
     return JSONResponse(JobsOut(found))
 
 
-async def space_jobs(request: Request) -> Response:
-    return await _answer(request, request.path_params["space_uuid"])
-
-
-async def shared_jobs(request: Request) -> Response:
-    space_uuid = await request.service.shares.space_of(request.path_params["share_uuid"])
-    return await _answer(request, space_uuid)
-
-
 routes = [
-    Route("/spaces/{space_uuid}/jobs", space_jobs, methods=["GET"]),
-    Route("/shared/{share_uuid}/jobs", shared_jobs, methods=["GET"]),
+    Route("/spaces/{space_uuid}/jobs", jobs, methods=["GET"]),
+    Route("/shared/{share_uuid}/jobs", jobs, methods=["GET"]),
 ]
 
 _LIMIT = query_param(
@@ -64,21 +60,13 @@ _DESCRIPTION = (
 
 
 def _operation(operation_id: str, summary: str, parameter: dict[str, Any], missing: str) -> Any:
-    return {
-        "get": {
-            "operationId": operation_id,
-            "summary": summary,
-            "description": _DESCRIPTION,
-            "parameters": [parameter, _LIMIT],
-            "responses": {
-                "200": json_answer(ref("JobsOut"), "The jobs, newest activity first."),
-                "400": error("A bad limit, or a parameter given twice."),
-                "404": error(missing),
-                "429": TOO_MANY_REQUESTS,
-                "503": UNAVAILABLE,
-            },
-        }
+    responses = {
+        "200": json_answer(ref("JobsOut"), "The jobs, newest activity first."),
+        "400": error("A bad limit, or a parameter given twice."),
+        "404": error(missing),
     }
+    parameters = [parameter, _LIMIT]
+    return {"get": operation(operation_id, summary, _DESCRIPTION, parameters, responses)}
 
 
 openapi_paths: dict[str, Any] = {
@@ -88,7 +76,7 @@ openapi_paths: dict[str, Any] = {
     "/shared/{share_uuid}/jobs": _operation(
         "listSharedJobs",
         "A space's jobs through a share link",
-        uuid_param("share_uuid", "The share link's uuid."),
+        SHARE,
         "No such share link: revoked, or never created (or not a UUID).",
     ),
 }

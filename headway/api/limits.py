@@ -5,12 +5,10 @@ reports), and reads, has its limits, written in the `limits` library's notation
 ("600/second;6000/minute") and parsed by it. A request passes only within all of them; a
 refused one is answered 429 with `Retry-After` and changes nothing.
 
-A write costs 1. A read costs the tasks it renders, which are known only as it renders
-them (a space's pages are read and rendered as they are sent): a read is let through
-while its client's allowance is not spent (it counts 1 then), and pays the rest as it
-goes (`charge`), into debt if need be; the client's next reads wait until the debt is
-paid back. So a client reading a big space in a loop is refused after a few reads, each
-of which it paid for in full.
+A write costs 1. A read is let through while its client's allowance is not spent (it
+counts 1 then), and pays the rest of the tasks it renders as it goes (`charge`, see
+`api.visitor`), into debt if need be: the client's next reads wait until the debt is
+paid back, so a client reading a big space in a loop is refused after a few reads.
 
 Where the counts live:
 - Embedded default: token buckets in this process's memory, on the service's clock
@@ -32,6 +30,7 @@ Rates are counted per client address (see `api.addresses`).
 from __future__ import annotations
 
 import abc
+import contextlib
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -213,16 +212,13 @@ class TokenBuckets:
     def take(self, key: tuple[str, str], items: list[RateLimitItem]) -> float:
         """Take one token from each limit's level; 0 if taken, else seconds to wait (until
         every level holds a token again)."""
-        spec = self._specs.get(id(items))
-        if spec is None:
-            spec = self._spec(items)
+        spec = self._specs.get(id(items)) or self._spec(items)
         now = self._now()
         state = self._state.get(key)
         if state is None:
             if len(self._state) >= self._sweep_at:
                 self._sweep(now)
-            state = self._state[key] = [size for size, _ in spec]
-            state.append(now)
+            state = self._state[key] = [*(size for size, _ in spec), now]
         elapsed_us = now - state[-1]
         state[-1] = now
         if len(spec) == 1:  # most kinds have one limit: no loops
@@ -254,8 +250,7 @@ class TokenBuckets:
         now = self._now()
         state = self._state.get(key)
         if state is None:
-            state = self._state[key] = [size for size, _ in spec]
-            state.append(now)
+            state = self._state[key] = [*(size for size, _ in spec), now]
         elapsed_us = now - state[-1]
         state[-1] = now
         for i, (size, per_us) in enumerate(spec):
@@ -353,11 +348,9 @@ class SharedRates(RateLimiter):
         if not self.enabled or cost <= 0:
             return
         assert kind in self.OWING, kind
-        try:
+        with contextlib.suppress(self._full):
             for item in self._limits[kind]:
                 await self._owing.hit(item, kind, address, cost=cost)
-        except self._full:
-            pass
 
     async def close(self) -> None:
         await self._pool.disconnect()

@@ -152,33 +152,28 @@ class MCPEndpoint:
                 "Protocol endpoint (Streamable HTTP): POST JSON-RPC messages to it."
             )
             return JSONResponse(error_body(message), 405, {"allow": "POST"})
-        if _declared_length(scope) > MAX_MCP_BODY:
+        headers = Headers(scope=scope)
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_MCP_BODY:
             message = f"The request body is larger than {MAX_MCP_BODY} bytes."
             return JSONResponse(error_body(message), 413)
         if not self._serving:
             return JSONResponse(error_body("The MCP endpoint is not running."), 503)
-        if refused := mcp_hosts.refusal(self._hosts, Headers(scope=scope)):
+        if refused := mcp_hosts.refusal(self._hosts, headers):
             return error_response(refused)
         await request.visitor.admit("tasks")
-        if refused := _not_json(Headers(scope=scope)):
+        if refused := _not_json(headers):
             return JSONResponse(error_body(refused), 400)
         body = await _utf8_body(request.receive)
-        return _Handled(await self._started_manager(), body)
+        manager = await self._started_manager()
 
+        async def handled(scope: Scope, receive: Receive, send: Send) -> None:
+            """The SDK's answer, the body read already."""
+            await manager.handle_request(
+                _json_by_default(scope), _replay(body, receive), _as_headway(send)
+            )
 
-class _Handled:
-    """The SDK's answer to a request whose body was read already (`body`)."""
-
-    __slots__ = ("body", "manager")
-
-    def __init__(self, manager: StreamableHTTPSessionManager, body: bytes) -> None:
-        self.manager = manager
-        self.body = body
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.manager.handle_request(
-            _json_by_default(scope), _replay(self.body, receive), _as_headway(send)
-        )
+        return handled
 
 
 async def _utf8_body(receive: Receive) -> bytes:
@@ -231,11 +226,6 @@ def _not_json(headers: Headers) -> str | None:
         f"Invalid Content-Type header {declared!r}: /mcp takes JSON-RPC messages as JSON; "
         "send Content-Type: application/json (with curl: -H 'Content-Type: application/json')."
     )
-
-
-def _declared_length(scope: Scope) -> int:
-    declared = Headers(scope=scope).get("content-length", "")
-    return int(declared) if declared.isdigit() else 0
 
 
 def _as_headway(send: Send) -> Send:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from mcp.server.mcpserver import Context, MCPServer
@@ -88,46 +88,34 @@ class SpaceQuery(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     """Arguments of `get_space`: the path and query parameters of `GET /spaces/{uuid}`."""
 
     space_uuid: Annotated[str, Meta(description=_SPACE_UUID, extra_json_schema={"format": "uuid"})]
-    limit: (
-        Annotated[
-            int,
-            Meta(
-                description="Only the newest N top-level tasks (returned oldest first).",
-                extra_json_schema={"minimum": 1},
-            ),
-        ]
-        | None
-    ) = None
-    before: (
-        Annotated[
-            str,
-            Meta(
-                description="Only tasks created strictly before this created_at, newest first.",
-                extra_json_schema={"format": "date-time"},
-            ),
-        ]
-        | None
-    ) = None
-    after: (
-        Annotated[
-            str,
-            Meta(
-                description="Only tasks created strictly after this created_at, oldest first.",
-                extra_json_schema={"format": "date-time"},
-            ),
-        ]
-        | None
-    ) = None
-    state: (
-        Annotated[
-            str,
-            Meta(
-                description="Only running tasks, or only finished ones. Omit for both.",
-                extra_json_schema={"enum": ["active", "finished"]},
-            ),
-        ]
-        | None
-    ) = None
+    limit: Annotated[
+        int | None,
+        Meta(
+            description="Only the newest N top-level tasks (returned oldest first).",
+            extra_json_schema={"minimum": 1},
+        ),
+    ] = None
+    before: Annotated[
+        str | None,
+        Meta(
+            description="Only tasks created strictly before this created_at, newest first.",
+            extra_json_schema={"format": "date-time"},
+        ),
+    ] = None
+    after: Annotated[
+        str | None,
+        Meta(
+            description="Only tasks created strictly after this created_at, oldest first.",
+            extra_json_schema={"format": "date-time"},
+        ),
+    ] = None
+    state: Annotated[
+        str | None,
+        Meta(
+            description="Only running tasks, or only finished ones. Omit for both.",
+            extra_json_schema={"enum": ["active", "finished"]},
+        ),
+    ] = None
 
 
 class TaskRef(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -281,11 +269,24 @@ async def _delete_space(service: Service, arguments: dict[str, Any], visitor: Vi
     return {"deleted": True}
 
 
-_DESTRUCTIVE = ToolAnnotations(
-    read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
-)
+def _hints(title: str, kind: Literal["read", "create", "replace"]) -> ToolAnnotations:
+    """A tool's hints: it reads only, or creates something anew at each call, or replaces
+    (a report, a delete) what a repeated call would replace the same way."""
+    if kind == "read":
+        return ToolAnnotations(title=title, read_only_hint=True, open_world_hint=False)
+    again = kind == "replace"
+    return ToolAnnotations(
+        title=title,
+        read_only_hint=False,
+        destructive_hint=again,
+        idempotent_hint=again,
+        open_world_hint=False,
+    )
 
-_TOOLS: list[tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnnotations]] = [
+
+# A tool as `_TOOLS` lists it: name, description, body, input schema, output, hints.
+_Spec = tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnnotations]
+_TOOLS: list[_Spec] = [
     (
         "create_space",
         "Create a space to hold tasks; do this once per job or project. Returns the space's "
@@ -296,13 +297,7 @@ _TOOLS: list[tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnno
         _create_space,
         _input_schema(CreateSpace),
         SpaceCreatedForAgents,
-        ToolAnnotations(
-            title="Create a space",
-            read_only_hint=False,
-            destructive_hint=False,
-            idempotent_hint=False,
-            open_world_hint=False,
-        ),
+        _hints("Create a space", "create"),
     ),
     (
         "get_space",
@@ -313,7 +308,7 @@ _TOOLS: list[tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnno
         _get_space,
         _input_schema(SpaceQuery),
         schemas.SpaceOut,
-        ToolAnnotations(title="Read a space", read_only_hint=True, open_world_hint=False),
+        _hints("Read a space", "read"),
     ),
     (
         "create_task",
@@ -324,19 +319,9 @@ _TOOLS: list[tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnno
         "Report to a task as soon as work on it starts: a task that never reports looks like "
         f"a dead reporter. {_HELD_PARENT} Returns the task's uuid.",
         _create_task,
-        _with_uuid(
-            _input_schema(CreateTask),
-            "space_uuid",
-            _SPACE_UUID,
-        ),
+        _with_uuid(_input_schema(CreateTask), "space_uuid", _SPACE_UUID),
         schemas.TaskCreated,
-        ToolAnnotations(
-            title="Create a task",
-            read_only_hint=False,
-            destructive_hint=False,
-            idempotent_hint=False,
-            open_world_hint=False,
-        ),
+        _hints("Create a task", "create"),
     ),
     (
         "get_task",
@@ -345,7 +330,7 @@ _TOOLS: list[tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnno
         _get_task,
         _input_schema(TaskRef),
         schemas.TaskOut,
-        ToolAnnotations(title="Read a task", read_only_hint=True, open_world_hint=False),
+        _hints("Read a task", "read"),
     ),
     (
         "get_estimate",
@@ -358,7 +343,7 @@ _TOOLS: list[tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnno
         _get_estimate,
         _input_schema(TaskRef),
         schemas.EstimateOut,
-        ToolAnnotations(title="When a task will end", read_only_hint=True, open_world_hint=False),
+        _hints("When a task will end", "read"),
     ),
     (
         "report_progress",
@@ -373,13 +358,7 @@ _TOOLS: list[tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnno
         _report_progress,
         _with_uuid(_input_schema(schemas.ReportBody), "task_uuid", _TASK_UUID),
         schemas.TaskOut,
-        ToolAnnotations(
-            title="Report progress",
-            read_only_hint=False,
-            destructive_hint=True,
-            idempotent_hint=True,
-            open_world_hint=False,
-        ),
+        _hints("Report progress", "replace"),
     ),
     (
         "delete_task",
@@ -388,7 +367,7 @@ _TOOLS: list[tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnno
         _delete_task,
         _input_schema(TaskRef),
         schemas.Deleted,
-        ToolAnnotations(**_DESTRUCTIVE.model_dump(exclude_none=True), title="Delete a task"),
+        _hints("Delete a task", "replace"),
     ),
     (
         "delete_space",
@@ -397,7 +376,7 @@ _TOOLS: list[tuple[str, str, Run, dict[str, Any], type[msgspec.Struct], ToolAnno
         _delete_space,
         _input_schema(SpaceRef),
         schemas.Deleted,
-        ToolAnnotations(**_DESTRUCTIVE.model_dump(exclude_none=True), title="Delete a space"),
+        _hints("Delete a space", "replace"),
     ),
 ]
 
@@ -416,12 +395,7 @@ def build_server(
     shortly" message as REST's 503. Anything else is logged by the SDK and answers a
     generic tool error.
     """
-    tools = [
-        _tool(
-            name, description, run, input_schema, output, annotations, service, visitors, public_url
-        )
-        for name, description, run, input_schema, output, annotations in _TOOLS
-    ]
+    tools = [_tool(spec, service, visitors, public_url) for spec in _TOOLS]
     # log_level: the SDK calls logging.basicConfig with it; WARNING keeps a bare process's
     # root logger as quiet as Python's default.
     return MCPServer(
@@ -435,16 +409,13 @@ def build_server(
 
 
 def _tool(
-    name: str,
-    description: str,
-    run: Run,
-    input_schema: dict[str, Any],
-    output: type[msgspec.Struct],
-    annotations: ToolAnnotations,
+    spec: _Spec,
     service: Callable[[], Service],
     visitors: Callable[[], Visitors],
     public_url: str | None = None,
 ) -> Tool:
+    name, description, run, input_schema, output, annotations = spec
+
     async def call(context: Context, **arguments: Any) -> CallToolResult:
         request = context.request_context.request
         # The SDK hands a tool the request, not what the dispatcher made of it: the visitor
@@ -484,6 +455,3 @@ def _tool(
 
 def _error_result(message: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
-
-
-# --- Endpoint ----------------------------------------------------------------------------

@@ -48,26 +48,9 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
     _, components = msgspec.json.schema_components(
         _MODELS, ref_template="#/components/schemas/{name}"
     )
-    paths: dict[str, Any] = {**space_paths(), **task_paths()}
-    paths.update(paths_extra or {})
+    paths: dict[str, Any] = {**space_paths(), **task_paths(), **(paths_extra or {})}
     paths = {
-        path: {
-            key: idempotent(value)
-            if key in METHODS and value.get("operationId") in IDEMPOTENT
-            else value
-            for key, value in item.items()
-        }
-        for path, item in paths.items()
-    }
-    # Answered by the HTTP server itself, before any route, on every path.
-    headers_too_large = {"431": response_ref("HeaderFieldsTooLarge")}
-    paths = {
-        path: {
-            key: {**value, "responses": {**value["responses"], **headers_too_large}}
-            if key in METHODS
-            else value
-            for key, value in item.items()
-        }
+        path: {key: _completed(value) if key in METHODS else value for key, value in item.items()}
         for path, item in paths.items()
     }
     return {
@@ -85,6 +68,15 @@ def build_document(paths_extra: dict[str, Any] | None = None) -> dict[str, Any]:
             "parameters": PARAMETERS,
         },
     }
+
+
+def _completed(operation: dict[str, Any]) -> dict[str, Any]:
+    """An operation with the Idempotency-Key of a create that honours it, and the 431 the
+    HTTP server itself answers, before any route, on every path."""
+    if operation.get("operationId") in IDEMPOTENT:
+        operation = idempotent(operation)
+    too_large = {"431": response_ref("HeaderFieldsTooLarge")}
+    return {**operation, "responses": {**operation["responses"], **too_large}}
 
 
 async def openapi(request: Request) -> Response:

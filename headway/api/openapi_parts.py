@@ -30,6 +30,14 @@ def link(operation_id: str, **parameters: str) -> dict[str, Any]:
     return {"operationId": operation_id, "parameters": parameters}
 
 
+def made_link(operation_id: str, param: str) -> dict[str, Any]:
+    """A link from a create in a space to `operation_id` on what it made, the path's
+    `param` its uuid."""
+    return link(
+        operation_id, space_uuid="$request.path.space_uuid", **{param: "$response.body#/uuid"}
+    )
+
+
 def path_param(name: str, description: str, kind: str | None = "uuid") -> dict[str, Any]:
     """A path parameter: a string in the `kind` format (None: any string)."""
     schema = {"type": "string"} if kind is None else {"type": "string", "format": kind}
@@ -57,6 +65,27 @@ def query_param(
         "description": description,
         **extra,
     }
+
+
+def space_read_params(state: str, *, cursors_say_which: bool) -> list[dict[str, Any]]:
+    """A space read's `limit`, `before`, `after` and `state` (`state` describes it);
+    `cursors_say_which`: the cursors' descriptions name the created_at to pass."""
+    cursors = [
+        query_param(
+            name,
+            {"type": "string", "format": "date-time"},
+            f"Only tasks created strictly {name} this instant"
+            + (f" (pass the {end} created_at held)." if cursors_say_which else "."),
+        )
+        for name, end in (("before", "oldest"), ("after", "newest"))
+    ]
+    return [
+        query_param(
+            "limit", {"type": "integer", "minimum": 1}, "How many top-level tasks to return."
+        ),
+        *cursors,
+        query_param("state", {"type": "string", "enum": ["active", "finished"]}, state),
+    ]
 
 
 SPACE = uuid_param("space_uuid", "The space's uuid, its credential.")
@@ -191,17 +220,35 @@ def list_operation(
 ) -> dict[str, Any]:
     """A list of what a space holds: 200 with an array of the `items` schema (`listed`
     describes it), 404 `no_space`, 503. No `description` with None."""
+    responses = {"200": json_answer({"type": "array", "items": ref(items)}, listed)}
+    responses["404"] = error(no_space)
+    return operation(operation_id, summary, description, [SPACE], responses, rated=False)
+
+
+def operation(
+    operation_id: str,
+    summary: str,
+    description: str | None,
+    parameters: list[dict[str, Any]],
+    responses: dict[str, Any],
+    *,
+    rated: bool = True,
+    body: dict[str, Any] | None = None,
+    unavailable: dict[str, Any] = UNAVAILABLE,
+) -> dict[str, Any]:
+    """An operation taking `body` (its request body, if any) and answering its
+    `responses`, then 429 (when `rated`: every read is) and the 503 `unavailable`. No
+    `description` with None."""
     described = {} if description is None else {"description": description}
+    taken = {} if body is None else {"requestBody": body}
+    last = {"429": TOO_MANY_REQUESTS, "503": unavailable} if rated else {"503": unavailable}
     return {
         "operationId": operation_id,
         "summary": summary,
         **described,
-        "parameters": [SPACE],
-        "responses": {
-            "200": json_answer({"type": "array", "items": ref(items)}, listed),
-            "404": error(no_space),
-            "503": UNAVAILABLE,
-        },
+        "parameters": parameters,
+        **taken,
+        "responses": {**responses, **last},
     }
 
 
@@ -215,21 +262,15 @@ def delete_operation(
     not_found: str,
 ) -> dict[str, Any]:
     """A delete: 204 with no body (`done` describes it), 404 `not_found`, 503."""
-    return {
-        "operationId": operation_id,
-        "summary": summary,
-        "description": description,
-        "parameters": parameters,
-        "responses": {"204": {"description": done}, "404": error(not_found), "503": UNAVAILABLE},
-    }
+    responses = {"204": {"description": done}, "404": error(not_found)}
+    return operation(operation_id, summary, description, parameters, responses, rated=False)
 
 
 def idempotent(operation: dict[str, Any]) -> dict[str, Any]:
     """A create's operation with the Idempotency-Key parameter and its answers."""
     responses = dict(operation["responses"])
-    created = dict(responses["201"])
-    created["headers"] = {**created.get("headers", {}), **REPLAYED_HEADER}
-    responses["201"] = created
+    created = responses["201"]
+    responses["201"] = {**created, "headers": {**created.get("headers", {}), **REPLAYED_HEADER}}
     responses["400"] = error(KEY_REFUSED)
     responses["409"] = KEY_IN_PROGRESS
     responses["422"] = error(responses["422"]["description"] + KEY_REUSED)

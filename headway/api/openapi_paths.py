@@ -10,16 +10,16 @@ from .openapi_parts import (
     SPACE,
     TASK,
     TOO_LARGE,
-    TOO_MANY_REQUESTS,
-    UNAVAILABLE,
     UNAVAILABLE_OR_FULL,
     create_operation,
     delete_operation,
     error,
     json_answer,
     link,
+    operation,
     query_param,
     ref,
+    space_read_params,
 )
 
 BAD_CREATE_BODY = (
@@ -56,39 +56,20 @@ def space_paths() -> dict[str, Any]:
             )
         },
         "/spaces/{space_uuid}": {
-            "get": {
-                "operationId": "getSpace",
-                "summary": "Read a space",
-                "description": "Top-level tasks with their children nested. With no parameters, "
+            "get": operation(
+                "getSpace",
+                "Read a space",
+                "Top-level tasks with their children nested. With no parameters, "
                 "every task, oldest first. A bare `limit` gives the newest `limit` tasks, oldest "
                 "first; `before` gives newest first; `after`, or `before` with `after`, gives "
                 "oldest first. `limit` applies after the cursors.",
-                "parameters": [
+                [
                     SPACE,
-                    query_param(
-                        "limit",
-                        {"type": "integer", "minimum": 1},
-                        "How many top-level tasks to return.",
-                    ),
-                    query_param(
-                        "before",
-                        {"type": "string", "format": "date-time"},
-                        "Only tasks created strictly before this instant "
-                        "(pass the oldest created_at held).",
-                    ),
-                    query_param(
-                        "after",
-                        {"type": "string", "format": "date-time"},
-                        "Only tasks created strictly after this instant "
-                        "(pass the newest created_at held).",
-                    ),
-                    query_param(
-                        "state",
-                        {"type": "string", "enum": ["active", "finished"]},
-                        "Only running or only finished top-level tasks.",
+                    *space_read_params(
+                        "Only running or only finished top-level tasks.", cursors_say_which=True
                     ),
                 ],
-                "responses": {
+                {
                     "200": {
                         "description": "The space. A browser (an Accept preferring text/html) "
                         "gets its live dashboard instead.",
@@ -103,10 +84,8 @@ def space_paths() -> dict[str, Any]:
                         "or one that is not UTF-8 once percent-decoded."
                     ),
                     "404": error("No such space (or not a UUID)."),
-                    "429": TOO_MANY_REQUESTS,
-                    "503": UNAVAILABLE,
                 },
-            },
+            ),
             "delete": delete_operation(
                 "deleteSpace",
                 "Delete a space and everything in it",
@@ -147,32 +126,27 @@ def task_paths() -> dict[str, Any]:
     """`/tasks/{task_uuid}`, its report by URL, and `/up`."""
     return {
         "/tasks/{task_uuid}": {
-            "get": {
-                "operationId": "getTask",
-                "summary": "Read one task",
-                "parameters": [TASK],
-                "responses": {
+            "get": operation(
+                "getTask",
+                "Read one task",
+                None,
+                [TASK],
+                {
                     "200": json_answer(ref("TaskOut"), "The task, children nested."),
                     "404": NOT_FOUND_TASK,
-                    "429": TOO_MANY_REQUESTS,
-                    "503": UNAVAILABLE,
                 },
-            },
-            "put": {
-                "operationId": "reportProgress",
-                "summary": "Report progress",
-                "description": "Replaces the task's whole state. A body of exactly "
+            ),
+            "put": operation(
+                "reportProgress",
+                "Report progress",
+                "Replaces the task's whole state. A body of exactly "
                 '{"done": true} finishes the task and keeps the last numbers. current at or '
                 "above a positive end finishes the task (a parent's own counts are ignored). "
                 "A report to a parent that does not finish it holds the parent open: it then "
                 "finishes only by its own done, never with its last step; a parent nobody "
                 "reported to finishes when its last step does." + BAD_REPORT_BODY,
-                "parameters": [TASK],
-                "requestBody": {
-                    "required": True,
-                    "content": {"application/json": {"schema": ref("ReportBody")}},
-                },
-                "responses": {
+                [TASK],
+                {
                     "200": json_answer(ref("TaskOut"), "The task as it now stands."),
                     "400": error(
                         "values not a flat object of numbers, strings or booleans; an "
@@ -182,10 +156,13 @@ def task_paths() -> dict[str, Any]:
                     ),
                     "404": NOT_FOUND_TASK,
                     "413": TOO_LARGE,
-                    "429": TOO_MANY_REQUESTS,
-                    "503": UNAVAILABLE_OR_FULL,
                 },
-            },
+                body={
+                    "required": True,
+                    "content": {"application/json": {"schema": ref("ReportBody")}},
+                },
+                unavailable=UNAVAILABLE_OR_FULL,
+            ),
             "delete": delete_operation(
                 "deleteTask",
                 "Delete a task and its steps",
@@ -208,12 +185,12 @@ def task_paths() -> dict[str, Any]:
             },
         },
         "/tasks/{task_uuid}/report": {
-            "get": {
-                "operationId": "reportProgressByUrl",
-                "summary": "Report progress by URL",
-                "description": "The same write as PUT, for clients that can only fire a URL. "
+            "get": operation(
+                "reportProgressByUrl",
+                "Report progress by URL",
+                "The same write as PUT, for clients that can only fire a URL. "
                 "Anything that follows the URL performs the write.",
-                "parameters": [
+                [
                     TASK,
                     query_param(
                         "current",
@@ -238,7 +215,7 @@ def task_paths() -> dict[str, Any]:
                         explode=True,
                     ),
                 ],
-                "responses": {
+                {
                     "200": json_answer(ref("TaskOut"), "The task as it now stands."),
                     "400": error(
                         "values not flat, an unknown parameter, a parameter given twice, one "
@@ -246,10 +223,9 @@ def task_paths() -> dict[str, Any]:
                         "finite, non-negative number that fits a 64-bit float)."
                     ),
                     "404": NOT_FOUND_TASK,
-                    "429": TOO_MANY_REQUESTS,
-                    "503": UNAVAILABLE_OR_FULL,
                 },
-            }
+                unavailable=UNAVAILABLE_OR_FULL,
+            )
         },
         "/up": {
             "get": {

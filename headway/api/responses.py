@@ -81,7 +81,7 @@ async def read_body(request: Request) -> bytes:
     """The request body, refused with 413 as soon as it passes the limit."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
-        raise too_large(MAX_BODY)
+        raise PayloadTooLarge(f"The request body is larger than {MAX_BODY} bytes.")
     return await receive_body(request.receive, MAX_BODY)
 
 
@@ -97,12 +97,8 @@ async def receive_body(receive: Receive, limit: int) -> bytes:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise too_large(limit)
+            raise PayloadTooLarge(f"The request body is larger than {limit} bytes.")
         chunks.append(chunk)
         if not message.get("more_body", False):
             break
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-def too_large(limit: int) -> PayloadTooLarge:
-    return PayloadTooLarge(f"The request body is larger than {limit} bytes.")

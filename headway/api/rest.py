@@ -19,18 +19,15 @@ from .endpoints import Request, Route
 from .responses import NO_STORE, JSONResponse, read_body
 from .streaming import JSONStream, space_pieces, task_pieces
 
-REPLAYED = {"idempotent-replayed": "true"}
-
 T = TypeVar("T", bound=msgspec.Struct)
-B = TypeVar("B", bound=msgspec.Struct, contravariant=True)
 
 
-class HeldBySpace(Protocol[B]):
+class HeldBySpace(Protocol):
     """What a space holds several of (webhooks, channels, share links): made from a
     create's body, listed, and removed by uuid."""
 
     async def create(
-        self, space_uuid: str, body: B, idempotency: Idempotency | None = None, /
+        self, space_uuid: str, body: Any, idempotency: Idempotency | None = None, /
     ) -> dict[str, Any]: ...
 
     async def list(self, space_uuid: str, /) -> Sequence[dict[str, Any]]: ...
@@ -51,25 +48,33 @@ async def read_create(request: Request, kind: str, schema: type[T]) -> tuple[T, 
 def created(answer: Any, idempotency: Idempotency | None) -> Response:
     """A create's 201; marked `Idempotent-Replayed` when it is the first answer again."""
     replayed = idempotency is not None and idempotency.replayed
-    return JSONResponse(answer, 201, REPLAYED if replayed else None)
+    return JSONResponse(answer, 201, {"idempotent-replayed": "true"} if replayed else None)
 
 
-async def create_or_list(
-    request: Request, kind: str, schema: type[T], held: HeldBySpace[T]
-) -> Response:
-    """POST creates one of the space's `kind` from a `schema` body; GET lists them."""
-    space_uuid = request.path_params["space_uuid"]
-    if request.method == "POST":
-        body, idempotency = await read_create(request, kind, schema)
-        return created(await held.create(space_uuid, body, idempotency), idempotency)
-    return JSONResponse(await held.list(space_uuid))
+def held_routes(kind: str, schema: type[msgspec.Struct], param: str) -> list[Route]:
+    """The routes of what a space holds several of, the service's `kind` (a `HeldBySpace`):
+    `/spaces/{space_uuid}/<kind>`, where POST creates one from a `schema` body and GET
+    lists them, and `.../{<param>}`, whose DELETE removes one (204)."""
+    path = f"/spaces/{{space_uuid}}/{kind}"
 
+    async def create_or_list(request: Request) -> Response:
+        space_uuid = request.path_params["space_uuid"]
+        held: HeldBySpace = getattr(request.service, kind)
+        if request.method == "POST":
+            body, idempotency = await read_create(request, kind, schema)
+            return created(await held.create(space_uuid, body, idempotency), idempotency)
+        return JSONResponse(await held.list(space_uuid))
 
-async def delete_held(request: Request, held: HeldBySpace[Any], param: str) -> Response:
-    """DELETE of one thing the space holds, its uuid the path's `param`: 204."""
-    params = request.path_params
-    await held.delete(params["space_uuid"], params[param])
-    return Response(status_code=204, headers=NO_STORE)
+    async def delete(request: Request) -> Response:
+        params = request.path_params
+        held: HeldBySpace = getattr(request.service, kind)
+        await held.delete(params["space_uuid"], params[param])
+        return Response(status_code=204, headers=NO_STORE)
+
+    return [
+        Route(path, create_or_list, methods=["GET", "POST"]),
+        Route(f"{path}/{{{param}}}", delete, methods=["DELETE"]),
+    ]
 
 
 async def create_space(request: Request) -> Response:
@@ -90,8 +95,7 @@ async def get_space(request: Request) -> Response:
             head = await request.service.spaces.head(space_uuid)
         except NotFound as exc:
             return pages.not_found_page(exc.message)
-        retention = request.app.state.settings.space_retention
-        return pages.space_page(space_uuid, head, retention)
+        return pages.space_page(space_uuid, head, request.app.state.settings.space_retention)
     params = query_params(request.scope["query_string"])
     head, pages_ = await request.service.reads.read(
         space_uuid,

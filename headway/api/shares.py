@@ -18,27 +18,18 @@ from .events import open_stream, stream_operation
 from .openapi_parts import (
     SHARE,
     SPACE,
-    TOO_MANY_REQUESTS,
-    UNAVAILABLE,
     create_operation,
     delete_operation,
     error,
     link,
     list_operation,
-    query_param,
+    made_link,
+    operation,
     ref,
+    space_read_params,
 )
-from .rest import create_or_list, delete_held
+from .rest import held_routes
 from .streaming import JSONStream, space_pieces
-
-
-async def shares(request: Request) -> Response:
-    """POST creates a share link; GET lists the space's links."""
-    return await create_or_list(request, "shares", CreateShare, request.service.shares)
-
-
-async def delete_share(request: Request) -> Response:
-    return await delete_held(request, request.service.shares, "share_uuid")
 
 
 async def shared(request: Request) -> Response:
@@ -77,29 +68,12 @@ async def shared_events(request: Request) -> Response:
 
 
 routes = [
-    Route("/spaces/{space_uuid}/shares", shares, methods=["GET", "POST"]),
-    Route("/spaces/{space_uuid}/shares/{share_uuid}", delete_share, methods=["DELETE"]),
+    *held_routes("shares", CreateShare, "share_uuid"),
     Route("/shared/{share_uuid}", shared, methods=["GET"]),
     Route("/shared/{share_uuid}/events", shared_events, methods=["GET"]),
 ]
 
 NO_SPACE = "No such space (or not a UUID)."
-NO_SHARE = error("No such share link: revoked, or never created (or not a UUID).")
-_SPACE_PARAMETERS = [
-    query_param("limit", {"type": "integer", "minimum": 1}, "How many top-level tasks to return."),
-    query_param(
-        "before",
-        {"type": "string", "format": "date-time"},
-        "Only tasks created strictly before this instant.",
-    ),
-    query_param(
-        "after",
-        {"type": "string", "format": "date-time"},
-        "Only tasks created strictly after this instant.",
-    ),
-    query_param("state", {"type": "string", "enum": ["active", "finished"]}, "Only this state."),
-]
-
 openapi_paths: dict[str, Any] = {
     "/spaces/{space_uuid}/shares": {
         "post": create_operation(
@@ -111,11 +85,7 @@ openapi_paths: dict[str, Any] = {
             created=("ShareCreated", "The new link."),
             links={
                 "ReadShared": link("readShared", share_uuid="$response.body#/uuid"),
-                "RevokeShare": link(
-                    "revokeShare",
-                    space_uuid="$request.path.space_uuid",
-                    share_uuid="$response.body#/uuid",
-                ),
+                "RevokeShare": made_link("revokeShare", "share_uuid"),
             },
             refused="A body other than {}, malformed JSON, or a space already holding its most "
             "share links (100 by default).",
@@ -141,14 +111,14 @@ openapi_paths: dict[str, Any] = {
         )
     },
     "/shared/{share_uuid}": {
-        "get": {
-            "operationId": "readShared",
-            "summary": "Read a space through a share link",
-            "description": "As the space read (same parameters, same order), each task with "
+        "get": operation(
+            "readShared",
+            "Read a space through a share link",
+            "As the space read (same parameters, same order), each task with "
             "an opaque `id` and `parent_id` in place of `uuid`, `space_uuid` and "
             "`parent_uuid`. A browser (an Accept preferring text/html) gets the live page.",
-            "parameters": [SHARE, *_SPACE_PARAMETERS],
-            "responses": {
+            [SHARE, *space_read_params("Only this state.", cursors_say_which=False)],
+            {
                 "200": {
                     "description": "The space, read-only.",
                     "content": {
@@ -157,11 +127,9 @@ openapi_paths: dict[str, Any] = {
                     },
                 },
                 "400": error("A bad cursor, limit or state, or a parameter given twice."),
-                "404": NO_SHARE,
-                "429": TOO_MANY_REQUESTS,
-                "503": UNAVAILABLE,
+                "404": error("No such share link: revoked, or never created (or not a UUID)."),
             },
-        }
+        )
     },
     "/shared/{share_uuid}/events": {
         "get": stream_operation("streamShared", "Watch a space live through a share link", SHARE)

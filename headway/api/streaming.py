@@ -75,26 +75,21 @@ async def space_pieces(
         for index, task in enumerate(page):
             if isinstance(task, msgspec.Raw):  # a childless task's JSON, made already
                 size += len(task)
-                if size < PIECE_BYTES:
-                    continue
-                yield comma + _encode(page[start : index + 1])[1:-1]
+            elif task.children:
+                if start < index:
+                    yield comma + _encode(page[start:index])[1:-1]
+                    comma = b","
+                pieces = task_pieces(task)
+                yield comma + next(pieces)
+                for piece in pieces:
+                    yield piece
                 comma, start, size = b",", index + 1, 0
                 continue
-            if not task.children:
+            else:
                 size += _ROUGH_TASK_BYTES + (len(task.progress.values) if task.progress else 0)
-                if size < PIECE_BYTES:
-                    continue
+            if size >= PIECE_BYTES:
                 yield comma + _encode(page[start : index + 1])[1:-1]
                 comma, start, size = b",", index + 1, 0
-                continue
-            if start < index:
-                yield comma + _encode(page[start:index])[1:-1]
-                comma = b","
-            pieces = task_pieces(task)
-            yield comma + next(pieces)
-            for piece in pieces:
-                yield piece
-            comma, start, size = b",", index + 1, 0
         if start < len(page):
             yield comma + _encode(page[start:])[1:-1]
             comma = b","
@@ -124,35 +119,30 @@ class JSONStream(Response):
             self.raw_headers.append((b"vary", b"Accept"))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        pieces = _aiter(self._pieces)
         held: list[bytes] = []
         size = 0
-        async for piece in pieces:
+        async for piece in _aiter(self._pieces):
             held.append(piece)
             size += len(piece)
             if size >= PIECE_BYTES:
-                break
-        else:  # small: one body with its length, like any other answer
-            body = b"".join(held)
-            headers = [*self.raw_headers, (b"content-length", str(len(body)).encode())]
-            self.started = True
-            await send({"type": "http.response.start", "status": 200, "headers": headers})
-            await send({"type": "http.response.body", "body": body})
-            return
-        self.started = True
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        await send({"type": "http.response.body", "body": b"".join(held), "more_body": True})
-        held, size = [], 0
-        async for piece in pieces:
-            held.append(piece)
-            size += len(piece)
-            if size >= PIECE_BYTES:
+                if not self.started:
+                    self.started = True
+                    start = {"type": "http.response.start", "status": 200}
+                    await send({**start, "headers": self.raw_headers})
                 # Waits while the client is not reading: back-pressure, not buffering.
                 await send(
                     {"type": "http.response.body", "body": b"".join(held), "more_body": True}
                 )
                 held, size = [], 0
-        await send({"type": "http.response.body", "body": b"".join(held), "more_body": False})
+        body = b"".join(held)
+        if self.started:
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+            return
+        # Small: one body with its length, like any other answer.
+        headers = [*self.raw_headers, (b"content-length", str(len(body)).encode())]
+        self.started = True
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
 
 
 async def _aiter(pieces: AsyncIterable[bytes] | Iterable[bytes]) -> AsyncIterator[bytes]:

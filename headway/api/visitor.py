@@ -1,20 +1,15 @@
 """One client's budgets in one place: the `Visitor` of a request, looked up once per
-request (`Visitors.of`) from its address, holds every check a client's requests pass.
+request (`Visitors.of`) from its address, holds every check a client's requests pass:
+its rates (`admit`, see `headway.api.limits`), its reads (`read_bill`), its live streams
+(`hold_stream`, capped per address and per network by `api.holdings`), its idempotency
+keys (`idempotency`) and its allowance of live progress (the `address` the service hands
+the progress store, which refuses a client holding its whole allowance).
 
-- Its rates (`admit`): one of a kind counted against the client's rate (see
-  `headway.api.limits`), 429 beyond it.
-- Its reads (`read_bill`): a read costs the tasks it renders, each child included, at
-  least 1. It is let through while the client's allowance is not spent, and counts 1
-  then; the rest is paid as the tasks are rendered (`ReadBill`): a task's children once
-  it is read, a space's pages (the owner's read, a share link's, a live stream's
-  snapshot) as each is rendered, so a big read's debt shows to the client's other reads
-  while it is still sent. A read's cost is not known before: a space's size is not held
-  anywhere cheap to read, and its children are counted nowhere.
-- Its live streams (`hold_stream`, `let_go_stream`): at most so many per client address
-  and per network (`api.holdings`).
-- Its idempotency keys (`idempotency`): a create's key is the client's own.
-- Its allowance of live progress: the address the service hands the progress store
-  (`address`), which refuses a client holding its whole allowance.
+A read costs the tasks it renders, each child included, and is paid as they are rendered
+(`ReadBill`): a task's children once it is read, a space's pages as each is sent, so a
+big read's debt shows to the client's other reads while it is still sent. Its cost is not
+known before: a space's size is held nowhere cheap to read, and children are counted
+nowhere.
 
 Modelled on ntfy's `server/visitor.go`: one small object per client holding what it may
 do, so that a route or an `/mcp` tool asks it and decides nothing itself.
@@ -86,8 +81,7 @@ class Visitor:
         return address
 
     async def admit(self, kind: Kind) -> None:
-        """Count one `kind` against the client's rate (a create also against the daily
-        cap on creates); TooManyRequests if it is over a limit."""
+        """`RateLimiter.check` of one `kind` for this client (TooManyRequests if over)."""
         rates = self._visitors.rates
         # `counted_here` first: where the counts are in this process, no coroutine more.
         if rates.enabled and not rates.counted_here(kind, address := self.address):

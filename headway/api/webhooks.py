@@ -4,34 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.responses import Response
-
 from ..domain.schemas import CreateWebhook
-from .endpoints import Request, Route
 from .openapi_parts import (
     SPACE,
     create_operation,
     delete_operation,
     link,
     list_operation,
+    made_link,
     path_param,
 )
-from .rest import create_or_list, delete_held
+from .rest import held_routes
 
-
-async def webhooks(request: Request) -> Response:
-    """POST registers a webhook; GET lists the space's webhooks."""
-    return await create_or_list(request, "webhooks", CreateWebhook, request.service.webhooks)
-
-
-async def delete_webhook(request: Request) -> Response:
-    return await delete_held(request, request.service.webhooks, "webhook_uuid")
-
-
-routes = [
-    Route("/spaces/{space_uuid}/webhooks", webhooks, methods=["GET", "POST"]),
-    Route("/spaces/{space_uuid}/webhooks/{webhook_uuid}", delete_webhook, methods=["DELETE"]),
-]
+routes = held_routes("webhooks", CreateWebhook, "webhook_uuid")
 
 openapi_paths: dict[str, Any] = {
     "/spaces/{space_uuid}/webhooks": {
@@ -44,11 +29,7 @@ openapi_paths: dict[str, Any] = {
             body="CreateWebhook",
             created=("WebhookCreated", "The webhook and its signing secret."),
             links={
-                "DeleteWebhook": link(
-                    "deleteWebhook",
-                    space_uuid="$request.path.space_uuid",
-                    webhook_uuid="$response.body#/uuid",
-                ),
+                "DeleteWebhook": made_link("deleteWebhook", "webhook_uuid"),
                 "ListWebhooks": link("listWebhooks", space_uuid="$request.path.space_uuid"),
             },
             refused="Not an http(s) URL; a host that is not a valid name; an address, or a name "
