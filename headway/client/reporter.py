@@ -6,14 +6,23 @@ from __future__ import annotations
 import traceback
 from collections.abc import Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Never
+from typing import Never, Protocol, TypeVar
 
 from . import calls
 from .errors import HeadwayError
 from .models import Estimate, Value
 
-if TYPE_CHECKING:
-    from .sender import Sender
+T = TypeVar("T")
+
+
+class Sender(Protocol):
+    """What a reporter asks of the thread that sends for it (`sender.Sender`)."""
+
+    def schedule(self, reporter: Reporter, due: float, place: int | None = None) -> None: ...
+
+    def flush(self, timeout: float, reporter: Reporter | None = None) -> bool: ...
+
+    def ask(self, call: calls.Call[T]) -> T: ...
 
 
 # (current, end, values, log): the arguments of the latest `report()`.

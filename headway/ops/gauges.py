@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -15,7 +15,6 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from ..storage import channels, queries, webhooks
 
 if TYPE_CHECKING:
-    from ..progress import ProgressStore
     from ..storage.database import Database
 
 log = logging.getLogger("headway.metrics")
@@ -28,6 +27,12 @@ class DiskGauges(Protocol):
     async def current(self) -> Any: ...
 
     def gauges(self) -> list[tuple[str, str, float]]: ...
+
+
+class StoreGauges(Protocol):
+    """What the gauges ask of the progress store (`progress.ProgressStore.gauges`)."""
+
+    async def gauges(self) -> Sequence[tuple[str, str, float]]: ...
 
 
 class ServiceState:
@@ -50,7 +55,7 @@ class ServiceState:
 
 
 async def measure(
-    db: Database, progress: ProgressStore | None, disk: DiskGauges | None = None
+    db: Database, progress: StoreGauges | None, disk: DiskGauges | None = None
 ) -> ServiceState:
     """The state gauges, now. Never raises for a dependency that is down or slow."""
     (
@@ -135,7 +140,7 @@ async def _measure_outbox(db: Database) -> tuple[list[Metric], bool]:
     ], True
 
 
-async def _measure_progress(progress: ProgressStore | None) -> tuple[list[Metric], bool | None]:
+async def _measure_progress(progress: StoreGauges | None) -> tuple[list[Metric], bool | None]:
     """The store's own gauges (see `ProgressStore.gauges`); None: no store to measure."""
     if progress is None:
         return [], None

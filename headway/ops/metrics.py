@@ -57,11 +57,10 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from .gauges import SCRAPE_TIMEOUT_S, DiskGauges, ServiceState, measure
+from .gauges import SCRAPE_TIMEOUT_S, DiskGauges, ServiceState, StoreGauges, measure
 
 if TYPE_CHECKING:
     from ..config import Settings
-    from ..progress import ProgressStore
     from ..storage.database import Database
 
 log = logging.getLogger("headway.metrics")
@@ -413,7 +412,7 @@ def _together(*collectors: Collector) -> CollectorRegistry:
     return registry
 
 
-async def scrape(db: Database, progress: ProgressStore, disk: DiskGauges | None = None) -> bytes:
+async def scrape(db: Database, progress: StoreGauges, disk: DiskGauges | None = None) -> bytes:
     """The text of `GET /metrics`: the counters and the state gauges."""
     state = await measure(db, progress, disk)
     return generate_latest(_together(_counted(), state))
@@ -433,7 +432,7 @@ class _Served(NamedTuple):
     `serving`), and the event loop whose connections they use."""
 
     db: weakref.ReferenceType[Database]
-    progress: weakref.ReferenceType[ProgressStore] | None
+    progress: weakref.ReferenceType[StoreGauges] | None
     disk: weakref.ReferenceType[DiskGauges] | None
     loop: asyncio.AbstractEventLoop
 
@@ -441,7 +440,7 @@ class _Served(NamedTuple):
 _served: _Served | None = None
 
 
-def serving(db: Database, progress: ProgressStore | None, disk: DiskGauges | None = None) -> None:
+def serving(db: Database, progress: StoreGauges | None, disk: DiskGauges | None = None) -> None:
     """Name the database, the progress store and the disk budget (None: none to measure)
     this process serves from, for the metrics port's scrape, which measures them on the
     event loop this is called from: call it from theirs. Weak references: what an app
