@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .database import Fetch, Statements
+from .database import Fetch, Statements, marks
 from .outbox import CHANNELS, Logs, logs
 from .queries import space_holds_fewer
 
@@ -188,11 +188,10 @@ async def episodes(fetch: Fetch, channel_uuids: Sequence[str]) -> list[tuple[Any
     """Open stall episodes of these channels: (channel, task, reason, current, since)."""
     if not channel_uuids:
         return []
-    marks = ", ".join("?" * len(channel_uuids))
     return list(
         await fetch(
             "SELECT channel_uuid, task_uuid, reason, current, since_us FROM stalls "
-            f"WHERE channel_uuid IN ({marks})",
+            f"WHERE channel_uuid IN ({marks(channel_uuids)})",
             tuple(channel_uuids),
         )
     )
@@ -225,9 +224,9 @@ async def late_told(fetch: Fetch, channel_uuids: Sequence[str]) -> set[tuple[str
     """The (channel, task) pairs told late already."""
     if not channel_uuids:
         return set()
-    marks = ", ".join("?" * len(channel_uuids))
     found = await fetch(
-        f"SELECT channel_uuid, task_uuid FROM late_runs WHERE channel_uuid IN ({marks})",
+        "SELECT channel_uuid, task_uuid FROM late_runs WHERE channel_uuid IN "
+        f"({marks(channel_uuids)})",
         tuple(channel_uuids),
     )
     return {(row[0], row[1]) for row in found}
@@ -261,8 +260,8 @@ async def task_states(fetch: Fetch, task_uuids: Sequence[str]) -> dict[str, bool
     """Whether each task that still exists has finished."""
     if not task_uuids:
         return {}
-    marks = ", ".join("?" * len(task_uuids))
     found = await fetch(
-        f"SELECT uuid, finished_at_us FROM tasks WHERE uuid IN ({marks})", tuple(task_uuids)
+        f"SELECT uuid, finished_at_us FROM tasks WHERE uuid IN ({marks(task_uuids)})",
+        tuple(task_uuids),
     )
     return {row[0]: row[1] is not None for row in found}

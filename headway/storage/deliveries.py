@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .database import Statements
-from .outbox import WEBHOOKS, lock, log_outcomes, marks
+from .database import Statements, marks
+from .outbox import WEBHOOKS, lock, log_outcomes
 from .webhooks import EVENT, OWNED, recompute_due
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .database import Fetch, Statements
+from .database import Fetch, Statements, marks
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +56,9 @@ async def messages(fetch: Fetch, channel_uuids: Sequence[str]) -> list[LiveRow]:
     """The messages these channels keep."""
     if not channel_uuids:
         return []
-    marks = ", ".join("?" * len(channel_uuids))
     found = await fetch(
         "SELECT channel_uuid, task_uuid, ref, state, digest, sent_at_us, next_at_us, attempts, "
-        f"given_up FROM live_messages WHERE channel_uuid IN ({marks})",
+        f"given_up FROM live_messages WHERE channel_uuid IN ({marks(channel_uuids)})",
         tuple(channel_uuids),
     )
     return [

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..domain.tasks import TaskRow
-from .database import Fetch, Statements
+from .database import Fetch, Statements, chunks, marks
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +131,7 @@ async def parents_by_uuid(st: Statements, uuids: Collection[str]) -> dict[str, t
     if not uuids:
         return {}
     found = await st.rows(
-        f"SELECT {_ROW_COLUMNS}, children FROM tasks WHERE uuid IN ({', '.join('?' * len(uuids))})",
+        f"SELECT {_ROW_COLUMNS}, children FROM tasks WHERE uuid IN ({marks(uuids)})",
         list(uuids),
     )
     return {raw[0]: (TaskRow(*raw[:10]), int(raw[10])) for raw in found}
@@ -152,7 +152,7 @@ async def children_uuids(st: Statements, parents: Sequence[str]) -> list[str]:
     if not parents:
         return []
     found = await st.rows(
-        f"SELECT uuid FROM tasks WHERE parent_uuid IN ({', '.join('?' * len(parents))})",
+        f"SELECT uuid FROM tasks WHERE parent_uuid IN ({marks(parents)})",
         list(parents),
     )
     return [row[0] for row in found]
@@ -186,8 +186,7 @@ async def tasks_by_uuid(st: Statements, uuids: Collection[str]) -> dict[str, Tas
     if not uuids:
         return {}
     found = await st.rows(
-        f"SELECT {_ROW_COLUMNS} FROM tasks WHERE uuid IN ({', '.join('?' * len(uuids))}) "
-        f"AND {LIVE}",
+        f"SELECT {_ROW_COLUMNS} FROM tasks WHERE uuid IN ({marks(uuids)}) AND {LIVE}",
         list(uuids),
     )
     return {row.uuid: row for row in (TaskRow(*raw) for raw in found)}
@@ -223,16 +222,13 @@ async def read_families(
     (oldest first), by uuid: one query for every FAMILIES_AT_ONCE of them, outside any
     transaction."""
     found: dict[str, tuple[TaskRow, list[TaskRow]]] = {}
-    wanted = list(dict.fromkeys(uuids))
-    for start in range(0, len(wanted), FAMILIES_AT_ONCE):
-        chunk = wanted[start : start + FAMILIES_AT_ONCE]
-        marks = ", ".join("?" * len(chunk))
+    for chunk in chunks(list(dict.fromkeys(uuids)), FAMILIES_AT_ONCE):
         rows = {
             raw[0]: TaskRow(*raw)  # a wanted child comes twice: as itself and as a child
             for raw in await fetch(
-                f"SELECT {_ROW_COLUMNS} FROM tasks WHERE uuid IN ({marks}) AND {LIVE} "
-                f"UNION ALL SELECT {_ROW_COLUMNS} FROM tasks WHERE parent_uuid IN ({marks}) "
-                f"AND {LIVE}",
+                f"SELECT {_ROW_COLUMNS} FROM tasks WHERE uuid IN ({marks(chunk)}) AND {LIVE} "
+                f"UNION ALL SELECT {_ROW_COLUMNS} FROM tasks WHERE parent_uuid IN "
+                f"({marks(chunk)}) AND {LIVE}",
                 (*chunk, *chunk),
             )
         }
@@ -321,8 +317,7 @@ async def hold_tasks(st: Statements, uuids: Collection[str]) -> None:
     `done` finishes them (see `service.families`)."""
     if uuids:
         await st.many(
-            f"UPDATE tasks SET held = TRUE WHERE uuid IN ({', '.join('?' * len(uuids))}) "
-            "AND NOT held",
+            f"UPDATE tasks SET held = TRUE WHERE uuid IN ({marks(uuids)}) AND NOT held",
             [list(uuids)],
         )
 

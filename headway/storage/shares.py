@@ -7,7 +7,7 @@ import base64
 import secrets
 from typing import Literal
 
-from .database import Database, Fetch, Statements
+from .database import Database, Fetch, Statements, chunks, marks
 from .queries import space_holds_fewer
 
 
@@ -56,10 +56,8 @@ async def existing(fetch: Fetch, table: Literal["spaces", "shares"], uuids: list
     """Which of `uuids` are still rows of `table` (spaces not deleted, or share links)."""
     found: set[str] = set()
     live = " AND deleted_at_us IS NULL" if table == "spaces" else ""
-    for start in range(0, len(uuids), AT_ONCE):
-        chunk = uuids[start : start + AT_ONCE]
-        marks = ", ".join("?" * len(chunk))
-        rows = await fetch(f"SELECT uuid FROM {table} WHERE uuid IN ({marks}){live}", chunk)
+    for chunk in chunks(uuids, AT_ONCE):
+        rows = await fetch(f"SELECT uuid FROM {table} WHERE uuid IN ({marks(chunk)}){live}", chunk)
         found.update(row[0] for row in rows)
     return found
 

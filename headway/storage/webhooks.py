@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from .database import Fetch, Statements
-from .outbox import WEBHOOKS, Logs, count_in, count_out, lock, log_outcomes, logs, marks, push_out
+from .database import Fetch, Statements, marks
+from .outbox import WEBHOOKS, Logs, count_in, count_out, lock, log_outcomes, logs, push_out
 from .queries import space_holds_fewer
 
 # The type of the events webhooks hear (the outbox's `type`).
