@@ -17,7 +17,7 @@ from ..storage.channels import ChannelRow
 from ..storage.database import Statements
 from .context import Stores
 from .idempotency import Idempotency, Keys
-from .spaces import Spaces, added_to_space
+from .spaces import Spaces
 
 NO_CHANNEL = "No such channel in this space."
 BUSY = (
@@ -53,10 +53,8 @@ class Channels:
         first answer under it again, if there is one."""
         self._stores.disk.admit()
         space_key = await self._spaces.existing(space_uuid)
-        if idempotency is not None:
-            first = await self.keys.first_answer(space_key, idempotency)
-            if first is not None:
-                return first
+        if (first := await self.keys.first_answer(space_key, idempotency)) is not None:
+            return first
         checked = await self._checked(body.url)
         if body.live:
             from ..notify import guard
@@ -90,7 +88,7 @@ class Channels:
             del shown["deliveries"]
             return shown
 
-        return await added_to_space(self.keys.once(space_key, space_key, idempotency, write))
+        return await self.keys.added_to_space(space_key, idempotency, write)
 
     async def _checked(self, url: str) -> Any:
         from ..delivery.webhooks import RefusedAddress

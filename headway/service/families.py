@@ -129,8 +129,8 @@ class Families:
             row = finished
             await self._record_event(unit, event)
             runs = [(row.uuid, event.failed)]
-            parent_done = row.parent_uuid is not None and await self._finish_parent_if_done(
-                unit, row, progress, now_us, runs
+            parent_done = row.parent_uuid is not None and await self.finish_if_steps_done(
+                unit, row.parent_uuid, now_us, {row.uuid: progress}, runs
             )
             await jobs.finished(st, runs, now_us)
         if parent_done:
@@ -147,18 +147,6 @@ class Families:
         except Exception as exc:
             if not unavailable(exc):
                 raise
-
-    async def _finish_parent_if_done(
-        self,
-        unit: Unit,
-        child: TaskRow,
-        child_progress: Progress,
-        now_us: int,
-        runs: list[tuple[str, bool]],
-    ) -> bool:
-        assert child.parent_uuid is not None
-        known = {child.uuid: child_progress}
-        return await self.finish_if_steps_done(unit, child.parent_uuid, now_us, known, runs)
 
     async def finish_if_steps_done(
         self,

@@ -17,7 +17,7 @@ from ..storage import shares
 from ..storage.database import Statements
 from .context import NO_SHARE, Stores
 from .idempotency import Idempotency, Keys
-from .spaces import Spaces, added_to_space
+from .spaces import Spaces
 
 
 class Shares:
@@ -55,7 +55,7 @@ class Shares:
                 "created_at": domain.format_ts(now_us),
             }
 
-        return await added_to_space(self.keys.once(space_key, space_key, idempotency, write))
+        return await self.keys.added_to_space(space_key, idempotency, write)
 
     async def list(self, space_uuid: str) -> list[dict[str, str]]:
         space_key = await self._spaces.existing(space_uuid)
