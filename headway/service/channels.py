@@ -15,7 +15,7 @@ from ..notify.schemes import DEFAULT_SCHEMES
 from ..storage import channel_queue, channels, shares
 from ..storage.channels import ChannelRow
 from ..storage.database import Statements
-from .context import Stores
+from .context import Stores, canonical
 from .idempotency import Idempotency, Keys
 from .spaces import Spaces
 
@@ -128,12 +128,9 @@ class Channels:
         from ..notify import guard, send
 
         space_key = await self._spaces.existing(space_uuid)
-        key = canonical_uuid(channel_uuid)
-        found = None
-        if key is not None:
-            async with self._stores.db.read() as fetch:
-                found = await channels.target(fetch, space_key, key)
-        if key is None or found is None:
+        key = canonical(channel_uuid, NO_CHANNEL)
+        found = await channels.target(self._stores.db.fetch, space_key, key)
+        if found is None:
             raise NotFound(NO_CHANNEL)
         # A test message takes its place among the channels' sends (`guard.admit`), so that
         # test messages cannot take the sending threads from every other channel.

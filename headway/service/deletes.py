@@ -8,7 +8,7 @@ from ..domain.errors import NotFound
 from ..domain.tasks import Changed, canonical_uuid
 from ..ops import metrics
 from ..storage import deletes, queries
-from .context import NO_SPACE, NO_TASK, Stores
+from .context import NO_SPACE, NO_TASK, Stores, canonical
 from .families import Families
 
 
@@ -22,9 +22,7 @@ class Deletes:
     async def task(self, task_uuid: str) -> None:
         """Delete a task, its children and their progress. Its parent's aggregate follows;
         a parent whose remaining steps have all finished finishes, with its one event."""
-        key = canonical_uuid(task_uuid)
-        if key is None:
-            raise NotFound(NO_TASK)
+        key = canonical(task_uuid, NO_TASK)
         stores = self._stores
         async with stores.writes.unit() as unit:
             async with unit.transaction() as st:

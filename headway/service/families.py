@@ -18,7 +18,7 @@ from ..ops import metrics
 from ..ops.dependencies import unavailable
 from ..storage import channel_queue, jobs, queries, webhooks
 from ..storage.database import Statements
-from .context import NO_TASK, Stores
+from .context import NO_TASK, Stores, canonical
 from .unit import Unit
 
 # A parent's steps, each with its progress (None: it has none).
@@ -41,9 +41,7 @@ class Families:
 
     async def get(self, task_uuid: str) -> tuple[TaskRow, Sequence[TaskRow]]:
         """The family as a read shows it (see `FamilyCache.held_for_read`)."""
-        key = canonical_uuid(task_uuid)
-        if key is None:
-            raise NotFound(NO_TASK)
+        key = canonical(task_uuid, NO_TASK)
         cache = self.cache
         held = cache.held_for_read(key)
         if held is not None:

@@ -13,10 +13,10 @@ import msgspec
 from ..caches.spaces import BigSpace, ShownTasks, SmallSpace, SmallSpaces, space_version_key
 from ..domain import tasks as domain
 from ..domain.errors import BadRequest, NotFound
-from ..domain.tasks import FamilyVersion, Progress, TaskRow, TaskView, canonical_uuid
+from ..domain.tasks import FamilyVersion, Progress, TaskRow, TaskView
 from ..storage import pages, queries
 from .activity import Activity
-from .context import NO_SPACE, Stores
+from .context import NO_SPACE, Stores, canonical
 from .spaces import Head, Spaces
 
 # Top-level tasks read at a time for a space read (their children come with them): the
@@ -94,9 +94,7 @@ class SpaceReads:
         state = query.get("state")
         if state is not None and state not in ("active", "finished"):
             raise BadRequest(f"state must be active or finished, not {state!r}.")
-        key = canonical_uuid(space_uuid)
-        if key is None:
-            raise NotFound(NO_SPACE)
+        key = canonical(space_uuid, NO_SPACE)
         window = pages.Window(key, before_us, after_us, count, cast(pages.State | None, state))
         head = self._spaces.heads.get(key)
         version: FamilyVersion | None = None

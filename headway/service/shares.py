@@ -12,10 +12,10 @@ from ..domain import tasks as domain
 from ..domain.errors import NotFound, Unprocessable
 from ..domain.schemas import CreateShare
 from ..domain.share_ids import ShareView
-from ..domain.tasks import Changed, canonical_uuid
+from ..domain.tasks import Changed
 from ..storage import shares
 from ..storage.database import Statements
-from .context import NO_SHARE, Stores
+from .context import NO_SHARE, Stores, canonical
 from .idempotency import Idempotency, Keys
 from .spaces import Spaces
 
@@ -95,26 +95,23 @@ class Shares:
     async def space_of(self, share_uuid: str) -> str:
         """The uuid of the space a share link shows; NotFound if it was revoked or never
         existed."""
-        key = canonical_uuid(share_uuid)
-        if key is not None:
-            space = await shares.space_of_share(self._stores.db.fetch, key)
-            if space is not None:
-                return space
-        raise NotFound(NO_SHARE)
+        key = canonical(share_uuid, NO_SHARE)
+        space = await shares.space_of_share(self._stores.db.fetch, key)
+        if space is None:
+            raise NotFound(NO_SHARE)
+        return space
 
     async def kept_space_of(self, share_uuid: str) -> tuple[str, str]:
         """The link's canonical uuid and the space it shows, as `space_of` says, but kept a
         moment (`SharedSpaces`): for badges, asked for again and again."""
-        key = canonical_uuid(share_uuid)
-        if key is not None:
-            kept = self.spaces
-            now_us = self._stores.clock.now_us()
-            space = kept.get(key, now_us)
-            if space is not None:
-                return key, space
-            generation = kept.generation
-            space = await shares.space_of_share(self._stores.db.fetch, key)
-            if space is not None:
-                kept.keep(key, space, now_us, generation)
-                return key, space
-        raise NotFound(NO_SHARE)
+        key, kept = canonical(share_uuid, NO_SHARE), self.spaces
+        now_us = self._stores.clock.now_us()
+        space = kept.get(key, now_us)
+        if space is not None:
+            return key, space
+        generation = kept.generation
+        space = await shares.space_of_share(self._stores.db.fetch, key)
+        if space is None:
+            raise NotFound(NO_SHARE)
+        kept.keep(key, space, now_us, generation)
+        return key, space

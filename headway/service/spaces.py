@@ -14,7 +14,7 @@ from ..domain.schemas import MAX_ICON, CreateSpace
 from ..domain.tasks import Changed, canonical_uuid
 from ..storage import queries
 from ..storage.database import Statements
-from .context import NO_SPACE, Stores
+from .context import NO_SPACE, Stores, canonical
 from .group_commit import GroupCommit
 from .idempotency import Idempotency, Keys, Settled, client_scope, submitted
 from .unit import Unit
@@ -72,9 +72,7 @@ class Spaces:
 
     async def head(self, space_uuid: str) -> Head:
         """A space's `{"title", "icon"}`; NotFound if there is no such space."""
-        key = canonical_uuid(space_uuid)
-        if key is None:
-            raise NotFound(NO_SPACE)
+        key = canonical(space_uuid, NO_SPACE)
         head = self.heads.get(key)
         if head is None:
             space = await queries.space_head(self._stores.db.fetch, key)

@@ -22,7 +22,7 @@ from ..storage import jobs, queries
 from ..storage.idempotency import KeyRow
 from .activity import Activity
 from .caps import Caps
-from .context import NO_SPACE, NO_TASK, NOT_A_PARENT, Stores
+from .context import NO_SPACE, NO_TASK, NOT_A_PARENT, Stores, canonical
 from .families import Families, StepsProgress
 from .group_commit import GroupCommit
 from .idempotency import Idempotency, Keys, Settled, submitted
@@ -74,9 +74,7 @@ class Tasks:
             # cannot be counted, and the task's reports wait for the store anyway.
             if not unavailable(exc):
                 raise
-        space_key = canonical_uuid(space_uuid)
-        if space_key is None:
-            raise NotFound(NO_SPACE)
+        space_key = canonical(space_uuid, NO_SPACE)
         parent_key = None
         if body.parent_uuid is not None:
             parent_key = canonical_uuid(body.parent_uuid)
@@ -228,9 +226,7 @@ class Tasks:
         checks, in the same round trip, that the family it was decided on is still at it
         (see `Coherence.put`), and one that finishes decides on the database's rows.
         """
-        key = canonical_uuid(task_uuid)
-        if key is None:
-            raise NotFound(NO_TASK)
+        key = canonical(task_uuid, NO_TASK)
         families = self._families
         cached = families.cache.get_versioned(key, self._stores.clock.now_us)
         seen: FamilyVersion | None = None  # a version the failed write saw, before any SQL
