@@ -12,7 +12,7 @@ from typing import Any
 
 from .database import Fetch, Statements, marks
 from .outbox import CHANNELS, Logs, logs
-from .queries import space_holds_fewer
+from .queries import delete_held, insert_held, list_held
 
 EVENTS = ("completed", "failed", "stalled", "late")
 
@@ -52,14 +52,14 @@ async def insert_channel(
     *,
     cap: int,
 ) -> bool:
-    """Register a channel unless the space has `cap` already (False: nothing stored;
-    exact under concurrent registrations, see `queries.space_holds_fewer`)."""
-    if not await space_holds_fewer(st, "channels", space_uuid, cap):
-        return False
-    await st.rows(
-        "INSERT INTO channels (uuid, space_uuid, url, redacted, on_completed, on_failed, "
-        "on_stalled, on_late, steps, stalled_after_s, share_uuid, created_at_us, live) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    """Register a channel unless the space has `cap` already (see `queries.insert_held`)."""
+    return await insert_held(
+        st,
+        "channels",
+        space_uuid,
+        cap,
+        "uuid, space_uuid, url, redacted, on_completed, on_failed, on_stalled, on_late, steps, "
+        "stalled_after_s, share_uuid, created_at_us, live",
         (
             channel.uuid,
             space_uuid,
@@ -73,16 +73,11 @@ async def insert_channel(
             channel.live,
         ),
     )
-    return True
 
 
 async def list_channels(fetch: Fetch, space_uuid: str) -> list[ChannelRow]:
     """The space's channels, oldest first."""
-    found = await fetch(
-        f"SELECT {_COLUMNS} FROM channels WHERE space_uuid = ? ORDER BY created_at_us, uuid",
-        (space_uuid,),
-    )
-    return [_channel(row) for row in found]
+    return [_channel(row) for row in await list_held(fetch, "channels", _COLUMNS, space_uuid)]
 
 
 async def channel_logs(fetch: Fetch, channel_uuids: Sequence[str]) -> Logs:
@@ -93,11 +88,7 @@ async def channel_logs(fetch: Fetch, channel_uuids: Sequence[str]) -> Logs:
 async def delete_channel(st: Statements, space_uuid: str, channel_uuid: str) -> bool:
     """Delete a channel, what it still had to send, its log and its stall episodes.
     False: no such channel in this space."""
-    gone = await st.rows(
-        "DELETE FROM channels WHERE uuid = ? AND space_uuid = ? RETURNING uuid",
-        (channel_uuid, space_uuid),
-    )
-    if not gone:
+    if not await delete_held(st, "channels", space_uuid, channel_uuid):
         return False
     for table in ("channel_deliveries", "channel_log", "stalls", "late_runs", "live_messages"):
         await st.many(f"DELETE FROM {table} WHERE channel_uuid = ?", [(channel_uuid,)])

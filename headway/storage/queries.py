@@ -259,9 +259,11 @@ def family_from_rows(
     return task, children
 
 
-async def space_holds_fewer(
-    st: Statements, table: Literal["webhooks", "shares", "channels"], space_uuid: str, cap: int
-) -> bool:
+# What a space holds beside its tasks, each row with its `uuid` and `created_at_us`.
+Held = Literal["webhooks", "shares", "channels"]
+
+
+async def space_holds_fewer(st: Statements, table: Held, space_uuid: str, cap: int) -> bool:
     """Whether the space has fewer than `cap` rows in `table` (webhooks, share links,
     channels). SpaceGone if the space was deleted (or never existed).
 
@@ -278,6 +280,34 @@ async def space_holds_fewer(
         raise SpaceGone(space_uuid)
     found = await st.rows(f"SELECT count(*) FROM {table} WHERE space_uuid = ?", (space_uuid,))
     return found[0][0] < cap
+
+
+async def insert_held(
+    st: Statements, table: Held, space_uuid: str, cap: int, columns: str, row: Sequence[Any]
+) -> bool:
+    """Insert `row` (of `columns`) into `table` unless the space holds `cap` rows there
+    already (False: nothing stored); exact under concurrent inserts (see
+    `space_holds_fewer`)."""
+    if not await space_holds_fewer(st, table, space_uuid, cap):
+        return False
+    await st.many(f"INSERT INTO {table} ({columns}) VALUES ({marks(row)})", [row])
+    return True
+
+
+async def list_held(fetch: Fetch, table: Held, columns: str, space_uuid: str) -> Sequence[Any]:
+    """`columns` of the space's rows of `table`, oldest first."""
+    return await fetch(
+        f"SELECT {columns} FROM {table} WHERE space_uuid = ? ORDER BY created_at_us, uuid",
+        (space_uuid,),
+    )
+
+
+async def delete_held(st: Statements, table: Held, space_uuid: str, uuid: str) -> bool:
+    """Delete the space's row `uuid` of `table`; False if the space holds no such row."""
+    deleted = await st.rows(
+        f"DELETE FROM {table} WHERE uuid = ? AND space_uuid = ? RETURNING uuid", (uuid, space_uuid)
+    )
+    return len(deleted) == 1
 
 
 async def lock_task(st: Statements, uuid: str) -> None:
