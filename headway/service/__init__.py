@@ -89,7 +89,7 @@ class Service:
         self.feed = coherence.feed
         self.activity = Activity(clock, db)
         self.spaces = Spaces(stores)
-        self.reads = SpaceReads(stores, self.spaces, activity=self.activity)
+        self.reads = SpaceReads(stores, self.spaces, self.activity)
         self.families = Families(
             stores,
             coherence.family_cache(),

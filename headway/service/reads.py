@@ -49,13 +49,7 @@ class SpaceReads:
     progress store hands out the object it holds, the answers of unchanged tasks are
     reused too (`ShownTasks`: progress read from Redis is a new object each time)."""
 
-    def __init__(
-        self,
-        stores: Stores,
-        spaces: Spaces,
-        *,
-        activity: Activity | None = None,
-    ) -> None:
+    def __init__(self, stores: Stores, spaces: Spaces, activity: Activity) -> None:
         self._stores = stores
         self._activity = activity
         self._spaces = spaces
@@ -105,7 +99,7 @@ class SpaceReads:
         held = None if self.small is None else self.small.get(key, version, now_us)
         if not self._coherence.head_shows_space(held is not None):
             head = None  # another instance may have deleted the space: ask the database
-        if head is not None and self._activity is not None:
+        if head is not None:
             self._activity.note(key)  # an existing space was read
         if head is not None and isinstance(held, SmallSpace):
             return head, await self._rendered(held.rows_of(window), *self._held_shown(held))
@@ -120,8 +114,7 @@ class SpaceReads:
                 if found is None:
                     raise NotFound(NO_SPACE)
                 head = self._spaces.heads.keep(key, *found)
-                if self._activity is not None:
-                    self._activity.note(key)
+                self._activity.note(key)
             if self.small is not None and held is None:
                 held = await self.small.load(fetch, key, version, now_us)
             if isinstance(held, SmallSpace):

@@ -38,17 +38,11 @@ FAMILY_RELOADS = 3
 class Tasks:
     """Creates (concurrent ones share a commit), reads and reports of tasks."""
 
-    def __init__(
-        self,
-        stores: Stores,
-        families: Families,
-        caps: Caps | None = None,
-        activity: Activity | None = None,
-    ) -> None:
+    def __init__(self, stores: Stores, families: Families, caps: Caps, activity: Activity) -> None:
         self._stores = stores
         self._families = families
-        self.caps = caps or Caps(stores)
-        self._activity = activity or Activity(stores.clock, stores.db)
+        self.caps = caps
+        self._activity = activity
         self.keys = Keys(stores)
         # Each batch is one unit of work: what it made (and removed to make room) is told
         # as its commit ends, before anyone is answered; a create whose caller was
@@ -112,7 +106,7 @@ class Tasks:
             for index, new in enumerate(batch)
             if new.idempotency is not None
         ]
-        settled = await self.keys.settle(st, claims) if claims else {}
+        settled = await self.keys.settle(st, claims)
         wanted = {
             new.parent_uuid
             for index, new in enumerate(batch)
@@ -178,8 +172,7 @@ class Tasks:
             await queries.hold_tasks(
                 st, {new.parent_uuid for new in batch if new.hold_parent and new.uuid in made}
             )
-            if claims:
-                await self.keys.record(st, _key_rows(batch, outcomes, settled))
+            await self.keys.record(st, _key_rows(batch, outcomes, settled))
             await jobs.created(st, [job for job in named if job is not None], now_us)
         return [settled[i] if i in settled else outcomes[i] for i in range(len(batch))]
 
