@@ -12,7 +12,7 @@ from ..domain.errors import NotFound, Unprocessable
 from ..domain.schemas import CreateChannel
 from ..domain.tasks import canonical_uuid
 from ..notify.schemes import DEFAULT_SCHEMES
-from ..storage import channel_queue, channels, shares
+from ..storage import channel_queue, channels, outbox, shares
 from ..storage.channels import ChannelRow
 from ..storage.database import Statements
 from .context import Stores, canonical
@@ -114,7 +114,7 @@ class Channels:
         space_key = await self._spaces.existing(space_uuid)
         async with self._stores.db.read() as fetch:
             found = await channels.list_channels(fetch, space_key)
-            logs = await channels.channel_logs(fetch, [row.uuid for row in found])
+            logs = await outbox.logs(fetch, outbox.CHANNELS, [row.uuid for row in found])
         return [_shown(row, logs[row.uuid]) for row in found]
 
     async def delete(self, space_uuid: str, channel_uuid: str) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from ..delivery import webhooks
 from ..domain.errors import Unprocessable
 from ..domain.schemas import CreateWebhook
+from ..storage import outbox
 from ..storage import webhooks as webhook_rows
 from ..storage.database import Statements
 from .channels import shown_delivery
@@ -71,7 +72,7 @@ class Webhooks:
         space_key = await self._spaces.existing(space_uuid)
         async with self._stores.db.read() as fetch:
             found = await webhook_rows.list_webhooks(fetch, space_key)
-            logs = await webhook_rows.webhook_logs(fetch, [hook for hook, _ in found])
+            logs = await outbox.logs(fetch, outbox.WEBHOOKS, [hook for hook, _ in found])
         return [
             {"uuid": hook, "url": url, "deliveries": [shown_delivery(e) for e in logs[hook]]}
             for hook, url in found

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from .database import Fetch, Statements, marks
-from .outbox import CHANNELS, Logs, logs
 from .queries import delete_held, insert_held, list_held
 
 EVENTS = ("completed", "failed", "stalled", "late")
@@ -75,11 +74,6 @@ async def list_channels(fetch: Fetch, space_uuid: str) -> list[ChannelRow]:
     return [_channel(row) for row in await list_held(fetch, "channels", _COLUMNS, space_uuid)]
 
 
-async def channel_logs(fetch: Fetch, channel_uuids: Sequence[str]) -> Logs:
-    """Each channel's last deliveries, newest first: (at, event, outcome, detail)."""
-    return await logs(fetch, CHANNELS, channel_uuids)
-
-
 async def delete_channel(st: Statements, space_uuid: str, channel_uuid: str) -> bool:
     """Delete a channel, what it still had to send, its log and its stall episodes.
     False: no such channel in this space."""
@@ -109,14 +103,14 @@ async def target(fetch: Fetch, space_uuid: str, channel_uuid: str) -> Target | N
     return Target(*found[0]) if found else None
 
 
-# The channels' counts of queued messages (no scan of the queue), and the open episodes.
-_BACKLOG = "SELECT (SELECT coalesce(sum(queued), 0) FROM channels), (SELECT count(*) FROM stalls)"
-
-
 async def backlog(fetch: Fetch) -> tuple[int, int]:
     """How many channel events are still to send (due, being sent or waiting to retry),
-    and how many stall episodes are open (told `stalled`, not yet `recovered`)."""
-    found = await fetch(_BACKLOG, ())
+    from the channels' counts (no scan of the queue), and how many stall episodes are
+    open (told `stalled`, not yet `recovered`)."""
+    found = await fetch(
+        "SELECT (SELECT coalesce(sum(queued), 0) FROM channels), (SELECT count(*) FROM stalls)",
+        (),
+    )
     return int(found[0][0]), int(found[0][1])
 
 

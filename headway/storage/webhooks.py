@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from .database import Fetch, Statements, marks
-from .outbox import WEBHOOKS, Logs, count_in, count_out, lock, log_outcomes, logs, push_out
+from .outbox import WEBHOOKS, count_in, count_out, lock, log_outcomes, push_out
 from .queries import delete_held, insert_held, list_held
 
 # The type of the events webhooks hear (the outbox's `type`).
@@ -71,11 +71,6 @@ async def delete_webhook(st: Statements, space_uuid: str, uuid: str) -> bool:
     await st.many("DELETE FROM webhook_log WHERE webhook_uuid = ?", [(uuid,)])
     await delete_settled_events(st, [row[0] for row in gone])
     return True
-
-
-async def webhook_logs(fetch: Fetch, webhook_uuids: Sequence[str]) -> Logs:
-    """Each webhook's last deliveries, newest first: (at, event, outcome, detail)."""
-    return await logs(fetch, WEBHOOKS, webhook_uuids)
 
 
 # --- Fan-out ------------------------------------------------------------------------------
