@@ -84,9 +84,7 @@ class Channels:
         async def write(st: Statements) -> dict[str, Any]:
             if not await channels.insert_channel(st, space_key, row, body.url, cap=cap):
                 raise Unprocessable(f"A space holds at most {cap} channels; delete one first.")
-            shown = _shown(row, [])
-            del shown["deliveries"]
-            return shown
+            return {key: value for key, value in _shown(row, []).items() if key != "deliveries"}
 
         return await self.keys.added_to_space(space_key, idempotency, write)
 

@@ -102,12 +102,12 @@ class SpaceReads:
         if head is not None:
             self._activity.note(key)  # an existing space was read
         if head is not None and isinstance(held, SmallSpace):
-            return head, await self._rendered(held.rows_of(window), *self._held_shown(held))
+            return head, _one(await self.render(held.rows_of(window), *self._held_shown(held)))
         if head is not None and isinstance(held, BigSpace):
             assert self.small is not None
             page = self.small.page(held, window)
             if page is not None:
-                return head, await self._rendered(page, *self._reuse(page))
+                return head, _one(await self.render(page, *self._reuse(page)))
         async with self._stores.db.read() as fetch:
             if head is None:
                 found = await queries.space_head(fetch, key)
@@ -118,7 +118,7 @@ class SpaceReads:
             if self.small is not None and held is None:
                 held = await self.small.load(fetch, key, version, now_us)
             if isinstance(held, SmallSpace):
-                return head, await self._rendered(held.rows_of(window), *self._held_shown(held))
+                return head, _one(await self.render(held.rows_of(window), *self._held_shown(held)))
             big = held if isinstance(held, BigSpace) else None
             version = 0 if big is None else big.version  # as the rows are read
             pager = await pages.TopLevelPager.start(
@@ -133,7 +133,7 @@ class SpaceReads:
             assert self.small is not None
             self.small.keep_page(big, version, window, first)  # the whole answer
         if pager.exhausted or not first[0]:
-            return head, await self._rendered(first, *self._reuse(first))
+            return head, _one(await self.render(first, *self._reuse(first)))
         return head, self._pages(pager, await self.render(first, *self._reuse(first)))
 
     def _held_shown(self, held: SmallSpace) -> tuple[ShownTasks | None, ShownTasks | None]:
@@ -146,13 +146,6 @@ class SpaceReads:
         """Where a page read from the database reuses answers: its childless tasks', in a
         page small enough (a whole big space would only churn them); children never."""
         return (self.shown if len(rows[0]) <= SHOWN_PAGE else None), None
-
-    async def _rendered(
-        self, rows: Rows, shown: ShownTasks | None, children_shown: ShownTasks | None
-    ) -> AsyncIterator[list[Shown]]:
-        """A read answered in one page, rendered now (see `read`)."""
-        page = await self.render(rows, shown, children_shown)
-        return _one(page)
 
     async def _pages(
         self, pager: pages.TopLevelPager, first: list[Shown]
@@ -215,6 +208,7 @@ def render_page(
 
 
 async def _one(page: list[Shown]) -> AsyncIterator[list[Shown]]:
+    """A read answered in one page, rendered already (see `SpaceReads.read`)."""
     if page:
         yield page
 

@@ -141,7 +141,7 @@ class Tasks:
                 claimed = await queries.claim_created_at(
                     st, space_key, now_us, len(accepted), len(top)
                 )
-            elif await queries.space_exists(st, space_key):
+            elif await queries.space_head(st.rows, space_key) is not None:
                 claimed = (0, 0)  # only refusals: which one depends on whether it exists
             if claimed is None:
                 for index in members:

@@ -69,12 +69,6 @@ async def held_counts(fetch: Fetch) -> tuple[int, int, int]:
     return found[0][0], found[0][1], found[0][2]
 
 
-async def space_exists(st: Statements, uuid: str) -> bool:
-    """Whether the space exists and is not deleted."""
-    found = await st.rows("SELECT 1 FROM spaces WHERE uuid = ? AND deleted_at_us IS NULL", (uuid,))
-    return bool(found)
-
-
 # Typed parameters: PostgreSQL cannot add two parameters of unknown type.
 _CLAIM = (
     "UPDATE spaces SET last_task_at_us = CASE WHEN last_task_at_us < CAST(? AS BIGINT) "
