@@ -34,7 +34,10 @@ class Deletes:
                     await queries.lock_task(st, parent_uuid)
                 gone = [*children, key]
                 await deletes.delete_tasks(st, gone)
-                await queries.count_deleted(st, space_uuid, parent_uuid)
+                if parent_uuid is not None:  # one step less, or one top-level task less
+                    await queries.count_children(st, {parent_uuid: -1})
+                else:
+                    await queries.count_top_level(st, space_uuid, -1)
                 unit.deleted(space_uuid, gone, parent_uuid)
                 finished_parent = False
                 if parent_uuid is not None:

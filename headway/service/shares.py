@@ -88,9 +88,8 @@ class Shares:
     ) -> tuple[set[str], set[str]]:
         """Of these spaces and share links (canonical uuids), those that still exist."""
         async with self._stores.db.read() as fetch:
-            found_spaces = await shares.existing(fetch, "spaces", list(spaces)) if spaces else set()
-            found_links = await shares.existing(fetch, "shares", list(links)) if links else set()
-        return found_spaces, found_links
+            found_spaces = await shares.existing(fetch, "spaces", list(spaces))
+            return found_spaces, await shares.existing(fetch, "shares", list(links))
 
     async def space_of(self, share_uuid: str) -> str:
         """The uuid of the space a share link shows; NotFound if it was revoked or never

@@ -17,11 +17,6 @@ from .database import Fetch, Statements, chunks, marks
 # Jobs whose runs one statement looks up (two index scans each, joined by UNION ALL).
 RUNS_AT_ONCE = 50
 
-_LATER = (
-    "CASE WHEN excluded.last_at_us > jobs.last_at_us THEN excluded.last_at_us "
-    "ELSE jobs.last_at_us END"
-)
-
 
 async def created(
     st: Statements, jobs: Sequence[tuple[str, str, str, str | None, str | None]], now_us: int
@@ -32,7 +27,8 @@ async def created(
         return
     await st.many(
         "INSERT INTO jobs (id, space_uuid, title, source, parent_title, last_at_us) "
-        f"VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET last_at_us = {_LATER}",
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET last_at_us = CASE WHEN "
+        "excluded.last_at_us > jobs.last_at_us THEN excluded.last_at_us ELSE jobs.last_at_us END",
         [(*job, now_us) for job in sorted(set(jobs))],
     )
 

@@ -69,15 +69,6 @@ async def held_counts(fetch: Fetch) -> tuple[int, int, int]:
     return found[0][0], found[0][1], found[0][2]
 
 
-# Typed parameters: PostgreSQL cannot add two parameters of unknown type.
-_CLAIM = (
-    "UPDATE spaces SET last_task_at_us = CASE WHEN last_task_at_us < CAST(? AS BIGINT) "
-    "THEN CAST(? AS BIGINT) + CAST(? AS BIGINT) - 1 ELSE last_task_at_us + CAST(? AS BIGINT) "
-    "END, top_tasks = top_tasks + ?, active_at_us = CAST(? AS BIGINT) "
-    "WHERE uuid = ? AND deleted_at_us IS NULL RETURNING last_task_at_us, top_tasks"
-)
-
-
 async def claim_created_at(
     st: Statements, space_uuid: str, now_us: int, count: int = 1, top_level: int = 0
 ) -> tuple[int, int] | None:
@@ -91,7 +82,14 @@ async def claim_created_at(
     it was deleted (a delete takes the same row: a create is either before it, and goes
     with the space, or after it, and refused).
     """
-    found = await st.rows(_CLAIM, (now_us, now_us, count, count, top_level, now_us, space_uuid))
+    # Typed parameters: PostgreSQL cannot add two parameters of unknown type.
+    found = await st.rows(
+        "UPDATE spaces SET last_task_at_us = CASE WHEN last_task_at_us < CAST(? AS BIGINT) "
+        "THEN CAST(? AS BIGINT) + CAST(? AS BIGINT) - 1 ELSE last_task_at_us + CAST(? AS BIGINT) "
+        "END, top_tasks = top_tasks + ?, active_at_us = CAST(? AS BIGINT) "
+        "WHERE uuid = ? AND deleted_at_us IS NULL RETURNING last_task_at_us, top_tasks",
+        (now_us, now_us, count, count, top_level, now_us, space_uuid),
+    )
     return (found[0][0] - count + 1, found[0][1]) if found else None
 
 
@@ -110,14 +108,6 @@ async def count_children(st: Statements, added: dict[str, int]) -> None:
         "UPDATE tasks SET children = children + ? WHERE uuid = ?",
         [(count, parent) for parent, count in added.items()],
     )
-
-
-async def count_deleted(st: Statements, space_uuid: str, parent_uuid: str | None) -> None:
-    """A task deleted: one step less for its parent, or one top-level task less."""
-    if parent_uuid is not None:
-        await count_children(st, {parent_uuid: -1})
-    else:
-        await count_top_level(st, space_uuid, -1)
 
 
 async def parents_by_uuid(st: Statements, uuids: Collection[str]) -> dict[str, tuple[TaskRow, int]]:
