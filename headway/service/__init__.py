@@ -90,10 +90,8 @@ class Service:
         self.activity = Activity(clock, db)
         self.spaces = Spaces(stores)
         self.reads = SpaceReads(stores, self.spaces, self.activity)
-        self.families = Families(
-            stores, coherence.family_cache(), outbox_per_endpoint=outbox_per_endpoint
-        )
-        self.caps = Caps(stores)
+        self.families = Families(stores, coherence.family_cache(), outbox_per_endpoint)
+        self.caps = Caps()
         self.tasks = Tasks(stores, self.families, self.caps, self.activity)
         self.deletes = Deletes(stores, self.families)
         # Deleted spaces' rows, removed by the sweeper (`headway.background.sweeper`).

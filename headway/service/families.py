@@ -30,9 +30,7 @@ class Families:
     a report decides on a family at a version (see `Tasks.report`); a read shows it as
     the cache holds it where no version needs checking, else as the database does."""
 
-    def __init__(
-        self, stores: Stores, cache: FamilyCache, *, outbox_per_endpoint: int = 10_000
-    ) -> None:
+    def __init__(self, stores: Stores, cache: FamilyCache, outbox_per_endpoint: int) -> None:
         self._stores = stores
         self.cache = cache
         # Undelivered events one webhook or channel holds (HEADWAY_OUTBOX_PER_ENDPOINT).
