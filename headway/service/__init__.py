@@ -89,13 +89,9 @@ class Service:
         self.feed = coherence.feed
         self.activity = Activity(clock, db)
         self.spaces = Spaces(stores)
-        self.reads = SpaceReads(stores, self.spaces, activity=self.activity)
-        self.families = Families(
-            stores,
-            coherence.family_cache(),
-            outbox_per_endpoint=outbox_per_endpoint,
-        )
-        self.caps = Caps(stores)
+        self.reads = SpaceReads(stores, self.spaces, self.activity)
+        self.families = Families(stores, coherence.family_cache(), outbox_per_endpoint)
+        self.caps = Caps()
         self.tasks = Tasks(stores, self.families, self.caps, self.activity)
         self.deletes = Deletes(stores, self.families)
         # Deleted spaces' rows, removed by the sweeper (`headway.background.sweeper`).
@@ -103,19 +99,14 @@ class Service:
         # Idempotency keys' first answers, as a whole (each create reads and writes its own).
         self.keys = Keys(stores)
         self.webhooks = Webhooks(
-            stores,
-            self.spaces,
-            allow_private=allow_private_webhooks,
-            per_space=webhooks_per_space,
+            stores, self.spaces, allow_private=allow_private_webhooks, per_space=webhooks_per_space
         )
         self.shares = Shares(stores, self.spaces, per_space=shares_per_space)
         self.estimates = Estimates(stores, self.families, self.shares)
         self.badges = Badges(stores, self.shares, self.reads, self.tasks, self.estimates)
         self.jobs = Jobs(stores, self.spaces)
         self.channels = Channels(
-            stores,
-            self.spaces,
-            channel_rules or ChannelRules((), allow_private_webhooks, 20, None),
+            stores, self.spaces, channel_rules or ChannelRules((), allow_private_webhooks, 20, None)
         )
 
     # The caches, as tests reach them.

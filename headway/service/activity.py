@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ..domain.clock import Clock
 from ..storage import queries
-from ..storage.database import Database
+from ..storage.database import Database, chunks
 
 # Activity is known to within this much: a space is written active at most this often.
 ACTIVITY_GRAIN_US = 3600 * 1_000_000
@@ -48,8 +48,8 @@ class Activity:
         items = sorted(pending.items())
         try:
             async with self._db.write() as st:
-                for start in range(0, len(items), AT_ONCE):
-                    await queries.note_active(st, items[start : start + AT_ONCE])
+                for chunk in chunks(items, AT_ONCE):
+                    await queries.note_active(st, chunk)
         except BaseException:
             for uuid, at_us in items:  # written next time
                 self._pending.setdefault(uuid, at_us)

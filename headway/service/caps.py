@@ -10,7 +10,6 @@ from ..domain.errors import Unprocessable
 from ..domain.tasks import TaskRow
 from ..ops import metrics
 from ..storage import deletes, queries
-from .context import Stores
 from .unit import Unit
 
 STEPS_PER_PARENT = 10_000
@@ -38,16 +37,9 @@ class Steps:
 class Caps:
     """Applies the caps within a batch of creates, and makes room when a space is full."""
 
-    def __init__(
-        self,
-        stores: Stores,
-        *,
-        steps_per_parent: int = STEPS_PER_PARENT,
-        tasks_per_space: int = TASKS_PER_SPACE,
-    ) -> None:
-        self._stores = stores
-        self.steps_per_parent = steps_per_parent
-        self.tasks_per_space = tasks_per_space
+    def __init__(self) -> None:
+        self.steps_per_parent = STEPS_PER_PARENT  # as the settings say (see `app`)
+        self.tasks_per_space = TASKS_PER_SPACE
 
     def steps_of(self, parents: Mapping[str, tuple[TaskRow, int]]) -> Steps:
         return Steps({uuid: count for uuid, (_, count) in parents.items()}, self.steps_per_parent)

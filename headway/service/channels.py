@@ -12,12 +12,12 @@ from ..domain.errors import NotFound, Unprocessable
 from ..domain.schemas import CreateChannel
 from ..domain.tasks import canonical_uuid
 from ..notify.schemes import DEFAULT_SCHEMES
-from ..storage import channel_queue, channels, shares
+from ..storage import channel_queue, channels, outbox, shares
 from ..storage.channels import ChannelRow
 from ..storage.database import Statements
-from .context import Stores
+from .context import Stores, canonical
 from .idempotency import Idempotency, Keys
-from .spaces import Spaces, added_to_space
+from .spaces import Spaces
 
 NO_CHANNEL = "No such channel in this space."
 BUSY = (
@@ -53,10 +53,8 @@ class Channels:
         first answer under it again, if there is one."""
         self._stores.disk.admit()
         space_key = await self._spaces.existing(space_uuid)
-        if idempotency is not None:
-            first = await self.keys.first_answer(space_key, idempotency)
-            if first is not None:
-                return first
+        if (first := await self.keys.first_answer(space_key, idempotency)) is not None:
+            return first
         checked = await self._checked(body.url)
         if body.live:
             from ..notify import guard
@@ -86,11 +84,9 @@ class Channels:
         async def write(st: Statements) -> dict[str, Any]:
             if not await channels.insert_channel(st, space_key, row, body.url, cap=cap):
                 raise Unprocessable(f"A space holds at most {cap} channels; delete one first.")
-            shown = _shown(row, [])
-            del shown["deliveries"]
-            return shown
+            return {key: value for key, value in _shown(row, []).items() if key != "deliveries"}
 
-        return await added_to_space(self.keys.once(space_key, space_key, idempotency, write))
+        return await self.keys.added_to_space(space_key, idempotency, write)
 
     async def _checked(self, url: str) -> Any:
         from ..delivery.webhooks import RefusedAddress
@@ -116,7 +112,7 @@ class Channels:
         space_key = await self._spaces.existing(space_uuid)
         async with self._stores.db.read() as fetch:
             found = await channels.list_channels(fetch, space_key)
-            logs = await channels.channel_logs(fetch, [row.uuid for row in found])
+            logs = await outbox.logs(fetch, outbox.CHANNELS, [row.uuid for row in found])
         return [_shown(row, logs[row.uuid]) for row in found]
 
     async def delete(self, space_uuid: str, channel_uuid: str) -> None:
@@ -130,12 +126,9 @@ class Channels:
         from ..notify import guard, send
 
         space_key = await self._spaces.existing(space_uuid)
-        key = canonical_uuid(channel_uuid)
-        found = None
-        if key is not None:
-            async with self._stores.db.read() as fetch:
-                found = await channels.target(fetch, space_key, key)
-        if key is None or found is None:
+        key = canonical(channel_uuid, NO_CHANNEL)
+        found = await channels.target(self._stores.db.fetch, space_key, key)
+        if found is None:
             raise NotFound(NO_CHANNEL)
         # A test message takes its place among the channels' sends (`guard.admit`), so that
         # test messages cannot take the sending threads from every other channel.

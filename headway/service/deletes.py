@@ -8,7 +8,7 @@ from ..domain.errors import NotFound
 from ..domain.tasks import Changed, canonical_uuid
 from ..ops import metrics
 from ..storage import deletes, queries
-from .context import NO_SPACE, NO_TASK, Stores
+from .context import NO_SPACE, NO_TASK, Stores, canonical
 from .families import Families
 
 
@@ -22,9 +22,7 @@ class Deletes:
     async def task(self, task_uuid: str) -> None:
         """Delete a task, its children and their progress. Its parent's aggregate follows;
         a parent whose remaining steps have all finished finishes, with its one event."""
-        key = canonical_uuid(task_uuid)
-        if key is None:
-            raise NotFound(NO_TASK)
+        key = canonical(task_uuid, NO_TASK)
         stores = self._stores
         async with stores.writes.unit() as unit:
             async with unit.transaction() as st:
@@ -36,7 +34,10 @@ class Deletes:
                     await queries.lock_task(st, parent_uuid)
                 gone = [*children, key]
                 await deletes.delete_tasks(st, gone)
-                await queries.count_deleted(st, space_uuid, parent_uuid)
+                if parent_uuid is not None:  # one step less, or one top-level task less
+                    await queries.count_children(st, {parent_uuid: -1})
+                else:
+                    await queries.count_top_level(st, space_uuid, -1)
                 unit.deleted(space_uuid, gone, parent_uuid)
                 finished_parent = False
                 if parent_uuid is not None:

@@ -18,7 +18,7 @@ from ..ops import metrics
 from ..ops.dependencies import unavailable
 from ..storage import channel_queue, jobs, queries, webhooks
 from ..storage.database import Statements
-from .context import NO_TASK, Stores
+from .context import NO_TASK, Stores, canonical
 from .unit import Unit
 
 # A parent's steps, each with its progress (None: it has none).
@@ -30,9 +30,7 @@ class Families:
     a report decides on a family at a version (see `Tasks.report`); a read shows it as
     the cache holds it where no version needs checking, else as the database does."""
 
-    def __init__(
-        self, stores: Stores, cache: FamilyCache, *, outbox_per_endpoint: int = 10_000
-    ) -> None:
+    def __init__(self, stores: Stores, cache: FamilyCache, outbox_per_endpoint: int) -> None:
         self._stores = stores
         self.cache = cache
         # Undelivered events one webhook or channel holds (HEADWAY_OUTBOX_PER_ENDPOINT).
@@ -41,9 +39,7 @@ class Families:
 
     async def get(self, task_uuid: str) -> tuple[TaskRow, Sequence[TaskRow]]:
         """The family as a read shows it (see `FamilyCache.held_for_read`)."""
-        key = canonical_uuid(task_uuid)
-        if key is None:
-            raise NotFound(NO_TASK)
+        key = canonical(task_uuid, NO_TASK)
         cache = self.cache
         held = cache.held_for_read(key)
         if held is not None:
@@ -129,8 +125,8 @@ class Families:
             row = finished
             await self._record_event(unit, event)
             runs = [(row.uuid, event.failed)]
-            parent_done = row.parent_uuid is not None and await self._finish_parent_if_done(
-                unit, row, progress, now_us, runs
+            parent_done = row.parent_uuid is not None and await self.finish_if_steps_done(
+                unit, row.parent_uuid, now_us, {row.uuid: progress}, runs
             )
             await jobs.finished(st, runs, now_us)
         if parent_done:
@@ -147,18 +143,6 @@ class Families:
         except Exception as exc:
             if not unavailable(exc):
                 raise
-
-    async def _finish_parent_if_done(
-        self,
-        unit: Unit,
-        child: TaskRow,
-        child_progress: Progress,
-        now_us: int,
-        runs: list[tuple[str, bool]],
-    ) -> bool:
-        assert child.parent_uuid is not None
-        known = {child.uuid: child_progress}
-        return await self.finish_if_steps_done(unit, child.parent_uuid, now_us, known, runs)
 
     async def finish_if_steps_done(
         self,

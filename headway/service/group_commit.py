@@ -55,12 +55,9 @@ class GroupCommit(Generic[Handle, Item, Outcome]):
         self,
         begin: Callable[[], AbstractAsyncContextManager[Handle]],
         write_batch: WriteBatch[Handle, Item, Outcome],
-        *,
-        cap: int = BATCH_CAP,
     ) -> None:
         self._begin = begin
         self._write_batch = write_batch
-        self._cap = cap
         self._queue: deque[tuple[Item, asyncio.Future[Outcome]]] = deque()
         # At most one writer at a time: it drains the queue, a batch after another, and
         # ends when the queue is empty. Requests never run a batch themselves, so that
@@ -84,7 +81,7 @@ class GroupCommit(Generic[Handle, Item, Outcome]):
         try:
             while self._queue:
                 batch = []
-                while self._queue and len(batch) < self._cap:
+                while self._queue and len(batch) < BATCH_CAP:
                     waiting = self._queue.popleft()
                     if not waiting[1].cancelled():
                         batch.append(waiting)

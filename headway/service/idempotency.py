@@ -23,16 +23,16 @@ import hashlib
 import sqlite3
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from sqlalchemy.exc import IntegrityError
 
-from ..domain.errors import BadRequest, Conflict, Unprocessable
-from ..storage import idempotency
+from ..domain.errors import BadRequest, Conflict, NotFound, Unprocessable
+from ..storage import idempotency, queries
 from ..storage.database import Statements
 from ..storage.idempotency import KeyRow
-from .context import Stores
+from .context import NO_SPACE, Stores
 
 # How long a key is remembered.
 KEEP_S = 24 * 3600
@@ -53,6 +53,7 @@ REUSED = (
     "in the last 24 hours; send a new key for a new request."
 )
 _encode = msgspec.json.Encoder().encode
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -103,6 +104,24 @@ AGAIN = Again()
 Settled = dict[str, Any] | Unprocessable | Again
 
 
+async def submitted(
+    submit: Callable[[T], Awaitable[Any]], item: T, idem: Idempotency | None
+) -> Any:
+    """The outcome of `submit(item)` (a group commit's create). With a key, a create whose
+    key was taken by one ahead of it (AGAIN: in its batch; KEY_TAKEN: committed meanwhile
+    by another instance's) is submitted again, and decided on what is now stored."""
+    if idem is None:
+        return await submit(item)
+    for _ in range(TRIES):
+        try:
+            outcome = await submit(item)
+        except KEY_TAKEN:
+            continue
+        if not isinstance(outcome, Again):
+            return outcome
+    raise Conflict(IN_PROGRESS)
+
+
 def client_scope(client: str) -> str:
     """The scope of keys of `POST /spaces`: the client address."""
     return f"client {client}"
@@ -149,9 +168,12 @@ class Keys:
         """Record first answers, in the transaction of their creates."""
         await idempotency.record(st, rows, self._stores.clock.now_us(), self.since_us())
 
-    async def first_answer(self, scope: str, idem: Idempotency) -> dict[str, Any] | None:
+    async def first_answer(self, scope: str, idem: Idempotency | None) -> dict[str, Any] | None:
         """The first answer under the key, read outside any transaction (before a create's
-        costly checks); None if there is none yet. 422 if it went with another request."""
+        costly checks); None if there is none yet (or no key). 422 if it went with another
+        request."""
+        if idem is None:
+            return None
         found = await idempotency.find(self._stores.db.fetch, [(scope, idem.key)], self.since_us())
         return idem.answer_of(found[0]) if found else None
 
@@ -184,6 +206,20 @@ class Keys:
             except KEY_TAKEN:
                 continue
         raise Conflict(IN_PROGRESS)
+
+    async def added_to_space(
+        self,
+        space_uuid: str,
+        idem: Idempotency | None,
+        write: Callable[[Statements], Awaitable[dict[str, Any]]],
+    ) -> dict[str, Any]:
+        """`once`, for a `write` that adds a row to the space (a webhook, a share link, a
+        channel), its key scoped to the space; NotFound if the space was deleted since it
+        was found."""
+        try:
+            return await self.once(space_uuid, space_uuid, idem, write)
+        except queries.SpaceGone:
+            raise NotFound(NO_SPACE) from None
 
     async def forget_expired(self) -> int:
         """Delete keys older than a day, a bounded number of short transactions (the

@@ -5,11 +5,10 @@ and counted out by their deletes (`storage.deletes`)."""
 
 from __future__ import annotations
 
-from ..domain.errors import NotFound
 from ..domain.jobs import LAST_RUNS, USUAL_RUNS, Job, Run, usual
-from ..domain.tasks import canonical_uuid, format_ts
+from ..domain.tasks import format_ts
 from ..storage import jobs
-from .context import NO_SPACE, Stores
+from .context import NO_SPACE, Stores, canonical
 from .reads import parse_limit
 from .spaces import Spaces
 
@@ -31,9 +30,7 @@ class Jobs:
         newest activity (a task created or finished), newest first. Each read costs the
         same whatever the history: a row per job, and two index scans for its runs."""
         wanted = min(parse_limit(limit) or DEFAULT_LIMIT, MAX_LIMIT)
-        key = canonical_uuid(space_uuid)
-        if key is None:
-            raise NotFound(NO_SPACE)
+        key = canonical(space_uuid, NO_SPACE)
         await self._spaces.head(key)  # 404 for a space that is not there
         async with self._stores.db.read() as fetch:
             rows = await jobs.space_jobs(fetch, key, wanted)

@@ -13,10 +13,10 @@ import msgspec
 from ..caches.spaces import BigSpace, ShownTasks, SmallSpace, SmallSpaces, space_version_key
 from ..domain import tasks as domain
 from ..domain.errors import BadRequest, NotFound
-from ..domain.tasks import FamilyVersion, Progress, TaskRow, TaskView, canonical_uuid
+from ..domain.tasks import FamilyVersion, Progress, TaskRow, TaskView
 from ..storage import pages, queries
 from .activity import Activity
-from .context import NO_SPACE, Stores
+from .context import NO_SPACE, Stores, canonical
 from .spaces import Head, Spaces
 
 # Top-level tasks read at a time for a space read (their children come with them): the
@@ -49,13 +49,7 @@ class SpaceReads:
     progress store hands out the object it holds, the answers of unchanged tasks are
     reused too (`ShownTasks`: progress read from Redis is a new object each time)."""
 
-    def __init__(
-        self,
-        stores: Stores,
-        spaces: Spaces,
-        *,
-        activity: Activity | None = None,
-    ) -> None:
+    def __init__(self, stores: Stores, spaces: Spaces, activity: Activity) -> None:
         self._stores = stores
         self._activity = activity
         self._spaces = spaces
@@ -94,9 +88,7 @@ class SpaceReads:
         state = query.get("state")
         if state is not None and state not in ("active", "finished"):
             raise BadRequest(f"state must be active or finished, not {state!r}.")
-        key = canonical_uuid(space_uuid)
-        if key is None:
-            raise NotFound(NO_SPACE)
+        key = canonical(space_uuid, NO_SPACE)
         window = pages.Window(key, before_us, after_us, count, cast(pages.State | None, state))
         head = self._spaces.heads.get(key)
         version: FamilyVersion | None = None
@@ -107,27 +99,26 @@ class SpaceReads:
         held = None if self.small is None else self.small.get(key, version, now_us)
         if not self._coherence.head_shows_space(held is not None):
             head = None  # another instance may have deleted the space: ask the database
-        if head is not None and self._activity is not None:
+        if head is not None:
             self._activity.note(key)  # an existing space was read
         if head is not None and isinstance(held, SmallSpace):
-            return head, await self._rendered(held.rows_of(window), *self._held_shown(held))
+            return head, _one(await self.render(held.rows_of(window), *self._held_shown(held)))
         if head is not None and isinstance(held, BigSpace):
             assert self.small is not None
             page = self.small.page(held, window)
             if page is not None:
-                return head, await self._rendered(page, *self._reuse(page))
+                return head, _one(await self.render(page, *self._reuse(page)))
         async with self._stores.db.read() as fetch:
             if head is None:
                 found = await queries.space_head(fetch, key)
                 if found is None:
                     raise NotFound(NO_SPACE)
                 head = self._spaces.heads.keep(key, *found)
-                if self._activity is not None:
-                    self._activity.note(key)
+                self._activity.note(key)
             if self.small is not None and held is None:
                 held = await self.small.load(fetch, key, version, now_us)
             if isinstance(held, SmallSpace):
-                return head, await self._rendered(held.rows_of(window), *self._held_shown(held))
+                return head, _one(await self.render(held.rows_of(window), *self._held_shown(held)))
             big = held if isinstance(held, BigSpace) else None
             version = 0 if big is None else big.version  # as the rows are read
             pager = await pages.TopLevelPager.start(
@@ -142,7 +133,7 @@ class SpaceReads:
             assert self.small is not None
             self.small.keep_page(big, version, window, first)  # the whole answer
         if pager.exhausted or not first[0]:
-            return head, await self._rendered(first, *self._reuse(first))
+            return head, _one(await self.render(first, *self._reuse(first)))
         return head, self._pages(pager, await self.render(first, *self._reuse(first)))
 
     def _held_shown(self, held: SmallSpace) -> tuple[ShownTasks | None, ShownTasks | None]:
@@ -155,13 +146,6 @@ class SpaceReads:
         """Where a page read from the database reuses answers: its childless tasks', in a
         page small enough (a whole big space would only churn them); children never."""
         return (self.shown if len(rows[0]) <= SHOWN_PAGE else None), None
-
-    async def _rendered(
-        self, rows: Rows, shown: ShownTasks | None, children_shown: ShownTasks | None
-    ) -> AsyncIterator[list[Shown]]:
-        """A read answered in one page, rendered now (see `read`)."""
-        page = await self.render(rows, shown, children_shown)
-        return _one(page)
 
     async def _pages(
         self, pager: pages.TopLevelPager, first: list[Shown]
@@ -224,6 +208,7 @@ def render_page(
 
 
 async def _one(page: list[Shown]) -> AsyncIterator[list[Shown]]:
+    """A read answered in one page, rendered already (see `SpaceReads.read`)."""
     if page:
         yield page
 

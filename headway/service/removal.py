@@ -10,6 +10,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import TypeVar
 
 from ..ops import metrics
@@ -54,23 +55,16 @@ class BatchSize:
         self.size = max(self.least, min(self.most, 2 * self.size, int(fit)))
 
 
+@dataclass(slots=True)
 class Run:
-    """One run of removals: the transactions it ran, how many it may run (None: as many
-    as it takes), `may_go_on`, asked before each (False: the run's lease was lost), and
-    `sizes`, which its batches follow and teach."""
+    """One run of removals: how many transactions it may run (None: as many as it takes),
+    `may_go_on`, asked before each (False: the run's lease was lost), `sizes`, which its
+    batches follow and teach, and the transactions it ran."""
 
-    __slots__ = ("batches", "done", "may_go_on", "sizes")
-
-    def __init__(
-        self,
-        batches: int | None,
-        may_go_on: Callable[[], Awaitable[bool]],
-        sizes: BatchSize,
-    ) -> None:
-        self.batches = batches
-        self.done = 0
-        self.may_go_on = may_go_on
-        self.sizes = sizes
+    batches: int | None
+    may_go_on: Callable[[], Awaitable[bool]]
+    sizes: BatchSize
+    done: int = 0
 
     async def goes_on(self) -> bool:
         if self.batches is not None and self.done >= self.batches:

@@ -12,12 +12,12 @@ from ..domain import tasks as domain
 from ..domain.errors import NotFound, Unprocessable
 from ..domain.schemas import CreateShare
 from ..domain.share_ids import ShareView
-from ..domain.tasks import Changed, canonical_uuid
+from ..domain.tasks import Changed
 from ..storage import shares
 from ..storage.database import Statements
-from .context import NO_SHARE, Stores
+from .context import NO_SHARE, Stores, canonical
 from .idempotency import Idempotency, Keys
-from .spaces import Spaces, added_to_space
+from .spaces import Spaces
 
 
 class Shares:
@@ -55,7 +55,7 @@ class Shares:
                 "created_at": domain.format_ts(now_us),
             }
 
-        return await added_to_space(self.keys.once(space_key, space_key, idempotency, write))
+        return await self.keys.added_to_space(space_key, idempotency, write)
 
     async def list(self, space_uuid: str) -> list[dict[str, str]]:
         space_key = await self._spaces.existing(space_uuid)
@@ -88,33 +88,29 @@ class Shares:
     ) -> tuple[set[str], set[str]]:
         """Of these spaces and share links (canonical uuids), those that still exist."""
         async with self._stores.db.read() as fetch:
-            found_spaces = await shares.existing(fetch, "spaces", list(spaces)) if spaces else set()
-            found_links = await shares.existing(fetch, "shares", list(links)) if links else set()
-        return found_spaces, found_links
+            found_spaces = await shares.existing(fetch, "spaces", list(spaces))
+            return found_spaces, await shares.existing(fetch, "shares", list(links))
 
     async def space_of(self, share_uuid: str) -> str:
         """The uuid of the space a share link shows; NotFound if it was revoked or never
         existed."""
-        key = canonical_uuid(share_uuid)
-        if key is not None:
-            space = await shares.space_of_share(self._stores.db.fetch, key)
-            if space is not None:
-                return space
-        raise NotFound(NO_SHARE)
+        key = canonical(share_uuid, NO_SHARE)
+        space = await shares.space_of_share(self._stores.db.fetch, key)
+        if space is None:
+            raise NotFound(NO_SHARE)
+        return space
 
     async def kept_space_of(self, share_uuid: str) -> tuple[str, str]:
         """The link's canonical uuid and the space it shows, as `space_of` says, but kept a
         moment (`SharedSpaces`): for badges, asked for again and again."""
-        key = canonical_uuid(share_uuid)
-        if key is not None:
-            kept = self.spaces
-            now_us = self._stores.clock.now_us()
-            space = kept.get(key, now_us)
-            if space is not None:
-                return key, space
-            generation = kept.generation
-            space = await shares.space_of_share(self._stores.db.fetch, key)
-            if space is not None:
-                kept.keep(key, space, now_us, generation)
-                return key, space
-        raise NotFound(NO_SHARE)
+        key, kept = canonical(share_uuid, NO_SHARE), self.spaces
+        now_us = self._stores.clock.now_us()
+        space = kept.get(key, now_us)
+        if space is not None:
+            return key, space
+        generation = kept.generation
+        space = await shares.space_of_share(self._stores.db.fetch, key)
+        if space is None:
+            raise NotFound(NO_SHARE)
+        kept.keep(key, space, now_us, generation)
+        return key, space

@@ -5,21 +5,19 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from ..caches.heads import Head, SpaceHeads
 from ..domain import tasks as domain
-from ..domain.errors import Conflict, NotFound, Unprocessable
+from ..domain.errors import NotFound, Unprocessable
 from ..domain.schemas import MAX_ICON, CreateSpace
 from ..domain.tasks import Changed, canonical_uuid
 from ..storage import queries
 from ..storage.database import Statements
-from .context import NO_SPACE, Stores
+from .context import NO_SPACE, Stores, canonical
 from .group_commit import GroupCommit
-from .idempotency import IN_PROGRESS, KEY_TAKEN, TRIES, Idempotency, Keys, Settled, client_scope
+from .idempotency import Idempotency, Keys, Settled, client_scope, submitted
 from .unit import Unit
-
-T = TypeVar("T")
 
 
 class Spaces:
@@ -43,20 +41,9 @@ class Spaces:
         ):
             raise Unprocessable("icon must be exactly one character (one emoji or letter).")
         new = _NewSpace(queries.NewSpace(str(uuid.uuid4()), body.title, body.icon), idempotency)
-        if idempotency is None:
-            await self.creates.submit(new)
-        else:
-            for _ in range(TRIES):
-                try:
-                    outcome = await self.creates.submit(new)
-                except KEY_TAKEN:
-                    continue  # committed by another instance meanwhile: its answer
-                if isinstance(outcome, dict):
-                    return outcome  # the first answer under the key again
-                if outcome is None:
-                    break
-            else:
-                raise Conflict(IN_PROGRESS)
+        outcome = await submitted(self.creates.submit, new, idempotency)
+        if isinstance(outcome, dict):
+            return outcome  # the first answer under the key again
         return _answer(new.space)
 
     async def _insert(self, unit: Unit, batch: Sequence[_NewSpace]) -> list[_SpaceOutcome]:
@@ -67,14 +54,10 @@ class Spaces:
             for index, new in enumerate(batch)
             if new.idempotency is not None
         ]
-        now_us = self._stores.clock.now_us()
-        if not claims:
-            await queries.insert_spaces(st, [new.space for new in batch], now_us)
-            return [None] * len(batch)
         settled = await self.keys.settle(st, claims)
         made = [new.space for index, new in enumerate(batch) if index not in settled]
         if made:
-            await queries.insert_spaces(st, made, now_us)
+            await queries.insert_spaces(st, made, self._stores.clock.now_us())
         rows = [
             idem.row(scope, batch[index].space.uuid, _answer(batch[index].space))
             for index, scope, idem in claims
@@ -85,9 +68,7 @@ class Spaces:
 
     async def head(self, space_uuid: str) -> Head:
         """A space's `{"title", "icon"}`; NotFound if there is no such space."""
-        key = canonical_uuid(space_uuid)
-        if key is None:
-            raise NotFound(NO_SPACE)
+        key = canonical(space_uuid, NO_SPACE)
         head = self.heads.get(key)
         if head is None:
             space = await queries.space_head(self._stores.db.fetch, key)
@@ -121,15 +102,6 @@ class Spaces:
                 raise NotFound(missing)
             if change is not None:
                 unit.changed(change, space_key, key)
-
-
-async def added_to_space(write: Awaitable[T]) -> T:
-    """The answer of `write`, which adds a row to a space (a webhook, a share link, a
-    channel); NotFound if the space was deleted since it was found."""
-    try:
-        return await write
-    except queries.SpaceGone:
-        raise NotFound(NO_SPACE) from None
 
 
 @dataclass(frozen=True, slots=True)

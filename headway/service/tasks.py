@@ -12,21 +12,20 @@ from typing import Any, cast
 
 from ..coherence import Told
 from ..domain import tasks as domain
-from ..domain.errors import Conflict, HeadwayError, NotFound, Unprocessable
+from ..domain.errors import HeadwayError, NotFound, Unprocessable
 from ..domain.jobs import job_key
 from ..domain.schemas import CreateTask
 from ..domain.tasks import Changed, FamilyVersion, Progress, Report, TaskRow, canonical_uuid
 from ..ops.dependencies import unavailable
 from ..progress import NO_CLIENT
 from ..storage import jobs, queries
-from ..storage.database import Statements
 from ..storage.idempotency import KeyRow
 from .activity import Activity
 from .caps import Caps
-from .context import NO_SPACE, NO_TASK, NOT_A_PARENT, Stores
+from .context import NO_SPACE, NO_TASK, NOT_A_PARENT, Stores, canonical
 from .families import Families, StepsProgress
 from .group_commit import GroupCommit
-from .idempotency import IN_PROGRESS, KEY_TAKEN, TRIES, Again, Idempotency, Keys, Settled
+from .idempotency import Idempotency, Keys, Settled, submitted
 from .unit import Unit
 
 log = logging.getLogger("headway")
@@ -39,17 +38,11 @@ FAMILY_RELOADS = 3
 class Tasks:
     """Creates (concurrent ones share a commit), reads and reports of tasks."""
 
-    def __init__(
-        self,
-        stores: Stores,
-        families: Families,
-        caps: Caps | None = None,
-        activity: Activity | None = None,
-    ) -> None:
+    def __init__(self, stores: Stores, families: Families, caps: Caps, activity: Activity) -> None:
         self._stores = stores
         self._families = families
-        self.caps = caps or Caps(stores)
-        self._activity = activity or Activity(stores.clock, stores.db)
+        self.caps = caps
+        self._activity = activity
         self.keys = Keys(stores)
         # Each batch is one unit of work: what it made (and removed to make room) is told
         # as its commit ends, before anyone is answered; a create whose caller was
@@ -75,9 +68,7 @@ class Tasks:
             # cannot be counted, and the task's reports wait for the store anyway.
             if not unavailable(exc):
                 raise
-        space_key = canonical_uuid(space_uuid)
-        if space_key is None:
-            raise NotFound(NO_SPACE)
+        space_key = canonical(space_uuid, NO_SPACE)
         parent_key = None
         if body.parent_uuid is not None:
             parent_key = canonical_uuid(body.parent_uuid)
@@ -86,7 +77,7 @@ class Tasks:
         task_uuid = str(uuid.uuid4())
         hold = parent_key is not None and await self._reported_itself(parent_key)
         new = _NewTask(task_uuid, space_key, parent_key, body.title, body.source, idempotency, hold)
-        outcome = await self._submit(new)
+        outcome = await submitted(self.creates.submit, new, idempotency)
         if isinstance(outcome, dict):
             return outcome  # the first answer under the key again: nothing was created
         return {"uuid": task_uuid}
@@ -103,21 +94,6 @@ class Tasks:
                 raise
             return False
 
-    async def _submit(self, new: _NewTask) -> TaskRow | dict[str, Any]:
-        """The row `new` was written as; with a key, the first answer under it, if there
-        is one. A create whose key was taken by one ahead of it (in its batch, or committed
-        meanwhile by another instance's) is decided again on what is now stored."""
-        if new.idempotency is None:
-            return cast(TaskRow, await self.creates.submit(new))
-        for _ in range(TRIES):
-            try:
-                outcome = await self.creates.submit(new)
-            except KEY_TAKEN:
-                continue
-            if not isinstance(outcome, Again):
-                return cast(TaskRow | dict[str, Any], outcome)
-        raise Conflict(IN_PROGRESS)
-
     async def _insert(self, unit: Unit, batch: Sequence[_NewTask]) -> list[_Outcome]:
         """Write a batch of creates in one transaction, `unit`'s. A create refused for its
         own reason (unknown space 404, bad parent 422) is refused alone, before anything is
@@ -125,8 +101,12 @@ class Tasks:
         arrived. Creates with a key that is settled already (see `Keys.settle`) are
         answered so, and write nothing; the keys of those made are recorded with them."""
         st = unit.st
-        keyed = any(new.idempotency is not None for new in batch)
-        settled = await self._settle_keys(st, batch) if keyed else {}
+        claims = [
+            (index, new.space_uuid, new.idempotency)
+            for index, new in enumerate(batch)
+            if new.idempotency is not None
+        ]
+        settled = await self.keys.settle(st, claims)
         wanted = {
             new.parent_uuid
             for index, new in enumerate(batch)
@@ -161,7 +141,7 @@ class Tasks:
                 claimed = await queries.claim_created_at(
                     st, space_key, now_us, len(accepted), len(top)
                 )
-            elif await queries.space_exists(st, space_key):
+            elif await queries.space_head(st.rows, space_key) is not None:
                 claimed = (0, 0)  # only refusals: which one depends on whether it exists
             if claimed is None:
                 for index in members:
@@ -192,19 +172,9 @@ class Tasks:
             await queries.hold_tasks(
                 st, {new.parent_uuid for new in batch if new.hold_parent and new.uuid in made}
             )
-            if keyed:
-                await self.keys.record(st, _key_rows(batch, outcomes, settled))
+            await self.keys.record(st, _key_rows(batch, outcomes, settled))
             await jobs.created(st, [job for job in named if job is not None], now_us)
         return [settled[i] if i in settled else outcomes[i] for i in range(len(batch))]
-
-    async def _settle_keys(self, st: Statements, batch: Sequence[_NewTask]) -> dict[int, Settled]:
-        """The creates of the batch not to be made (see `Keys.settle`), by index."""
-        claims = [
-            (index, new.space_uuid, new.idempotency)
-            for index, new in enumerate(batch)
-            if new.idempotency is not None
-        ]
-        return await self.keys.settle(st, claims)
 
     async def get(self, task_uuid: str) -> domain.TaskView:
         row, children = await self._families.get(task_uuid)
@@ -249,9 +219,7 @@ class Tasks:
         checks, in the same round trip, that the family it was decided on is still at it
         (see `Coherence.put`), and one that finishes decides on the database's rows.
         """
-        key = canonical_uuid(task_uuid)
-        if key is None:
-            raise NotFound(NO_TASK)
+        key = canonical(task_uuid, NO_TASK)
         families = self._families
         cached = families.cache.get_versioned(key, self._stores.clock.now_us)
         seen: FamilyVersion | None = None  # a version the failed write saw, before any SQL

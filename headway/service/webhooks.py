@@ -9,12 +9,13 @@ from typing import Any
 from ..delivery import webhooks
 from ..domain.errors import Unprocessable
 from ..domain.schemas import CreateWebhook
+from ..storage import outbox
 from ..storage import webhooks as webhook_rows
 from ..storage.database import Statements
 from .channels import shown_delivery
 from .context import Stores
 from .idempotency import Idempotency, Keys
-from .spaces import Spaces, added_to_space
+from .spaces import Spaces
 
 LOOKUP_TIMEOUT_S = 10.0  # a registration's name lookup, as a delivery attempt's
 
@@ -38,10 +39,8 @@ class Webhooks:
         an `idempotency` key, the first answer under it again, if there is one."""
         self._stores.disk.admit()
         space_key = await self._spaces.existing(space_uuid)
-        if idempotency is not None:
-            first = await self.keys.first_answer(space_key, idempotency)
-            if first is not None:
-                return first
+        if (first := await self.keys.first_answer(space_key, idempotency)) is not None:
+            return first
         url = webhooks.check_url_syntax(body.url)
         try:
             # On the webhooks' own threads (`webhooks.lookup`), and bounded: a name whose
@@ -66,14 +65,14 @@ class Webhooks:
                 raise Unprocessable(f"A space holds at most {cap} webhooks; delete one first.")
             return {"uuid": webhook_uuid, "url": body.url, "secret": secret}
 
-        return await added_to_space(self.keys.once(space_key, space_key, idempotency, write))
+        return await self.keys.added_to_space(space_key, idempotency, write)
 
     async def list(self, space_uuid: str) -> list[dict[str, Any]]:
         """The space's webhooks, oldest first, each with its last deliveries."""
         space_key = await self._spaces.existing(space_uuid)
         async with self._stores.db.read() as fetch:
             found = await webhook_rows.list_webhooks(fetch, space_key)
-            logs = await webhook_rows.webhook_logs(fetch, [hook for hook, _ in found])
+            logs = await outbox.logs(fetch, outbox.WEBHOOKS, [hook for hook, _ in found])
         return [
             {"uuid": hook, "url": url, "deliveries": [shown_delivery(e) for e in logs[hook]]}
             for hook, url in found

@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .database import Fetch, Statements
-from .outbox import CHANNELS, count_in, count_out, log_outcomes, marks, push_out
+from .database import Fetch, Statements, marks
+from .outbox import CHANNELS, count_in, count_out, log_outcomes, push_out
 
 # The most deliveries one message carries (a digest lists at most a few of them).
 BATCH = 200
@@ -203,13 +203,7 @@ async def take(
         )
         return None
     return Taken(
-        channel_uuid,
-        space_uuid,
-        url,
-        share_uuid,
-        title[0][0] if title else None,
-        lease_us,
-        pending,
+        channel_uuid, space_uuid, url, share_uuid, title[0][0] if title else None, lease_us, pending
     )
 
 

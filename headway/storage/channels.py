@@ -10,9 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .database import Fetch, Statements
-from .outbox import CHANNELS, Logs, logs
-from .queries import space_holds_fewer
+from .database import Fetch, Statements, marks
+from .queries import delete_held, insert_held, list_held
 
 EVENTS = ("completed", "failed", "stalled", "late")
 
@@ -45,21 +44,16 @@ def _channel(row: Sequence[Any]) -> ChannelRow:
 
 
 async def insert_channel(
-    st: Statements,
-    space_uuid: str,
-    channel: ChannelRow,
-    url: str,
-    *,
-    cap: int,
+    st: Statements, space_uuid: str, channel: ChannelRow, url: str, *, cap: int
 ) -> bool:
-    """Register a channel unless the space has `cap` already (False: nothing stored;
-    exact under concurrent registrations, see `queries.space_holds_fewer`)."""
-    if not await space_holds_fewer(st, "channels", space_uuid, cap):
-        return False
-    await st.rows(
-        "INSERT INTO channels (uuid, space_uuid, url, redacted, on_completed, on_failed, "
-        "on_stalled, on_late, steps, stalled_after_s, share_uuid, created_at_us, live) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    """Register a channel unless the space has `cap` already (see `queries.insert_held`)."""
+    return await insert_held(
+        st,
+        "channels",
+        space_uuid,
+        cap,
+        "uuid, space_uuid, url, redacted, on_completed, on_failed, on_stalled, on_late, steps, "
+        "stalled_after_s, share_uuid, created_at_us, live",
         (
             channel.uuid,
             space_uuid,
@@ -73,31 +67,17 @@ async def insert_channel(
             channel.live,
         ),
     )
-    return True
 
 
 async def list_channels(fetch: Fetch, space_uuid: str) -> list[ChannelRow]:
     """The space's channels, oldest first."""
-    found = await fetch(
-        f"SELECT {_COLUMNS} FROM channels WHERE space_uuid = ? ORDER BY created_at_us, uuid",
-        (space_uuid,),
-    )
-    return [_channel(row) for row in found]
-
-
-async def channel_logs(fetch: Fetch, channel_uuids: Sequence[str]) -> Logs:
-    """Each channel's last deliveries, newest first: (at, event, outcome, detail)."""
-    return await logs(fetch, CHANNELS, channel_uuids)
+    return [_channel(row) for row in await list_held(fetch, "channels", _COLUMNS, space_uuid)]
 
 
 async def delete_channel(st: Statements, space_uuid: str, channel_uuid: str) -> bool:
     """Delete a channel, what it still had to send, its log and its stall episodes.
     False: no such channel in this space."""
-    gone = await st.rows(
-        "DELETE FROM channels WHERE uuid = ? AND space_uuid = ? RETURNING uuid",
-        (channel_uuid, space_uuid),
-    )
-    if not gone:
+    if not await delete_held(st, "channels", space_uuid, channel_uuid):
         return False
     for table in ("channel_deliveries", "channel_log", "stalls", "late_runs", "live_messages"):
         await st.many(f"DELETE FROM {table} WHERE channel_uuid = ?", [(channel_uuid,)])
@@ -123,14 +103,14 @@ async def target(fetch: Fetch, space_uuid: str, channel_uuid: str) -> Target | N
     return Target(*found[0]) if found else None
 
 
-# The channels' counts of queued messages (no scan of the queue), and the open episodes.
-_BACKLOG = "SELECT (SELECT coalesce(sum(queued), 0) FROM channels), (SELECT count(*) FROM stalls)"
-
-
 async def backlog(fetch: Fetch) -> tuple[int, int]:
     """How many channel events are still to send (due, being sent or waiting to retry),
-    and how many stall episodes are open (told `stalled`, not yet `recovered`)."""
-    found = await fetch(_BACKLOG, ())
+    from the channels' counts (no scan of the queue), and how many stall episodes are
+    open (told `stalled`, not yet `recovered`)."""
+    found = await fetch(
+        "SELECT (SELECT coalesce(sum(queued), 0) FROM channels), (SELECT count(*) FROM stalls)",
+        (),
+    )
     return int(found[0][0]), int(found[0][1])
 
 
@@ -188,11 +168,10 @@ async def episodes(fetch: Fetch, channel_uuids: Sequence[str]) -> list[tuple[Any
     """Open stall episodes of these channels: (channel, task, reason, current, since)."""
     if not channel_uuids:
         return []
-    marks = ", ".join("?" * len(channel_uuids))
     return list(
         await fetch(
             "SELECT channel_uuid, task_uuid, reason, current, since_us FROM stalls "
-            f"WHERE channel_uuid IN ({marks})",
+            f"WHERE channel_uuid IN ({marks(channel_uuids)})",
             tuple(channel_uuids),
         )
     )
@@ -225,9 +204,9 @@ async def late_told(fetch: Fetch, channel_uuids: Sequence[str]) -> set[tuple[str
     """The (channel, task) pairs told late already."""
     if not channel_uuids:
         return set()
-    marks = ", ".join("?" * len(channel_uuids))
     found = await fetch(
-        f"SELECT channel_uuid, task_uuid FROM late_runs WHERE channel_uuid IN ({marks})",
+        "SELECT channel_uuid, task_uuid FROM late_runs WHERE channel_uuid IN "
+        f"({marks(channel_uuids)})",
         tuple(channel_uuids),
     )
     return {(row[0], row[1]) for row in found}
@@ -261,8 +240,8 @@ async def task_states(fetch: Fetch, task_uuids: Sequence[str]) -> dict[str, bool
     """Whether each task that still exists has finished."""
     if not task_uuids:
         return {}
-    marks = ", ".join("?" * len(task_uuids))
     found = await fetch(
-        f"SELECT uuid, finished_at_us FROM tasks WHERE uuid IN ({marks})", tuple(task_uuids)
+        f"SELECT uuid, finished_at_us FROM tasks WHERE uuid IN ({marks(task_uuids)})",
+        tuple(task_uuids),
     )
     return {row[0]: row[1] is not None for row in found}

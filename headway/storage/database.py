@@ -7,10 +7,10 @@ import asyncio
 import functools
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence, Sized
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, ExceptionContext
@@ -34,6 +34,7 @@ MIGRATIONS = Path(__file__).parent / "migrations"
 HEAD_REVISION = "0016"
 # Seconds after a lost connection during which pooled connections are pinged at checkout.
 SUSPECT_S = 30.0
+T = TypeVar("T")
 
 
 class Statements(Protocol):
@@ -56,6 +57,17 @@ class Statements(Protocol):
         """Run one statement for each parameter list (executemany), for its effect: it
         may wait to go with the next statement or the commit."""
         ...
+
+
+def marks(values: Sized) -> str:
+    """One `?` for each value, for an IN list."""
+    return ", ".join("?" * len(values))
+
+
+def chunks(values: Sequence[T], size: int) -> list[Sequence[T]]:
+    """`values` in runs of at most `size`, each named in one statement (bounding its
+    parameters)."""
+    return [values[start : start + size] for start in range(0, len(values), size)]
 
 
 def async_url(url: str) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from . import jobs
-from .database import Fetch, Statements
+from .database import Fetch, Statements, chunks, marks
 from .outbox import CHANNELS, WEBHOOKS, lock
 from .queries import LIVE
 
@@ -30,24 +30,16 @@ from .queries import LIVE
 AT_ONCE = 500
 
 
-def _chunks(uuids: Sequence[str]) -> list[Sequence[str]]:
-    return [uuids[start : start + AT_ONCE] for start in range(0, len(uuids), AT_ONCE)]
-
-
-def _marks(count: int) -> str:
-    return ", ".join("?" * count)
-
-
 async def delete_tasks(st: Statements, task_uuids: Sequence[str]) -> None:
     """Delete these tasks (children before their parents: give them in that order, or
     all children in an earlier call) and everything that still refers to them, counting
     their undelivered events out of their webhooks' and channels' queues."""
-    for chunk in _chunks(task_uuids):
-        marks, params = _marks(len(chunk)), tuple(chunk)
-        runs = await jobs.runs_of(st, marks, params)  # counted out of their jobs, last
-        events = f"SELECT id FROM outbox WHERE task_uuid IN ({marks})"
+    for chunk in chunks(task_uuids, AT_ONCE):
+        params, named = tuple(chunk), marks(chunk)
+        runs = await jobs.runs_of(st, params)  # counted out of their jobs, last
+        events = f"SELECT id FROM outbox WHERE task_uuid IN ({named})"
         hooks = f"SELECT webhook_uuid FROM deliveries WHERE event_id IN ({events})"
-        channel_rows = f"SELECT channel_uuid FROM channel_deliveries WHERE task_uuid IN ({marks})"
+        channel_rows = f"SELECT channel_uuid FROM channel_deliveries WHERE task_uuid IN ({named})"
         if not st.is_sqlite:  # their rows before their queues' rows (see `storage.outbox`)
             await lock(st, WEBHOOKS, [row[0] for row in await st.rows(hooks, params)])
             await lock(st, CHANNELS, [row[0] for row in await st.rows(channel_rows, params)])
@@ -60,20 +52,11 @@ async def delete_tasks(st: Statements, task_uuids: Sequence[str]) -> None:
         await st.many(
             "UPDATE channels SET queued = queued - (SELECT count(*) FROM channel_deliveries "
             "WHERE channel_deliveries.channel_uuid = channels.uuid AND task_uuid IN "
-            f"({marks})) WHERE uuid IN ({channel_rows})",
+            f"({named})) WHERE uuid IN ({channel_rows})",
             [params * 2],
         )
-        await st.many(
-            "DELETE FROM deliveries WHERE event_id IN (SELECT id FROM outbox WHERE "
-            f"task_uuid IN ({marks}))",
-            [params],
-        )
-        await st.many(f"DELETE FROM outbox WHERE task_uuid IN ({marks})", [params])
-        await st.many(f"DELETE FROM channel_deliveries WHERE task_uuid IN ({marks})", [params])
-        await st.many(f"DELETE FROM stalls WHERE task_uuid IN ({marks})", [params])
-        await st.many(f"DELETE FROM late_runs WHERE task_uuid IN ({marks})", [params])
-        await st.many(f"DELETE FROM live_messages WHERE task_uuid IN ({marks})", [params])
-        await st.many(f"DELETE FROM tasks WHERE uuid IN ({marks})", [params])
+        for sql in _removals(named):
+            await st.many(sql, [params])
         await jobs.forget_runs(st, runs)
 
 
@@ -194,13 +177,8 @@ async def remove_tasks(st: Statements, task_uuids: Sequence[str]) -> None:
     `tasks_newest` does). Their endpoints are gone: no count to move, no row to lock.
     On PostgreSQL, one statement (its parts see one snapshot; the foreign keys are checked
     at its end): one round trip where each would take one."""
-    for chunk in _chunks(task_uuids):
-        marks, params = _marks(len(chunk)), tuple(chunk)
-        events = f"SELECT id FROM outbox WHERE task_uuid IN ({marks})"
-        parts = [
-            f"DELETE FROM deliveries WHERE event_id IN ({events})",
-            *(f"DELETE FROM {table} WHERE {column} IN ({marks})" for table, column in _OF_TASKS),
-        ]
+    for chunk in chunks(task_uuids, AT_ONCE):
+        params, parts = tuple(chunk), _removals(marks(chunk))
         if st.is_sqlite:
             for sql in parts:
                 await st.many(sql, [params])
@@ -208,6 +186,16 @@ async def remove_tasks(st: Statements, task_uuids: Sequence[str]) -> None:
             *first, last = parts
             ctes = ", ".join(f"part{n} AS ({sql})" for n, sql in enumerate(first))
             await st.many(f"WITH {ctes} {last}", [params * len(parts)])
+
+
+def _removals(named: str) -> list[str]:
+    """The deletes of tasks (`named`: their placeholders) and of what refers to them, in
+    the order the foreign keys allow, each with the tasks' uuids as its parameters."""
+    events = f"SELECT id FROM outbox WHERE task_uuid IN ({named})"
+    return [
+        f"DELETE FROM deliveries WHERE event_id IN ({events})",
+        *(f"DELETE FROM {table} WHERE {column} IN ({named})" for table, column in _OF_TASKS),
+    ]
 
 
 _OF_TASKS = (
@@ -228,10 +216,9 @@ async def event_ids(fetch: Fetch, space_uuid: str, limit: int) -> list[str]:
 
 async def remove_events(st: Statements, ids: Sequence[str]) -> None:
     """Remove these events of a deleted space, with their deliveries."""
-    for chunk in _chunks(ids):
-        marks, params = _marks(len(chunk)), [tuple(chunk)]
-        await st.many(f"DELETE FROM deliveries WHERE event_id IN ({marks})", params)
-        await st.many(f"DELETE FROM outbox WHERE id IN ({marks})", params)
+    for chunk in chunks(ids, AT_ONCE):
+        await st.many(f"DELETE FROM deliveries WHERE event_id IN ({marks(chunk)})", [chunk])
+        await st.many(f"DELETE FROM outbox WHERE id IN ({marks(chunk)})", [chunk])
 
 
 async def key_pairs(fetch: Fetch, space_uuid: str, limit: int) -> list[tuple[str, str]]:

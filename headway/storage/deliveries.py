@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .database import Statements
-from .outbox import WEBHOOKS, lock, log_outcomes, marks
+from .database import Statements, marks
+from .outbox import WEBHOOKS, lock, log_outcomes
 from .webhooks import EVENT, OWNED, recompute_due
 
 if TYPE_CHECKING:
@@ -288,6 +288,18 @@ def _owned(claim: Claim) -> tuple[str, str, int]:
     return (claim.event_id, claim.webhook_uuid, claim.lease_us)
 
 
+async def _logged(
+    st: Statements, claim: Claim, now_us: int, outcome: str, detail: str | None
+) -> tuple[str, str, int]:
+    """Take the claim's webhook's row, then note the attempt's outcome in its log, if the
+    claim still holds its delivery; the claim's `OWNED` parameters."""
+    await lock(st, WEBHOOKS, [claim.webhook_uuid])
+    owned = _owned(claim)
+    line = (claim.webhook_uuid, now_us, claim.event, outcome, detail)
+    await log_outcomes(st, WEBHOOKS, [line], if_held=(OWNED, owned))
+    return owned
+
+
 async def finish_delivery(
     st: Statements, claim: Claim, now_us: int, outcome: str, detail: str | None = None
 ) -> None:
@@ -298,14 +310,7 @@ async def finish_delivery(
 
     Every statement is conditional on the claim, so SQLite sends them all with the commit.
     """
-    await lock(st, WEBHOOKS, [claim.webhook_uuid])
-    owned = _owned(claim)
-    await log_outcomes(
-        st,
-        WEBHOOKS,
-        [(claim.webhook_uuid, now_us, claim.event, outcome, detail)],
-        if_held=(OWNED, owned),
-    )
+    owned = await _logged(st, claim, now_us, outcome, detail)
     await st.many(
         "UPDATE webhooks SET undelivered = undelivered - 1 WHERE uuid = ? "
         f"AND EXISTS (SELECT 1 FROM deliveries WHERE {OWNED})",
@@ -340,14 +345,7 @@ async def retry_delivery(
 ) -> None:
     """Schedule the next attempt, and note the failed one in the log. Nothing happens if
     the claim had lapsed."""
-    await lock(st, WEBHOOKS, [claim.webhook_uuid])
-    owned = _owned(claim)
-    await log_outcomes(
-        st,
-        WEBHOOKS,
-        [(claim.webhook_uuid, now_us, claim.event, "failed", error)],
-        if_held=(OWNED, owned),
-    )
+    owned = await _logged(st, claim, now_us, "failed", error)
     await st.many(
         f"UPDATE deliveries SET next_attempt_at_us = ?, last_error = ? WHERE {OWNED}",
         [(next_attempt_at_us, error[:1000], *owned)],

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .database import Database, Fetch, Statements
+from .database import Database, Fetch, Statements, chunks
 from .queries import LIVE
 
 # Keys named in one statement (two parameters each; SQLite allows 32,766).
@@ -31,8 +31,7 @@ async def find(fetch: Fetch, keys: Sequence[tuple[str, str]], since_us: int) -> 
     none whose answer names a deleted space (its keys go with it: a retry is decided
     afresh, as if they had gone already)."""
     found: list[KeyRow] = []
-    for start in range(0, len(keys), AT_ONCE):
-        chunk = keys[start : start + AT_ONCE]
+    for chunk in chunks(keys, AT_ONCE):
         pairs = " OR ".join("(scope = ? AND key = ?)" for _ in chunk)
         rows = await fetch(
             "SELECT scope, key, fingerprint, space_uuid, status, answer FROM idempotency_keys "

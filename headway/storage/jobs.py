@@ -12,15 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .database import Fetch, Statements
+from .database import Fetch, Statements, chunks, marks
 
 # Jobs whose runs one statement looks up (two index scans each, joined by UNION ALL).
 RUNS_AT_ONCE = 50
-
-_LATER = (
-    "CASE WHEN excluded.last_at_us > jobs.last_at_us THEN excluded.last_at_us "
-    "ELSE jobs.last_at_us END"
-)
 
 
 async def created(
@@ -32,7 +27,8 @@ async def created(
         return
     await st.many(
         "INSERT INTO jobs (id, space_uuid, title, source, parent_title, last_at_us) "
-        f"VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET last_at_us = {_LATER}",
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET last_at_us = CASE WHEN "
+        "excluded.last_at_us > jobs.last_at_us THEN excluded.last_at_us ELSE jobs.last_at_us END",
         [(*job, now_us) for job in sorted(set(jobs))],
     )
 
@@ -43,7 +39,7 @@ async def finished(st: Statements, runs: Sequence[tuple[str, bool]], now_us: int
     in the order of their jobs, as creates note theirs (`created`)."""
     if len(runs) > 1:
         found = await st.rows(
-            f"SELECT uuid, job FROM tasks WHERE uuid IN ({', '.join('?' * len(runs))})",
+            f"SELECT uuid, job FROM tasks WHERE uuid IN ({marks(runs)})",
             [uuid for uuid, _ in runs],
         )
         job_of = {row[0]: row[1] for row in found}
@@ -56,14 +52,14 @@ async def finished(st: Statements, runs: Sequence[tuple[str, bool]], now_us: int
     )
 
 
-async def runs_of(st: Statements, marks: str, params: Sequence[str]) -> list[tuple[str, int, int]]:
-    """The runs among the tasks `params` names (`marks`: their placeholders) by job: (job,
-    runs, failed), to count out once they are deleted (`forget_runs`)."""
+async def runs_of(st: Statements, uuids: Sequence[str]) -> list[tuple[str, int, int]]:
+    """The runs among these tasks by job: (job, runs, failed), to count out once they are
+    deleted (`forget_runs`)."""
     found = await st.rows(
         "SELECT job, count(*), sum(CASE WHEN failed THEN 1 ELSE 0 END) FROM tasks "
-        f"WHERE uuid IN ({marks}) AND job IS NOT NULL AND finished_at_us IS NOT NULL "
+        f"WHERE uuid IN ({marks(uuids)}) AND job IS NOT NULL AND finished_at_us IS NOT NULL "
         "GROUP BY job",
-        params,
+        uuids,
     )
     return [(row[0], int(row[1]), int(row[2] or 0)) for row in found]
 
@@ -105,8 +101,7 @@ async def newest_runs(
         "COALESCE((SELECT finished_at_us FROM tasks WHERE job = ? AND failed = FALSE "
         f"ORDER BY finished_at_us DESC LIMIT 1 OFFSET {count - 1}), 0)"
     )
-    for start in range(0, len(keys), RUNS_AT_ONCE):
-        chunk = keys[start : start + RUNS_AT_ONCE]
+    for chunk in chunks(keys, RUNS_AT_ONCE):
         parts = []
         for n in range(len(chunk)):
             parts.append(
@@ -127,10 +122,8 @@ async def newest_runs(
 async def succeeded_counts(fetch: Fetch, keys: Sequence[str]) -> dict[str, int]:
     """Each of these jobs' succeeded runs, counted (a job without a row: none)."""
     found: dict[str, int] = {}
-    for start in range(0, len(keys), 500):
-        chunk = keys[start : start + 500]
-        marks = ", ".join("?" * len(chunk))
-        rows = await fetch(f"SELECT id, runs, failed FROM jobs WHERE id IN ({marks})", chunk)
+    for chunk in chunks(keys, 500):
+        rows = await fetch(f"SELECT id, runs, failed FROM jobs WHERE id IN ({marks(chunk)})", chunk)
         found.update((row[0], int(row[1]) - int(row[2])) for row in rows)
     return found
 
@@ -146,10 +139,9 @@ async def job_of(fetch: Fetch, task_uuid: str) -> tuple[str, int] | None:
 async def active_counts(fetch: Fetch, keys: Sequence[str]) -> dict[str, int]:
     """How many tasks of each job are active (not finished)."""
     counts: dict[str, int] = {}
-    for start in range(0, len(keys), RUNS_AT_ONCE):
-        chunk = keys[start : start + RUNS_AT_ONCE]
+    for chunk in chunks(keys, RUNS_AT_ONCE):
         found = await fetch(
-            f"SELECT job, count(*) FROM tasks WHERE job IN ({', '.join('?' * len(chunk))}) "
+            f"SELECT job, count(*) FROM tasks WHERE job IN ({marks(chunk)}) "
             "AND failed IS NULL AND finished_at_us IS NULL GROUP BY job",
             chunk,
         )

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .database import Fetch, Statements
+from .database import Fetch, Statements, marks
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +56,9 @@ async def messages(fetch: Fetch, channel_uuids: Sequence[str]) -> list[LiveRow]:
     """The messages these channels keep."""
     if not channel_uuids:
         return []
-    marks = ", ".join("?" * len(channel_uuids))
     found = await fetch(
         "SELECT channel_uuid, task_uuid, ref, state, digest, sent_at_us, next_at_us, attempts, "
-        f"given_up FROM live_messages WHERE channel_uuid IN ({marks})",
+        f"given_up FROM live_messages WHERE channel_uuid IN ({marks(channel_uuids)})",
         tuple(channel_uuids),
     )
     return [
@@ -90,12 +89,7 @@ async def claim(st: Statements, channel_uuid: str, task_uuid: str, now_us: int) 
 
 
 async def shown(
-    st: Statements,
-    row: LiveRow,
-    ref: str | None,
-    state: str,
-    digest: str,
-    now_us: int,
+    st: Statements, row: LiveRow, ref: str | None, state: str, digest: str, now_us: int
 ) -> None:
     """The message shows `state` (text `digest`) since `now_us`."""
     await st.many(

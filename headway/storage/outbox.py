@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .database import Fetch, Statements
+from .database import Fetch, Statements, marks
 
 # Outcomes kept in each endpoint's log (`GET /spaces/{s}/webhooks`, `.../channels`).
 LOG_KEPT = 20
@@ -66,11 +66,6 @@ CHANNELS = Queue(
     "digest",
     "messages queued",
 )
-
-
-def marks(values: Sequence[object]) -> str:
-    """One `?` for each value, for an IN list."""
-    return ", ".join("?" * len(values))
 
 
 async def lock(st: Statements, queue: Queue, uuids: Sequence[str]) -> None:

@@ -72,18 +72,11 @@ class TopLevelPager:
     query and a whole big space few large ones."""
 
     def __init__(
-        self,
-        window: Window,
-        *,
-        newest_first: bool,
-        lower_us: int | None,
-        page: int,
-        max_page: int,
-        childless: bool = False,
+        self, window: Window, lower_us: int | None, page: int, max_page: int, childless: bool
     ) -> None:
         self._window = window
         self._childless = childless
-        self._newest_first = newest_first
+        self._newest_first = window.newest_first
         self._lower_us = lower_us  # exclusive bounds, moved as pages are read
         self._upper_us = window.before_us
         self._remaining = window.limit
@@ -92,13 +85,7 @@ class TopLevelPager:
 
     @classmethod
     async def start(
-        cls,
-        fetch: Fetch,
-        window: Window,
-        page: int,
-        max_page: int = 0,
-        *,
-        childless: bool = False,
+        cls, fetch: Fetch, window: Window, page: int, max_page: int = 0, *, childless: bool = False
     ) -> TopLevelPager:
         """The pager, its first query run. `childless`: the space is known to hold no
         child task, so pages need not look for children."""
@@ -114,14 +101,7 @@ class TopLevelPager:
             )
             if found:
                 lower_us = found[0][0] - 1
-        return cls(
-            window,
-            newest_first=window.newest_first,
-            lower_us=lower_us,
-            page=page,
-            max_page=max_page,
-            childless=childless,
-        )
+        return cls(window, lower_us, page, max_page, childless)
 
     @property
     def exhausted(self) -> bool:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..domain.tasks import TaskRow
-from .database import Fetch, Statements
+from .database import Fetch, Statements, chunks, marks
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,21 +69,6 @@ async def held_counts(fetch: Fetch) -> tuple[int, int, int]:
     return found[0][0], found[0][1], found[0][2]
 
 
-async def space_exists(st: Statements, uuid: str) -> bool:
-    """Whether the space exists and is not deleted."""
-    found = await st.rows("SELECT 1 FROM spaces WHERE uuid = ? AND deleted_at_us IS NULL", (uuid,))
-    return bool(found)
-
-
-# Typed parameters: PostgreSQL cannot add two parameters of unknown type.
-_CLAIM = (
-    "UPDATE spaces SET last_task_at_us = CASE WHEN last_task_at_us < CAST(? AS BIGINT) "
-    "THEN CAST(? AS BIGINT) + CAST(? AS BIGINT) - 1 ELSE last_task_at_us + CAST(? AS BIGINT) "
-    "END, top_tasks = top_tasks + ?, active_at_us = CAST(? AS BIGINT) "
-    "WHERE uuid = ? AND deleted_at_us IS NULL RETURNING last_task_at_us, top_tasks"
-)
-
-
 async def claim_created_at(
     st: Statements, space_uuid: str, now_us: int, count: int = 1, top_level: int = 0
 ) -> tuple[int, int] | None:
@@ -97,7 +82,14 @@ async def claim_created_at(
     it was deleted (a delete takes the same row: a create is either before it, and goes
     with the space, or after it, and refused).
     """
-    found = await st.rows(_CLAIM, (now_us, now_us, count, count, top_level, now_us, space_uuid))
+    # Typed parameters: PostgreSQL cannot add two parameters of unknown type.
+    found = await st.rows(
+        "UPDATE spaces SET last_task_at_us = CASE WHEN last_task_at_us < CAST(? AS BIGINT) "
+        "THEN CAST(? AS BIGINT) + CAST(? AS BIGINT) - 1 ELSE last_task_at_us + CAST(? AS BIGINT) "
+        "END, top_tasks = top_tasks + ?, active_at_us = CAST(? AS BIGINT) "
+        "WHERE uuid = ? AND deleted_at_us IS NULL RETURNING last_task_at_us, top_tasks",
+        (now_us, now_us, count, count, top_level, now_us, space_uuid),
+    )
     return (found[0][0] - count + 1, found[0][1]) if found else None
 
 
@@ -118,20 +110,12 @@ async def count_children(st: Statements, added: dict[str, int]) -> None:
     )
 
 
-async def count_deleted(st: Statements, space_uuid: str, parent_uuid: str | None) -> None:
-    """A task deleted: one step less for its parent, or one top-level task less."""
-    if parent_uuid is not None:
-        await count_children(st, {parent_uuid: -1})
-    else:
-        await count_top_level(st, space_uuid, -1)
-
-
 async def parents_by_uuid(st: Statements, uuids: Collection[str]) -> dict[str, tuple[TaskRow, int]]:
     """The tasks of these uuids that exist, by uuid, each with how many steps it holds."""
     if not uuids:
         return {}
     found = await st.rows(
-        f"SELECT {_ROW_COLUMNS}, children FROM tasks WHERE uuid IN ({', '.join('?' * len(uuids))})",
+        f"SELECT {_ROW_COLUMNS}, children FROM tasks WHERE uuid IN ({marks(uuids)})",
         list(uuids),
     )
     return {raw[0]: (TaskRow(*raw[:10]), int(raw[10])) for raw in found}
@@ -152,7 +136,7 @@ async def children_uuids(st: Statements, parents: Sequence[str]) -> list[str]:
     if not parents:
         return []
     found = await st.rows(
-        f"SELECT uuid FROM tasks WHERE parent_uuid IN ({', '.join('?' * len(parents))})",
+        f"SELECT uuid FROM tasks WHERE parent_uuid IN ({marks(parents)})",
         list(parents),
     )
     return [row[0] for row in found]
@@ -186,8 +170,7 @@ async def tasks_by_uuid(st: Statements, uuids: Collection[str]) -> dict[str, Tas
     if not uuids:
         return {}
     found = await st.rows(
-        f"SELECT {_ROW_COLUMNS} FROM tasks WHERE uuid IN ({', '.join('?' * len(uuids))}) "
-        f"AND {LIVE}",
+        f"SELECT {_ROW_COLUMNS} FROM tasks WHERE uuid IN ({marks(uuids)}) AND {LIVE}",
         list(uuids),
     )
     return {row.uuid: row for row in (TaskRow(*raw) for raw in found)}
@@ -223,16 +206,13 @@ async def read_families(
     (oldest first), by uuid: one query for every FAMILIES_AT_ONCE of them, outside any
     transaction."""
     found: dict[str, tuple[TaskRow, list[TaskRow]]] = {}
-    wanted = list(dict.fromkeys(uuids))
-    for start in range(0, len(wanted), FAMILIES_AT_ONCE):
-        chunk = wanted[start : start + FAMILIES_AT_ONCE]
-        marks = ", ".join("?" * len(chunk))
+    for chunk in chunks(list(dict.fromkeys(uuids)), FAMILIES_AT_ONCE):
         rows = {
             raw[0]: TaskRow(*raw)  # a wanted child comes twice: as itself and as a child
             for raw in await fetch(
-                f"SELECT {_ROW_COLUMNS} FROM tasks WHERE uuid IN ({marks}) AND {LIVE} "
-                f"UNION ALL SELECT {_ROW_COLUMNS} FROM tasks WHERE parent_uuid IN ({marks}) "
-                f"AND {LIVE}",
+                f"SELECT {_ROW_COLUMNS} FROM tasks WHERE uuid IN ({marks(chunk)}) AND {LIVE} "
+                f"UNION ALL SELECT {_ROW_COLUMNS} FROM tasks WHERE parent_uuid IN "
+                f"({marks(chunk)}) AND {LIVE}",
                 (*chunk, *chunk),
             )
         }
@@ -263,9 +243,11 @@ def family_from_rows(
     return task, children
 
 
-async def space_holds_fewer(
-    st: Statements, table: Literal["webhooks", "shares", "channels"], space_uuid: str, cap: int
-) -> bool:
+# What a space holds beside its tasks, each row with its `uuid` and `created_at_us`.
+Held = Literal["webhooks", "shares", "channels"]
+
+
+async def space_holds_fewer(st: Statements, table: Held, space_uuid: str, cap: int) -> bool:
     """Whether the space has fewer than `cap` rows in `table` (webhooks, share links,
     channels). SpaceGone if the space was deleted (or never existed).
 
@@ -282,6 +264,34 @@ async def space_holds_fewer(
         raise SpaceGone(space_uuid)
     found = await st.rows(f"SELECT count(*) FROM {table} WHERE space_uuid = ?", (space_uuid,))
     return found[0][0] < cap
+
+
+async def insert_held(
+    st: Statements, table: Held, space_uuid: str, cap: int, columns: str, row: Sequence[Any]
+) -> bool:
+    """Insert `row` (of `columns`) into `table` unless the space holds `cap` rows there
+    already (False: nothing stored); exact under concurrent inserts (see
+    `space_holds_fewer`)."""
+    if not await space_holds_fewer(st, table, space_uuid, cap):
+        return False
+    await st.many(f"INSERT INTO {table} ({columns}) VALUES ({marks(row)})", [row])
+    return True
+
+
+async def list_held(fetch: Fetch, table: Held, columns: str, space_uuid: str) -> Sequence[Any]:
+    """`columns` of the space's rows of `table`, oldest first."""
+    return await fetch(
+        f"SELECT {columns} FROM {table} WHERE space_uuid = ? ORDER BY created_at_us, uuid",
+        (space_uuid,),
+    )
+
+
+async def delete_held(st: Statements, table: Held, space_uuid: str, uuid: str) -> bool:
+    """Delete the space's row `uuid` of `table`; False if the space holds no such row."""
+    deleted = await st.rows(
+        f"DELETE FROM {table} WHERE uuid = ? AND space_uuid = ? RETURNING uuid", (uuid, space_uuid)
+    )
+    return len(deleted) == 1
 
 
 async def lock_task(st: Statements, uuid: str) -> None:
@@ -321,8 +331,7 @@ async def hold_tasks(st: Statements, uuids: Collection[str]) -> None:
     `done` finishes them (see `service.families`)."""
     if uuids:
         await st.many(
-            f"UPDATE tasks SET held = TRUE WHERE uuid IN ({', '.join('?' * len(uuids))}) "
-            "AND NOT held",
+            f"UPDATE tasks SET held = TRUE WHERE uuid IN ({marks(uuids)}) AND NOT held",
             [list(uuids)],
         )
 

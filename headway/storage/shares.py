@@ -7,39 +7,27 @@ import base64
 import secrets
 from typing import Literal
 
-from .database import Database, Fetch, Statements
-from .queries import space_holds_fewer
+from .database import Database, Fetch, Statements, chunks, marks
+from .queries import delete_held, insert_held, list_held
 
 
 async def insert_share(
     st: Statements, uuid: str, space_uuid: str, now_us: int, *, cap: int
 ) -> bool:
-    """Record a share link unless the space already has `cap`. False: it has, nothing
-    stored. Exact under concurrent creates (see `queries.space_holds_fewer`)."""
-    if not await space_holds_fewer(st, "shares", space_uuid, cap):
-        return False
-    await st.many(
-        "INSERT INTO shares (uuid, space_uuid, created_at_us) VALUES (?, ?, ?)",
-        [(uuid, space_uuid, now_us)],
-    )
-    return True
+    """Record a share link unless the space already has `cap` (see `queries.insert_held`)."""
+    row = (uuid, space_uuid, now_us)
+    return await insert_held(st, "shares", space_uuid, cap, "uuid, space_uuid, created_at_us", row)
 
 
 async def list_shares(fetch: Fetch, space_uuid: str) -> list[tuple[str, int]]:
     """The space's share links as (uuid, created_at_us), oldest first."""
-    found = await fetch(
-        "SELECT uuid, created_at_us FROM shares WHERE space_uuid = ? ORDER BY created_at_us, uuid",
-        (space_uuid,),
-    )
+    found = await list_held(fetch, "shares", "uuid, created_at_us", space_uuid)
     return [(uuid, created) for uuid, created in found]
 
 
 async def delete_share(st: Statements, space_uuid: str, uuid: str) -> bool:
     """Revoke a share link of the space; False if it has no such link."""
-    deleted = await st.rows(
-        "DELETE FROM shares WHERE uuid = ? AND space_uuid = ? RETURNING uuid", (uuid, space_uuid)
-    )
-    return len(deleted) > 0
+    return await delete_held(st, "shares", space_uuid, uuid)
 
 
 async def space_of_share(fetch: Fetch, uuid: str) -> str | None:
@@ -56,10 +44,8 @@ async def existing(fetch: Fetch, table: Literal["spaces", "shares"], uuids: list
     """Which of `uuids` are still rows of `table` (spaces not deleted, or share links)."""
     found: set[str] = set()
     live = " AND deleted_at_us IS NULL" if table == "spaces" else ""
-    for start in range(0, len(uuids), AT_ONCE):
-        chunk = uuids[start : start + AT_ONCE]
-        marks = ", ".join("?" * len(chunk))
-        rows = await fetch(f"SELECT uuid FROM {table} WHERE uuid IN ({marks}){live}", chunk)
+    for chunk in chunks(uuids, AT_ONCE):
+        rows = await fetch(f"SELECT uuid FROM {table} WHERE uuid IN ({marks(chunk)}){live}", chunk)
         found.update(row[0] for row in rows)
     return found
 

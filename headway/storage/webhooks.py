@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from .database import Fetch, Statements
-from .outbox import WEBHOOKS, Logs, count_in, count_out, lock, log_outcomes, logs, marks, push_out
-from .queries import space_holds_fewer
+from .database import Fetch, Statements, marks
+from .outbox import WEBHOOKS, count_in, count_out, lock, log_outcomes, push_out
+from .queries import delete_held, insert_held, list_held
 
 # The type of the events webhooks hear (the outbox's `type`).
 EVENT = WEBHOOKS.several
@@ -31,27 +31,12 @@ OWNED = "event_id = ? AND webhook_uuid = ? AND next_attempt_at_us = ?"
 
 
 async def insert_webhook(
-    st: Statements,
-    uuid: str,
-    space_uuid: str,
-    url: str,
-    secret: str,
-    now_us: int,
-    *,
-    cap: int,
+    st: Statements, uuid: str, space_uuid: str, url: str, secret: str, now_us: int, *, cap: int
 ) -> bool:
-    """Register a webhook unless the space already has `cap`. False: it has, nothing stored.
-
-    The count is exact under concurrent registrations (see `queries.space_holds_fewer`).
-    """
-    if not await space_holds_fewer(st, "webhooks", space_uuid, cap):
-        return False
-    await st.many(
-        "INSERT INTO webhooks (uuid, space_uuid, url, secret, created_at_us, receiver) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        [(uuid, space_uuid, url, secret, now_us, receiver_of(url))],
-    )
-    return True
+    """Register a webhook unless the space already has `cap` (see `queries.insert_held`)."""
+    columns = "uuid, space_uuid, url, secret, created_at_us, receiver"
+    row = (uuid, space_uuid, url, secret, now_us, receiver_of(url))
+    return await insert_held(st, "webhooks", space_uuid, cap, columns, row)
 
 
 def receiver_of(url: str) -> str:
@@ -70,21 +55,15 @@ def receiver_of(url: str) -> str:
 
 async def list_webhooks(fetch: Fetch, space_uuid: str) -> list[tuple[str, str]]:
     """(uuid, url) of the space's webhooks, oldest first."""
-    found = await fetch(
-        "SELECT uuid, url FROM webhooks WHERE space_uuid = ? ORDER BY created_at_us, uuid",
-        (space_uuid,),
-    )
-    return [(uuid, url) for uuid, url in found]
+    return [
+        (uuid, url) for uuid, url in await list_held(fetch, "webhooks", "uuid, url", space_uuid)
+    ]
 
 
 async def delete_webhook(st: Statements, space_uuid: str, uuid: str) -> bool:
     """Delete a webhook, what it still had to deliver and its log. False: no such
     webhook here."""
-    deleted = await st.rows(
-        "DELETE FROM webhooks WHERE uuid = ? AND space_uuid = ? RETURNING uuid",
-        (uuid, space_uuid),
-    )
-    if len(deleted) != 1:
+    if not await delete_held(st, "webhooks", space_uuid, uuid):
         return False
     gone = await st.rows(
         "DELETE FROM deliveries WHERE webhook_uuid = ? RETURNING event_id", (uuid,)
@@ -92,11 +71,6 @@ async def delete_webhook(st: Statements, space_uuid: str, uuid: str) -> bool:
     await st.many("DELETE FROM webhook_log WHERE webhook_uuid = ?", [(uuid,)])
     await delete_settled_events(st, [row[0] for row in gone])
     return True
-
-
-async def webhook_logs(fetch: Fetch, webhook_uuids: Sequence[str]) -> Logs:
-    """Each webhook's last deliveries, newest first: (at, event, outcome, detail)."""
-    return await logs(fetch, WEBHOOKS, webhook_uuids)
 
 
 # --- Fan-out ------------------------------------------------------------------------------
