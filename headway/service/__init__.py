@@ -99,14 +99,19 @@ class Service:
         # Idempotency keys' first answers, as a whole (each create reads and writes its own).
         self.keys = Keys(stores)
         self.webhooks = Webhooks(
-            stores, self.spaces, allow_private=allow_private_webhooks, per_space=webhooks_per_space
+            stores,
+            self.spaces,
+            allow_private=allow_private_webhooks,
+            per_space=webhooks_per_space,
         )
         self.shares = Shares(stores, self.spaces, per_space=shares_per_space)
         self.estimates = Estimates(stores, self.families, self.shares)
         self.badges = Badges(stores, self.shares, self.reads, self.tasks, self.estimates)
         self.jobs = Jobs(stores, self.spaces)
         self.channels = Channels(
-            stores, self.spaces, channel_rules or ChannelRules((), allow_private_webhooks, 20, None)
+            stores,
+            self.spaces,
+            channel_rules or ChannelRules((), allow_private_webhooks, 20, None),
         )
 
     # The caches, as tests reach them.

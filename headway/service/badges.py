@@ -21,7 +21,12 @@ class Badges:
     """Reads what a badge shows: the newest tasks of a link's space, or one task of it."""
 
     def __init__(
-        self, stores: Stores, shares: Shares, reads: SpaceReads, tasks: Tasks, estimates: Estimates
+        self,
+        stores: Stores,
+        shares: Shares,
+        reads: SpaceReads,
+        tasks: Tasks,
+        estimates: Estimates,
     ) -> None:
         self._clock = stores.clock
         self._shares = shares

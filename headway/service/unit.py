@@ -86,12 +86,19 @@ class Unit:
         return self
 
     async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         await self._writes.publish(self)
 
     def changed(
-        self, kind: Changed, space_uuid: str, task_uuid: str, parent_uuid: str | None = None
+        self,
+        kind: Changed,
+        space_uuid: str,
+        task_uuid: str,
+        parent_uuid: str | None = None,
     ) -> None:
         """`task_uuid` (a child of `parent_uuid`) was created, reported or finished, or a
         share link (`task_uuid`) was revoked."""
@@ -148,7 +155,11 @@ class Writes:
     """
 
     def __init__(
-        self, db: Database, progress: ProgressStore, coherence: Coherence, wake: Wake | None = None
+        self,
+        db: Database,
+        progress: ProgressStore,
+        coherence: Coherence,
+        wake: Wake | None = None,
     ) -> None:
         self.db = db
         self.progress = progress

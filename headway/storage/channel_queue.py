@@ -203,7 +203,13 @@ async def take(
         )
         return None
     return Taken(
-        channel_uuid, space_uuid, url, share_uuid, title[0][0] if title else None, lease_us, pending
+        channel_uuid,
+        space_uuid,
+        url,
+        share_uuid,
+        title[0][0] if title else None,
+        lease_us,
+        pending,
     )
 
 

@@ -44,7 +44,12 @@ def _channel(row: Sequence[Any]) -> ChannelRow:
 
 
 async def insert_channel(
-    st: Statements, space_uuid: str, channel: ChannelRow, url: str, *, cap: int
+    st: Statements,
+    space_uuid: str,
+    channel: ChannelRow,
+    url: str,
+    *,
+    cap: int,
 ) -> bool:
     """Register a channel unless the space has `cap` already (see `queries.insert_held`)."""
     return await insert_held(

@@ -89,7 +89,12 @@ async def claim(st: Statements, channel_uuid: str, task_uuid: str, now_us: int) 
 
 
 async def shown(
-    st: Statements, row: LiveRow, ref: str | None, state: str, digest: str, now_us: int
+    st: Statements,
+    row: LiveRow,
+    ref: str | None,
+    state: str,
+    digest: str,
+    now_us: int,
 ) -> None:
     """The message shows `state` (text `digest`) since `now_us`."""
     await st.many(

@@ -85,7 +85,13 @@ class TopLevelPager:
 
     @classmethod
     async def start(
-        cls, fetch: Fetch, window: Window, page: int, max_page: int = 0, *, childless: bool = False
+        cls,
+        fetch: Fetch,
+        window: Window,
+        page: int,
+        max_page: int = 0,
+        *,
+        childless: bool = False,
     ) -> TopLevelPager:
         """The pager, its first query run. `childless`: the space is known to hold no
         child task, so pages need not look for children."""

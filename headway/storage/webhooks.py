@@ -31,7 +31,14 @@ OWNED = "event_id = ? AND webhook_uuid = ? AND next_attempt_at_us = ?"
 
 
 async def insert_webhook(
-    st: Statements, uuid: str, space_uuid: str, url: str, secret: str, now_us: int, *, cap: int
+    st: Statements,
+    uuid: str,
+    space_uuid: str,
+    url: str,
+    secret: str,
+    now_us: int,
+    *,
+    cap: int,
 ) -> bool:
     """Register a webhook unless the space already has `cap` (see `queries.insert_held`)."""
     columns = "uuid, space_uuid, url, secret, created_at_us, receiver"
