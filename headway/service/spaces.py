@@ -54,10 +54,14 @@ class Spaces:
             for index, new in enumerate(batch)
             if new.idempotency is not None
         ]
+        now_us = self._stores.clock.now_us()
+        if not claims:
+            await queries.insert_spaces(st, [new.space for new in batch], now_us)
+            return [None] * len(batch)
         settled = await self.keys.settle(st, claims)
         made = [new.space for index, new in enumerate(batch) if index not in settled]
         if made:
-            await queries.insert_spaces(st, made, self._stores.clock.now_us())
+            await queries.insert_spaces(st, made, now_us)
         rows = [
             idem.row(scope, batch[index].space.uuid, _answer(batch[index].space))
             for index, scope, idem in claims

@@ -106,7 +106,7 @@ class Tasks:
             for index, new in enumerate(batch)
             if new.idempotency is not None
         ]
-        settled = await self.keys.settle(st, claims)
+        settled = await self.keys.settle(st, claims) if claims else {}
         wanted = {
             new.parent_uuid
             for index, new in enumerate(batch)
@@ -172,7 +172,8 @@ class Tasks:
             await queries.hold_tasks(
                 st, {new.parent_uuid for new in batch if new.hold_parent and new.uuid in made}
             )
-            await self.keys.record(st, _key_rows(batch, outcomes, settled))
+            if claims:
+                await self.keys.record(st, _key_rows(batch, outcomes, settled))
             await jobs.created(st, [job for job in named if job is not None], now_us)
         return [settled[i] if i in settled else outcomes[i] for i in range(len(batch))]
 
