@@ -107,7 +107,8 @@ class Bounded(Generic[K, V]):
         generation on (a read that raced the change stores nothing)."""
         self.generation += 1
         for key in keys:
-            self.pop(key)  # type: ignore[arg-type]  # None is no key: nothing to pop
+            if key is not None:
+                self.pop(key)
 
     def forget_where(self, stale: Callable[[K, V], bool]) -> None:
         """As `forget`, for every entry `stale` says the change touched (one pass)."""

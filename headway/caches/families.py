@@ -298,7 +298,8 @@ class VersionedFamilyCache(FamilyCache):
     def forget(self, *task_uuids: str | None) -> None:
         super().forget(*task_uuids)
         for uuid in task_uuids:
-            self._stamps.pop(uuid, None)  # type: ignore[arg-type]  # None: nothing
+            if uuid is not None:
+                self._stamps.pop(uuid, None)
 
 
 def _space_of(entry: TaskRow | _Parent) -> str:

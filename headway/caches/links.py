@@ -75,7 +75,10 @@ class TaskIds:
     hears: ClassVar[frozenset[Changed]] = frozenset({Changed.REVOKE, Changed.DROP})
 
     def __init__(
-        self, db: Database, view: Callable[[str], Awaitable[ShareView]], held: int = IDS_KEPT
+        self,
+        db: Database,
+        view: Callable[[str], Awaitable[ShareView]],
+        held: int = IDS_KEPT,
     ) -> None:
         self._db = db
         self._view = view  # a link's view, its ids keyed by the server's secret

@@ -149,7 +149,10 @@ class SmallSpaces(Cache):
     )
 
     def __init__(
-        self, small: int = SMALL_SPACE, max_bytes: int = SPACES_BYTES, page_bytes: int = PAGES_BYTES
+        self,
+        small: int = SMALL_SPACE,
+        max_bytes: int = SPACES_BYTES,
+        page_bytes: int = PAGES_BYTES,
     ) -> None:
         self._small = small
         self._max_bytes = max_bytes
@@ -207,7 +210,11 @@ class SmallSpaces(Cache):
         return self._entries.touch(space_uuid)
 
     async def load(
-        self, fetch: Fetch, space_uuid: str, version: FamilyVersion | None = None, now_us: int = 0
+        self,
+        fetch: Fetch,
+        space_uuid: str,
+        version: FamilyVersion | None = None,
+        now_us: int = 0,
     ) -> SmallSpace | BigSpace:
         """Read the space's rows, and keep them if it is small and nothing changed
         meanwhile; returns the entry, a `BigSpace` if it is big. `version`: the version
